@@ -1,0 +1,214 @@
+// The telemetry schema shared by the NCCL net plugin, the node plugin and the operator
+// (DESIGN.md §3.3, §3.4), and its CBOR / JSON codecs.
+//
+//   plugin --(Unix datagram, CBOR Message)--> node plugin --(HTTP POST, CBOR NodeReport)-->
+//   operator
+//
+// Every encoded object carries `v` (schema version) and `kind`. Decoding is strict: wrong version,
+// unknown kind, unknown or missing fields, wrong types, out-of-range numbers, invalid names,
+// oversized strings/arrays/documents and nesting deeper than the schema are rejected with an
+// kInvalidArgument error naming the offending field path. Decoding never throws and never crashes
+// on arbitrary bytes. Encoding validates too, so nothing invalid leaves a process.
+//
+// Units: times are Unix nanoseconds (wall clock of the sender); durations are microseconds;
+// byte and op counters are cumulative since the connection was opened.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "c4/common/error.h"
+
+namespace c4::report {
+
+inline constexpr int kSchemaVersion = 1;
+
+// Limits enforced by validation.
+inline constexpr std::size_t kMaxNameBytes = 253;   // Kubernetes DNS subdomain
+inline constexpr std::size_t kMaxTextBytes = 4096;  // free text: paths, details
+inline constexpr std::size_t kMaxConnectionsPerReport = 1024;
+inline constexpr std::size_t kMaxSubflowsPerConnection = 64;
+inline constexpr std::size_t kMaxReportsPerBatch = 8192;
+inline constexpr std::size_t kMaxNoticesPerBatch = 8192;
+inline constexpr std::size_t kMaxDevicesPerNode = 256;
+inline constexpr std::int32_t kMaxRank = 1 << 24;
+inline constexpr std::uint16_t kMaxParts = 1024;
+// One plugin message must fit a Unix datagram with the default socket buffer (212992 bytes).
+inline constexpr std::size_t kMaxDatagramBytes = 200 * 1024;
+// One node batch (HTTP body).
+inline constexpr std::size_t kMaxBatchBytes = 64 * 1024 * 1024;
+
+enum class Direction { kSend, kRecv };
+
+// Latency distribution of the ops completed during the last report interval.
+struct LatencySummary {
+  std::uint64_t count = 0;
+  std::uint64_t sumUs = 0;
+  std::uint64_t maxUs = 0;
+  std::uint64_t p50Us = 0;
+  std::uint64_t p99Us = 0;
+  friend bool operator==(const LatencySummary&, const LatencySummary&) = default;
+};
+
+struct SubflowStats {
+  std::uint32_t index = 0;
+  std::uint16_t localPort = 0;
+  std::int32_t pathId = -1;  // -1: not planned
+  double weight = 1.0;       // share of bytes, relative to the other subflows
+  std::uint64_t bytes = 0;   // cumulative
+  friend bool operator==(const SubflowStats&, const SubflowStats&) = default;
+};
+
+struct ConnectionStats {
+  std::uint64_t id = 0;  // unique within the reporting process
+  Direction direction = Direction::kSend;
+  std::int32_t peerRank = -1;  // -1: unknown (no hello yet)
+  std::string peerNode;
+  std::string peerPod;
+  std::uint64_t bytes = 0;
+  std::uint64_t ops = 0;
+  std::uint32_t inflight = 0;
+  std::uint64_t oldestInflightUs = 0;  // age of the oldest op in flight (0 when none)
+  LatencySummary wait;                 // recv: posted -> first byte; send: posted -> first byte out
+  LatencySummary transfer;             // first byte -> done
+  std::vector<SubflowStats> subflows;
+  friend bool operator==(const ConnectionStats&, const ConnectionStats&) = default;
+};
+
+// Who sent a plugin message. Names may be empty outside Kubernetes (a local c4-netbench run).
+struct RankIdentity {
+  std::string ns;
+  std::string job;
+  std::string pod;
+  std::string node;
+  std::int32_t rank = -1;      // -1: unknown
+  std::int32_t worldSize = 0;  // 0: unknown
+  std::uint32_t restartAttempt = 0;
+  std::uint32_t pid = 0;  // process id as the sender sees it
+  friend bool operator==(const RankIdentity&, const RankIdentity&) = default;
+};
+
+struct RankReport {
+  RankIdentity id;
+  std::uint64_t seq = 0;
+  std::uint16_t part = 0;  // a report too large for one datagram is split: part < parts
+  std::uint16_t parts = 1;
+  std::int64_t timeUnixNs = 0;
+  std::uint32_t intervalMs = 1000;
+  std::int64_t planVersion = -1;      // -1: no plan applied
+  std::uint64_t droppedMessages = 0;  // messages this process could not send so far
+  std::vector<ConnectionStats> connections;
+  friend bool operator==(const RankReport&, const RankReport&) = default;
+};
+
+enum class ProgressState { kTraining, kCheckpointing, kEvaluating, kIdle, kFinished };
+
+// Sent by the trainer (through the plugin's helper or c4-netbench) at step boundaries and around
+// pauses; a pause state suspends hang detection for the job.
+struct ProgressNotice {
+  RankIdentity id;
+  std::int64_t timeUnixNs = 0;
+  std::int64_t step = 0;
+  ProgressState state = ProgressState::kTraining;
+  friend bool operator==(const ProgressNotice&, const ProgressNotice&) = default;
+};
+
+struct CheckpointNotice {
+  RankIdentity id;
+  std::int64_t timeUnixNs = 0;
+  std::int64_t step = 0;
+  std::string path;
+  friend bool operator==(const CheckpointNotice&, const CheckpointNotice&) = default;
+};
+
+enum class AnomalyKind { kStall, kConnectionError, kPeerClosed };
+
+struct AnomalyNotice {
+  RankIdentity id;
+  std::int64_t timeUnixNs = 0;
+  AnomalyKind kind = AnomalyKind::kStall;
+  std::uint64_t connectionId = 0;
+  Direction direction = Direction::kSend;
+  std::int32_t peerRank = -1;
+  std::string peerNode;
+  std::uint64_t ageUs = 0;  // how long the op has been in flight
+  std::string detail;
+  friend bool operator==(const AnomalyNotice&, const AnomalyNotice&) = default;
+};
+
+using Notice = std::variant<ProgressNotice, CheckpointNotice, AnomalyNotice>;
+// Everything a plugin (or trainer) sends to the node plugin.
+using Message = std::variant<RankReport, ProgressNotice, CheckpointNotice, AnomalyNotice>;
+
+struct NicHealth {
+  std::string name;  // interface or RDMA device name
+  bool up = false;
+  bool rdma = false;
+  std::uint64_t speedMbps = 0;
+  std::uint64_t errors = 0;  // cumulative error counters summed
+  friend bool operator==(const NicHealth&, const NicHealth&) = default;
+};
+
+struct GpuHealth {
+  std::int32_t index = 0;
+  std::string uuid;
+  bool healthy = true;
+  std::string detail;
+  friend bool operator==(const GpuHealth&, const GpuHealth&) = default;
+};
+
+struct NodeHealth {
+  std::vector<NicHealth> nics;
+  std::vector<GpuHealth> gpus;
+  friend bool operator==(const NodeHealth&, const NodeHealth&) = default;
+};
+
+// One batch from a node plugin to the operator.
+struct NodeReport {
+  std::string node;  // must be non-empty; the operator checks it against the caller's identity
+  std::uint64_t seq = 0;
+  std::int64_t timeUnixNs = 0;
+  NodeHealth health;
+  std::vector<RankReport> reports;
+  std::vector<Notice> notices;
+  std::uint64_t droppedMessages = 0;   // plugin messages the node plugin dropped (overload)
+  std::uint64_t rejectedMessages = 0;  // plugin messages that failed validation/attribution
+  friend bool operator==(const NodeReport&, const NodeReport&) = default;
+};
+
+std::string_view directionName(Direction d) noexcept;
+std::string_view progressStateName(ProgressState s) noexcept;
+std::string_view anomalyKindName(AnomalyKind k) noexcept;
+// "RankReport", "ProgressNotice", ... : the `kind` written on the wire.
+std::string_view messageKind(const Message& m) noexcept;
+
+// Validation of in-memory values (also run by every encoder and decoder).
+Status validate(const RankReport& r);
+Status validate(const ProgressNotice& n);
+Status validate(const CheckpointNotice& n);
+Status validate(const AnomalyNotice& n);
+Status validate(const Message& m);
+Status validate(const NodeReport& r);
+
+// Plugin messages.
+Result<std::vector<std::uint8_t>> encodeCbor(const Message& m);
+Result<Message> decodeMessageCbor(std::span<const std::uint8_t> bytes);
+Result<std::string> encodeJson(const Message& m);
+Result<Message> decodeMessageJson(std::string_view text);
+
+// Node batches.
+Result<std::vector<std::uint8_t>> encodeCbor(const NodeReport& r);
+Result<NodeReport> decodeNodeReportCbor(std::span<const std::uint8_t> bytes);
+Result<std::string> encodeJson(const NodeReport& r);
+Result<NodeReport> decodeNodeReportJson(std::string_view text);
+
+// True when `name` is a valid Kubernetes DNS-1123 subdomain (lower-case alphanumerics, '-' and
+// '.', starting and ending alphanumeric, at most 253 bytes).
+bool isDnsSubdomain(std::string_view name) noexcept;
+
+}  // namespace c4::report

@@ -1,0 +1,225 @@
+#include "c4/common/log.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+
+#include "c4/common/clock.h"
+
+namespace c4 {
+namespace {
+
+LogLevel initialLevel() {
+  if (const char* env = std::getenv("C4_LOG_LEVEL")) {
+    if (auto lvl = parseLogLevel(env)) return *lvl;
+  }
+  return LogLevel::kInfo;
+}
+
+struct LogConfig {
+  std::mutex mu;
+  std::shared_ptr<LogSink> sink = std::make_shared<StderrLogSink>();
+  std::atomic<LogLevel> level{initialLevel()};
+  std::atomic<Clock*> clock{nullptr};
+};
+
+LogConfig& config() {
+  static auto* cfg = new LogConfig();  // never destroyed: logging works in static destructors
+  return *cfg;
+}
+
+bool needsQuoting(std::string_view v) {
+  if (v.empty()) return true;
+  return std::any_of(v.begin(), v.end(), [](char c) {
+    return c == ' ' || c == '=' || c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20;
+  });
+}
+
+void appendValue(std::string& out, std::string_view v) {
+  if (!needsQuoting(v)) {
+    out += v;
+    return;
+  }
+  out += '"';
+  for (char c : v) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(c));
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  out += '"';
+}
+
+}  // namespace
+
+LogField::LogField(std::string_view k, double v) : key(k) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  value = buf;
+}
+
+std::string_view logLevelName(LogLevel level) noexcept {
+  switch (level) {
+    case LogLevel::kTrace:
+      return "trace";
+    case LogLevel::kDebug:
+      return "debug";
+    case LogLevel::kInfo:
+      return "info";
+    case LogLevel::kWarn:
+      return "warn";
+    case LogLevel::kError:
+      return "error";
+    case LogLevel::kOff:
+      return "off";
+  }
+  return "unknown";
+}
+
+Result<LogLevel> parseLogLevel(std::string_view text) {
+  std::string t(text);
+  std::transform(t.begin(), t.end(), t.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (t == "trace") return LogLevel::kTrace;
+  if (t == "debug") return LogLevel::kDebug;
+  if (t == "info") return LogLevel::kInfo;
+  if (t == "warn" || t == "warning") return LogLevel::kWarn;
+  if (t == "error") return LogLevel::kError;
+  if (t == "off") return LogLevel::kOff;
+  return makeError(ErrorCode::kInvalidArgument,
+                   "unknown log level \"" + std::string(text) +
+                       "\" (want trace, debug, info, warn, error or off)");
+}
+
+std::string formatLogRecord(const LogRecord& r) {
+  std::string out;
+  out.reserve(128);
+  out += "ts=";
+  out += r.timestamp;
+  out += " level=";
+  out += logLevelName(r.level);
+  out += " component=";
+  appendValue(out, r.component);
+  out += " msg=";
+  appendValue(out, r.message);
+  for (const auto& f : r.fields) {
+    out += ' ';
+    out += f.key;
+    out += '=';
+    appendValue(out, f.value);
+  }
+  return out;
+}
+
+void StderrLogSink::write(const LogRecord& record) noexcept {
+  try {
+    std::string line = formatLogRecord(record);
+    line += '\n';
+    const char* p = line.data();
+    std::size_t left = line.size();
+    while (left > 0) {
+      ssize_t n = ::write(STDERR_FILENO, p, left);
+      if (n <= 0) return;
+      p += n;
+      left -= static_cast<std::size_t>(n);
+    }
+  } catch (...) {
+    // Logging must never take the process down.
+  }
+}
+
+void CaptureLogSink::write(const LogRecord& record) noexcept {
+  try {
+    std::lock_guard lock(mu_);
+    records_.push_back(record);
+  } catch (...) {
+  }
+}
+
+std::vector<LogRecord> CaptureLogSink::records() const {
+  std::lock_guard lock(mu_);
+  return records_;
+}
+
+std::vector<std::string> CaptureLogSink::lines() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::string> out;
+  out.reserve(records_.size());
+  for (const auto& r : records_) out.push_back(formatLogRecord(r));
+  return out;
+}
+
+void CaptureLogSink::clear() {
+  std::lock_guard lock(mu_);
+  records_.clear();
+}
+
+void setLogSink(std::shared_ptr<LogSink> sink) {
+  auto& cfg = config();
+  std::lock_guard lock(cfg.mu);
+  cfg.sink = sink ? std::move(sink) : std::make_shared<StderrLogSink>();
+}
+
+void setLogLevel(LogLevel level) {
+  config().level.store(level);
+}
+LogLevel logLevel() noexcept {
+  return config().level.load(std::memory_order_relaxed);
+}
+void setLogClock(Clock* clock) {
+  config().clock.store(clock);
+}
+
+Logger Logger::with(std::initializer_list<LogField> fields) const {
+  Logger child = *this;
+  child.fields_.insert(child.fields_.end(), fields.begin(), fields.end());
+  return child;
+}
+
+void Logger::log(LogLevel level, std::string_view msg,
+                 std::initializer_list<LogField> fields) const {
+  if (!enabled(level) || level == LogLevel::kOff) return;
+  auto& cfg = config();
+  Clock* clock = cfg.clock.load();
+  LogRecord rec;
+  rec.timestamp = formatRfc3339Micro((clock ? *clock : realClock()).wallNow());
+  rec.level = level;
+  rec.component = component_;
+  rec.message = std::string(msg);
+  rec.fields.reserve(fields_.size() + fields.size());
+  rec.fields.insert(rec.fields.end(), fields_.begin(), fields_.end());
+  rec.fields.insert(rec.fields.end(), fields.begin(), fields.end());
+  std::shared_ptr<LogSink> sink;
+  {
+    std::lock_guard lock(cfg.mu);
+    sink = cfg.sink;
+  }
+  sink->write(rec);
+}
+
+}  // namespace c4

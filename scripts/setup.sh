@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs everything C4's build and tests need on Debian 12. Idempotent and fast when done:
+# it only calls apt-get when a package is missing. Later pieces (the test control plane) add
+# their own steps to scripts/ and are called from here.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config git ca-certificates
+  nlohmann-json3-dev libyaml-cpp-dev libcurl4-openssl-dev libcpprest-dev libssl-dev
+  libibverbs-dev rdma-core
+  libgtest-dev libgmock-dev libbenchmark-dev
+  clang-format-16
+  iproute2 ethtool procps psmisc openssl
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "setup: all ${#PACKAGES[@]} Debian packages present"
+fi
+
+# Go builds the test control plane (e2e/testenv); it is not a C++ build dependency.
+if ! command -v go >/dev/null 2>&1 && [[ ! -x /usr/local/go/bin/go ]]; then
+  echo "setup: warning: Go not found; the integration and e2e tiers need Go >= 1.24 to build" \
+       "the test control plane (install it from https://go.dev/dl or your distribution)" >&2
+fi

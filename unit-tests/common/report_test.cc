@@ -1,0 +1,318 @@
+#include "c4/common/report.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <random>
+
+namespace c4::report {
+namespace {
+
+using json = nlohmann::json;
+
+RankIdentity identity(int rank = 3) {
+  return RankIdentity{"team-a", "llama-70b", "llama-70b-3", "node-7", rank, 8, 2, 4242};
+}
+
+RankReport sampleReport() {
+  RankReport r;
+  r.id = identity();
+  r.seq = 17;
+  r.timeUnixNs = 1'764'673'209'000'000'000LL;
+  r.intervalMs = 1000;
+  r.planVersion = 5;
+  r.droppedMessages = 1;
+  ConnectionStats c;
+  c.id = 99;
+  c.direction = Direction::kRecv;
+  c.peerRank = 2;
+  c.peerNode = "node-6";
+  c.peerPod = "llama-70b-2";
+  c.bytes = 1ULL << 40;
+  c.ops = 123456;
+  c.inflight = 3;
+  c.oldestInflightUs = 2500;
+  c.wait = {10, 5000, 900, 400, 850};
+  c.transfer = {10, 20000, 3000, 1900, 2900};
+  c.subflows = {{0, 40001, 0, 0.5, 1000}, {1, 40002, 1, 0.5, 1001}};
+  r.connections.push_back(c);
+  c.id = 100;
+  c.direction = Direction::kSend;
+  c.inflight = 0;
+  c.oldestInflightUs = 0;
+  c.subflows.clear();
+  r.connections.push_back(c);
+  return r;
+}
+
+std::vector<Message> sampleMessages() {
+  return {
+      sampleReport(),
+      ProgressNotice{identity(), 1'764'673'209'000'000'001LL, 1200, ProgressState::kCheckpointing},
+      CheckpointNotice{identity(), 1'764'673'209'000'000'002LL, 1200, "/ckpt/step-1200"},
+      AnomalyNotice{identity(), 1'764'673'209'000'000'003LL, AnomalyKind::kStall, 99,
+                    Direction::kRecv, 2, "node-6", 31'000'000, "recv posted 31 s ago, 0 bytes"},
+  };
+}
+
+NodeReport sampleNodeReport() {
+  NodeReport n;
+  n.node = "node-7";
+  n.seq = 9;
+  n.timeUnixNs = 1'764'673'210'000'000'000LL;
+  n.health.nics = {{"eth0", true, false, 100000, 0}, {"mlx5_0", false, true, 400000, 17}};
+  n.health.gpus = {{0, "GPU-1234", true, ""}, {1, "GPU-5678", false, "Xid 79"}};
+  n.reports = {sampleReport()};
+  n.notices = {ProgressNotice{identity(), 1'764'673'209'000'000'001LL, 7, ProgressState::kTraining},
+               AnomalyNotice{identity(1), 1'764'673'209'000'000'003LL, AnomalyKind::kPeerClosed, 5,
+                             Direction::kSend, 0, "", 0, "reset"}};
+  n.droppedMessages = 3;
+  n.rejectedMessages = 4;
+  return n;
+}
+
+TEST(ReportTest, MessagesRoundTripThroughCbor) {
+  for (const auto& m : sampleMessages()) {
+    auto bytes = encodeCbor(m);
+    ASSERT_TRUE(bytes.has_value()) << bytes.error().toString();
+    auto back = decodeMessageCbor(*bytes);
+    ASSERT_TRUE(back.has_value()) << back.error().toString();
+    EXPECT_EQ(*back, m) << messageKind(m);
+  }
+}
+
+TEST(ReportTest, MessagesRoundTripThroughJson) {
+  for (const auto& m : sampleMessages()) {
+    auto text = encodeJson(m);
+    ASSERT_TRUE(text.has_value()) << text.error().toString();
+    auto back = decodeMessageJson(*text);
+    ASSERT_TRUE(back.has_value()) << back.error().toString();
+    EXPECT_EQ(*back, m) << *text;
+  }
+}
+
+TEST(ReportTest, NodeReportRoundTrips) {
+  const NodeReport n = sampleNodeReport();
+  auto bytes = encodeCbor(n);
+  ASSERT_TRUE(bytes.has_value()) << bytes.error().toString();
+  auto back = decodeNodeReportCbor(*bytes);
+  ASSERT_TRUE(back.has_value()) << back.error().toString();
+  EXPECT_EQ(*back, n);
+  auto text = encodeJson(n);
+  ASSERT_TRUE(text.has_value());
+  auto back2 = decodeNodeReportJson(*text);
+  ASSERT_TRUE(back2.has_value()) << back2.error().toString();
+  EXPECT_EQ(*back2, n);
+}
+
+TEST(ReportTest, WireCarriesVersionAndKind) {
+  auto text = encodeJson(Message{sampleReport()});
+  ASSERT_TRUE(text.has_value());
+  auto j = json::parse(*text);
+  EXPECT_EQ(j["v"], kSchemaVersion);
+  EXPECT_EQ(j["kind"], "RankReport");
+  EXPECT_EQ(j["connections"][0]["direction"], "recv");
+}
+
+// Mutates the JSON form of a valid message and expects decoding to fail with a message that
+// names `expect_in_error`.
+void expectRejected(const std::function<void(json&)>& mutate, const std::string& expect_in_error,
+                    const Message& base = sampleReport()) {
+  json j = json::parse(*encodeJson(base));
+  mutate(j);
+  auto viaJson = decodeMessageJson(j.dump());
+  ASSERT_FALSE(viaJson.has_value()) << "accepted: " << j.dump();
+  EXPECT_EQ(viaJson.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(viaJson.error().message.find(expect_in_error), std::string::npos)
+      << viaJson.error().message;
+  auto cbor = json::to_cbor(j);
+  auto viaCbor = decodeMessageCbor(cbor);
+  ASSERT_FALSE(viaCbor.has_value());
+  if (cbor.size() <= kMaxDatagramBytes) {
+    EXPECT_EQ(viaCbor.error().message, viaJson.error().message);
+  } else {
+    EXPECT_NE(viaCbor.error().message.find("exceeds the limit"), std::string::npos);
+  }
+}
+
+TEST(ReportTest, RejectsWrongVersion) {
+  expectRejected([](json& j) { j["v"] = 2; }, "schema version 2 is not supported");
+  expectRejected([](json& j) { j["v"] = "1"; }, "Message.v: must be an integer");
+  expectRejected([](json& j) { j.erase("v"); }, "Message.v: missing");
+}
+
+TEST(ReportTest, RejectsUnknownKind) {
+  expectRejected([](json& j) { j["kind"] = "Bogus"; }, "unknown message kind \"Bogus\"");
+}
+
+TEST(ReportTest, RejectsMissingAndUnknownFields) {
+  expectRejected([](json& j) { j.erase("seq"); }, "Message.seq: missing");
+  expectRejected([](json& j) { j["connections"][0].erase("bytes"); },
+                 "connections[0].bytes: missing");
+  expectRejected([](json& j) { j["extra"] = 1; }, "Message.extra: unknown field");
+  expectRejected([](json& j) { j["id"]["color"] = "red"; }, "Message.id.color: unknown field");
+}
+
+TEST(ReportTest, RejectsWrongTypes) {
+  expectRejected([](json& j) { j["seq"] = -1; }, "Message.seq: must be a non-negative integer");
+  expectRejected([](json& j) { j["seq"] = 1.5; }, "Message.seq: must be a non-negative integer");
+  expectRejected([](json& j) { j["connections"] = json::object(); },
+                 "connections: must be an array");
+  expectRejected([](json& j) { j["id"]["pod"] = 7; }, "Message.id.pod: must be a string");
+  expectRejected([](json& j) { j["connections"][0]["subflows"][0]["weight"] = "x"; },
+                 "weight: must be a number");
+  expectRejected([](json& j) { j["connections"][0]["direction"] = "sideways"; },
+                 "\"sideways\" is not one of: send, recv");
+}
+
+TEST(ReportTest, RejectsAbsurdValues) {
+  expectRejected([](json& j) { j["id"]["rank"] = 1 << 25; }, "Message.id.rank");
+  expectRejected([](json& j) { j["id"]["rank"] = 9; }, "rank: must be below worldSize");
+  expectRejected([](json& j) { j["intervalMs"] = 0; }, "intervalMs");
+  expectRejected([](json& j) { j["timeUnixNs"] = 0; }, "timeUnixNs");
+  expectRejected(
+      [](json& j) {
+        j["part"] = 3;
+        j["parts"] = 2;
+      },
+      "part");
+  expectRejected([](json& j) { j["connections"][0]["subflows"][0]["localPort"] = 70000; },
+                 "localPort: 70000 exceeds the maximum 65535");
+  expectRejected([](json& j) { j["connections"][0]["subflows"][0]["weight"] = -1; }, "weight");
+  expectRejected([](json& j) { j["connections"][0]["wait"]["p50Us"] = 999999; }, "percentiles");
+  expectRejected([](json& j) { j["connections"][1]["oldestInflightUs"] = 5; },
+                 "non-zero with no op in flight");
+  expectRejected([](json& j) { j["id"]["pod"] = "Bad_Name"; }, "not a valid Kubernetes name");
+  expectRejected([](json& j) { j["id"]["node"] = std::string(300, 'a'); }, "longer than 253 bytes");
+}
+
+TEST(ReportTest, RejectsTooManyItems) {
+  expectRejected(
+      [](json& j) {
+        json conn = j["connections"][1];
+        j["connections"] = json::array();
+        for (std::size_t i = 0; i <= kMaxConnectionsPerReport; ++i)
+          j["connections"].push_back(conn);
+      },
+      "items exceeds the limit of 1024");
+  expectRejected(
+      [](json& j) {
+        json sf = j["connections"][0]["subflows"][0];
+        for (std::size_t i = 0; i < kMaxSubflowsPerConnection; ++i) {
+          j["connections"][0]["subflows"].push_back(sf);
+        }
+      },
+      "subflows: 66 items exceeds the limit of 64");
+}
+
+TEST(ReportTest, RejectsInvalidUtf8) {
+  json j = json::parse(*encodeJson(Message{sampleMessages()[2]}));
+  auto cbor = json::to_cbor(j);
+  // Replace the path text "/ckpt/step-1200" with invalid UTF-8 of equal length in the CBOR bytes.
+  const std::string needle = "/ckpt/step-1200";
+  auto it = std::search(cbor.begin(), cbor.end(), needle.begin(), needle.end());
+  ASSERT_NE(it, cbor.end());
+  *it = 0xC3;
+  *(it + 1) = 0x28;  // 0xC3 0x28: invalid two-byte sequence
+  auto r = decodeMessageCbor(cbor);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.error().message.find("not valid UTF-8"), std::string::npos) << r.error().message;
+}
+
+TEST(ReportTest, EncoderRejectsInvalidValues) {
+  RankReport r = sampleReport();
+  r.id.pod = "UPPER";
+  auto e = encodeCbor(Message{r});
+  ASSERT_FALSE(e.has_value());
+  EXPECT_NE(e.error().message.find("RankReport.id.pod"), std::string::npos);
+  NodeReport n = sampleNodeReport();
+  n.node.clear();
+  ASSERT_FALSE(encodeCbor(n).has_value());
+}
+
+TEST(ReportTest, RejectsOversizedDatagram) {
+  std::vector<std::uint8_t> big(kMaxDatagramBytes + 1, 0xA0);
+  auto r = decodeMessageCbor(big);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.error().message.find("exceeds the limit"), std::string::npos);
+  ASSERT_FALSE(decodeMessageCbor({}).has_value());
+}
+
+TEST(ReportTest, EveryTruncationIsRejected) {
+  for (const auto& m : sampleMessages()) {
+    auto bytes = *encodeCbor(m);
+    for (std::size_t n = 0; n < bytes.size(); ++n) {
+      auto r = decodeMessageCbor(std::span(bytes.data(), n));
+      ASSERT_FALSE(r.has_value()) << messageKind(m) << " prefix " << n;
+      EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument);
+    }
+  }
+  auto node = *encodeCbor(sampleNodeReport());
+  for (std::size_t n = 0; n < node.size(); n += 7) {
+    ASSERT_FALSE(decodeNodeReportCbor(std::span(node.data(), n)).has_value());
+  }
+}
+
+TEST(ReportTest, RandomBytesNeverCrashOrPass) {
+  std::mt19937_64 rng(12345);
+  int accepted = 0;
+  for (int iter = 0; iter < 20000; ++iter) {
+    std::vector<std::uint8_t> buf(1 + rng() % 256);
+    for (auto& b : buf) b = static_cast<std::uint8_t>(rng());
+    if (decodeMessageCbor(buf).has_value()) ++accepted;
+    (void)decodeNodeReportCbor(buf);
+  }
+  EXPECT_EQ(accepted, 0);
+  // Bit flips of a valid message: decode must either fail cleanly or yield a valid message.
+  auto bytes = *encodeCbor(Message{sampleReport()});
+  for (int iter = 0; iter < 20000; ++iter) {
+    auto copy = bytes;
+    copy[rng() % copy.size()] ^= static_cast<std::uint8_t>(1u << (rng() % 8));
+    auto r = decodeMessageCbor(copy);
+    if (r.has_value()) {
+      EXPECT_TRUE(validate(*r).has_value());
+    }
+  }
+}
+
+TEST(ReportTest, DeepNestingIsRejectedWithoutRecursion) {
+  // 100000 nested one-element arrays: a recursive parser would overflow the stack.
+  std::vector<std::uint8_t> deep(100000, 0x81);
+  deep.push_back(0x00);
+  auto r = decodeMessageCbor(deep);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.error().message.find("nesting deeper"), std::string::npos) << r.error().message;
+  std::string text(100000, '[');
+  auto r2 = decodeMessageJson(text);
+  ASSERT_FALSE(r2.has_value());
+}
+
+TEST(ReportTest, NodeReportRejectsNestedRankReportOfOtherKind) {
+  json j = json::parse(*encodeJson(sampleNodeReport()));
+  j["reports"][0]["kind"] = "ProgressNotice";
+  auto r = decodeNodeReportJson(j.dump());
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.error().message.find("NodeReport.reports[0].kind"), std::string::npos)
+      << r.error().message;
+  json k = json::parse(*encodeJson(sampleNodeReport()));
+  k["notices"][0] = k["reports"][0];
+  auto r3 = decodeNodeReportJson(k.dump());
+  ASSERT_FALSE(r3.has_value());
+  EXPECT_NE(r3.error().message.find("not a notice"), std::string::npos);
+}
+
+TEST(ReportTest, DnsSubdomain) {
+  EXPECT_TRUE(isDnsSubdomain("node-1"));
+  EXPECT_TRUE(isDnsSubdomain("a.b-c.d"));
+  EXPECT_FALSE(isDnsSubdomain(""));
+  EXPECT_FALSE(isDnsSubdomain("-a"));
+  EXPECT_FALSE(isDnsSubdomain("a-"));
+  EXPECT_FALSE(isDnsSubdomain("a..b"));
+  EXPECT_FALSE(isDnsSubdomain("a.-b"));
+  EXPECT_FALSE(isDnsSubdomain("A"));
+  EXPECT_FALSE(isDnsSubdomain("a_b"));
+  EXPECT_FALSE(isDnsSubdomain(std::string(254, 'a')));
+}
+
+}  // namespace
+}  // namespace c4::report
