@@ -9,6 +9,9 @@
 #   testenv.sh down --dir DIR                     stop exactly what `up` started; remove its netns
 #   testenv.sh restart-apiserver --dir DIR        stop and restart kube-apiserver (same flags, port)
 #   testenv.sh status --dir DIR                   print the state of every tracked process
+#   testenv.sh logs --dir DIR NS/POD [CONTAINER]  print a runner pod's log
+#   testenv.sh pod-signal --dir DIR NS/POD [CONTAINER] STOP|CONT|KILL|TERM
+#                                                 signal a runner pod's process (group)
 #
 # --fabric (root only) builds the netns fabric (see fabric.sh); --pods starts the pod runner
 # (podrunner/, pods annotated c4.dev/runner=process run as local processes). See e2e/README.md.
@@ -21,8 +24,9 @@ die() { echo "testenv: $*" >&2; exit 1; }
 log() { echo "testenv [$(date +%H:%M:%S)]: $*" >&2; }
 
 CMD=${1:-}
-[[ -n $CMD ]] || { sed -n '2,14p' "$0"; exit 2; }
+[[ -n $CMD ]] || { sed -n '2,18p' "$0"; exit 2; }
 shift
+POS=()
 DIR="" NODES=4 LEAVES=2 SPINES=2 FABRIC=0 PODS=0 LINK_RATE=1gbit PATH_MODE=sport
 while (($#)); do
   case "$1" in
@@ -34,8 +38,9 @@ while (($#)); do
     --pods) PODS=1; shift ;;
     --link-rate) LINK_RATE=${2:?}; shift 2 ;;
     --path-mode) PATH_MODE=${2:?}; shift 2 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
-    *) die "unknown argument '$1' (see --help)" ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -*) die "unknown argument '$1' (see --help)" ;;
+    *) POS+=("$1"); shift ;;
   esac
 done
 [[ $NODES =~ ^[1-9][0-9]*$ && $NODES -le 250 ]] || die "--nodes must be 1..250"
@@ -393,11 +398,50 @@ do_down() {
   for c in podrunner kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
     stop_proc "$c" 15
   done
+  kill_pod_orphans
   if [[ -f $DIR/fabric/netns.list ]]; then
     "$HERE/fabric.sh" down --dir "$DIR" || true
   fi
   rm -rf "$DIR/etcd" "$DIR/podrunner.ready"
   [[ -n $quiet ]] || log "down: $DIR"
+}
+
+# Pod processes whose runner died: recognised by the C4_TESTENV_DIR=DIR their runner put in
+# their environment (their command lines do not name DIR).
+kill_pod_orphans() {
+  local f pid
+  for f in "$DIR"/pods/*/*/*.pid; do
+    [[ -f $f ]] || continue
+    pid=$(<"$f")
+    if [[ $pid =~ ^[0-9]+$ && -r /proc/$pid/environ ]] \
+       && tr '\0' '\n' <"/proc/$pid/environ" | grep -qxF "C4_TESTENV_DIR=$DIR"; then
+      kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+    fi
+  done
+}
+
+pod_file() {  # pod_file <ns/pod> [container] <ext>
+  local pod=${POS[0]:-} c=${POS[1]:-} d
+  [[ $pod == */* ]] || die "expected NS/POD"
+  d=$DIR/pods/$pod
+  [[ -d $d ]] || die "no runner pod $pod in $DIR"
+  if [[ -z $c ]]; then
+    c=$(cd "$d" && ls -- *."$1" 2>/dev/null | head -n 1); c=${c%."$1"}
+  fi
+  [[ -f $d/$c.$1 ]] || die "no container '$c' in $pod"
+  echo "$d/$c.$1"
+}
+
+do_logs() { cat "$(pod_file log)"; }
+
+do_pod_signal() {
+  local sig=${POS[-1]:-} f pid
+  [[ $sig =~ ^(STOP|CONT|KILL|TERM|INT|HUP|USR1|USR2)$ ]] || die "signal must be STOP|CONT|KILL|TERM|INT|HUP|USR1|USR2"
+  unset 'POS[-1]'
+  f=$(pod_file pid); pid=$(<"$f")
+  [[ -r /proc/$pid/environ ]] && tr '\0' '\n' <"/proc/$pid/environ" | grep -qxF "C4_TESTENV_DIR=$DIR" \
+    || die "process $pid of ${POS[0]} is not running"
+  kill -"$sig" -- "-$pid"
 }
 
 do_restart_apiserver() {
@@ -429,5 +473,7 @@ case "$CMD" in
   down) need_dir; do_down ;;
   restart-apiserver) need_dir; do_restart_apiserver ;;
   status) need_dir; do_status ;;
-  *) die "unknown command '$CMD' (build|up|down|restart-apiserver|status)" ;;
+  logs) need_dir; do_logs ;;
+  pod-signal) need_dir; do_pod_signal ;;
+  *) die "unknown command '$CMD' (build|up|down|restart-apiserver|status|logs|pod-signal)" ;;
 esac
