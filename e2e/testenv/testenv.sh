@@ -59,14 +59,16 @@ need_dir() {
 # mentions DIR (every command line we start does), so a recycled pid is never hit.
 owned() {  # owned <pid>
   local pid=$1
-  [[ -r /proc/$pid/cmdline ]] || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$DIR"
+  local c
+  # Read into a variable: `tr | grep -q` under pipefail fails at random when grep exits early.
+  c=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
+  [[ $c == *"$DIR"* ]]
 }
 
 start_proc() {  # start_proc <name> <argv...>
   local name=$1; shift
   printf '%q ' "$@" >"$DIR/pids/$name.cmd"
-  setsid "$@" >>"$DIR/logs/$name.log" 2>&1 </dev/null &
+  setsid "$@" >>"$DIR/logs/$name.log" 2>&1 </dev/null 8>&- &
   echo $! >"$DIR/pids/$name.pid"
 }
 
@@ -81,7 +83,7 @@ stop_proc() {  # stop_proc <name> [grace seconds]
       sleep 0.1
     done
     if owned "$pid"; then
-      log "$name (pid $pid) ignored SIGTERM for ${grace}s; sending SIGKILL"
+      log "$name (pid $pid) still running ${grace}s after SIGTERM; sending SIGKILL"
       kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
       for ((i = 0; i < 50; i++)); do owned "$pid" || break; sleep 0.1; done
     fi
@@ -95,8 +97,13 @@ alive() {  # alive <name>
 }
 
 # ---- helpers ------------------------------------------------------------------------------------
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+free_ports() {  # free_ports <n>: n distinct free loopback ports (held open together while picked)
+  python3 -c '
+import socket, sys
+socks = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in socks:
+    s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in socks))' "$1"
 }
 
 api_get() {  # api_get <path>  (admin client cert)
@@ -315,6 +322,16 @@ EOF
   fail "KWOK nodes did not become Ready in 60s (see $DIR/logs/kwok.log)"
 }
 
+wait_component() {  # wait_component <name> <secure port>: its /healthz answers ok
+  local i
+  for ((i = 0; i < 300; i++)); do
+    alive "$1" || fail "$1 exited (see $DIR/logs/$1.log)"
+    [[ $(curl -sk --max-time 2 "https://127.0.0.1:$2/healthz" 2>/dev/null) == ok ]] && return 0
+    sleep 0.2
+  done
+  fail "$1 not healthy after 60s (see $DIR/logs/$1.log)"
+}
+
 # ---- commands -------------------------------------------------------------------------------
 FAILING=0
 fail() {
@@ -345,10 +362,12 @@ do_up() {
   [[ -x $BIN/kube-apiserver ]] || die "build did not produce binaries in '$BIN'"
   rm -rf "$DIR/etcd" "$DIR/pids" "$DIR/logs" "$DIR/env" "$DIR/kubeconfig"
   mkdir -p "$DIR/pids" "$DIR/logs"
+  local ports
+  read -r -a ports <<<"$(free_ports 7)"
   {
-    echo "ETCD_PORT=$(free_port)"; echo "ETCD_PEER_PORT=$(free_port)"
-    echo "ETCD_METRICS_PORT=$(free_port)"; echo "API_PORT=$(free_port)"
-    echo "KCM_PORT=$(free_port)"; echo "SCHED_PORT=$(free_port)"; echo "KWOK_PORT=$(free_port)"
+    echo "ETCD_PORT=${ports[0]}"; echo "ETCD_PEER_PORT=${ports[1]}"
+    echo "ETCD_METRICS_PORT=${ports[2]}"; echo "API_PORT=${ports[3]}"
+    echo "KCM_PORT=${ports[4]}"; echo "SCHED_PORT=${ports[5]}"; echo "KWOK_PORT=${ports[6]}"
     echo "NODES=$NODES"; echo "LEAVES=$LEAVES"; echo "SPINES=$SPINES"; echo "BIN=$BIN"
   } >"$DIR/ports.env"
   load_ports
@@ -379,6 +398,12 @@ do_up() {
     wait_for 30 podrunner test -f "$DIR/podrunner.ready" \
       || fail "pod runner did not start (see $DIR/logs/podrunner.log)"
   fi
+  wait_component kube-controller-manager "$KCM_PORT"
+  wait_component kube-scheduler "$SCHED_PORT"
+  # The default ServiceAccount shows the controller-manager's controllers are running (and
+  # ServiceAccount admission will accept pods in namespace default).
+  wait_for 60 "default ServiceAccount" api_get /api/v1/namespaces/default/serviceaccounts/default \
+    || fail "no default ServiceAccount after 60s (see $DIR/logs/kube-controller-manager.log)"
   for c in kube-controller-manager kube-scheduler kwok; do
     alive "$c" || fail "$c exited (see $DIR/logs/$c.log)"
   done
@@ -408,13 +433,18 @@ do_down() {
 
 # Pod processes whose runner died: recognised by the C4_TESTENV_DIR=DIR their runner put in
 # their environment (their command lines do not name DIR).
+pod_proc_owned() {  # pod_proc_owned <pid>
+  local e
+  e=$(tr '\0' '\n' <"/proc/$1/environ" 2>/dev/null) || return 1
+  [[ $'\n'$e$'\n' == *$'\n'"C4_TESTENV_DIR=$DIR"$'\n'* ]]
+}
+
 kill_pod_orphans() {
   local f pid
   for f in "$DIR"/pods/*/*/*.pid; do
     [[ -f $f ]] || continue
     pid=$(<"$f")
-    if [[ $pid =~ ^[0-9]+$ && -r /proc/$pid/environ ]] \
-       && tr '\0' '\n' <"/proc/$pid/environ" | grep -qxF "C4_TESTENV_DIR=$DIR"; then
+    if [[ $pid =~ ^[0-9]+$ ]] && pod_proc_owned "$pid"; then
       kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
     fi
   done
@@ -439,8 +469,7 @@ do_pod_signal() {
   [[ $sig =~ ^(STOP|CONT|KILL|TERM|INT|HUP|USR1|USR2)$ ]] || die "signal must be STOP|CONT|KILL|TERM|INT|HUP|USR1|USR2"
   unset 'POS[-1]'
   f=$(pod_file pid); pid=$(<"$f")
-  [[ -r /proc/$pid/environ ]] && tr '\0' '\n' <"/proc/$pid/environ" | grep -qxF "C4_TESTENV_DIR=$DIR" \
-    || die "process $pid of ${POS[0]} is not running"
+  pod_proc_owned "$pid" || die "process $pid of ${POS[0]} is not running"
   kill -"$sig" -- "-$pid"
 }
 
@@ -448,7 +477,9 @@ do_restart_apiserver() {
   load_ports || die "no cluster in $DIR"
   [[ -f $DIR/pids/kube-apiserver.cmd ]] || die "no kube-apiserver was started in $DIR"
   local argv t0=$SECONDS
-  stop_proc kube-apiserver 30
+  # With clients connected, kube-apiserver waits up to its request timeout (60 s) for them after
+  # it has stopped listening; 5 s then SIGKILL keeps the restart quick (data is in etcd).
+  stop_proc kube-apiserver 5
   eval "argv=($(<"$DIR/pids/kube-apiserver.cmd"))"
   start_proc kube-apiserver "${argv[@]}"
   FAILING=1  # a failed restart must not tear the cluster down behind the caller's back
@@ -467,11 +498,17 @@ do_status() {
   echo "apiserver: https://127.0.0.1:$API_PORT readyz=$(api_get /readyz 2>/dev/null || echo no)"
 }
 
+# One command at a time per cluster directory (up/down/restart may be called concurrently by
+# tests and by hand).
+lock_dir() { exec 8>"$DIR/.lock"; flock 8; }
+
+if ((FABRIC)) && [[ $(id -u) != 0 ]]; then die "--fabric needs root (network namespaces)"; fi
+
 case "$CMD" in
   build) exec "$HERE/build.sh" ;;
-  up) need_dir; do_up ;;
-  down) need_dir; do_down ;;
-  restart-apiserver) need_dir; do_restart_apiserver ;;
+  up) need_dir; lock_dir; do_up ;;
+  down) need_dir; lock_dir; do_down ;;
+  restart-apiserver) need_dir; lock_dir; do_restart_apiserver ;;
   status) need_dir; do_status ;;
   logs) need_dir; do_logs ;;
   pod-signal) need_dir; do_pod_signal ;;

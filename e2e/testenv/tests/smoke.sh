@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Smoke test of the harness: up -> apply a CRD -> create, watch, patch status -> down, twice, and
-# check that every process `up` started is gone after each `down`.
+# Smoke test of the harness: up -> apply a CRD -> create, watch, patch status -> restart the API
+# server (data kept) -> idempotent up -> down, twice, and check that every process `up` started
+# is gone after each `down`; a second `down` is harmless.
 #   smoke.sh <work dir>
 set -euo pipefail
 TESTENV=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/testenv.sh
@@ -65,6 +66,17 @@ YAML
   [[ $(kubectl -n smoke get widget w1 -o jsonpath='{.status.phase}') == Ready ]] || fail "status"
   [[ $(kubectl -n smoke get widget w1 -o jsonpath='{.spec.size}') == 3 ]] || fail "spec kept"
 
+  # The API server restarts under a live client: same port, same data, new process.
+  local api_pid; api_pid=$(<"$DIR/pids/kube-apiserver.pid")
+  "$TESTENV" restart-apiserver --dir "$DIR" || fail "restart-apiserver"
+  [[ $(<"$DIR/pids/kube-apiserver.pid") != "$api_pid" ]] || fail "apiserver pid unchanged"
+  [[ $(kubectl -n smoke get widget w1 -o jsonpath='{.status.phase}') == Ready ]] \
+    || fail "widget lost across the apiserver restart"
+  pids=$(cat "$DIR"/pids/*.pid)
+  # up on a healthy cluster returns at once and changes nothing.
+  "$TESTENV" up --dir "$DIR" --nodes 3 --leaves 2 || fail "idempotent up"
+  [[ $(cat "$DIR"/pids/*.pid) == "$pids" ]] || fail "idempotent up restarted something"
+
   "$TESTENV" down --dir "$DIR" || fail "round $r: down"
   local p
   for p in $pids; do
@@ -77,4 +89,5 @@ YAML
 
 round 1
 round 2
+"$TESTENV" down --dir "$DIR" || fail "second down"
 echo "SMOKE PASS"
