@@ -347,7 +347,8 @@ healthy() {
   for c in etcd kube-apiserver kube-controller-manager kube-scheduler kwok; do
     alive "$c" || return 1
   done
-  if [[ -f $DIR/pids/podrunner.cmd ]]; then alive podrunner || return 1; fi
+  if [[ -f $DIR/pids/podrunner.cmd ]] || ((PODS)); then alive podrunner || return 1; fi
+  if ((FABRIC)); then [[ -f $DIR/fabric/plan.env ]] || return 1; fi
   [[ $(api_get /readyz 2>/dev/null) == ok ]]
 }
 

@@ -5,8 +5,10 @@
 #  2. two flows whose planned source ports map to different spines each get the full rate;
 #  3. two flows forced onto one spine share it;
 #  4. taking a leaf-spine link down stops the flows on that path, not the others; up restores it;
-#  5. hash mode (fib_multipath_hash_policy=1) spreads distinct source ports over both spines;
-#  6. loss injection on a link is visible as drops on that link.
+#  5. a rate cut on one link applies; 6. hash mode (fib_multipath_hash_policy=1) spreads source
+#     ports over both spines; 7. loss injection is visible as drops on that link;
+#  8. delay uses netem where the kernel has it and is refused clearly otherwise;
+#  9. the host namespace gets no fabric address or route.
 # Nothing is addressed outside the namespaces the fabric creates.
 #   fabric_test.sh <work dir>
 set -euo pipefail
@@ -101,5 +103,21 @@ drops=$(ip netns exec "$ns0" nft list chain ip c4loss loss_eth0 | sed -n 's/.*pa
 echo "5% loss on node-0: $drops packets dropped"
 ((drops > 0)) || fail "loss injection dropped nothing"
 "$FABRIC" link --dir "$DIR" node-0 set
+
+# 8. delay: netem where the kernel has it, else a clear refusal (never a silent no-op).
+if "$FABRIC" link --dir "$DIR" node-1 set --delay 5ms 2>"$DIR/delay.err"; then
+  ip netns exec "$("$FABRIC" ns --dir "$DIR" node-1)" tc qdisc show dev eth0 | grep -q "netem.*delay" \
+    || fail "delay accepted but no netem qdisc installed"
+  echo "delay: netem installed"
+  "$FABRIC" link --dir "$DIR" node-1 set
+else
+  grep -q "sch_netem" "$DIR/delay.err" || fail "delay failed without a clear reason: $(cat "$DIR/delay.err")"
+  echo "delay: refused clearly (kernel without sch_netem)"
+fi
+
+# 9. nothing outside the harness's namespaces: the host has no 198.18.0.0/15 address or route.
+if ip -4 addr show | grep -qE 'inet 198\.(18|19)\.' || ip -4 route show | grep -qE '^198\.(18|19)\.'; then
+  fail "a fabric address or route leaked into the host namespace"
+fi
 
 echo "FABRIC PASS"
