@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <deque>
 #include <optional>
@@ -259,14 +260,20 @@ class DataComm : public CommBase {
   // Progress thread: marks the connection failed and fails every op in flight.
   void fail(std::string why, bool peerClosed = false) {
     if (!failed()) {
+      bool busy = false;
+      for (auto& r : pool_) busy = busy || r.state.load(std::memory_order_acquire) == kPending;
       tel_->failure = why;
       tel_->peerClosed.store(peerClosed, std::memory_order_relaxed);
       tel_->failed.store(true, std::memory_order_release);
-      log().warn("connection failed", {{"conn", tel_->id},
-                                       {"direction", report::directionName(tel_->direction)},
-                                       {"peer_rank", tel_->peerRank},
-                                       {"peer_node", tel_->peerNode},
-                                       {"error", why}});
+      // A peer that closes an idle connection is normal teardown; anything else is a fault.
+      bool fault = busy || !peerClosed;
+      log().log(fault ? LogLevel::kWarn : LogLevel::kInfo,
+                fault ? "connection failed" : "peer closed the connection",
+                {{"conn", tel_->id},
+                 {"direction", report::directionName(tel_->direction)},
+                 {"peer_rank", tel_->peerRank},
+                 {"peer_node", tel_->peerNode},
+                 {"error", why}});
     }
     for (auto& r : pool_) {
       if (r.state.load(std::memory_order_acquire) == kPending) {
@@ -1546,7 +1553,9 @@ report::LatencySummary LatencyHistogram::summarize(const Snapshot& before, const
   out.maxUs = out.count > 0 ? intervalMax : 0;
   if (out.count == 0) return out;
   auto pct = [&](double q) -> std::uint64_t {
-    auto rank = static_cast<std::uint64_t>(q * static_cast<double>(out.count - 1)) + 1;
+    // Nearest rank: the smallest value with at least q of the samples at or below it.
+    auto rank = static_cast<std::uint64_t>(std::ceil(q * static_cast<double>(out.count)));
+    if (rank == 0) rank = 1;
     std::uint64_t acc = 0;
     for (int b = 0; b < kBuckets; ++b) {
       auto i = static_cast<std::size_t>(b);
