@@ -288,7 +288,7 @@ class DataComm : public CommBase {
     std::uint64_t payload = 0;
     for (int i = 0; i < r->n; ++i) payload += static_cast<std::uint64_t>(r->sizes[i]);
     tel_->onCompleted(payload, r->postedNs, r->firstByteNs == 0 ? now : r->firstByteNs, now);
-    tel_->inflight[static_cast<std::size_t>(r->slot)].postedNs.store(0, std::memory_order_relaxed);
+    tel_->markDone(static_cast<std::size_t>(r->slot));
     r->state.store(kDone, std::memory_order_release);
   }
 
@@ -1399,10 +1399,8 @@ Result<Request*> isend(CommBase* base, const void* data, std::size_t size, int t
   r->data[0] = static_cast<char*>(const_cast<void*>(data));
   r->cap[0] = size;
   r->tags[0] = tag;
-  r->postedNs = nanos(sc->ctx->clock());
-  auto& slot = sc->tel_->inflight[static_cast<std::size_t>(r->slot)];
-  slot.stallReported.store(false, std::memory_order_relaxed);
-  slot.postedNs.store(r->postedNs, std::memory_order_relaxed);
+  r->postedNs = kTelemetryEnabled ? nanos(sc->ctx->clock()) : 0;
+  sc->tel_->markPosted(static_cast<std::size_t>(r->slot), r->postedNs);
   sc->tel_->onPosted();
   r->state.store(kPending, std::memory_order_release);
   sc->post(r);
@@ -1435,10 +1433,8 @@ Result<Request*> irecv(CommBase* base, int n, void* const* data, const std::size
     r->cap[i] = sizes[i];
     r->tags[i] = tags[i];
   }
-  r->postedNs = nanos(rc->ctx->clock());
-  auto& slot = rc->tel_->inflight[static_cast<std::size_t>(r->slot)];
-  slot.stallReported.store(false, std::memory_order_relaxed);
-  slot.postedNs.store(r->postedNs, std::memory_order_relaxed);
+  r->postedNs = kTelemetryEnabled ? nanos(rc->ctx->clock()) : 0;
+  rc->tel_->markPosted(static_cast<std::size_t>(r->slot), r->postedNs);
   rc->tel_->onPosted();
   r->state.store(kPending, std::memory_order_release);
   rc->post(r);

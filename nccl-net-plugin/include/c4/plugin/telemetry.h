@@ -22,6 +22,10 @@
 
 namespace c4::plugin {
 
+// Whether the transport records telemetry (compile with -DC4_TELEMETRY=0 to remove it). The hooks
+// below take it as a template argument so a benchmark can run both variants in one binary.
+inline constexpr bool kTelemetryEnabled = C4_TELEMETRY != 0;
+
 // Log2 histogram of microsecond durations: bucket b holds values v with bit_width(v) == b.
 // Single writer; readers take snapshots.
 class LatencyHistogram {
@@ -34,8 +38,10 @@ class LatencyHistogram {
     bump(buckets_[static_cast<std::size_t>(b)], 1);
     bump(count_, 1);
     bump(sum_, us);
-    std::uint64_t m = intervalMax_.load(std::memory_order_relaxed);
-    while (us > m && !intervalMax_.compare_exchange_weak(m, us, std::memory_order_relaxed)) {
+    // Single writer: no read-modify-write. A value recorded while the reporter resets the max
+    // may be missed by that interval's max (counts and sums are exact).
+    if (us > intervalMax_.load(std::memory_order_relaxed)) {
+      intervalMax_.store(us, std::memory_order_relaxed);
     }
   }
 
@@ -107,35 +113,60 @@ struct ConnTelemetry {
   std::atomic<bool> peerClosed{false};
 
   // Hooks, each a handful of relaxed atomics. `nowNs` values come from the injected clock.
+  template <bool On = kTelemetryEnabled>
   void onPosted() noexcept {
-#if C4_TELEMETRY
-    postedOps.fetch_add(1, std::memory_order_relaxed);
-#endif
+    // One NCCL thread drives a comm: a plain load/store, no locked instruction.
+    if constexpr (On) {
+      postedOps.store(postedOps.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    }
   }
+  template <bool On = kTelemetryEnabled>
   void onCompleted(std::uint64_t payload, std::int64_t postedNs, std::int64_t firstByteNs,
                    std::int64_t doneNs) noexcept {
-#if C4_TELEMETRY
-    completedOps.store(completedOps.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    bytes.store(bytes.load(std::memory_order_relaxed) + payload, std::memory_order_relaxed);
-    if (firstByteNs < postedNs) firstByteNs = postedNs;
-    if (doneNs < firstByteNs) doneNs = firstByteNs;
-    wait.record(static_cast<std::uint64_t>(firstByteNs - postedNs) / 1000);
-    transfer.record(static_cast<std::uint64_t>(doneNs - firstByteNs) / 1000);
-#else
-    (void)payload;
-    (void)postedNs;
-    (void)firstByteNs;
-    (void)doneNs;
-#endif
+    if constexpr (On) {
+      completedOps.store(completedOps.load(std::memory_order_relaxed) + 1,
+                         std::memory_order_relaxed);
+      bytes.store(bytes.load(std::memory_order_relaxed) + payload, std::memory_order_relaxed);
+      if (firstByteNs < postedNs) firstByteNs = postedNs;
+      if (doneNs < firstByteNs) doneNs = firstByteNs;
+      wait.record(static_cast<std::uint64_t>(firstByteNs - postedNs) / 1000);
+      transfer.record(static_cast<std::uint64_t>(doneNs - firstByteNs) / 1000);
+    } else {
+      (void)payload;
+      (void)postedNs;
+      (void)firstByteNs;
+      (void)doneNs;
+    }
   }
+  template <bool On = kTelemetryEnabled>
   void onSubflowBytes(std::size_t subflow, std::uint64_t n) noexcept {
-#if C4_TELEMETRY
-    auto& b = subflows[subflow].bytes;
-    b.store(b.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
-#else
-    (void)subflow;
-    (void)n;
-#endif
+    if constexpr (On) {
+      auto& b = subflows[subflow].bytes;
+      b.store(b.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+    } else {
+      (void)subflow;
+      (void)n;
+    }
+  }
+  // The op in request slot `slot` was posted at `nowNs` (NCCL thread) / is no longer in flight
+  // (progress thread). Feeds the oldest-in-flight age and stall detection.
+  template <bool On = kTelemetryEnabled>
+  void markPosted(std::size_t slot, std::int64_t nowNs) noexcept {
+    if constexpr (On) {
+      inflight[slot].stallReported.store(false, std::memory_order_relaxed);
+      inflight[slot].postedNs.store(nowNs, std::memory_order_relaxed);
+    } else {
+      (void)slot;
+      (void)nowNs;
+    }
+  }
+  template <bool On = kTelemetryEnabled>
+  void markDone(std::size_t slot) noexcept {
+    if constexpr (On) {
+      inflight[slot].postedNs.store(0, std::memory_order_relaxed);
+    } else {
+      (void)slot;
+    }
   }
 };
 
