@@ -596,12 +596,9 @@ class RecvComm final : public DataComm {
     if (r->got[b] == static_cast<std::size_t>(r->expect[b])) {
       r->sizes[b] = static_cast<int>(r->expect[b]);
       if (++r->slotsDone == r->n) {
+        // Forget the request before publishing it: once test() sees it done, NCCL may reuse it.
+        posted_.erase(std::find(posted_.begin(), posted_.end(), r));
         complete(r, now);
-        while (!posted_.empty() &&
-               posted_.front()->state.load(std::memory_order_relaxed) != kPending) {
-          posted_.pop_front();
-        }
-        // Completed requests elsewhere in the deque are skipped by seq range lookups anyway.
       }
     }
     x = Rx{};

@@ -6,12 +6,15 @@
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <string>
 #include <thread>
 
+#include "c4/common/report.h"
+#include "c4/common/unix_socket.h"
 #include "training.h"
 
 namespace c4::netbench {
@@ -24,8 +27,9 @@ struct Outcome {
   std::string out;
 };
 
-Outcome run(const std::string& args) {
-  std::string cmd = "C4_SOCKET_IFNAME=lo " + std::string(C4_NETBENCH) + " " + args + " 2>&1";
+Outcome run(const std::string& args, const std::string& env = "") {
+  std::string cmd =
+      "C4_SOCKET_IFNAME=lo " + env + " " + std::string(C4_NETBENCH) + " " + args + " 2>&1";
   Outcome r;
   FILE* p = ::popen(cmd.c_str(), "r");
   if (p == nullptr) return r;
@@ -124,6 +128,43 @@ TEST_F(NetbenchTest, TrainingSurvivesKill) {
   Outcome straight = run("--launch 2 --state-bytes 64K --steps 40");
   ASSERT_EQ(straight.rc, 0) << straight.out;
   EXPECT_EQ(field(resumed.out, "checksum"), field(straight.out, "checksum"));
+}
+
+TEST_F(NetbenchTest, TrainingSendsProgressAndCheckpointNotices) {
+  std::string path = "@c4-netbench-test-" + std::to_string(::getpid());
+  auto server = UnixDatagramServer::bind(path);
+  ASSERT_TRUE(server.has_value());
+  // Datagram queues are short: drain while the ranks run.
+  int progress = 0, finished = 0, checkpoints = 0;
+  std::atomic<bool> stop{false};
+  std::vector<report::CheckpointNotice> ckpts;
+  std::thread reader([&] {
+    while (!stop.load()) {
+      auto d = server->receive(std::chrono::milliseconds(50));
+      if (!d || !*d) continue;
+      auto m = report::decodeMessageCbor((*d)->bytes);
+      if (!m) continue;
+      if (auto* p = std::get_if<report::ProgressNotice>(&*m)) {
+        (p->state == report::ProgressState::kFinished ? finished : progress)++;
+      }
+      if (auto* c = std::get_if<report::CheckpointNotice>(&*m)) ckpts.push_back(*c);
+    }
+  });
+  Outcome r = run("--launch 2 --state-bytes 16K --steps 6 --checkpoint-every 3 --checkpoint-dir " +
+                      (dir / "n").string(),
+                  "C4_AGENT_SOCKET=" + path + " C4_REPORT_INTERVAL_MS=3600000");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // last datagrams in flight
+  stop = true;
+  reader.join();
+  ASSERT_EQ(r.rc, 0) << r.out;
+  for (const auto& c : ckpts) {
+    checkpoints++;
+    EXPECT_TRUE(c.step == 3 || c.step == 6);
+    EXPECT_TRUE(fs::exists(c.path)) << c.path;
+  }
+  EXPECT_EQ(progress, 12);  // 6 steps x 2 ranks
+  EXPECT_EQ(finished, 2);
+  EXPECT_EQ(checkpoints, 4);
 }
 
 TEST(Checkpoint, CorruptFilesAreIgnored) {
