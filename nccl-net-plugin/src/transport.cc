@@ -1218,38 +1218,41 @@ void Context::tick(bool forceReport, bool planDue) {
   }
   reporter_->prev = std::move(prev);  // forget closed connections
   if (!reporter_->sender) return;
-  // Split into parts that fit one datagram (and the per-report connection limit).
+  auto parts = encodeReportParts(r, report::kMaxDatagramBytes);
+  if (!parts) {
+    encodeFailures_.fetch_add(1);
+    log().warn("rank report not sendable", {{"error", parts.error()}});
+    return;
+  }
+  for (auto& b : *parts) reporter_->sender->send(b);
+}
+
+Result<std::vector<std::vector<std::uint8_t>>> encodeReportParts(const report::RankReport& r,
+                                                                 std::size_t limit) {
   std::size_t parts =
       std::max<std::size_t>(1, (r.connections.size() + report::kMaxConnectionsPerReport - 1) /
                                    report::kMaxConnectionsPerReport);
   for (;;) {
     std::vector<std::vector<std::uint8_t>> encoded;
     bool fits = true;
-    std::size_t per = parts == 0 ? 0 : (r.connections.size() + parts - 1) / parts;
-    for (std::size_t p = 0; p < parts && fits; ++p) {
+    std::size_t per = (r.connections.size() + parts - 1) / parts;
+    std::size_t used = per == 0 ? 1 : (r.connections.size() + per - 1) / per;
+    for (std::size_t p = 0; p < used && fits; ++p) {
       report::RankReport part = r;
       part.part = static_cast<std::uint16_t>(p);
-      part.parts = static_cast<std::uint16_t>(parts);
+      part.parts = static_cast<std::uint16_t>(used);
       part.connections.clear();
       for (std::size_t i = p * per; i < std::min(r.connections.size(), (p + 1) * per); ++i) {
         part.connections.push_back(r.connections[i]);
       }
-      auto bytes = report::encodeCbor(part);
-      if (!bytes) {
-        encodeFailures_.fetch_add(1);
-        log().warn("rank report not encodable", {{"error", bytes.error()}});
-        return;
-      }
-      if (bytes->size() > report::kMaxDatagramBytes) fits = false;
-      encoded.push_back(std::move(*bytes));
+      C4_ASSIGN_OR_RETURN(auto bytes, report::encodeCbor(part));
+      if (bytes.size() > limit) fits = false;
+      encoded.push_back(std::move(bytes));
     }
-    if (fits) {
-      for (auto& b : encoded) reporter_->sender->send(b);
-      return;
-    }
+    if (fits) return encoded;
     if (parts >= report::kMaxParts || parts >= r.connections.size()) {
-      encodeFailures_.fetch_add(1);
-      return;
+      return makeError(ErrorCode::kResourceExhausted,
+                       "rank report does not fit " + std::to_string(limit) + "-byte datagrams");
     }
     parts = std::min<std::size_t>(parts * 2, report::kMaxParts);
   }

@@ -155,6 +155,11 @@ Status closeComm(CommBase* comm, CommKind expected);
 Result<MemRegion*> regMr(CommBase* comm, void* data, std::size_t size, int type);
 Status deregMr(CommBase* comm, MemRegion* mr);
 
+// Encodes a report as one or more CBOR datagrams of at most `limit` bytes each: connections are
+// spread over parts (same seq, part/parts set) until every part fits.
+Result<std::vector<std::vector<std::uint8_t>>> encodeReportParts(const report::RankReport& r,
+                                                                 std::size_t limit);
+
 // Peer identity learned in the hello/ack.
 struct PeerInfo {
   std::int32_t rank = -1;
