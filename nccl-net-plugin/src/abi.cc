@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <memory>
 #include <mutex>
+#include <utility>
 
 #include "c4/common/log.h"
 #include "c4/plugin/nccl_net_abi.h"
@@ -58,9 +59,14 @@ struct Globals {
   std::unique_ptr<Context> legacy;  // the one context of v8..v10 (process-wide init)
 };
 
+// Heap-allocated so no static destructor races a context thread still logging at process exit;
+// freed by the library destructor (dlclose), when no plugin code can run any more.
+Globals*& globalsPtr() {
+  static Globals* g = new Globals();
+  return g;
+}
 Globals& globals() {
-  static Globals* g = new Globals();  // never destroyed: threads may log during exit
-  return *g;
+  return *globalsPtr();
 }
 
 const Logger& log() {
@@ -478,6 +484,8 @@ __attribute__((destructor)) void unloadLegacyContext() {
     std::lock_guard lock(g.mu);
     c = std::move(g.legacy);
   }
+  c.reset();
+  delete std::exchange(globalsPtr(), nullptr);
 }
 
 }  // namespace
