@@ -1,7 +1,10 @@
 // c4-netbench: NCCL's calling pattern without a GPU. Loads a net plugin like NCCL 2.28 (or, with
 // --baseline, uses plain TCP), runs ring allreduce / all-to-all among N processes with every byte
 // verified, and prints an nccl-tests-like table or JSON. See nccl-net-plugin/README.md.
+#include <arpa/inet.h>
 #include <getopt.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,6 +16,7 @@
 
 #include "bootstrap.h"
 #include "c4/common/clock.h"
+#include "c4/common/unix_socket.h"
 #include "collectives.h"
 #include "net.h"
 #include "training.h"
@@ -222,7 +226,19 @@ const char* envOr(const char* name, const char* dflt) {
 
 // Forks N ranks of this program on localhost with the torchrun-style environment.
 int launchLocal(int n, int argc, char** argv) {
+  // A free port for rank 0's bootstrap: ask the kernel for one (tiny reuse window until bind).
   int port = 20000 + static_cast<int>(::getpid() % 20000);
+  {
+    UniqueFd probe(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    if (probe.valid() && ::bind(probe.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+        ::getsockname(probe.get(), reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+      port = ntohs(a.sin_port);
+    }
+  }
   std::vector<pid_t> pids;
   std::vector<char*> args;
   for (int i = 0; i < argc; ++i) {
