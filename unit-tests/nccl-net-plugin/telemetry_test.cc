@@ -173,12 +173,12 @@ TEST(Telemetry, MissingAgentNeverBlocksAndCountsDrops) {
   // Generous bound (sanitizers, shared CI cores): a blocked send would take seconds.
   EXPECT_LT(perReport, std::chrono::milliseconds(5));
   // The data path keeps working while reports are dropped.
-  std::vector<char> buf(1 << 16);
-  void* d[1] = {buf.data()};
-  std::size_t s[1] = {buf.size()};
+  std::vector<char> src(1 << 16), dst(1 << 16);
+  void* d[1] = {dst.data()};
+  std::size_t s[1] = {dst.size()};
   int t[1] = {0};
   auto r = irecv(p.recv, 1, d, s, t);
-  auto w = isend(p.send, buf.data(), buf.size(), 0);
+  auto w = isend(p.send, src.data(), src.size(), 0);
   ASSERT_TRUE(r && *r && w && *w);
   EXPECT_EQ(waitRequest(*w), "");
   EXPECT_EQ(waitRequest(*r), "");

@@ -250,6 +250,8 @@ TEST_F(TransportTest, ReceiveBufferTooSmallIsAnError) {
   ASSERT_TRUE(r && *r && w && *w);
   std::string err = waitRequest(*r);
   EXPECT_NE(err.find("larger than the receive buffer"), std::string::npos) << err;
+  // The send may still be in flight: close (joins the progress thread) before `src` goes away.
+  EXPECT_TRUE(closeComm(p.send, CommKind::kSend));
 }
 
 TEST_F(TransportTest, BadArgumentsAreRejected) {
