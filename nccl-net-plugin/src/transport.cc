@@ -104,6 +104,7 @@ std::uint64_t randomU64() {
 }
 
 std::atomic<std::uint64_t> gNextConnId{1};
+std::atomic<std::uint64_t> gNextReportSeq{0};
 
 std::int64_t nanos(Clock& c) {
   return c.monoNow().time_since_epoch().count();
@@ -718,7 +719,6 @@ struct Context::PendingConnect {
 
 struct Context::Reporter {
   std::optional<UnixDatagramSender> sender;
-  std::uint64_t seq = 0;
   std::int64_t lastReportNs = 0;
   std::int64_t lastPlanNs = 0;
   struct Prev {
@@ -1174,7 +1174,7 @@ void Context::tick(bool forceReport, bool planDue) {
   if (!forceReport) return;
   report::RankReport r;
   r.id = identity();
-  r.seq = ++reporter_->seq;
+  r.seq = gNextReportSeq.fetch_add(1) + 1;  // process-wide: contexts share the pid
   r.timeUnixNs = wallNs;
   r.intervalMs = config_.reportIntervalMs;
   r.planVersion = planVersion();
