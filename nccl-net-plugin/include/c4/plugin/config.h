@@ -1,0 +1,59 @@
+// Every tunable of the plugin, declared once (aesthetics "What to absorb" 13): name, default, doc.
+// The values come from the environment; each remembers whether it was set or defaulted, and the
+// whole table is logged once at the first init.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace c4::plugin {
+
+struct PluginConfig {
+  // C4_SUBFLOWS: TCP sockets per connection when the plan does not say (1..64).
+  int subflows = 4;
+  // C4_SOCKET_IFNAME: interface selection, NCCL_SOCKET_IFNAME syntax ("eth", "^docker", "=eth0",
+  // comma lists). Empty: the first non-loopback interface that is up, loopback if none.
+  std::string socketIfname;
+  // C4_RANK (falls back to RANK), C4_POD_NAME, C4_NODE_NAME (falls back to the host name),
+  // C4_JOB, C4_NAMESPACE, WORLD_SIZE, C4_RESTART_ATTEMPT: who this process is, for hellos/reports.
+  std::int32_t rank = -1;
+  std::string pod;
+  std::string node;
+  std::string job;
+  std::string ns;
+  std::int32_t worldSize = 0;
+  std::uint32_t restartAttempt = 0;
+  // C4_AGENT_SOCKET: Unix datagram socket of the node plugin; empty = no reports.
+  std::string agentSocket;
+  // C4_REPORT_INTERVAL_MS: period of RankReports (>= 10).
+  std::uint32_t reportIntervalMs = 1000;
+  // C4_STALL_MS: an op in flight longer than this raises an AnomalyNotice (>= 1).
+  std::uint32_t stallMs = 10000;
+  // C4_PLAN_FILE: traffic plan (README.md "Plan file"); empty = default spread.
+  std::string planFile;
+  // C4_PLAN_POLL_MS: how often the plan file's mtime is checked.
+  std::uint32_t planPollMs = 500;
+  // C4_MIN_CHUNK_BYTES: messages smaller than 2x this go on one subflow.
+  std::uint64_t minChunkBytes = 64 * 1024;
+  // C4_TCP_USER_TIMEOUT_MS: unacknowledged data older than this kills a connection (dead host).
+  std::uint32_t tcpUserTimeoutMs = 10000;
+
+  // One line per setting: "NAME=value (env|default)".
+  std::vector<std::string> describe() const;
+  std::vector<std::string> sources;   // parallel to describe(): where each value came from
+  std::vector<std::string> warnings;  // invalid values that were replaced by defaults
+};
+
+// Reads the configuration through `getenv` (injected for tests). Invalid values keep the default
+// and add a warning; never fails.
+PluginConfig loadConfig(const std::function<std::optional<std::string>(const char*)>& getenv);
+PluginConfig loadConfigFromEnvironment();
+
+// Lower-cases and replaces characters a Kubernetes name may not contain; "" if nothing valid is
+// left. Used for node/pod names taken from the host name.
+std::string sanitizeName(std::string_view name);
+
+}  // namespace c4::plugin

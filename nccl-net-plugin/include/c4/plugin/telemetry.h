@@ -1,0 +1,173 @@
+// Per-connection telemetry (DESIGN.md §3.3), written without locks.
+//
+// Writers: the NCCL thread counts posted ops; the connection's progress thread is the only writer
+// of everything else. The reporter thread reads with relaxed atomics and computes interval deltas,
+// so no NCCL-calling thread ever waits for telemetry. C4_TELEMETRY=0 at compile time removes the
+// hooks (the benchmark's "compiled out" baseline).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <bit>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "c4/common/report.h"
+#include "c4/plugin/plan.h"
+
+#ifndef C4_TELEMETRY
+#define C4_TELEMETRY 1
+#endif
+
+namespace c4::plugin {
+
+// Whether the transport records telemetry (compile with -DC4_TELEMETRY=0 to remove it). The hooks
+// below take it as a template argument so a benchmark can run both variants in one binary.
+inline constexpr bool kTelemetryEnabled = C4_TELEMETRY != 0;
+
+// Log2 histogram of microsecond durations: bucket b holds values v with bit_width(v) == b.
+// Single writer; readers take snapshots.
+class LatencyHistogram {
+ public:
+  static constexpr int kBuckets = 40;
+
+  void record(std::uint64_t us) noexcept {
+    int b = static_cast<int>(std::bit_width(us));
+    if (b >= kBuckets) b = kBuckets - 1;
+    bump(buckets_[static_cast<std::size_t>(b)], 1);
+    bump(count_, 1);
+    bump(sum_, us);
+    // Single writer: no read-modify-write. A value recorded while the reporter resets the max
+    // may be missed by that interval's max (counts and sums are exact).
+    if (us > intervalMax_.load(std::memory_order_relaxed)) {
+      intervalMax_.store(us, std::memory_order_relaxed);
+    }
+  }
+
+  struct Snapshot {
+    std::array<std::uint64_t, kBuckets> buckets{};
+    std::uint64_t count = 0;
+    std::uint64_t sum = 0;
+  };
+  [[nodiscard]] Snapshot snapshot() const noexcept;
+  // Interval max since the last call (reader side).
+  std::uint64_t takeIntervalMax() noexcept {
+    return intervalMax_.exchange(0, std::memory_order_relaxed);
+  }
+  // Summary of what was recorded between `before` and `now`. Percentiles are the upper bound of
+  // the log2 bucket that holds them (an over-estimate by at most 2x), capped by the interval max.
+  static report::LatencySummary summarize(const Snapshot& before, const Snapshot& now,
+                                          std::uint64_t intervalMax);
+
+ private:
+  static void bump(std::atomic<std::uint64_t>& a, std::uint64_t d) noexcept {
+    a.store(a.load(std::memory_order_relaxed) + d, std::memory_order_relaxed);  // single writer
+  }
+  std::array<std::atomic<std::uint64_t>, kBuckets> buckets_{};
+  std::atomic<std::uint64_t> count_{0};
+  std::atomic<std::uint64_t> sum_{0};
+  std::atomic<std::uint64_t> intervalMax_{0};
+};
+
+// One per request slot of a comm: when the op was posted (0 = not in flight) and whether it was
+// already reported as stalled. The reporter scans these for the oldest op in flight.
+struct InflightSlot {
+  std::atomic<std::int64_t> postedNs{0};
+  std::atomic<bool> stallReported{false};
+};
+
+struct SubflowTelemetry {
+  std::atomic<std::uint64_t> bytes{0};
+  std::atomic<double> weight{1.0};  // written by the plan applier, read per message by the sender
+  std::uint16_t localPort = 0;      // fixed after connect
+  std::int32_t pathId = -1;
+};
+
+// Everything the reporter needs about one connection. Shared (shared_ptr) between the comm and the
+// reporter so a close never races a report.
+struct ConnTelemetry {
+  ConnTelemetry(std::uint64_t connId, report::Direction dir, int nSubflows, int nSlots)
+      : id(connId),
+        direction(dir),
+        subflows(static_cast<std::size_t>(nSubflows)),
+        inflight(static_cast<std::size_t>(nSlots)) {}
+
+  const std::uint64_t id;
+  const report::Direction direction;
+  std::int32_t peerRank = -1;  // fixed after the hello
+  std::string peerNode;
+  std::string peerPod;
+  std::uint64_t peerNodeHash = 0;
+  std::vector<SubflowTelemetry> subflows;
+  std::vector<InflightSlot> inflight;
+  std::string failure;  // set once before `failed` is stored (release)
+
+  std::atomic<std::uint64_t> postedOps{0};     // NCCL thread
+  std::atomic<std::uint64_t> completedOps{0};  // progress thread
+  std::atomic<std::uint64_t> bytes{0};         // progress thread (payload bytes completed)
+  LatencyHistogram wait;                       // posted -> first byte
+  LatencyHistogram transfer;                   // first byte -> done
+  std::atomic<bool> failed{false};
+  std::atomic<bool> failureReported{false};
+  std::atomic<bool> peerClosed{false};
+
+  // Hooks, each a handful of relaxed atomics. `nowNs` values come from the injected clock.
+  template <bool On = kTelemetryEnabled>
+  void onPosted() noexcept {
+    // One NCCL thread drives a comm: a plain load/store, no locked instruction.
+    if constexpr (On) {
+      postedOps.store(postedOps.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    }
+  }
+  template <bool On = kTelemetryEnabled>
+  void onCompleted(std::uint64_t payload, std::int64_t postedNs, std::int64_t firstByteNs,
+                   std::int64_t doneNs) noexcept {
+    if constexpr (On) {
+      completedOps.store(completedOps.load(std::memory_order_relaxed) + 1,
+                         std::memory_order_relaxed);
+      bytes.store(bytes.load(std::memory_order_relaxed) + payload, std::memory_order_relaxed);
+      if (firstByteNs < postedNs) firstByteNs = postedNs;
+      if (doneNs < firstByteNs) doneNs = firstByteNs;
+      wait.record(static_cast<std::uint64_t>(firstByteNs - postedNs) / 1000);
+      transfer.record(static_cast<std::uint64_t>(doneNs - firstByteNs) / 1000);
+    } else {
+      (void)payload;
+      (void)postedNs;
+      (void)firstByteNs;
+      (void)doneNs;
+    }
+  }
+  template <bool On = kTelemetryEnabled>
+  void onSubflowBytes(std::size_t subflow, std::uint64_t n) noexcept {
+    if constexpr (On) {
+      auto& b = subflows[subflow].bytes;
+      b.store(b.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+    } else {
+      (void)subflow;
+      (void)n;
+    }
+  }
+  // The op in request slot `slot` was posted at `nowNs` (NCCL thread) / is no longer in flight
+  // (progress thread). Feeds the oldest-in-flight age and stall detection.
+  template <bool On = kTelemetryEnabled>
+  void markPosted(std::size_t slot, std::int64_t nowNs) noexcept {
+    if constexpr (On) {
+      inflight[slot].stallReported.store(false, std::memory_order_relaxed);
+      inflight[slot].postedNs.store(nowNs, std::memory_order_relaxed);
+    } else {
+      (void)slot;
+      (void)nowNs;
+    }
+  }
+  template <bool On = kTelemetryEnabled>
+  void markDone(std::size_t slot) noexcept {
+    if constexpr (On) {
+      inflight[slot].postedNs.store(0, std::memory_order_relaxed);
+    } else {
+      (void)slot;
+    }
+  }
+};
+
+}  // namespace c4::plugin

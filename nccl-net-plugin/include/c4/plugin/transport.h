@@ -1,0 +1,174 @@
+// The C4 TCP transport behind the NCCL ABI shell (abi.cc): per-communicator contexts, listen/
+// connect/accept state machines, multi-subflow connections driven by progress threads, request
+// pools within NCCL's limits, telemetry and the traffic plan.
+//
+// Threads: every SendComm/RecvComm owns one progress thread (joined by close); every Context owns
+// one reporter thread (telemetry, stall detection, plan polling; joined by the destructor, which
+// abi.cc calls from finalize). NCCL-calling threads never wait for either beyond a short inbox
+// mutex.
+//
+// Wire format (little-endian hosts): each subflow starts with a Hello (rank/pod/node, connection
+// id, subflow index); the acceptor answers an Ack with its own identity on subflow 0; after that
+// data flows one way as frames {magic, seq, tag, total, offset, len} + payload. A message is split
+// into frames across subflows by weight; the receiver reassembles by (seq, offset).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "c4/common/clock.h"
+#include "c4/common/error.h"
+#include "c4/common/report.h"
+#include "c4/plugin/config.h"
+#include "c4/plugin/interfaces.h"
+#include "c4/plugin/plan.h"
+#include "c4/plugin/telemetry.h"
+
+namespace c4::plugin {
+
+inline constexpr std::size_t kHandleBytes = 128;  // NCCL_NET_HANDLE_MAXSIZE
+inline constexpr int kMaxRequests = 32;           // NCCL_NET_MAX_REQUESTS
+inline constexpr int kMaxRecvs = 8;               // grouped receive width we advertise
+inline constexpr int kMaxSendRequests = kMaxRequests * kMaxRecvs;
+inline constexpr std::size_t kMaxMessageBytes = std::size_t{1} << 30;  // maxP2pBytes (int sizes)
+inline constexpr int kPtrHost = 0x1;
+
+class Context;
+struct Request;
+
+enum class CommKind : std::uint32_t {
+  kListen = 0x4c43344cu,
+  kSend = 0x53433453u,
+  kRecv = 0x52433452u
+};
+
+// Common header of every comm object NCCL holds (lets regMr tell a send from a recv comm).
+struct CommBase {
+  explicit CommBase(CommKind k, Context* c) : kind(k), ctx(c) {}
+  virtual ~CommBase() = default;
+  const CommKind kind;
+  Context* const ctx;
+};
+
+class ListenComm;
+class SendComm;
+class RecvComm;
+
+struct MemRegion {
+  void* data = nullptr;
+  std::size_t size = 0;
+  int type = 0;
+  CommBase* comm = nullptr;
+};
+
+struct ContextOptions {
+  PluginConfig config;
+  Clock* clock = nullptr;  // nullptr: realClock()
+  std::vector<NetInterface> devices;
+  std::uint64_t commId = 0;
+};
+
+// Process-wide device table, discovered once from C4_SOCKET_IFNAME (immutable afterwards).
+Result<std::vector<NetInterface>> processDevices(const PluginConfig& config);
+
+class Context {
+ public:
+  static Result<std::unique_ptr<Context>> create(ContextOptions options);
+  ~Context();  // closes comms NCCL left open, joins the reporter thread
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  [[nodiscard]] int deviceCount() const { return static_cast<int>(devices_.size()); }
+  [[nodiscard]] const std::vector<NetInterface>& devices() const { return devices_; }
+  [[nodiscard]] const PluginConfig& config() const { return config_; }
+  [[nodiscard]] Clock& clock() const { return *clock_; }
+
+  // Writes a handle into NCCL's 128-byte buffer.
+  Result<CommBase*> listen(int dev, void* handle);
+  // Non-blocking and idempotent on the same handle buffer: nullptr = not yet, call again.
+  Result<CommBase*> connect(int dev, void* handle);
+
+  // Telemetry and plan, also used by tests.
+  [[nodiscard]] std::vector<std::shared_ptr<ConnTelemetry>> connections() const;
+  [[nodiscard]] std::int64_t planVersion() const;
+  // Runs one reporter tick now (plan poll, stall check, report): tests and shutdown flush.
+  void tickNow(bool forceReport);
+  [[nodiscard]] std::uint64_t droppedMessages() const;
+  [[nodiscard]] std::uint64_t sentMessages() const;
+
+  // Internal (comms register/unregister themselves).
+  void registerComm(CommBase* comm, std::shared_ptr<ConnTelemetry> tel);
+  void unregisterComm(CommBase* comm);
+  [[nodiscard]] std::vector<double> plannedWeights(const ConnTelemetry& tel) const;
+
+ private:
+  explicit Context(ContextOptions options);
+  void reporterLoop();
+  void tick(bool forceReport, bool planDue);
+  void applyPlanToLiveConnections();
+  void sendMessage(const report::Message& m);
+  report::RankIdentity identity() const;
+
+  PluginConfig config_;
+  Clock* clock_;
+  std::vector<NetInterface> devices_;
+  std::uint64_t commId_;
+
+  mutable std::mutex mu_;  // comms_, pending_
+  std::map<CommBase*, std::shared_ptr<ConnTelemetry>> comms_;
+  struct PendingConnect;
+  std::map<void*, std::unique_ptr<PendingConnect>> pending_;
+
+  PlanWatcher plan_;
+  std::mutex reportMu_;  // one tick at a time (reporter thread vs tickNow)
+  struct Reporter;
+  std::unique_ptr<Reporter> reporter_;
+  std::atomic<std::uint64_t> encodeFailures_{0};
+
+  std::mutex stopMu_;
+  std::condition_variable_any stopCv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+// Every function checks that `comm` is of the right kind (kInvalidArgument otherwise).
+Result<CommBase*> accept(CommBase* listen);  // nullptr: not yet, call again
+Result<Request*> isend(CommBase* sendComm, const void* data, std::size_t size, int tag);
+Result<Request*> irecv(CommBase* recvComm, int n, void* const* data, const std::size_t* sizes,
+                       const int* tags);
+// Host memory needs no flush: returns an already completed request (documented in README.md).
+Result<Request*> iflush(CommBase* recvComm);
+// done=false: still in flight. On done, `sizes` (if not null) gets the byte count(s) and the
+// request is released. An error means the connection failed; the request stays owned by the comm.
+Result<bool> test(Request* request, int* sizes);
+Status closeComm(CommBase* comm, CommKind expected);
+Result<MemRegion*> regMr(CommBase* comm, void* data, std::size_t size, int type);
+Status deregMr(CommBase* comm, MemRegion* mr);
+
+// Encodes a report as one or more CBOR datagrams of at most `limit` bytes each: connections are
+// spread over parts (same seq, part/parts set) until every part fits.
+Result<std::vector<std::vector<std::uint8_t>>> encodeReportParts(const report::RankReport& r,
+                                                                 std::size_t limit);
+
+// Peer identity learned in the hello/ack.
+struct PeerInfo {
+  std::int32_t rank = -1;
+  std::string node;
+  std::string pod;
+};
+PeerInfo peerOf(const CommBase* comm);
+std::shared_ptr<ConnTelemetry> telemetryOf(const CommBase* comm);
+// Local port of each subflow socket (tests check planned bindings).
+std::vector<std::uint16_t> subflowLocalPorts(const CommBase* comm);
+
+}  // namespace c4::plugin

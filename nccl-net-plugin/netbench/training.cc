@@ -1,0 +1,230 @@
+#include "training.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <set>
+#include <sstream>
+
+#include "c4/common/clock.h"
+#include "c4/common/report.h"
+#include "c4/common/unix_socket.h"
+#include "c4/plugin/config.h"
+
+namespace c4::netbench {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr std::uint32_t kMagic = 0x4b433443u;  // "C4CK"
+
+struct CkptHeader {
+  std::uint32_t magic;
+  std::uint32_t version;
+  std::int64_t step;
+  std::uint64_t words;
+  std::uint64_t checksum;
+};
+
+std::uint64_t fnv(const void* p, std::size_t n) {
+  std::uint64_t h = 1469598103934665603ull;
+  const auto* b = static_cast<const unsigned char*>(p);
+  for (std::size_t i = 0; i < n; ++i) {
+    h ^= b[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+std::string ckptName(int rank, int step) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "ckpt-%08d.rank-%d.bin", step, rank);
+  return buf;
+}
+
+Status writeFully(int fd, const void* p, std::size_t n) {
+  const auto* b = static_cast<const char*>(p);
+  while (n > 0) {
+    ssize_t w = ::write(fd, b, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return std::unexpected(errnoError("checkpoint write", errno));
+    }
+    b += w;
+    n -= static_cast<std::size_t>(w);
+  }
+  return {};
+}
+
+std::uint32_t gradient(std::uint32_t x, int rank, int step) {
+  std::uint32_t v = (x ^ (static_cast<std::uint32_t>(rank + 1) * 0x9E3779B9u)) *
+                    (static_cast<std::uint32_t>(step) * 2u + 1u);
+  return v + static_cast<std::uint32_t>(rank);
+}
+
+}  // namespace
+
+Status writeCheckpoint(const std::string& dir, int rank, int step,
+                       const std::vector<std::uint32_t>& state) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  std::string final = (fs::path(dir) / ckptName(rank, step)).string();
+  std::string tmp = final + ".tmp-" + std::to_string(::getpid());
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!fd.valid()) return std::unexpected(errnoError("checkpoint open " + tmp, errno));
+  CkptHeader h{kMagic, 1, step, state.size(), fnv(state.data(), state.size() * 4)};
+  C4_RETURN_IF_ERROR(writeFully(fd.get(), &h, sizeof(h)));
+  C4_RETURN_IF_ERROR(writeFully(fd.get(), state.data(), state.size() * 4));
+  if (::fsync(fd.get()) != 0) return std::unexpected(errnoError("checkpoint fsync", errno));
+  fd.reset();
+  if (::rename(tmp.c_str(), final.c_str()) != 0) {
+    return std::unexpected(errnoError("checkpoint rename", errno));
+  }
+  UniqueFd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dfd.valid()) ::fsync(dfd.get());
+  // Keep the two newest checkpoints of this rank.
+  auto steps = listCheckpoints(dir, rank, state.size());
+  for (std::size_t i = 0; i + 2 < steps.size(); ++i) {
+    fs::remove(fs::path(dir) / ckptName(rank, steps[i]), ec);
+  }
+  return {};
+}
+
+Result<std::vector<std::uint32_t>> readCheckpoint(const std::string& dir, int rank, int step,
+                                                  std::size_t words) {
+  std::string path = (fs::path(dir) / ckptName(rank, step)).string();
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return std::unexpected(errnoError("checkpoint open " + path, errno));
+  CkptHeader h{};
+  std::vector<std::uint32_t> state(words);
+  if (::read(fd.get(), &h, sizeof(h)) != sizeof(h) || h.magic != kMagic || h.version != 1 ||
+      h.step != step || h.words != words) {
+    return makeError(ErrorCode::kInvalidArgument, "checkpoint " + path + ": bad header");
+  }
+  std::size_t want = words * 4;
+  std::size_t got = 0;
+  while (got < want) {
+    ssize_t n = ::read(fd.get(), reinterpret_cast<char*>(state.data()) + got, want - got);
+    if (n <= 0) return makeError(ErrorCode::kInvalidArgument, "checkpoint " + path + ": short");
+    got += static_cast<std::size_t>(n);
+  }
+  if (fnv(state.data(), want) != h.checksum) {
+    return makeError(ErrorCode::kInvalidArgument, "checkpoint " + path + ": checksum mismatch");
+  }
+  return state;
+}
+
+std::vector<int> listCheckpoints(const std::string& dir, int rank, std::size_t words) {
+  std::vector<int> steps;
+  std::error_code ec;
+  std::string suffix = ".rank-" + std::to_string(rank) + ".bin";
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    std::string n = e.path().filename().string();
+    if (n.rfind("ckpt-", 0) != 0 || n.size() <= suffix.size() ||
+        n.compare(n.size() - suffix.size(), suffix.size(), suffix) != 0) {
+      continue;
+    }
+    int step = std::atoi(n.substr(5, 8).c_str());
+    if (readCheckpoint(dir, rank, step, words)) steps.push_back(step);
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+Result<TrainingResult> runTraining(Net& net, Bootstrap& bs, const TrainingOptions& o,
+                                   const CollectiveOptions& co) {
+  int rank = bs.rank();
+  int world = bs.worldSize();
+  std::size_t words = std::max<std::size_t>(1, o.stateBytes / 4);
+  auto cfg = plugin::loadConfigFromEnvironment();
+  report::RankIdentity id;
+  id.ns = cfg.ns;
+  id.job = cfg.job;
+  id.pod = cfg.pod;
+  id.node = cfg.node;
+  id.rank = rank;
+  id.worldSize = world;
+  id.restartAttempt = cfg.restartAttempt;
+  id.pid = static_cast<std::uint32_t>(::getpid());
+  std::optional<UnixDatagramSender> agent;
+  if (!cfg.agentSocket.empty()) {
+    auto s = UnixDatagramSender::create(cfg.agentSocket);
+    if (s) agent.emplace(std::move(*s));
+  }
+  Clock& clock = realClock();
+  auto notify = [&](const report::Message& m) {
+    if (!agent) return;
+    auto bytes = report::encodeCbor(m);
+    if (bytes) agent->send(*bytes);
+  };
+
+  // Resume from the newest step that every rank has a valid checkpoint for.
+  TrainingResult result;
+  std::vector<std::uint32_t> state(words);
+  for (std::size_t i = 0; i < words; ++i) state[i] = static_cast<std::uint32_t>(i);
+  bool checkpointing = !o.checkpointDir.empty() && o.checkpointEvery > 0;
+  std::string mine;
+  if (checkpointing) {
+    for (int s : listCheckpoints(o.checkpointDir, rank, words)) mine += std::to_string(s) + ",";
+  }
+  C4_ASSIGN_OR_RETURN(auto lists, bs.allgather(mine));
+  std::set<int> common;
+  for (std::size_t r = 0; r < lists.size(); ++r) {
+    std::set<int> steps;
+    std::stringstream ss(lists[r]);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      if (!item.empty()) steps.insert(std::atoi(item.c_str()));
+    }
+    if (r == 0) {
+      common = steps;
+    } else {
+      std::set<int> both;
+      for (int s : steps) {
+        if (common.count(s)) both.insert(s);
+      }
+      common = both;
+    }
+  }
+  if (!common.empty() && *common.rbegin() <= o.steps) {
+    result.startStep = *common.rbegin();
+    C4_ASSIGN_OR_RETURN(state, readCheckpoint(o.checkpointDir, rank, result.startStep, words));
+  }
+  std::vector<std::uint32_t> grad(words), scratch;
+  for (int step = result.startStep + 1; step <= o.steps; ++step) {
+    if (o.stepComputeMs > 0) clock.sleepFor(std::chrono::milliseconds(o.stepComputeMs));
+    for (std::size_t i = 0; i < words; ++i) grad[i] = gradient(state[i], rank, step);
+    C4_RETURN_IF_ERROR(ringAllreduce(net, rank, world, grad.data(), words, scratch, co));
+    for (std::size_t i = 0; i < words; ++i) state[i] = state[i] * 33u + grad[i];
+    report::ProgressNotice p;
+    p.id = id;
+    p.timeUnixNs = toUnixNanos(clock.wallNow());
+    p.step = step;
+    p.state = report::ProgressState::kTraining;
+    notify(p);
+    if (checkpointing && step % o.checkpointEvery == 0) {
+      C4_RETURN_IF_ERROR(writeCheckpoint(o.checkpointDir, rank, step, state));
+      report::CheckpointNotice c;
+      c.id = id;
+      c.timeUnixNs = toUnixNanos(clock.wallNow());
+      c.step = step;
+      c.path = (fs::path(o.checkpointDir) / ckptName(rank, step)).string();
+      notify(c);
+    }
+  }
+  report::ProgressNotice done;
+  done.id = id;
+  done.timeUnixNs = toUnixNanos(clock.wallNow());
+  done.step = o.steps;
+  done.state = report::ProgressState::kFinished;
+  notify(done);
+  result.finalStep = o.steps;
+  result.checksum = fnv(state.data(), words * 4);
+  return result;
+}
+
+}  // namespace c4::netbench

@@ -1,0 +1,41 @@
+// Training-like mode for end-to-end tests: steps of (compute, allreduce, update) with atomic
+// checkpoints, resume from the newest checkpoint every rank has, Progress/Checkpoint notices to
+// C4_AGENT_SOCKET, and a final checksum that does not depend on interruptions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "bootstrap.h"
+#include "c4/common/error.h"
+#include "collectives.h"
+#include "net.h"
+
+namespace c4::netbench {
+
+struct TrainingOptions {
+  int steps = 0;
+  int stepComputeMs = 0;
+  std::string checkpointDir;  // empty: no checkpoints
+  int checkpointEvery = 0;    // 0: no checkpoints
+  std::size_t stateBytes = 1 << 20;
+  bool json = false;
+};
+
+struct TrainingResult {
+  int startStep = 0;  // 0: fresh start; otherwise the checkpoint step resumed from
+  int finalStep = 0;
+  std::uint64_t checksum = 0;
+};
+
+Result<TrainingResult> runTraining(Net& net, Bootstrap& bs, const TrainingOptions& o,
+                                   const CollectiveOptions& co);
+
+// Checkpoint files (exposed for tests): write atomically, read with validation.
+Status writeCheckpoint(const std::string& dir, int rank, int step,
+                       const std::vector<std::uint32_t>& state);
+Result<std::vector<std::uint32_t>> readCheckpoint(const std::string& dir, int rank, int step,
+                                                  std::size_t words);
+std::vector<int> listCheckpoints(const std::string& dir, int rank, std::size_t words);
+
+}  // namespace c4::netbench

@@ -1,0 +1,1571 @@
+#include "c4/plugin/transport.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <deque>
+#include <optional>
+#include <random>
+#include <thread>
+
+#include "c4/common/log.h"
+#include "c4/common/unix_socket.h"
+
+namespace c4::plugin {
+namespace {
+
+const Logger& log() {
+  static const Logger l("nccl-net-c4");
+  return l;
+}
+
+constexpr std::uint32_t kHandleMagic = 0x48433443u;  // "C4CH"
+constexpr std::uint32_t kHelloMagic = 0x4c483443u;   // "C4HL"
+constexpr std::uint32_t kAckMagic = 0x4b413443u;     // "C4AK"
+constexpr std::uint32_t kFrameMagic = 0x46443443u;   // "C4DF"
+constexpr std::uint16_t kWireVersion = 1;
+
+// The handle NCCL ships from the listener to the connector (fits NCCL_NET_HANDLE_MAXSIZE).
+struct WireHandle {
+  std::uint32_t magic;
+  std::uint16_t version;
+  std::uint16_t family;
+  std::uint8_t addr[16];
+  std::uint16_t port;  // host order
+  std::uint16_t reserved0;
+  std::uint32_t reserved1;
+  std::uint64_t listenId;
+  std::uint64_t nodeHash;  // listener's node name (plan lookup before any byte is exchanged)
+  std::uint64_t checksum;  // FNV-1a over the bytes above
+};
+static_assert(sizeof(WireHandle) <= kHandleBytes, "handle must fit NCCL_NET_HANDLE_MAXSIZE");
+
+struct HelloFixed {
+  std::uint32_t magic;
+  std::uint16_t version;
+  std::uint16_t subflowIndex;
+  std::uint16_t nSubflows;
+  std::uint16_t nodeLen;
+  std::uint16_t podLen;
+  std::uint16_t reserved;
+  std::uint64_t listenId;
+  std::uint64_t connId;
+  std::int32_t rank;
+  std::uint32_t reserved2;
+};
+static_assert(sizeof(HelloFixed) == 40);
+
+struct AckFixed {
+  std::uint32_t magic;
+  std::uint16_t version;
+  std::uint16_t nodeLen;
+  std::uint16_t podLen;
+  std::uint16_t reserved;
+  std::int32_t rank;
+};
+static_assert(sizeof(AckFixed) == 16);
+
+struct FrameHeader {
+  std::uint32_t magic;
+  std::uint32_t seq;
+  std::int32_t tag;
+  std::uint32_t reserved;
+  std::uint64_t total;
+  std::uint64_t offset;
+  std::uint64_t len;
+};
+static_assert(sizeof(FrameHeader) == 40);
+
+std::uint64_t fnv(const void* p, std::size_t n) {
+  std::uint64_t h = 1469598103934665603ull;
+  const auto* b = static_cast<const unsigned char*>(p);
+  for (std::size_t i = 0; i < n; ++i) {
+    h ^= b[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+std::uint64_t randomU64() {
+  static std::mutex mu;
+  static std::mt19937_64 gen{std::random_device{}()};
+  std::lock_guard lock(mu);
+  return gen();
+}
+
+std::atomic<std::uint64_t> gNextConnId{1};
+std::atomic<std::uint64_t> gNextReportSeq{0};
+
+std::int64_t nanos(Clock& c) {
+  return c.monoNow().time_since_epoch().count();
+}
+
+Status setNonBlocking(int fd) {
+  int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) {
+    return std::unexpected(errnoError("fcntl(O_NONBLOCK)", errno));
+  }
+  return {};
+}
+
+void setDataSocketOptions(int fd, const PluginConfig& cfg) {
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  int idle = 5, intvl = 1, cnt = 3;  // a silent dead host is noticed after ~8 s
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+  if (cfg.tcpUserTimeoutMs > 0) {
+    unsigned int t = cfg.tcpUserTimeoutMs;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &t, sizeof(t));
+  }
+}
+
+std::uint16_t localPortOf(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return 0;
+  if (ss.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+  if (ss.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
+  return 0;
+}
+
+std::string identityBlob(const std::string& node, const std::string& pod) {
+  return node + pod;
+}
+
+enum ReqState : int { kFree = 0, kClaimed = 1, kPending = 2, kDone = 3, kFailed = 4 };
+enum class ReqKind { kSend, kRecv, kFlush };
+
+}  // namespace
+
+struct Request {
+  std::atomic<int> state{kFree};
+  CommBase* comm = nullptr;
+  int slot = 0;
+  ReqKind kind = ReqKind::kSend;
+  int n = 1;
+  char* data[kMaxRecvs] = {};
+  std::size_t cap[kMaxRecvs] = {};
+  int tags[kMaxRecvs] = {};
+  std::uint32_t seqBase = 0;
+  std::int64_t postedNs = 0;
+  // Progress thread only.
+  std::int64_t firstByteNs = 0;
+  std::size_t framesLeft = 0;
+  std::size_t got[kMaxRecvs] = {};
+  std::int64_t expect[kMaxRecvs] = {};  // -1: no frame seen yet for this buffer
+  int slotOf[kMaxRecvs] = {};           // message index -> buffer index (-1 unbound)
+  int slotsDone = 0;
+  // Result, published by state=kDone (release).
+  int sizes[kMaxRecvs] = {};
+};
+
+// ---------------------------------------------------------------------------------------------
+// Comms
+// ---------------------------------------------------------------------------------------------
+
+class ListenComm final : public CommBase {
+ public:
+  ListenComm(Context* c, UniqueFd fd, std::uint64_t id)
+      : CommBase(CommKind::kListen, c), fd_(std::move(fd)), listenId_(id) {}
+
+  struct Incoming {
+    UniqueFd fd;
+    std::vector<std::uint8_t> buf;
+  };
+  struct Group {
+    HelloFixed first{};
+    std::string node, pod;
+    std::vector<UniqueFd> fds;
+    int have = 0;
+  };
+
+  UniqueFd fd_;
+  std::uint64_t listenId_;
+  std::vector<Incoming> incoming_;
+  std::map<std::uint64_t, Group> groups_;
+};
+
+class DataComm : public CommBase {
+ public:
+  DataComm(CommKind k, Context* c, std::vector<UniqueFd> fds, std::shared_ptr<ConnTelemetry> tel,
+           int poolSize)
+      : CommBase(k, c),
+        fds_(std::move(fds)),
+        tel_(std::move(tel)),
+        pool_(static_cast<std::size_t>(poolSize)) {
+    for (std::size_t i = 0; i < pool_.size(); ++i) {
+      pool_[i].comm = this;
+      pool_[i].slot = static_cast<int>(i);
+    }
+    wake_ = UniqueFd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  }
+  ~DataComm() override { stopThread(); }
+
+  void startThread() {
+    thread_ = std::thread([this] { run(); });
+  }
+  void stopThread() {
+    if (!thread_.joinable()) return;
+    stop_.store(true);
+    wakeThread();
+    thread_.join();
+  }
+  void wakeThread() {
+    std::uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = ::write(wake_.get(), &one, sizeof(one));
+  }
+
+  Request* claim() {
+    std::size_t n = pool_.size();
+    std::size_t start = hint_.load(std::memory_order_relaxed);
+    for (std::size_t k = 0; k < n; ++k) {
+      Request& r = pool_[(start + k) % n];
+      int expected = kFree;
+      if (r.state.load(std::memory_order_relaxed) == kFree &&
+          r.state.compare_exchange_strong(expected, kClaimed, std::memory_order_acquire)) {
+        hint_.store((start + k + 1) % n, std::memory_order_relaxed);
+        return &r;
+      }
+    }
+    return nullptr;
+  }
+
+  void post(Request* r) {
+    {
+      std::lock_guard lock(inboxMu_);
+      if (r->kind != ReqKind::kFlush) {
+        r->seqBase = nextSeq_;
+        nextSeq_ += static_cast<std::uint32_t>(r->n);
+      }
+      inbox_.push_back(r);
+    }
+    if (idle_.exchange(false)) wakeThread();
+  }
+
+  [[nodiscard]] bool failed() const { return tel_->failed.load(std::memory_order_acquire); }
+  [[nodiscard]] std::string failure() const { return failed() ? tel_->failure : std::string(); }
+
+  // Progress thread: marks the connection failed and fails every op in flight.
+  void fail(std::string why, bool peerClosed = false) {
+    if (!failed()) {
+      bool busy = false;
+      for (auto& r : pool_) busy = busy || r.state.load(std::memory_order_acquire) == kPending;
+      tel_->failure = why;
+      tel_->peerClosed.store(peerClosed, std::memory_order_relaxed);
+      tel_->failed.store(true, std::memory_order_release);
+      // A peer that closes an idle connection is normal teardown; anything else is a fault.
+      bool fault = busy || !peerClosed;
+      log().log(fault ? LogLevel::kWarn : LogLevel::kInfo,
+                fault ? "connection failed" : "peer closed the connection",
+                {{"conn", tel_->id},
+                 {"direction", report::directionName(tel_->direction)},
+                 {"peer_rank", tel_->peerRank},
+                 {"peer_node", tel_->peerNode},
+                 {"error", why}});
+    }
+    for (auto& r : pool_) {
+      if (r.state.load(std::memory_order_acquire) == kPending) {
+        tel_->inflight[static_cast<std::size_t>(r.slot)].postedNs.store(0,
+                                                                        std::memory_order_relaxed);
+        r.state.store(kFailed, std::memory_order_release);
+      }
+    }
+  }
+
+  void complete(Request* r, std::int64_t now) {
+    std::uint64_t payload = 0;
+    for (int i = 0; i < r->n; ++i) payload += static_cast<std::uint64_t>(r->sizes[i]);
+    tel_->onCompleted(payload, r->postedNs, r->firstByteNs == 0 ? now : r->firstByteNs, now);
+    tel_->markDone(static_cast<std::size_t>(r->slot));
+    r->state.store(kDone, std::memory_order_release);
+  }
+
+  // Takes new requests out of the inbox (progress thread).
+  std::vector<Request*> drain() {
+    std::vector<Request*> out;
+    std::lock_guard lock(inboxMu_);
+    out.swap(inbox_);
+    return out;
+  }
+  bool inboxEmpty() {
+    std::lock_guard lock(inboxMu_);
+    return inbox_.empty();
+  }
+
+  virtual void run() = 0;
+
+  std::vector<UniqueFd> fds_;
+  std::shared_ptr<ConnTelemetry> tel_;
+  std::vector<Request> pool_;
+  PeerInfo peer_;
+  std::mutex mrMu_;
+  std::vector<std::unique_ptr<MemRegion>> regions_;
+
+ protected:
+  UniqueFd wake_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> idle_{false};
+  std::atomic<std::size_t> hint_{0};
+  std::mutex inboxMu_;
+  std::vector<Request*> inbox_;
+  std::uint32_t nextSeq_ = 0;
+  std::thread thread_;
+
+  // Waits for socket events or a wake-up. Returns false on stop.
+  bool waitEvents(std::vector<pollfd>& pfds) {
+    idle_.store(true);
+    if (!inboxEmpty()) {
+      idle_.store(false);
+      pfds[0].revents = 0;
+      for (auto& p : pfds) p.revents = 0;
+      return !stop_.load();
+    }
+    int rc = ::poll(pfds.data(), pfds.size(), -1);
+    idle_.store(false);
+    if (rc < 0 && errno != EINTR) {
+      fail(errnoError("poll", errno).toString());
+    }
+    if (pfds[0].revents & POLLIN) {
+      std::uint64_t v = 0;
+      [[maybe_unused]] ssize_t n = ::read(wake_.get(), &v, sizeof(v));
+    }
+    return !stop_.load();
+  }
+};
+
+class SendComm final : public DataComm {
+ public:
+  SendComm(Context* c, std::vector<UniqueFd> fds, std::shared_ptr<ConnTelemetry> tel)
+      : DataComm(CommKind::kSend, c, std::move(fds), std::move(tel), kMaxSendRequests),
+        queues_(fds_.size()),
+        credit_(fds_.size(), 0.0) {}
+  ~SendComm() override { stopThread(); }
+
+ private:
+  struct Frame {
+    Request* req;
+    FrameHeader hdr;
+    const char* data;
+    std::size_t done;  // bytes of header+data written
+  };
+  std::vector<std::deque<Frame>> queues_;
+  std::vector<double> credit_;  // smooth weighted round robin for single-frame messages
+
+  void enqueue(Request* r) {
+    std::size_t nsf = fds_.size();
+    std::vector<double> w(nsf);
+    double total = 0;
+    for (std::size_t i = 0; i < nsf; ++i) {
+      w[i] = tel_->subflows[i].weight.load(std::memory_order_relaxed);
+      if (!(w[i] > 0)) w[i] = 0;
+      total += w[i];
+    }
+    if (total <= 0) {
+      std::fill(w.begin(), w.end(), 1.0);
+      total = static_cast<double>(nsf);
+    }
+    std::size_t size = r->cap[0];
+    auto push = [&](std::size_t sf, std::size_t off, std::size_t len) {
+      Frame f{};
+      f.req = r;
+      f.hdr = FrameHeader{kFrameMagic, r->seqBase, r->tags[0], 0, size, off, len};
+      f.data = r->data[0] + off;
+      f.done = 0;
+      queues_[sf].push_back(f);
+      r->framesLeft++;
+    };
+    std::uint64_t minChunk = ctx->config().minChunkBytes;
+    std::size_t positive = 0;
+    for (double x : w) positive += x > 0 ? 1 : 0;
+    if (size < 2 * minChunk || positive == 1) {
+      // Whole message on one subflow, chosen by smooth weighted round robin.
+      std::size_t best = 0;
+      for (std::size_t i = 0; i < nsf; ++i) {
+        credit_[i] += w[i];
+        if (credit_[i] > credit_[best]) best = i;
+      }
+      credit_[best] -= total;
+      push(best, 0, size);
+      return;
+    }
+    // Contiguous shares proportional to weight, 4 KiB aligned; the remainder goes to the
+    // heaviest subflow.
+    std::size_t assigned = 0;
+    std::size_t heaviest =
+        static_cast<std::size_t>(std::max_element(w.begin(), w.end()) - w.begin());
+    std::vector<std::size_t> share(nsf, 0);
+    for (std::size_t i = 0; i < nsf; ++i) {
+      auto s = static_cast<std::size_t>(static_cast<double>(size) * (w[i] / total));
+      s &= ~static_cast<std::size_t>(4095);
+      share[i] = s;
+      assigned += s;
+    }
+    share[heaviest] += size - assigned;
+    std::size_t off = 0;
+    for (std::size_t i = 0; i < nsf; ++i) {
+      if (share[i] == 0) continue;
+      push(i, off, share[i]);
+      off += share[i];
+    }
+  }
+
+  // Writes as much as the socket takes; false on a fatal error.
+  bool flush(std::size_t sf, std::int64_t now) {
+    auto& q = queues_[sf];
+    int fd = fds_[sf].get();
+    while (!q.empty()) {
+      Frame& f = q.front();
+      iovec iov[2];
+      int iovcnt = 0;
+      constexpr std::size_t H = sizeof(FrameHeader);
+      if (f.done < H) {
+        iov[iovcnt++] = {reinterpret_cast<char*>(&f.hdr) + f.done, H - f.done};
+      }
+      std::size_t dataDone = f.done > H ? f.done - H : 0;
+      if (f.hdr.len > dataDone) {
+        iov[iovcnt++] = {const_cast<char*>(f.data) + dataDone, f.hdr.len - dataDone};
+      }
+      msghdr mh{};
+      mh.msg_iov = iov;
+      mh.msg_iovlen = static_cast<std::size_t>(iovcnt);
+      ssize_t n = ::sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+        if (errno == EINTR) continue;
+        fail(errnoError("send on subflow " + std::to_string(sf), errno).toString(),
+             errno == EPIPE || errno == ECONNRESET);
+        return false;
+      }
+      if (f.req->firstByteNs == 0) f.req->firstByteNs = now;
+      auto un = static_cast<std::size_t>(n);
+      std::size_t hdrPart = f.done < H ? std::min(un, H - f.done) : 0;
+      tel_->onSubflowBytes(sf, un - hdrPart);
+      f.done += un;
+      if (f.done == H + f.hdr.len) {
+        Request* r = f.req;
+        q.pop_front();
+        if (--r->framesLeft == 0) complete(r, now);
+      } else {
+        return true;  // partial write: socket buffer full
+      }
+    }
+    return true;
+  }
+
+  void run() override {
+    std::size_t nsf = fds_.size();
+    std::vector<pollfd> pfds(nsf + 1, pollfd{wake_.get(), POLLIN, 0});
+    while (!stop_.load()) {
+      std::int64_t now = nanos(ctx->clock());
+      for (Request* r : drain()) {
+        r->firstByteNs = 0;
+        r->framesLeft = 0;
+        r->sizes[0] = static_cast<int>(r->cap[0]);
+        if (failed()) {
+          r->state.store(kFailed, std::memory_order_release);
+          continue;
+        }
+        enqueue(r);
+      }
+      if (!failed()) {
+        for (std::size_t i = 0; i < nsf; ++i) {
+          if (!flush(i, now)) break;
+        }
+      }
+      for (std::size_t i = 0; i < nsf; ++i) {
+        short ev = POLLIN;
+        if (!failed() && !queues_[i].empty()) ev = static_cast<short>(ev | POLLOUT);
+        pfds[i + 1] = {failed() ? -1 : fds_[i].get(), ev, 0};
+      }
+      if (!waitEvents(pfds)) break;
+      for (std::size_t i = 0; i < nsf && !failed(); ++i) {
+        short re = pfds[i + 1].revents;
+        if (re & (POLLIN | POLLERR | POLLHUP)) {
+          char b;
+          ssize_t n = ::recv(fds_[i].get(), &b, 1, MSG_DONTWAIT);
+          if (n == 0) {
+            fail("peer closed subflow " + std::to_string(i), true);
+          } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+            fail(errnoError("subflow " + std::to_string(i), errno).toString(), errno == ECONNRESET);
+          } else if (n > 0) {
+            fail("protocol error: unexpected bytes from the receiver on subflow " +
+                 std::to_string(i));
+          }
+        }
+      }
+    }
+  }
+};
+
+class RecvComm final : public DataComm {
+ public:
+  RecvComm(Context* c, std::vector<UniqueFd> fds, std::shared_ptr<ConnTelemetry> tel)
+      : DataComm(CommKind::kRecv, c, std::move(fds), std::move(tel), kMaxRequests),
+        rx_(fds_.size()) {}
+  ~RecvComm() override { stopThread(); }
+
+ private:
+  struct Rx {
+    FrameHeader hdr{};
+    std::size_t hdrGot = 0;
+    bool inData = false;
+    Request* req = nullptr;
+    int buf = 0;
+    std::size_t left = 0;
+    char* dst = nullptr;
+    bool parked = false;  // header read, the matching irecv is not posted yet
+    bool eof = false;
+  };
+  std::vector<Rx> rx_;
+  std::deque<Request*> posted_;  // in seq order; completed ones are popped from the front
+
+  Request* findRequest(std::uint32_t seq) {
+    for (Request* r : posted_) {
+      if (seq >= r->seqBase && seq < r->seqBase + static_cast<std::uint32_t>(r->n)) return r;
+    }
+    return nullptr;
+  }
+
+  // Binds a complete header to a receive buffer. false: parked (not posted yet) or failed.
+  bool bindHeader(std::size_t sf, Rx& x, std::int64_t now) {
+    const FrameHeader& h = x.hdr;
+    if (h.magic != kFrameMagic) {
+      fail("protocol error: bad frame magic on subflow " + std::to_string(sf));
+      return false;
+    }
+    Request* r = findRequest(h.seq);
+    if (r == nullptr) {
+      x.parked = true;
+      return false;
+    }
+    int idx = static_cast<int>(h.seq - r->seqBase);
+    int b = r->slotOf[idx];
+    if (b < 0) {
+      for (int i = 0; i < r->n; ++i) {
+        bool taken = false;
+        for (int k = 0; k < r->n; ++k) taken = taken || r->slotOf[k] == i;
+        if (!taken && r->tags[i] == h.tag) {
+          b = i;
+          break;
+        }
+      }
+      if (b < 0) {
+        fail("protocol error: message with tag " + std::to_string(h.tag) +
+             " matches no receive buffer");
+        return false;
+      }
+      r->slotOf[idx] = b;
+      if (h.total > r->cap[b]) {
+        fail("message of " + std::to_string(h.total) +
+             " bytes is larger than the receive buffer (" + std::to_string(r->cap[b]) + " bytes)");
+        return false;
+      }
+      r->expect[b] = static_cast<std::int64_t>(h.total);
+    }
+    if (static_cast<std::uint64_t>(r->expect[b]) != h.total || h.offset > h.total ||
+        h.len > h.total - h.offset) {
+      fail("protocol error: inconsistent frame on subflow " + std::to_string(sf));
+      return false;
+    }
+    if (r->firstByteNs == 0) r->firstByteNs = now;
+    x.req = r;
+    x.buf = b;
+    x.dst = r->data[b] + h.offset;
+    x.left = h.len;
+    x.inData = true;
+    x.parked = false;
+    return true;
+  }
+
+  void frameDone(Rx& x, std::int64_t now) {
+    Request* r = x.req;
+    int b = x.buf;
+    r->got[b] += x.hdr.len;
+    if (r->got[b] == static_cast<std::size_t>(r->expect[b])) {
+      r->sizes[b] = static_cast<int>(r->expect[b]);
+      if (++r->slotsDone == r->n) {
+        // Forget the request before publishing it: once test() sees it done, NCCL may reuse it.
+        posted_.erase(std::find(posted_.begin(), posted_.end(), r));
+        complete(r, now);
+      }
+    }
+    x = Rx{};
+  }
+
+  // Reads what subflow `sf` has. false on fatal error.
+  bool readSubflow(std::size_t sf, std::int64_t now) {
+    Rx& x = rx_[sf];
+    int fd = fds_[sf].get();
+    for (;;) {
+      if (x.parked) {
+        if (!bindHeader(sf, x, now)) return !failed();
+        if (x.left == 0) {
+          frameDone(x, now);
+          continue;
+        }
+      }
+      ssize_t n;
+      if (!x.inData) {
+        n = ::recv(fd, reinterpret_cast<char*>(&x.hdr) + x.hdrGot, sizeof(FrameHeader) - x.hdrGot,
+                   MSG_DONTWAIT);
+      } else {
+        n = ::recv(fd, x.dst, x.left, MSG_DONTWAIT);
+      }
+      if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+        if (errno == EINTR) continue;
+        fail(errnoError("recv on subflow " + std::to_string(sf), errno).toString(),
+             errno == ECONNRESET);
+        return false;
+      }
+      if (n == 0) {
+        if (x.inData || x.hdrGot > 0) {
+          fail("peer closed subflow " + std::to_string(sf) + " in the middle of a frame", true);
+          return false;
+        }
+        x.eof = true;
+        bool allEof = std::all_of(rx_.begin(), rx_.end(), [](const Rx& y) { return y.eof; });
+        if (allEof) {
+          fail("peer closed the connection", true);
+          return false;
+        }
+        return true;
+      }
+      auto un = static_cast<std::size_t>(n);
+      if (!x.inData) {
+        x.hdrGot += un;
+        if (x.hdrGot < sizeof(FrameHeader)) continue;
+        if (!bindHeader(sf, x, now)) return !failed();
+        if (x.left == 0) frameDone(x, now);
+      } else {
+        tel_->onSubflowBytes(sf, un);
+        x.dst += un;
+        x.left -= un;
+        if (x.left == 0) frameDone(x, now);
+      }
+    }
+  }
+
+  void run() override {
+    std::size_t nsf = fds_.size();
+    std::vector<pollfd> pfds(nsf + 1, pollfd{wake_.get(), POLLIN, 0});
+    while (!stop_.load()) {
+      std::int64_t now = nanos(ctx->clock());
+      bool fresh = false;
+      for (Request* r : drain()) {
+        if (r->kind == ReqKind::kFlush) continue;  // completed at post time
+        r->firstByteNs = 0;
+        r->slotsDone = 0;
+        for (int i = 0; i < kMaxRecvs; ++i) {
+          r->got[i] = 0;
+          r->expect[i] = -1;
+          r->slotOf[i] = -1;
+          r->sizes[i] = 0;
+        }
+        if (failed()) {
+          r->state.store(kFailed, std::memory_order_release);
+          continue;
+        }
+        posted_.push_back(r);
+        fresh = true;
+      }
+      for (std::size_t i = 0; i < nsf && !failed(); ++i) {
+        if (rx_[i].eof) continue;
+        if (rx_[i].parked && !fresh) continue;
+        if (!readSubflow(i, now)) break;
+      }
+      for (std::size_t i = 0; i < nsf; ++i) {
+        bool watch = !failed() && !rx_[i].eof && !rx_[i].parked;
+        pfds[i + 1] = {watch ? fds_[i].get() : -1, POLLIN, 0};
+      }
+      if (!waitEvents(pfds)) break;
+      now = nanos(ctx->clock());
+      for (std::size_t i = 0; i < nsf && !failed(); ++i) {
+        if (pfds[i + 1].revents != 0) {
+          if (!readSubflow(i, now)) break;
+        }
+      }
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Context
+// ---------------------------------------------------------------------------------------------
+
+struct Context::PendingConnect {
+  WireHandle handle{};
+  std::vector<UniqueFd> fds;
+  std::vector<bool> connected;
+  std::vector<std::string> hello;
+  std::vector<std::size_t> helloSent;
+  std::vector<std::uint8_t> ack;
+  std::uint64_t connId = 0;
+  std::vector<PlannedSubflow> planned;
+};
+
+struct Context::Reporter {
+  std::optional<UnixDatagramSender> sender;
+  std::int64_t lastReportNs = 0;
+  std::int64_t lastPlanNs = 0;
+  struct Prev {
+    LatencyHistogram::Snapshot wait, transfer;
+  };
+  std::map<std::uint64_t, Prev> prev;
+};
+
+Result<std::vector<NetInterface>> processDevices(const PluginConfig& config) {
+  static std::mutex mu;
+  static std::optional<std::vector<NetInterface>> devices;
+  std::lock_guard lock(mu);
+  if (!devices) {
+    C4_ASSIGN_OR_RETURN(auto found, discoverInterfaces(config.socketIfname));
+    devices = std::move(found);
+  }
+  return *devices;
+}
+
+Context::Context(ContextOptions o)
+    : config_(std::move(o.config)),
+      clock_(o.clock != nullptr ? o.clock : &realClock()),
+      devices_(std::move(o.devices)),
+      commId_(o.commId),
+      plan_(config_.planFile),
+      reporter_(std::make_unique<Reporter>()) {}
+
+Result<std::unique_ptr<Context>> Context::create(ContextOptions options) {
+  if (options.devices.empty()) {
+    C4_ASSIGN_OR_RETURN(options.devices, processDevices(options.config));
+  }
+  std::unique_ptr<Context> ctx(new Context(std::move(options)));
+  if (!ctx->config_.agentSocket.empty()) {
+    auto sender = UnixDatagramSender::create(ctx->config_.agentSocket);
+    if (!sender) {
+      log().warn("C4_AGENT_SOCKET unusable; telemetry is not sent",
+                 {{"path", ctx->config_.agentSocket}, {"error", sender.error()}});
+    } else {
+      ctx->reporter_->sender.emplace(std::move(*sender));
+    }
+  }
+  if (!ctx->config_.planFile.empty()) ctx->plan_.poll();
+  ctx->reporter_->lastReportNs = nanos(*ctx->clock_);
+  ctx->reporter_->lastPlanNs = ctx->reporter_->lastReportNs;
+  Context* raw = ctx.get();
+  ctx->thread_ = std::thread([raw] { raw->reporterLoop(); });
+  return ctx;
+}
+
+Context::~Context() {
+  {
+    std::lock_guard lock(stopMu_);
+    stop_ = true;
+  }
+  stopCv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  std::vector<CommBase*> left;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [c, t] : comms_) left.push_back(c);
+    pending_.clear();
+  }
+  for (CommBase* c : left) (void)closeComm(c, c->kind);
+}
+
+void Context::registerComm(CommBase* comm, std::shared_ptr<ConnTelemetry> tel) {
+  std::lock_guard lock(mu_);
+  comms_[comm] = std::move(tel);
+}
+
+void Context::unregisterComm(CommBase* comm) {
+  std::lock_guard lock(mu_);
+  comms_.erase(comm);
+}
+
+std::vector<std::shared_ptr<ConnTelemetry>> Context::connections() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::shared_ptr<ConnTelemetry>> out;
+  for (auto& [c, t] : comms_) {
+    if (t) out.push_back(t);
+  }
+  std::sort(out.begin(), out.end(), [](auto& a, auto& b) { return a->id < b->id; });
+  return out;
+}
+
+std::int64_t Context::planVersion() const {
+  auto p = plan_.current();
+  return p ? p->version : -1;
+}
+
+std::uint64_t Context::droppedMessages() const {
+  std::uint64_t d = encodeFailures_.load();
+  if (reporter_->sender) d += reporter_->sender->dropped();
+  return d;
+}
+
+std::uint64_t Context::sentMessages() const {
+  return reporter_->sender ? reporter_->sender->sent() : 0;
+}
+
+report::RankIdentity Context::identity() const {
+  report::RankIdentity id;
+  id.ns = config_.ns;
+  id.job = config_.job;
+  id.pod = config_.pod;
+  id.node = config_.node;
+  id.rank = config_.rank;
+  id.worldSize = config_.worldSize;
+  id.restartAttempt = config_.restartAttempt;
+  id.pid = static_cast<std::uint32_t>(::getpid());
+  return id;
+}
+
+Result<CommBase*> Context::listen(int dev, void* handle) {
+  if (handle == nullptr) return makeError(ErrorCode::kInvalidArgument, "listen: null handle");
+  if (dev < 0 || dev >= deviceCount()) {
+    return makeError(ErrorCode::kInvalidArgument, "listen: no device " + std::to_string(dev));
+  }
+  const NetInterface& nic = devices_[static_cast<std::size_t>(dev)];
+  UniqueFd fd(::socket(nic.addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return std::unexpected(errnoError("listen: socket", errno));
+  int one = 1;
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&nic.addr), nic.addrLen) != 0) {
+    return std::unexpected(errnoError("listen: bind " + formatAddress(nic.addr), errno));
+  }
+  if (::listen(fd.get(), 16384) != 0) return std::unexpected(errnoError("listen", errno));
+  C4_RETURN_IF_ERROR(setNonBlocking(fd.get()));
+  WireHandle h{};
+  h.magic = kHandleMagic;
+  h.version = kWireVersion;
+  h.family = nic.addr.ss_family;
+  if (nic.addr.ss_family == AF_INET) {
+    std::memcpy(h.addr, &reinterpret_cast<const sockaddr_in*>(&nic.addr)->sin_addr, 4);
+  } else {
+    std::memcpy(h.addr, &reinterpret_cast<const sockaddr_in6*>(&nic.addr)->sin6_addr, 16);
+  }
+  h.port = localPortOf(fd.get());
+  h.listenId = randomU64();
+  h.nodeHash = nodeHash(config_.node);
+  h.checksum = fnv(&h, offsetof(WireHandle, checksum));
+  std::memset(handle, 0, kHandleBytes);
+  std::memcpy(handle, &h, sizeof(h));
+  auto* lc = new ListenComm(this, std::move(fd), h.listenId);
+  registerComm(lc, nullptr);
+  return static_cast<CommBase*>(lc);
+}
+
+std::vector<double> Context::plannedWeights(const ConnTelemetry& tel) const {
+  std::vector<double> w(tel.subflows.size(), 1.0);
+  auto plan = plan_.current();
+  if (!plan) return w;
+  const PlanPair* pair = plan->find(config_.node, tel.peerNodeHash);
+  if (pair == nullptr) return w;
+  for (std::size_t i = 0; i < w.size() && i < pair->subflows.size(); ++i) {
+    w[i] = pair->subflows[i].weight;
+  }
+  return w;
+}
+
+Result<CommBase*> Context::connect(int dev, void* handle) {
+  if (handle == nullptr) return makeError(ErrorCode::kInvalidArgument, "connect: null handle");
+  if (dev < 0 || dev >= deviceCount()) {
+    return makeError(ErrorCode::kInvalidArgument, "connect: no device " + std::to_string(dev));
+  }
+  PendingConnect* pc = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    auto it = pending_.find(handle);
+    if (it != pending_.end()) pc = it->second.get();
+  }
+  auto abandon = [&](Error e) -> Result<CommBase*> {
+    std::lock_guard lock(mu_);
+    pending_.erase(handle);
+    return std::unexpected(std::move(e));
+  };
+  if (pc == nullptr) {
+    // First call for this handle: validate it and start the subflow connects.
+    WireHandle h{};
+    std::memcpy(&h, handle, sizeof(h));
+    if (h.magic != kHandleMagic || h.version != kWireVersion ||
+        h.checksum != fnv(&h, offsetof(WireHandle, checksum)) ||
+        (h.family != AF_INET && h.family != AF_INET6) || h.port == 0) {
+      return makeError(ErrorCode::kInvalidArgument,
+                       "connect: the handle is not a valid C4 handle (bad magic, version or "
+                       "checksum)");
+    }
+    auto owned = std::make_unique<PendingConnect>();
+    pc = owned.get();
+    pc->handle = h;
+    pc->connId = randomU64();
+    auto plan = plan_.current();
+    const PlanPair* pair = plan ? plan->find(config_.node, h.nodeHash) : nullptr;
+    int nsf = config_.subflows;
+    if (pair != nullptr) {
+      nsf = static_cast<int>(pair->subflows.size());
+      pc->planned = pair->subflows;
+    } else if (plan && plan->defaultSubflows > 0) {
+      nsf = plan->defaultSubflows;
+    }
+    pc->planned.resize(static_cast<std::size_t>(nsf));
+    sockaddr_storage peer{};
+    socklen_t peerLen = 0;
+    if (h.family == AF_INET) {
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(h.port);
+      std::memcpy(&a.sin_addr, h.addr, 4);
+      std::memcpy(&peer, &a, sizeof(a));
+      peerLen = sizeof(a);
+    } else {
+      sockaddr_in6 a{};
+      a.sin6_family = AF_INET6;
+      a.sin6_port = htons(h.port);
+      std::memcpy(&a.sin6_addr, h.addr, 16);
+      std::memcpy(&peer, &a, sizeof(a));
+      peerLen = sizeof(a);
+    }
+    const NetInterface& nic = devices_[static_cast<std::size_t>(dev)];
+    for (int i = 0; i < nsf; ++i) {
+      UniqueFd fd(::socket(h.family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+      if (!fd.valid()) return std::unexpected(errnoError("connect: socket", errno));
+      setDataSocketOptions(fd.get(), config_);
+      std::uint16_t port = pc->planned[static_cast<std::size_t>(i)].localPort;
+      if (port != 0 && nic.addr.ss_family == h.family) {
+        int one = 1;
+        ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        sockaddr_storage local = nic.addr;
+        if (h.family == AF_INET) {
+          reinterpret_cast<sockaddr_in*>(&local)->sin_port = htons(port);
+        } else {
+          reinterpret_cast<sockaddr_in6*>(&local)->sin6_port = htons(port);
+        }
+        if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&local), nic.addrLen) != 0) {
+          log().warn("cannot bind the planned source port; using an ephemeral port",
+                     {{"port", static_cast<int>(port)},
+                      {"subflow", i},
+                      {"error", errnoError("bind", errno)}});
+        }
+      }
+      if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&peer), peerLen) != 0 &&
+          errno != EINPROGRESS) {
+        return std::unexpected(errnoError("connect to " + formatAddress(peer), errno));
+      }
+      HelloFixed hf{};
+      hf.magic = kHelloMagic;
+      hf.version = kWireVersion;
+      hf.subflowIndex = static_cast<std::uint16_t>(i);
+      hf.nSubflows = static_cast<std::uint16_t>(nsf);
+      hf.nodeLen = static_cast<std::uint16_t>(config_.node.size());
+      hf.podLen = static_cast<std::uint16_t>(config_.pod.size());
+      hf.listenId = h.listenId;
+      hf.connId = pc->connId;
+      hf.rank = config_.rank;
+      std::string msg(reinterpret_cast<const char*>(&hf), sizeof(hf));
+      msg += identityBlob(config_.node, config_.pod);
+      pc->hello.push_back(std::move(msg));
+      pc->helloSent.push_back(0);
+      pc->connected.push_back(false);
+      pc->fds.push_back(std::move(fd));
+    }
+    std::lock_guard lock(mu_);
+    pending_[handle] = std::move(owned);
+  }
+
+  // Advance: finish TCP connects, send hellos, read the ack.
+  bool allSent = true;
+  for (std::size_t i = 0; i < pc->fds.size(); ++i) {
+    int fd = pc->fds[i].get();
+    if (!pc->connected[i]) {
+      pollfd p{fd, POLLOUT, 0};
+      if (::poll(&p, 1, 0) <= 0) {
+        allSent = false;
+        continue;
+      }
+      int err = 0;
+      socklen_t len = sizeof(err);
+      ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      if (err != 0) return abandon(errnoError("connect subflow " + std::to_string(i), err));
+      pc->connected[i] = true;
+    }
+    while (pc->helloSent[i] < pc->hello[i].size()) {
+      ssize_t n = ::send(fd, pc->hello[i].data() + pc->helloSent[i],
+                         pc->hello[i].size() - pc->helloSent[i], MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
+        return abandon(errnoError("connect: hello on subflow " + std::to_string(i), errno));
+      }
+      pc->helloSent[i] += static_cast<std::size_t>(n);
+    }
+    if (pc->helloSent[i] < pc->hello[i].size()) allSent = false;
+  }
+  if (!allSent) return nullptr;
+  // Ack on subflow 0.
+  for (;;) {
+    std::size_t need = sizeof(AckFixed);
+    if (pc->ack.size() >= need) {
+      AckFixed a{};
+      std::memcpy(&a, pc->ack.data(), sizeof(a));
+      if (a.magic != kAckMagic || a.version != kWireVersion || a.nodeLen > 253 || a.podLen > 253) {
+        return abandon(Error(ErrorCode::kUnavailable, "connect: peer sent an invalid ack"));
+      }
+      need += static_cast<std::size_t>(a.nodeLen) + a.podLen;
+      if (pc->ack.size() == need) break;
+    }
+    std::uint8_t buf[600];
+    ssize_t n = ::recv(pc->fds[0].get(), buf, need - pc->ack.size(), MSG_DONTWAIT);
+    if (n == 0) return abandon(Error(ErrorCode::kUnavailable, "connect: peer closed before ack"));
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return nullptr;
+      return abandon(errnoError("connect: reading ack", errno));
+    }
+    pc->ack.insert(pc->ack.end(), buf, buf + n);
+  }
+  AckFixed a{};
+  std::memcpy(&a, pc->ack.data(), sizeof(a));
+  PeerInfo peer;
+  peer.rank = a.rank;
+  peer.node.assign(reinterpret_cast<const char*>(pc->ack.data()) + sizeof(a), a.nodeLen);
+  peer.pod.assign(reinterpret_cast<const char*>(pc->ack.data()) + sizeof(a) + a.nodeLen, a.podLen);
+  auto nsf = static_cast<int>(pc->fds.size());
+  auto tel = std::make_shared<ConnTelemetry>(gNextConnId.fetch_add(1), report::Direction::kSend,
+                                             nsf, kMaxSendRequests);
+  tel->peerRank = peer.rank;
+  tel->peerNode = sanitizeName(peer.node);
+  tel->peerPod = sanitizeName(peer.pod);
+  tel->peerNodeHash = pc->handle.nodeHash;
+  for (int i = 0; i < nsf; ++i) {
+    auto& s = tel->subflows[static_cast<std::size_t>(i)];
+    s.localPort = localPortOf(pc->fds[static_cast<std::size_t>(i)].get());
+    s.pathId = pc->planned[static_cast<std::size_t>(i)].pathId;
+    s.weight.store(pc->planned[static_cast<std::size_t>(i)].weight);
+  }
+  auto* sc = new SendComm(this, std::move(pc->fds), tel);
+  sc->peer_ = peer;
+  {
+    std::lock_guard lock(mu_);
+    pending_.erase(handle);
+    comms_[sc] = tel;
+  }
+  sc->startThread();
+  CommBase* out = sc;
+  log().info(
+      "connected",
+      {{"conn", tel->id}, {"peer_rank", peer.rank}, {"peer_node", peer.node}, {"subflows", nsf}});
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reporter
+// ---------------------------------------------------------------------------------------------
+
+void Context::reporterLoop() {
+  std::int64_t stallCheckNs =
+      std::max<std::int64_t>(1'000'000, std::min<std::int64_t>(config_.stallMs, 250) * 250'000);
+  std::unique_lock lock(stopMu_);
+  while (!stop_) {
+    std::int64_t now = nanos(*clock_);
+    std::int64_t nextReport =
+        reporter_->lastReportNs + static_cast<std::int64_t>(config_.reportIntervalMs) * 1'000'000;
+    std::int64_t nextPlan =
+        reporter_->lastPlanNs + static_cast<std::int64_t>(config_.planPollMs) * 1'000'000;
+    std::int64_t wake = std::min({nextReport, nextPlan, now + stallCheckNs});
+    if (clock_->waitUntil(lock, stopCv_, MonoTime{std::chrono::nanoseconds{wake}},
+                          [this] { return stop_; })) {
+      break;
+    }
+    lock.unlock();
+    now = nanos(*clock_);
+    {
+      std::lock_guard tickLock(reportMu_);
+      bool planDue = now >= nextPlan;
+      if (planDue) reporter_->lastPlanNs = now;
+      bool reportDue = now >= nextReport;
+      if (reportDue) reporter_->lastReportNs = now;
+      tick(reportDue, planDue);
+    }
+    lock.lock();
+  }
+}
+
+void Context::tickNow(bool forceReport) {
+  std::lock_guard tickLock(reportMu_);
+  tick(forceReport, true);
+}
+
+void Context::sendMessage(const report::Message& m) {
+  if (!reporter_->sender) return;
+  auto bytes = report::encodeCbor(m);
+  if (!bytes) {
+    encodeFailures_.fetch_add(1);
+    log().warn("telemetry message not encodable", {{"error", bytes.error()}});
+    return;
+  }
+  reporter_->sender->send(*bytes);
+}
+
+void Context::applyPlanToLiveConnections() {
+  for (auto& t : connections()) {
+    if (t->direction != report::Direction::kSend) continue;
+    auto w = plannedWeights(*t);
+    for (std::size_t i = 0; i < t->subflows.size(); ++i) {
+      t->subflows[i].weight.store(w[i], std::memory_order_relaxed);
+    }
+  }
+}
+
+void Context::tick(bool forceReport, bool planDue) {
+  if (planDue && !config_.planFile.empty() && plan_.poll()) applyPlanToLiveConnections();
+  std::int64_t now = nanos(*clock_);
+  std::int64_t wallNs = toUnixNanos(clock_->wallNow());
+  auto conns = connections();
+  // Stalls and failures: immediate notices.
+  for (auto& t : conns) {
+    for (auto& slot : t->inflight) {
+      std::int64_t posted = slot.postedNs.load(std::memory_order_relaxed);
+      if (posted == 0) continue;
+      std::int64_t age = now - posted;
+      if (age > static_cast<std::int64_t>(config_.stallMs) * 1'000'000 &&
+          !slot.stallReported.exchange(true, std::memory_order_relaxed)) {
+        report::AnomalyNotice n;
+        n.id = identity();
+        n.timeUnixNs = wallNs;
+        n.kind = report::AnomalyKind::kStall;
+        n.connectionId = t->id;
+        n.direction = t->direction;
+        n.peerRank = t->peerRank;
+        n.peerNode = t->peerNode;
+        n.ageUs = static_cast<std::uint64_t>(age / 1000);
+        n.detail = "operation in flight longer than C4_STALL_MS=" + std::to_string(config_.stallMs);
+        log().warn("operation stalled", {{"conn", t->id},
+                                         {"peer_rank", t->peerRank},
+                                         {"peer_node", t->peerNode},
+                                         {"age_us", n.ageUs}});
+        sendMessage(n);
+      }
+    }
+    if (t->failed.load(std::memory_order_acquire) &&
+        !t->failureReported.exchange(true, std::memory_order_relaxed)) {
+      report::AnomalyNotice n;
+      n.id = identity();
+      n.timeUnixNs = wallNs;
+      n.kind = t->peerClosed.load() ? report::AnomalyKind::kPeerClosed
+                                    : report::AnomalyKind::kConnectionError;
+      n.connectionId = t->id;
+      n.direction = t->direction;
+      n.peerRank = t->peerRank;
+      n.peerNode = t->peerNode;
+      n.detail = t->failure.substr(0, report::kMaxTextBytes);
+      sendMessage(n);
+    }
+  }
+  if (!forceReport) return;
+  report::RankReport r;
+  r.id = identity();
+  r.seq = gNextReportSeq.fetch_add(1) + 1;  // process-wide: contexts share the pid
+  r.timeUnixNs = wallNs;
+  r.intervalMs = config_.reportIntervalMs;
+  r.planVersion = planVersion();
+  r.droppedMessages = droppedMessages();
+  std::map<std::uint64_t, Reporter::Prev> prev;
+  for (auto& t : conns) {
+    report::ConnectionStats c;
+    c.id = t->id;
+    c.direction = t->direction;
+    c.peerRank = t->peerRank;
+    c.peerNode = t->peerNode;
+    c.peerPod = t->peerPod;
+    c.bytes = t->bytes.load(std::memory_order_relaxed);
+    std::uint64_t completed = t->completedOps.load(std::memory_order_relaxed);
+    std::uint64_t posted = t->postedOps.load(std::memory_order_relaxed);
+    c.ops = completed;
+    c.inflight = posted > completed ? static_cast<std::uint32_t>(posted - completed) : 0;
+    std::int64_t oldest = 0;
+    for (auto& slot : t->inflight) {
+      std::int64_t p = slot.postedNs.load(std::memory_order_relaxed);
+      if (p != 0 && (oldest == 0 || p < oldest)) oldest = p;
+    }
+    c.oldestInflightUs =
+        oldest != 0 && now > oldest ? static_cast<std::uint64_t>((now - oldest) / 1000) : 0;
+    Reporter::Prev& before = reporter_->prev[t->id];
+    Reporter::Prev nowSnap{t->wait.snapshot(), t->transfer.snapshot()};
+    c.wait = LatencyHistogram::summarize(before.wait, nowSnap.wait, t->wait.takeIntervalMax());
+    c.transfer = LatencyHistogram::summarize(before.transfer, nowSnap.transfer,
+                                             t->transfer.takeIntervalMax());
+    prev[t->id] = nowSnap;
+    for (std::size_t i = 0; i < t->subflows.size(); ++i) {
+      report::SubflowStats s;
+      s.index = static_cast<std::uint32_t>(i);
+      s.localPort = t->subflows[i].localPort;
+      s.pathId = t->subflows[i].pathId;
+      s.weight = t->subflows[i].weight.load(std::memory_order_relaxed);
+      s.bytes = t->subflows[i].bytes.load(std::memory_order_relaxed);
+      c.subflows.push_back(s);
+    }
+    r.connections.push_back(std::move(c));
+  }
+  reporter_->prev = std::move(prev);  // forget closed connections
+  if (!reporter_->sender) return;
+  auto parts = encodeReportParts(r, report::kMaxDatagramBytes);
+  if (!parts) {
+    encodeFailures_.fetch_add(1);
+    log().warn("rank report not sendable", {{"error", parts.error()}});
+    return;
+  }
+  for (auto& b : *parts) reporter_->sender->send(b);
+}
+
+Result<std::vector<std::vector<std::uint8_t>>> encodeReportParts(const report::RankReport& r,
+                                                                 std::size_t limit) {
+  std::size_t parts =
+      std::max<std::size_t>(1, (r.connections.size() + report::kMaxConnectionsPerReport - 1) /
+                                   report::kMaxConnectionsPerReport);
+  for (;;) {
+    std::vector<std::vector<std::uint8_t>> encoded;
+    bool fits = true;
+    std::size_t per = (r.connections.size() + parts - 1) / parts;
+    std::size_t used = per == 0 ? 1 : (r.connections.size() + per - 1) / per;
+    for (std::size_t p = 0; p < used && fits; ++p) {
+      report::RankReport part = r;
+      part.part = static_cast<std::uint16_t>(p);
+      part.parts = static_cast<std::uint16_t>(used);
+      part.connections.clear();
+      for (std::size_t i = p * per; i < std::min(r.connections.size(), (p + 1) * per); ++i) {
+        part.connections.push_back(r.connections[i]);
+      }
+      C4_ASSIGN_OR_RETURN(auto bytes, report::encodeCbor(part));
+      if (bytes.size() > limit) fits = false;
+      encoded.push_back(std::move(bytes));
+    }
+    if (fits) return encoded;
+    if (parts >= report::kMaxParts || parts >= r.connections.size()) {
+      return makeError(ErrorCode::kResourceExhausted,
+                       "rank report does not fit " + std::to_string(limit) + "-byte datagrams");
+    }
+    parts = std::min<std::size_t>(parts * 2, report::kMaxParts);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Free functions: accept, data path, close, registration
+// ---------------------------------------------------------------------------------------------
+
+Result<CommBase*> accept(CommBase* base) {
+  if (base == nullptr || base->kind != CommKind::kListen) {
+    return makeError(ErrorCode::kInvalidArgument, "accept: not a listen comm");
+  }
+  auto* lc = static_cast<ListenComm*>(base);
+  for (;;) {
+    int fd = ::accept4(lc->fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      return std::unexpected(errnoError("accept", errno));
+    }
+    setDataSocketOptions(fd, lc->ctx->config());
+    lc->incoming_.push_back({UniqueFd(fd), {}});
+  }
+  // Read hellos.
+  for (auto it = lc->incoming_.begin(); it != lc->incoming_.end();) {
+    auto& in = *it;
+    bool drop = false;
+    bool ready = false;
+    for (;;) {
+      std::size_t need = sizeof(HelloFixed);
+      HelloFixed hf{};
+      if (in.buf.size() >= sizeof(HelloFixed)) {
+        std::memcpy(&hf, in.buf.data(), sizeof(hf));
+        if (hf.magic != kHelloMagic || hf.version != kWireVersion || hf.listenId != lc->listenId_ ||
+            hf.nSubflows == 0 || hf.nSubflows > kMaxSubflows || hf.subflowIndex >= hf.nSubflows ||
+            hf.nodeLen > 253 || hf.podLen > 253) {
+          log().warn("accept: dropping a connection with an invalid hello");
+          drop = true;
+          break;
+        }
+        need += static_cast<std::size_t>(hf.nodeLen) + hf.podLen;
+        if (in.buf.size() == need) {
+          ready = true;
+          break;
+        }
+      }
+      std::uint8_t buf[600];
+      ssize_t n = ::recv(in.fd.get(), buf, need - in.buf.size(), MSG_DONTWAIT);
+      if (n == 0) {
+        drop = true;
+        break;
+      }
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        drop = errno != EAGAIN && errno != EWOULDBLOCK;
+        break;
+      }
+      in.buf.insert(in.buf.end(), buf, buf + n);
+    }
+    if (ready) {
+      HelloFixed hf{};
+      std::memcpy(&hf, in.buf.data(), sizeof(hf));
+      auto& g = lc->groups_[hf.connId];
+      if (g.fds.empty()) {
+        g.first = hf;
+        g.fds.resize(hf.nSubflows);
+        g.node.assign(reinterpret_cast<const char*>(in.buf.data()) + sizeof(hf), hf.nodeLen);
+        g.pod.assign(reinterpret_cast<const char*>(in.buf.data()) + sizeof(hf) + hf.nodeLen,
+                     hf.podLen);
+      }
+      if (hf.nSubflows != g.first.nSubflows || g.fds[hf.subflowIndex].valid()) {
+        log().warn("accept: dropping a subflow with an inconsistent hello");
+      } else {
+        g.fds[hf.subflowIndex] = std::move(in.fd);
+        g.have++;
+      }
+      it = lc->incoming_.erase(it);
+    } else if (drop) {
+      it = lc->incoming_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = lc->groups_.begin(); it != lc->groups_.end(); ++it) {
+    auto& g = it->second;
+    if (g.have != static_cast<int>(g.fds.size())) continue;
+    Context* ctx = lc->ctx;
+    const auto& cfg = ctx->config();
+    AckFixed a{kAckMagic,
+               kWireVersion,
+               static_cast<std::uint16_t>(cfg.node.size()),
+               static_cast<std::uint16_t>(cfg.pod.size()),
+               0,
+               cfg.rank};
+    std::string ack(reinterpret_cast<const char*>(&a), sizeof(a));
+    ack += identityBlob(cfg.node, cfg.pod);
+    ssize_t n = ::send(g.fds[0].get(), ack.data(), ack.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n != static_cast<ssize_t>(ack.size())) {
+      // A fresh socket always takes a few hundred bytes; anything else means the peer is gone.
+      lc->groups_.erase(it);
+      return std::unexpected(errnoError("accept: sending ack", n < 0 ? errno : EPIPE));
+    }
+    auto nsf = static_cast<int>(g.fds.size());
+    auto tel = std::make_shared<ConnTelemetry>(gNextConnId.fetch_add(1), report::Direction::kRecv,
+                                               nsf, kMaxRequests);
+    tel->peerRank = g.first.rank;
+    tel->peerNode = sanitizeName(g.node);
+    tel->peerPod = sanitizeName(g.pod);
+    for (int i = 0; i < nsf; ++i) {
+      tel->subflows[static_cast<std::size_t>(i)].localPort =
+          localPortOf(g.fds[static_cast<std::size_t>(i)].get());
+    }
+    auto* rc = new RecvComm(ctx, std::move(g.fds), tel);
+    rc->peer_ = PeerInfo{g.first.rank, g.node, g.pod};
+    lc->groups_.erase(it);
+    ctx->registerComm(rc, tel);
+    rc->startThread();
+    log().info("accepted", {{"conn", tel->id},
+                            {"peer_rank", rc->peer_.rank},
+                            {"peer_node", rc->peer_.node},
+                            {"subflows", nsf}});
+    return static_cast<CommBase*>(rc);
+  }
+  return nullptr;
+}
+
+Result<Request*> isend(CommBase* base, const void* data, std::size_t size, int tag) {
+  if (base == nullptr || base->kind != CommKind::kSend) {
+    return makeError(ErrorCode::kInvalidArgument, "isend: not a send comm");
+  }
+  auto* sc = static_cast<SendComm*>(base);
+  if (size > kMaxMessageBytes) {
+    return makeError(ErrorCode::kInvalidArgument,
+                     "isend: " + std::to_string(size) + " bytes exceeds maxP2pBytes");
+  }
+  if (data == nullptr && size > 0)
+    return makeError(ErrorCode::kInvalidArgument, "isend: null data");
+  if (sc->failed()) return makeError(ErrorCode::kUnavailable, sc->failure());
+  Request* r = sc->claim();
+  if (r == nullptr) return nullptr;  // all 32 x maxRecvs in flight: NCCL retries
+  r->kind = ReqKind::kSend;
+  r->n = 1;
+  r->data[0] = static_cast<char*>(const_cast<void*>(data));
+  r->cap[0] = size;
+  r->tags[0] = tag;
+  r->postedNs = kTelemetryEnabled ? nanos(sc->ctx->clock()) : 0;
+  sc->tel_->markPosted(static_cast<std::size_t>(r->slot), r->postedNs);
+  sc->tel_->onPosted();
+  r->state.store(kPending, std::memory_order_release);
+  sc->post(r);
+  return r;
+}
+
+Result<Request*> irecv(CommBase* base, int n, void* const* data, const std::size_t* sizes,
+                       const int* tags) {
+  if (base == nullptr || base->kind != CommKind::kRecv) {
+    return makeError(ErrorCode::kInvalidArgument, "irecv: not a recv comm");
+  }
+  auto* rc = static_cast<RecvComm*>(base);
+  if (n < 1 || n > kMaxRecvs || data == nullptr || sizes == nullptr || tags == nullptr) {
+    return makeError(
+        ErrorCode::kInvalidArgument,
+        "irecv: n must be in [1, " + std::to_string(kMaxRecvs) + "] with data, sizes and tags");
+  }
+  for (int i = 0; i < n; ++i) {
+    if (data[i] == nullptr && sizes[i] > 0) {
+      return makeError(ErrorCode::kInvalidArgument, "irecv: null buffer");
+    }
+  }
+  if (rc->failed()) return makeError(ErrorCode::kUnavailable, rc->failure());
+  Request* r = rc->claim();
+  if (r == nullptr) return nullptr;
+  r->kind = ReqKind::kRecv;
+  r->n = n;
+  for (int i = 0; i < n; ++i) {
+    r->data[i] = static_cast<char*>(data[i]);
+    r->cap[i] = sizes[i];
+    r->tags[i] = tags[i];
+  }
+  r->postedNs = kTelemetryEnabled ? nanos(rc->ctx->clock()) : 0;
+  rc->tel_->markPosted(static_cast<std::size_t>(r->slot), r->postedNs);
+  rc->tel_->onPosted();
+  r->state.store(kPending, std::memory_order_release);
+  rc->post(r);
+  return r;
+}
+
+Result<Request*> iflush(CommBase* base) {
+  if (base == nullptr || base->kind != CommKind::kRecv) {
+    return makeError(ErrorCode::kInvalidArgument, "iflush: not a recv comm");
+  }
+  auto* rc = static_cast<RecvComm*>(base);
+  Request* r = rc->claim();
+  if (r == nullptr) return nullptr;
+  r->kind = ReqKind::kFlush;
+  r->n = 0;
+  r->state.store(kDone, std::memory_order_release);
+  return r;
+}
+
+Result<bool> test(Request* r, int* sizes) {
+  if (r == nullptr) return makeError(ErrorCode::kInvalidArgument, "test: null request");
+  int s = r->state.load(std::memory_order_acquire);
+  if (s == kPending) return false;
+  auto* dc = static_cast<DataComm*>(r->comm);
+  if (s == kFailed) return makeError(ErrorCode::kUnavailable, dc->failure());
+  if (s != kDone) return makeError(ErrorCode::kInvalidArgument, "test: request is not in flight");
+  if (sizes != nullptr) {
+    for (int i = 0; i < r->n; ++i) sizes[i] = r->sizes[i];
+  }
+  r->state.store(kFree, std::memory_order_release);
+  return true;
+}
+
+Status closeComm(CommBase* comm, CommKind expected) {
+  if (comm == nullptr || comm->kind != expected) {
+    return makeError(ErrorCode::kInvalidArgument, "close: wrong or null comm");
+  }
+  if (comm->kind != CommKind::kListen) static_cast<DataComm*>(comm)->stopThread();
+  comm->ctx->unregisterComm(comm);
+  delete comm;  // virtual destructor; the progress thread is already joined
+  return {};
+}
+
+Result<MemRegion*> regMr(CommBase* comm, void* data, std::size_t size, int type) {
+  if (comm == nullptr || (comm->kind != CommKind::kSend && comm->kind != CommKind::kRecv)) {
+    return makeError(ErrorCode::kInvalidArgument, "regMr: not a send or recv comm");
+  }
+  if ((type & kPtrHost) == 0) {
+    return makeError(ErrorCode::kInvalidArgument,
+                     "regMr: only host memory (NCCL_PTR_HOST) is supported by the TCP transport");
+  }
+  auto* dc = static_cast<DataComm*>(comm);
+  auto mr = std::make_unique<MemRegion>(MemRegion{data, size, type, comm});
+  MemRegion* raw = mr.get();
+  std::lock_guard lock(dc->mrMu_);
+  dc->regions_.push_back(std::move(mr));
+  return raw;
+}
+
+Status deregMr(CommBase* comm, MemRegion* mr) {
+  if (comm == nullptr || (comm->kind != CommKind::kSend && comm->kind != CommKind::kRecv)) {
+    return makeError(ErrorCode::kInvalidArgument, "deregMr: not a send or recv comm");
+  }
+  auto* dc = static_cast<DataComm*>(comm);
+  std::lock_guard lock(dc->mrMu_);
+  auto it = std::find_if(dc->regions_.begin(), dc->regions_.end(),
+                         [mr](const auto& p) { return p.get() == mr; });
+  if (it == dc->regions_.end()) {
+    return makeError(ErrorCode::kInvalidArgument, "deregMr: unknown memory handle");
+  }
+  dc->regions_.erase(it);
+  return {};
+}
+
+PeerInfo peerOf(const CommBase* comm) {
+  if (comm == nullptr || comm->kind == CommKind::kListen) return {};
+  return static_cast<const DataComm*>(comm)->peer_;
+}
+
+std::shared_ptr<ConnTelemetry> telemetryOf(const CommBase* comm) {
+  if (comm == nullptr || comm->kind == CommKind::kListen) return nullptr;
+  return static_cast<const DataComm*>(comm)->tel_;
+}
+
+std::vector<std::uint16_t> subflowLocalPorts(const CommBase* comm) {
+  std::vector<std::uint16_t> out;
+  if (comm == nullptr || comm->kind == CommKind::kListen) return out;
+  for (const auto& fd : static_cast<const DataComm*>(comm)->fds_)
+    out.push_back(localPortOf(fd.get()));
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Histogram
+// ---------------------------------------------------------------------------------------------
+
+LatencyHistogram::Snapshot LatencyHistogram::snapshot() const noexcept {
+  Snapshot s;
+  for (std::size_t i = 0; i < buckets_.size(); ++i) {
+    s.buckets[i] = buckets_[i].load(std::memory_order_relaxed);
+  }
+  s.count = count_.load(std::memory_order_relaxed);
+  s.sum = sum_.load(std::memory_order_relaxed);
+  return s;
+}
+
+report::LatencySummary LatencyHistogram::summarize(const Snapshot& before, const Snapshot& now,
+                                                   std::uint64_t intervalMax) {
+  report::LatencySummary out;
+  out.count = now.count - before.count;
+  out.sumUs = now.sum - before.sum;
+  out.maxUs = out.count > 0 ? intervalMax : 0;
+  if (out.count == 0) return out;
+  auto pct = [&](double q) -> std::uint64_t {
+    // Nearest rank: the smallest value with at least q of the samples at or below it.
+    auto rank = static_cast<std::uint64_t>(std::ceil(q * static_cast<double>(out.count)));
+    if (rank == 0) rank = 1;
+    std::uint64_t acc = 0;
+    for (int b = 0; b < kBuckets; ++b) {
+      auto i = static_cast<std::size_t>(b);
+      acc += now.buckets[i] - before.buckets[i];
+      if (acc >= rank) {
+        std::uint64_t upper = b == 0 ? 0 : (std::uint64_t{1} << b) - 1;
+        return std::min(upper, out.maxUs);
+      }
+    }
+    return out.maxUs;
+  };
+  out.p50Us = pct(0.5);
+  out.p99Us = pct(0.99);
+  return out;
+}
+
+}  // namespace c4::plugin

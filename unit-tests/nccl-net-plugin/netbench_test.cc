@@ -1,0 +1,192 @@
+// c4-netbench end to end on localhost: collectives verify every byte (exit 3 on a wrong word), the
+// baseline runs the same ring, and training resumes from checkpoints to the same final checksum.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <thread>
+
+#include "c4/common/report.h"
+#include "c4/common/unix_socket.h"
+#include "training.h"
+
+namespace c4::netbench {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Outcome {
+  int rc = -1;
+  std::string out;
+};
+
+Outcome run(const std::string& args, const std::string& env = "") {
+  std::string cmd =
+      "C4_SOCKET_IFNAME=lo " + env + " " + std::string(C4_NETBENCH) + " " + args + " 2>&1";
+  Outcome r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  std::array<char, 4096> buf{};
+  while (std::fgets(buf.data(), buf.size(), p) != nullptr) r.out += buf.data();
+  int status = ::pclose(p);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string field(const std::string& out, const std::string& key) {
+  auto pos = out.find(key + "=");
+  if (pos == std::string::npos) return "";
+  pos += key.size() + 1;
+  return out.substr(pos, out.find_first_of(" \n", pos) - pos);
+}
+
+struct NetbenchTest : ::testing::Test {
+  void SetUp() override {
+    dir = fs::temp_directory_path() /
+          ("c4-netbench-test-" + std::to_string(::getpid()) + "-" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir);
+  }
+  void TearDown() override { fs::remove_all(dir); }
+  fs::path dir;
+};
+
+TEST_F(NetbenchTest, AllreduceOverPluginAndBaselineVerifies) {
+  for (const char* mode : {"", "--baseline"}) {
+    Outcome r = run(std::string("--launch 3 -b 4 -e 4M -f 4 -n 2 -w 1 ") + mode);
+    EXPECT_EQ(r.rc, 0) << r.out;
+    EXPECT_NE(r.out.find("4194304"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find(" 1\n"), std::string::npos) << "wrong words reported:\n" << r.out;
+  }
+}
+
+TEST_F(NetbenchTest, AllToAllJson) {
+  Outcome r = run("--launch 3 --op alltoall -b 12 -e 3M -f 16 -n 2 -w 1 --json");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("\"op\":\"alltoall\""), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"wrong\":0"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("\"wrong\":1"), std::string::npos) << r.out;
+}
+
+TEST_F(NetbenchTest, TrainingResumesToTheSameChecksum) {
+  std::string common = "--launch 2 --state-bytes 256K --checkpoint-every 3 ";
+  Outcome straight = run(common + "--steps 12 --checkpoint-dir " + (dir / "a").string());
+  ASSERT_EQ(straight.rc, 0) << straight.out;
+  std::string sum = field(straight.out, "checksum");
+  ASSERT_FALSE(sum.empty()) << straight.out;
+  EXPECT_EQ(field(straight.out, "resumed_from"), "0");
+  // Stopped after step 7 (last checkpoint 6), then restarted with the full step count.
+  Outcome first = run(common + "--steps 7 --checkpoint-dir " + (dir / "b").string());
+  ASSERT_EQ(first.rc, 0) << first.out;
+  Outcome resumed = run(common + "--steps 12 --checkpoint-dir " + (dir / "b").string());
+  ASSERT_EQ(resumed.rc, 0) << resumed.out;
+  EXPECT_EQ(field(resumed.out, "resumed_from"), "6");
+  EXPECT_EQ(field(resumed.out, "checksum"), sum);
+  // The same over the baseline transport.
+  Outcome base = run(common + "--baseline --steps 12 --checkpoint-dir " + (dir / "c").string());
+  ASSERT_EQ(base.rc, 0) << base.out;
+  EXPECT_EQ(field(base.out, "checksum"), sum);
+}
+
+TEST_F(NetbenchTest, TrainingSurvivesKill) {
+  std::string ckpt = (dir / "k").string();
+  std::string args =
+      "--launch 2 --state-bytes 64K --checkpoint-every 2 --step-compute-ms 20 "
+      "--steps 40 --checkpoint-dir " +
+      ckpt;
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::setenv("C4_SOCKET_IFNAME", "lo", 1);
+    std::string cmd = std::string(C4_NETBENCH) + " " + args + " >/dev/null 2>&1";
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::setpgid(pid, pid);
+  // Wait (real time, bounded) until both ranks wrote checkpoint 4, then kill everything.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline &&
+         !(listCheckpoints(ckpt, 0, 16384).size() >= 2 &&
+           listCheckpoints(ckpt, 1, 16384).size() >= 2)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ::kill(-pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  Outcome resumed =
+      run("--launch 2 --state-bytes 64K --checkpoint-every 2 --steps 40 "
+          "--checkpoint-dir " +
+          ckpt);
+  ASSERT_EQ(resumed.rc, 0) << resumed.out;
+  EXPECT_GE(std::stoi(field(resumed.out, "resumed_from")), 4);
+  Outcome straight = run("--launch 2 --state-bytes 64K --steps 40");
+  ASSERT_EQ(straight.rc, 0) << straight.out;
+  EXPECT_EQ(field(resumed.out, "checksum"), field(straight.out, "checksum"));
+}
+
+TEST_F(NetbenchTest, TrainingSendsProgressAndCheckpointNotices) {
+  std::string path = "@c4-netbench-test-" + std::to_string(::getpid());
+  auto server = UnixDatagramServer::bind(path);
+  ASSERT_TRUE(server.has_value());
+  // Datagram queues are short: drain while the ranks run.
+  int progress = 0, finished = 0, checkpoints = 0;
+  std::atomic<bool> stop{false};
+  std::vector<report::CheckpointNotice> ckpts;
+  std::thread reader([&] {
+    while (!stop.load()) {
+      auto d = server->receive(std::chrono::milliseconds(50));
+      if (!d || !*d) continue;
+      auto m = report::decodeMessageCbor((*d)->bytes);
+      if (!m) continue;
+      if (auto* p = std::get_if<report::ProgressNotice>(&*m)) {
+        (p->state == report::ProgressState::kFinished ? finished : progress)++;
+      }
+      if (auto* c = std::get_if<report::CheckpointNotice>(&*m)) ckpts.push_back(*c);
+    }
+  });
+  Outcome r = run("--launch 2 --state-bytes 16K --steps 6 --checkpoint-every 3 --checkpoint-dir " +
+                      (dir / "n").string(),
+                  "C4_AGENT_SOCKET=" + path + " C4_REPORT_INTERVAL_MS=3600000");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // last datagrams in flight
+  stop = true;
+  reader.join();
+  ASSERT_EQ(r.rc, 0) << r.out;
+  for (const auto& c : ckpts) {
+    checkpoints++;
+    EXPECT_TRUE(c.step == 3 || c.step == 6);
+    EXPECT_TRUE(fs::exists(c.path)) << c.path;
+  }
+  EXPECT_EQ(progress, 12);  // 6 steps x 2 ranks
+  EXPECT_EQ(finished, 2);
+  EXPECT_EQ(checkpoints, 4);
+}
+
+TEST(Checkpoint, CorruptFilesAreIgnored) {
+  auto d = (fs::temp_directory_path() / ("c4-ckpt-" + std::to_string(::getpid()))).string();
+  std::vector<std::uint32_t> s(100, 7);
+  ASSERT_TRUE(writeCheckpoint(d, 0, 5, s));
+  ASSERT_TRUE(writeCheckpoint(d, 0, 10, s));
+  EXPECT_EQ(listCheckpoints(d, 0, 100), (std::vector<int>{5, 10}));
+  {
+    FILE* f = std::fopen((fs::path(d) / "ckpt-00000010.rank-0.bin").c_str(), "r+b");
+    ASSERT_NE(f, nullptr);
+    std::fseek(f, 40, SEEK_SET);
+    std::fputc(0x55, f);
+    std::fclose(f);
+  }
+  EXPECT_EQ(listCheckpoints(d, 0, 100), (std::vector<int>{5}));
+  EXPECT_FALSE(readCheckpoint(d, 0, 10, 100).has_value());
+  ASSERT_TRUE(writeCheckpoint(d, 0, 15, s));
+  ASSERT_TRUE(writeCheckpoint(d, 0, 20, s));
+  EXPECT_EQ(listCheckpoints(d, 0, 100), (std::vector<int>{15, 20}));  // two newest kept
+  fs::remove_all(d);
+}
+
+}  // namespace
+}  // namespace c4::netbench

@@ -1,0 +1,188 @@
+// Traffic plan: strict parsing, subflows bound to planned source ports, and a weight change that
+// moves bytes between subflows of a live connection.
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "c4/common/log.h"
+#include "test_util.h"
+
+namespace c4::plugin {
+namespace {
+
+using namespace c4::plugin::testing;
+namespace fs = std::filesystem;
+
+TEST(PlanParse, AcceptsTheDocumentedSchema) {
+  auto p = parsePlan(R"({"version": 3, "default": {"subflows": 2},
+    "pairs": [{"localNode": "a", "peerNode": "b",
+               "subflows": [{"localPort": 40001, "pathId": 0, "weight": 2},
+                            {"localPort": 0, "pathId": 1, "weight": 0.5}]}]})");
+  ASSERT_TRUE(p.has_value()) << p.error().toString();
+  EXPECT_EQ(p->version, 3);
+  EXPECT_EQ(p->defaultSubflows, 2);
+  const PlanPair* pair = p->find("a", nodeHash("b"));
+  ASSERT_NE(pair, nullptr);
+  ASSERT_EQ(pair->subflows.size(), 2u);
+  EXPECT_EQ(pair->subflows[0].localPort, 40001);
+  EXPECT_EQ(pair->subflows[1].pathId, 1);
+  EXPECT_DOUBLE_EQ(pair->subflows[1].weight, 0.5);
+  EXPECT_EQ(p->find("b", nodeHash("a")), nullptr);
+}
+
+TEST(PlanParse, RejectsBadInputWithTheField) {
+  struct Case {
+    const char* json;
+    const char* field;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"not json", "$"},
+           {"[]", "$"},
+           {R"({"pairs": []})", "$.version"},
+           {R"({"version": -1})", "$.version"},
+           {R"({"version": 1, "extra": 1})", "$.extra"},
+           {R"({"version": 1, "default": {"subflows": 0}})", "$.default.subflows"},
+           {R"({"version": 1, "pairs": [{"localNode": "a", "peerNode": "b", "subflows": []}]})",
+            "$.pairs[0].subflows"},
+           {R"({"version": 1, "pairs": [{"localNode": "a", "peerNode": "b",
+              "subflows": [{"localPort": 70000}]}]})",
+            "localPort"},
+           {R"({"version": 1, "pairs": [{"localNode": "a", "peerNode": "b",
+              "subflows": [{"weight": 0}]}]})",
+            "at least one weight"},
+           {R"({"version": 1, "pairs": [{"localNode": "a", "peerNode": "b",
+              "subflows": [{"weight": -1}]}]})",
+            "weight"},
+           {R"({"version": 1, "pairs": [{"localNode": "", "peerNode": "b",
+              "subflows": [{}]}]})",
+            "localNode"},
+       }) {
+    auto p = parsePlan(c.json);
+    ASSERT_FALSE(p.has_value()) << c.json;
+    EXPECT_NE(p.error().message.find(c.field), std::string::npos)
+        << c.json << " -> " << p.error().message;
+  }
+}
+
+struct PlanFileTest : ::testing::Test {
+  void SetUp() override {
+    dir = fs::temp_directory_path() /
+          ("c4-plan-test-" + std::to_string(::getpid()) + "-" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir);
+    file = (dir / "plan.json").string();
+  }
+  void TearDown() override { fs::remove_all(dir); }
+  // Atomic replace, as a ConfigMap update does (new inode).
+  void write(const std::string& text) {
+    std::string tmp = file + ".tmp";
+    std::ofstream(tmp) << text;
+    fs::rename(tmp, file);
+  }
+  fs::path dir;
+  std::string file;
+};
+
+TEST_F(PlanFileTest, MissingOrInvalidPlanWarnsOnceAndFallsBack) {
+  auto sink = std::make_shared<CaptureLogSink>();
+  setLogSink(sink);
+  PlanWatcher w(file);
+  EXPECT_FALSE(w.poll());
+  EXPECT_FALSE(w.poll());
+  write("{broken");
+  EXPECT_FALSE(w.poll());
+  EXPECT_EQ(w.current(), nullptr);
+  int warnings = 0;
+  for (const auto& r : sink->records()) warnings += r.level == LogLevel::kWarn ? 1 : 0;
+  EXPECT_EQ(warnings, 2);  // one for "missing", one for "invalid": not one per poll
+  write(R"({"version": 9})");
+  EXPECT_TRUE(w.poll());
+  ASSERT_NE(w.current(), nullptr);
+  EXPECT_EQ(w.current()->version, 9);
+  write("{broken again");
+  EXPECT_FALSE(w.poll());
+  EXPECT_EQ(w.current()->version, 9);  // the last valid plan stays
+  setLogSink(std::make_shared<StderrLogSink>());
+}
+
+std::uint16_t freePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+TEST_F(PlanFileTest, SubflowsBindPlannedPortsAndFollowWeightChanges) {
+  std::uint16_t p0 = freePort(), p1 = freePort();
+  auto planText = [&](int version, double w0, double w1) {
+    return "{\"version\": " + std::to_string(version) +
+           ", \"pairs\": [{\"localNode\": \"node-a\", \"peerNode\": \"node-b\", \"subflows\": ["
+           "{\"localPort\": " +
+           std::to_string(p0) + ", \"pathId\": 10, \"weight\": " + std::to_string(w0) +
+           "}, {\"localPort\": " + std::to_string(p1) +
+           ", \"pathId\": 11, \"weight\": " + std::to_string(w1) + "}]}]}";
+  };
+  write(planText(1, 1, 0));
+  auto cfgA = baseConfig("node-a", 0);
+  cfgA.planFile = file;
+  cfgA.planPollMs = 3600 * 1000;  // explicit polls only
+  auto a = makeContext(cfgA);
+  auto b = makeContext(baseConfig("node-b", 1));
+  EXPECT_EQ(a->planVersion(), 1);
+  Pair p = connectPair(*a, *b);
+  ASSERT_NE(p.send, nullptr);
+  // Two planned subflows (not C4_SUBFLOWS=4), bound to the planned ports.
+  EXPECT_EQ(subflowLocalPorts(p.send), (std::vector<std::uint16_t>{p0, p1}));
+  auto tel = telemetryOf(p.send);
+  EXPECT_EQ(tel->subflows[0].pathId, 10);
+  EXPECT_EQ(tel->subflows[1].pathId, 11);
+  auto transfer = [&](std::size_t n) {
+    std::vector<char> src(n), dst(n);
+    void* d[1] = {dst.data()};
+    std::size_t s[1] = {n};
+    int t[1] = {0};
+    auto r = irecv(p.recv, 1, d, s, t);
+    auto w = isend(p.send, src.data(), n, 0);
+    ASSERT_TRUE(r && *r && w && *w);
+    ASSERT_EQ(waitRequest(*w), "");
+    ASSERT_EQ(waitRequest(*r), "");
+  };
+  transfer(4 << 20);
+  EXPECT_EQ(tel->subflows[0].bytes.load(), 4u << 20);
+  EXPECT_EQ(tel->subflows[1].bytes.load(), 0u);
+  // Path 10 fails: the operator moves all weight to subflow 1. No reconnect.
+  write(planText(2, 0, 1));
+  a->tickNow(false);
+  EXPECT_EQ(a->planVersion(), 2);
+  transfer(4 << 20);
+  EXPECT_EQ(tel->subflows[0].bytes.load(), 4u << 20);
+  EXPECT_EQ(tel->subflows[1].bytes.load(), 4u << 20);
+  // Even split.
+  write(planText(3, 1, 1));
+  a->tickNow(false);
+  transfer(8 << 20);
+  EXPECT_EQ(tel->subflows[0].bytes.load(), 8u << 20);
+  EXPECT_EQ(tel->subflows[1].bytes.load(), 8u << 20);
+}
+
+TEST_F(PlanFileTest, UnplannedPairUsesDefaultSpread) {
+  write(R"({"version": 4, "default": {"subflows": 3}})");
+  auto cfgA = baseConfig("node-a", 0);
+  cfgA.planFile = file;
+  auto a = makeContext(cfgA);
+  auto b = makeContext(baseConfig("node-b", 1));
+  Pair p = connectPair(*a, *b);
+  ASSERT_NE(p.send, nullptr);
+  EXPECT_EQ(subflowLocalPorts(p.send).size(), 3u);
+  EXPECT_EQ(subflowLocalPorts(p.recv).size(), 3u);
+}
+
+}  // namespace
+}  // namespace c4::plugin

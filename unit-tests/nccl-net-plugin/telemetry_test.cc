@@ -1,0 +1,266 @@
+// Telemetry: reports with correct counts reach the agent socket, a stalled peer raises an anomaly
+// notice (simulated time), a missing agent costs nothing and is counted.
+#include <chrono>
+#include <filesystem>
+
+#include "c4/common/unix_socket.h"
+#include "test_util.h"
+
+namespace c4::plugin {
+namespace {
+
+using namespace c4::plugin::testing;
+namespace fs = std::filesystem;
+
+std::string tempSocket(const char* name) {
+  return "@c4-plugin-test-" + std::to_string(::getpid()) + "-" + name;
+}
+
+std::vector<report::Message> drain(UnixDatagramServer& server) {
+  std::vector<report::Message> out;
+  for (;;) {
+    auto d = server.receive(std::chrono::milliseconds(200));
+    if (!d || !*d) break;
+    auto m = report::decodeMessageCbor((*d)->bytes);
+    EXPECT_TRUE(m.has_value()) << (m ? "" : m.error().toString());
+    if (m) out.push_back(std::move(*m));
+  }
+  return out;
+}
+
+TEST(Telemetry, ReportCarriesCountsPeerAndSubflows) {
+  auto path = tempSocket("report");
+  auto server = UnixDatagramServer::bind(path);
+  ASSERT_TRUE(server.has_value());
+  SimulatedClock clock;
+  auto cfgA = baseConfig("node-a", 0);
+  cfgA.agentSocket = path;
+  cfgA.reportIntervalMs = 3600 * 1000;  // only explicit ticks
+  cfgA.stallMs = 3600 * 1000;
+  auto a = makeContext(cfgA, &clock);
+  auto b = makeContext(baseConfig("node-b", 1), &clock);
+  Pair p = connectPair(*a, *b);
+  ASSERT_NE(p.send, nullptr);
+  std::vector<unsigned char> src(1 << 20), dst(1 << 20);
+  std::uint64_t sent = 0;
+  for (int i = 0; i < 10; ++i) {
+    std::size_t n = static_cast<std::size_t>(1000 * (i + 1));
+    void* d[1] = {dst.data()};
+    std::size_t s[1] = {dst.size()};
+    int t[1] = {0};
+    auto r = irecv(p.recv, 1, d, s, t);
+    auto w = isend(p.send, src.data(), n, 0);
+    ASSERT_TRUE(r && *r && w && *w);
+    ASSERT_EQ(waitRequest(*w), "");
+    ASSERT_EQ(waitRequest(*r), "");
+    sent += n;
+  }
+  a->tickNow(true);
+  auto msgs = drain(*server);
+  ASSERT_EQ(msgs.size(), 1u);
+  auto* rep = std::get_if<report::RankReport>(&msgs[0]);
+  ASSERT_NE(rep, nullptr);
+  EXPECT_EQ(rep->id.rank, 0);
+  EXPECT_EQ(rep->id.node, "node-a");
+  EXPECT_EQ(rep->planVersion, -1);
+  ASSERT_EQ(rep->connections.size(), 1u);
+  const auto& c = rep->connections[0];
+  EXPECT_EQ(c.direction, report::Direction::kSend);
+  EXPECT_EQ(c.peerRank, 1);
+  EXPECT_EQ(c.peerNode, "node-b");
+  EXPECT_EQ(c.peerPod, "node-b-pod");
+  EXPECT_EQ(c.ops, 10u);
+  EXPECT_EQ(c.bytes, sent);
+  EXPECT_EQ(c.inflight, 0u);
+  EXPECT_EQ(c.oldestInflightUs, 0u);
+  EXPECT_EQ(c.wait.count, 10u);
+  EXPECT_EQ(c.transfer.count, 10u);
+  ASSERT_EQ(c.subflows.size(), 4u);
+  std::uint64_t sum = 0;
+  for (const auto& sf : c.subflows) sum += sf.bytes;
+  EXPECT_EQ(sum, sent);
+  // The next report covers a new interval: no new ops, cumulative bytes unchanged.
+  a->tickNow(true);
+  msgs = drain(*server);
+  ASSERT_EQ(msgs.size(), 1u);
+  rep = std::get_if<report::RankReport>(&msgs[0]);
+  ASSERT_NE(rep, nullptr);
+  EXPECT_EQ(rep->connections[0].wait.count, 0u);
+  EXPECT_EQ(rep->connections[0].bytes, sent);
+  EXPECT_GT(rep->seq, 1u);
+}
+
+TEST(Telemetry, StalledPeerRaisesAnomalyNotice) {
+  auto path = tempSocket("stall");
+  auto server = UnixDatagramServer::bind(path);
+  ASSERT_TRUE(server.has_value());
+  SimulatedClock clock;
+  auto cfgB = baseConfig("node-b", 1);
+  cfgB.agentSocket = path;
+  cfgB.stallMs = 2000;
+  cfgB.reportIntervalMs = 3600 * 1000;
+  auto a = makeContext(baseConfig("node-a", 0), &clock);
+  auto b = makeContext(cfgB, &clock);
+  Pair p = connectPair(*a, *b);
+  ASSERT_NE(p.send, nullptr);
+  char buf[64];
+  void* d[1] = {buf};
+  std::size_t s[1] = {sizeof(buf)};
+  int t[1] = {0};
+  auto r = irecv(p.recv, 1, d, s, t);  // the peer never sends: the op stalls
+  ASSERT_TRUE(r && *r);
+  clock.advance(std::chrono::milliseconds(1000));
+  b->tickNow(false);
+  EXPECT_TRUE(drain(*server).empty()) << "no notice before C4_STALL_MS";
+  clock.advance(std::chrono::milliseconds(1500));
+  b->tickNow(false);
+  auto msgs = drain(*server);
+  ASSERT_EQ(msgs.size(), 1u);
+  auto* n = std::get_if<report::AnomalyNotice>(&msgs[0]);
+  ASSERT_NE(n, nullptr);
+  EXPECT_EQ(n->kind, report::AnomalyKind::kStall);
+  EXPECT_EQ(n->peerRank, 0);
+  EXPECT_EQ(n->peerNode, "node-a");
+  EXPECT_EQ(n->direction, report::Direction::kRecv);
+  EXPECT_EQ(n->ageUs, 2'500'000u);
+  // Once per op.
+  clock.advance(std::chrono::milliseconds(5000));
+  b->tickNow(false);
+  EXPECT_TRUE(drain(*server).empty());
+  // The periodic report shows the op in flight with its age.
+  b->tickNow(true);
+  msgs = drain(*server);
+  ASSERT_EQ(msgs.size(), 1u);
+  auto* rep = std::get_if<report::RankReport>(&msgs[0]);
+  ASSERT_NE(rep, nullptr);
+  ASSERT_EQ(rep->connections.size(), 1u);
+  EXPECT_EQ(rep->connections[0].inflight, 1u);
+  EXPECT_EQ(rep->connections[0].oldestInflightUs, 7'500'000u);
+}
+
+TEST(Telemetry, ReporterThreadUsesInjectedClock) {
+  auto path = tempSocket("periodic");
+  auto server = UnixDatagramServer::bind(path);
+  ASSERT_TRUE(server.has_value());
+  SimulatedClock clock;
+  auto cfg = baseConfig("node-a", 0);
+  cfg.agentSocket = path;
+  cfg.reportIntervalMs = 1000;
+  auto a = makeContext(cfg, &clock);
+  ASSERT_TRUE(clock.awaitWaiters(1));
+  clock.advance(std::chrono::milliseconds(1000));
+  auto d = server->receive(std::chrono::seconds(10));
+  ASSERT_TRUE(d && *d);
+  auto m = report::decodeMessageCbor((*d)->bytes);
+  ASSERT_TRUE(m.has_value());
+  EXPECT_NE(std::get_if<report::RankReport>(&*m), nullptr);
+}
+
+TEST(Telemetry, MissingAgentNeverBlocksAndCountsDrops) {
+  auto cfg = baseConfig("node-a", 0);
+  cfg.agentSocket = tempSocket("nobody-listens");
+  cfg.reportIntervalMs = 3600 * 1000;
+  auto a = makeContext(cfg);
+  auto b = makeContext(baseConfig("node-b", 1));
+  Pair p = connectPair(*a, *b);
+  ASSERT_NE(p.send, nullptr);
+  constexpr int kReports = 500;
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < kReports; ++i) a->tickNow(true);
+  auto perReport = (std::chrono::steady_clock::now() - start) / kReports;
+  EXPECT_EQ(a->droppedMessages(), static_cast<std::uint64_t>(kReports));
+  EXPECT_EQ(a->sentMessages(), 0u);
+  // Generous bound (sanitizers, shared CI cores): a blocked send would take seconds.
+  EXPECT_LT(perReport, std::chrono::milliseconds(5));
+  // The data path keeps working while reports are dropped.
+  std::vector<char> src(1 << 16), dst(1 << 16);
+  void* d[1] = {dst.data()};
+  std::size_t s[1] = {dst.size()};
+  int t[1] = {0};
+  auto r = irecv(p.recv, 1, d, s, t);
+  auto w = isend(p.send, src.data(), src.size(), 0);
+  ASSERT_TRUE(r && *r && w && *w);
+  EXPECT_EQ(waitRequest(*w), "");
+  EXPECT_EQ(waitRequest(*r), "");
+}
+
+TEST(Telemetry, ConnectionFailureIsReported) {
+  auto path = tempSocket("failure");
+  auto server = UnixDatagramServer::bind(path);
+  ASSERT_TRUE(server.has_value());
+  auto cfgB = baseConfig("node-b", 1);
+  cfgB.agentSocket = path;
+  cfgB.reportIntervalMs = 3600 * 1000;
+  cfgB.stallMs = 3600 * 1000;
+  auto a = makeContext(baseConfig("node-a", 0));
+  auto b = makeContext(cfgB);
+  Pair p = connectPair(*a, *b);
+  ASSERT_NE(p.send, nullptr);
+  char buf[64];
+  void* d[1] = {buf};
+  std::size_t s[1] = {sizeof(buf)};
+  int t[1] = {0};
+  auto r = irecv(p.recv, 1, d, s, t);
+  ASSERT_TRUE(r && *r);
+  a.reset();
+  EXPECT_NE(waitRequest(*r, nullptr, std::chrono::seconds(5)), "");
+  b->tickNow(false);
+  auto msgs = drain(*server);
+  ASSERT_EQ(msgs.size(), 1u);
+  auto* n = std::get_if<report::AnomalyNotice>(&msgs[0]);
+  ASSERT_NE(n, nullptr);
+  EXPECT_EQ(n->kind, report::AnomalyKind::kPeerClosed);
+}
+
+TEST(Telemetry, LargeReportsAreSplitIntoParts) {
+  report::RankReport r;
+  r.id.node = "node-a";
+  r.id.rank = 3;
+  r.seq = 17;
+  r.timeUnixNs = 1'700'000'000'000'000'000;
+  for (std::uint64_t i = 0; i < 100; ++i) {
+    report::ConnectionStats c;
+    c.id = i + 1;
+    c.peerNode = "node-b";
+    c.subflows.resize(4);
+    r.connections.push_back(c);
+  }
+  auto whole = encodeReportParts(r, report::kMaxDatagramBytes);
+  ASSERT_TRUE(whole.has_value()) << whole.error().toString();
+  EXPECT_EQ(whole->size(), 1u);
+  std::size_t limit = (*whole)[0].size() / 5;
+  auto parts = encodeReportParts(r, limit);
+  ASSERT_TRUE(parts.has_value()) << parts.error().toString();
+  EXPECT_GE(parts->size(), 5u);
+  std::vector<std::uint64_t> ids;
+  for (std::size_t p = 0; p < parts->size(); ++p) {
+    EXPECT_LE((*parts)[p].size(), limit);
+    auto m = report::decodeMessageCbor((*parts)[p]);
+    ASSERT_TRUE(m.has_value());
+    auto* rep = std::get_if<report::RankReport>(&*m);
+    ASSERT_NE(rep, nullptr);
+    EXPECT_EQ(rep->seq, 17u);
+    EXPECT_EQ(rep->part, p);
+    EXPECT_EQ(rep->parts, parts->size());
+    for (const auto& c : rep->connections) ids.push_back(c.id);
+  }
+  ASSERT_EQ(ids.size(), 100u);  // every connection exactly once, in order
+  for (std::size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(ids[i], i + 1);
+  EXPECT_FALSE(encodeReportParts(r, 10).has_value());  // cannot fit: an error, not a loop
+}
+
+TEST(Telemetry, HistogramSummaryIsBucketed) {
+  LatencyHistogram h;
+  auto before = h.snapshot();
+  for (std::uint64_t v : {0u, 1u, 3u, 100u, 100u, 100u, 5000u}) h.record(v);
+  auto s = LatencyHistogram::summarize(before, h.snapshot(), h.takeIntervalMax());
+  EXPECT_EQ(s.count, 7u);
+  EXPECT_EQ(s.sumUs, 5304u);
+  EXPECT_EQ(s.maxUs, 5000u);
+  EXPECT_EQ(s.p50Us, 127u);  // 100 lies in [64, 127]
+  EXPECT_EQ(s.p99Us, 5000u);
+  EXPECT_EQ(h.takeIntervalMax(), 0u);
+}
+
+}  // namespace
+}  // namespace c4::plugin
