@@ -170,8 +170,10 @@ TEST(Telemetry, MissingAgentNeverBlocksAndCountsDrops) {
   auto perReport = (std::chrono::steady_clock::now() - start) / kReports;
   EXPECT_EQ(a->droppedMessages(), static_cast<std::uint64_t>(kReports));
   EXPECT_EQ(a->sentMessages(), 0u);
-  // Generous bound (sanitizers, shared CI cores): a blocked send would take seconds.
-  EXPECT_LT(perReport, std::chrono::milliseconds(5));
+  // A blocked send would take seconds; building and encoding a report takes well under a
+  // millisecond in Release but ~10 ms in a Debug+ASan build on loaded shared cores, so the bound
+  // separates "never waits" from "waits", not fast from slow (speed lives in bench/).
+  EXPECT_LT(perReport, std::chrono::milliseconds(100));
   // The data path keeps working while reports are dropped.
   std::vector<char> src(1 << 16), dst(1 << 16);
   void* d[1] = {dst.data()};
