@@ -256,6 +256,7 @@ Result<ReconcileResult> TrainingJobController::reconcile(const std::string& key)
     }
     log.info("Pod deleted", {{"pod", d.name}, {"force", d.force}, {"why", d.why}});
   }
+  std::size_t created_count = 0;
   for (const auto& pod : plan.pods_to_create) {
     auto created = client_.create(resources::pods(), objectNamespace(job), pod);
     if (!created) {
@@ -265,10 +266,9 @@ Result<ReconcileResult> TrainingJobController::reconcile(const std::string& key)
       return std::unexpected(created.error().withContext("create pod " + objectName(pod)));
     }
     pods_created_.get().inc();
+    ++created_count;
   }
-  if (!plan.pods_to_create.empty()) {
-    log.info("Pods created", {{"count", plan.pods_to_create.size()}});
-  }
+  if (created_count > 0) log.info("Pods created", {{"count", created_count}});
   return ReconcileResult{plan.requeue_after};
 }
 

@@ -139,6 +139,8 @@ bool LeaderElector::run(const std::function<void()>& on_started,
   leader_ = false;
   if (lost) {
     log_.error("Lost leadership: could not renew the lease within the renew deadline");
+  } else if (!config_.release_on_stop) {
+    log_.info("Stopped leading without releasing the lease");
   } else if (auto released = release(); !released) {
     log_.warn("Lease release failed", {{"error", released.error()}});
   } else {

@@ -449,6 +449,7 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
 
   // Pods this job controls, split by attempt.
   std::int64_t attempt = status.value("restarts", std::int64_t{0});
+  status["restarts"] = attempt;  // always present, so the printer column shows 0
   std::vector<const Json*> pods;
   for (const auto& pod : all_pods) {
     if (isControlledBy(pod, job)) pods.push_back(&pod);

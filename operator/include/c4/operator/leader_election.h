@@ -24,6 +24,8 @@ struct LeaderElectionConfig {
   Duration lease_duration = std::chrono::seconds{15};
   Duration renew_deadline = std::chrono::seconds{10};
   Duration retry_period = std::chrono::seconds{2};
+  // Give the lease up on stop() (a successor need not wait). Tests set false to play a crash.
+  bool release_on_stop = true;
 };
 
 class LeaderElector {
