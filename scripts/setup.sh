@@ -31,6 +31,9 @@ else
   echo "setup: all ${#PACKAGES[@]} Debian packages present"
 fi
 
+# Run-time packages of the test cluster harness (e2e/testenv).
+"$(dirname "$0")/../e2e/testenv/setup.sh"
+
 # Go builds the test control plane (e2e/testenv); it is not a C++ build dependency.
 if ! command -v go >/dev/null 2>&1 && [[ ! -x /usr/local/go/bin/go ]]; then
   echo "setup: warning: Go not found; the integration and e2e tiers need Go >= 1.24 to build" \

@@ -53,5 +53,7 @@ cmake --build build -j "$JOBS"
 if ((QUICK == 1)); then
   ctest --test-dir build -L unit --output-on-failure -j "$JOBS"
 else
+  echo "== Test control plane: build from Go modules or reuse the cache (e2e/testenv)"
+  e2e/testenv/testenv.sh build
   ctest --test-dir build --output-on-failure -j "$JOBS"
 fi

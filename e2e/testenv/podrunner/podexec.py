@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""Last step before a pod's container process: runs inside the pod's network namespace (via
+`ip netns exec`, which also gives it a private mount namespace) or under `unshare --mount`.
+Bind-mounts the pod's volumes at their mountPaths and its hosts file over /etc/hosts (root only),
+then execs the container command with the container environment. Standard library only.
+
+  podexec.py <spec.json>
+spec: {"argv": [...], "env": {...}, "workdir": str|null, "mounts": [{"src","dst","readOnly"}],
+       "hosts": path|null, "created_dirs": path}
+"""
+import ctypes
+import json
+import os
+import sys
+
+MS_RDONLY = 1
+MS_REMOUNT = 32
+MS_BIND = 4096
+MS_REC = 16384
+
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_void_p]
+
+
+def mount_bind(src, dst, read_only):
+    if libc.mount(src.encode(), dst.encode(), None, MS_BIND | MS_REC, None) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"bind mount {src} -> {dst}: {os.strerror(err)}")
+    if read_only:
+        libc.mount(None, dst.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY, None)
+
+
+def ensure_target(path, is_file, record):
+    """Creates a missing mount point (recording what it created so the runner can remove it)."""
+    missing = []
+    p = os.path.dirname(path) if is_file else path
+    while p and p != "/" and not os.path.exists(p):
+        missing.append(p)
+        p = os.path.dirname(p)
+    for d in reversed(missing):
+        os.mkdir(d)
+        record.write(d + "\n")
+    if is_file and not os.path.exists(path):
+        open(path, "a").close()
+        record.write(path + "\n")
+
+
+def main():
+    with open(sys.argv[1]) as f:
+        spec = json.load(f)
+    if os.geteuid() == 0:
+        with open(spec["created_dirs"], "a") as record:
+            for m in spec["mounts"]:
+                is_file = os.path.isfile(m["src"])
+                ensure_target(m["dst"], is_file, record)
+                mount_bind(m["src"], m["dst"], m.get("readOnly", False))
+        if spec.get("hosts"):
+            mount_bind(spec["hosts"], "/etc/hosts", False)
+    if spec.get("workdir"):
+        os.makedirs(spec["workdir"], exist_ok=True)
+        os.chdir(spec["workdir"])
+    argv = spec["argv"]
+    try:
+        os.execvpe(argv[0], argv, spec["env"])
+    except OSError as e:
+        print(f"podexec: cannot run {argv[0]!r}: {e}", file=sys.stderr)
+        sys.exit(127)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except Exception as e:  # noqa: BLE001 - any failure becomes a container start error
+        print(f"podexec: {e}", file=sys.stderr)
+        sys.exit(128)

@@ -1,0 +1,878 @@
+#!/usr/bin/env python3
+"""C4 pod runner: plays the kubelet (container runtime) for pods bound to the harness's KWOK
+nodes that carry the annotation `c4.dev/runner: process`.
+
+For each such pod it materialises the volumes, starts every container's command as a local
+process (inside the node's network namespace when the fabric is up), reports pod status
+(Running with podIP, then Succeeded/Failed with exit codes), keeps configMap/secret/token files
+up to date, writes /etc/hosts entries, and stops the processes on deletion (SIGTERM, grace
+period, SIGKILL). See e2e/README.md ("Pods as processes") for the details and the image table.
+
+  podrunner.py --dir DIR        (started by `testenv.sh up --pods`)
+"""
+import argparse
+import base64
+import datetime
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+import ctypes
+
+from kubernetes import client, config, watch
+from kubernetes.client.rest import ApiException
+
+ANNOTATION = "c4.dev/runner"
+ANNOTATION_VALUE = "process"
+HERE = os.path.dirname(os.path.abspath(__file__))
+PODEXEC = os.path.join(HERE, "podexec.py")
+IMAGE_TABLE = os.path.join(HERE, "images.tsv")
+REFRESH_SECONDS = 1.0
+CLONE_NEWNET = 0x40000000
+
+
+def now_iso():
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def log(msg, **kv):
+    extra = " ".join(f"{k}={v}" for k, v in kv.items())
+    print(f"{now_iso()} podrunner: {msg} {extra}".rstrip(), flush=True)
+
+
+def read_env_file(path):
+    out = {}
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line and not line.startswith("#") and "=" in line:
+                k, v = line.split("=", 1)
+                out[k] = v
+    return out
+
+
+def load_image_table():
+    """images.tsv: image -> (ENTRYPOINT argv, CMD argv); see the file's header."""
+    repo = os.environ.get("C4_REPO", os.path.abspath(os.path.join(HERE, "../../..")))
+    build = os.environ.get("C4_BUILD_DIR", os.path.join(repo, "build"))
+    table = {}
+    with open(IMAGE_TABLE) as f:
+        for line in f:
+            if not line.strip() or line.startswith("#"):
+                continue
+            parts = line.rstrip("\n").split("\t")
+
+            def argv(col):
+                col = col.replace("${C4_REPO}", repo).replace("${C4_BUILD_DIR}", build)
+                return [] if col == "-" else col.split()
+            table[parts[0]] = (argv(parts[1]), argv(parts[2]))
+    return table
+
+
+def image_repo(image):
+    """'docker.io/library/busybox:1.36@sha256:..' -> 'busybox'; 'c4/worker:v1' -> 'c4/worker'."""
+    name = image.split("@", 1)[0]
+    last = name.rsplit("/", 1)[-1]
+    if ":" in last:
+        name = name[: len(name) - len(last)] + last.split(":", 1)[0]
+    for prefix in ("docker.io/library/", "docker.io/", "library/"):
+        if name.startswith(prefix):
+            name = name[len(prefix):]
+    return name
+
+
+def expand(value, env):
+    """Kubernetes $(VAR) expansion: $$ escapes, unknown references stay as written."""
+    def repl(m):
+        if m.group(0) == "$$":
+            return "$"
+        return env.get(m.group(1), m.group(0))
+    return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)", repl, value)
+
+
+def write_if_changed(path, data, mode=0o644):
+    """Atomic replace (files inside a directory volume see it at once)."""
+    try:
+        with open(path, "rb") as f:
+            if f.read() == data:
+                return False
+    except OSError:
+        pass
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+    return True
+
+
+class NetnsApiProxy:
+    """Listens on 127.0.0.1:<api port> inside a node's network namespace and forwards every
+    connection to the API server on the host's loopback, so in-cluster configuration works."""
+
+    def __init__(self, netns, port):
+        self.netns, self.port = netns, port
+        libc = ctypes.CDLL(None, use_errno=True)
+        own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+        target = os.open(f"/run/netns/{netns}", os.O_RDONLY)
+        try:
+            if libc.setns(target, CLONE_NEWNET) != 0:
+                raise OSError(ctypes.get_errno(), f"setns {netns}")
+            try:
+                self.sock = socket.socket()
+                self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                self.sock.bind(("127.0.0.1", port))
+                self.sock.listen(128)
+            finally:
+                if libc.setns(own, CLONE_NEWNET) != 0:
+                    raise OSError(ctypes.get_errno(), "setns back")
+        finally:
+            os.close(own)
+            os.close(target)
+        threading.Thread(target=self.accept_loop, daemon=True).start()
+
+    def accept_loop(self):
+        while True:
+            conn, _ = self.sock.accept()
+            try:
+                up = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+                up.settimeout(None)
+            except OSError:
+                conn.close()
+                continue
+            for a, b in ((conn, up), (up, conn)):
+                threading.Thread(target=self.pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def pipe(src, dst):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+
+class Container:
+    def __init__(self, spec, init=False):
+        self.spec = spec
+        self.name = spec.name
+        self.init = init
+        self.proc = None
+        self.restart_count = 0
+        self.started_at = None
+        self.finished_at = None
+        self.exit_code = None
+        self.reason = None
+        self.message = None
+
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def status(self, image):
+        st = {"name": self.name, "image": image, "imageID": "", "restartCount": self.restart_count,
+              "ready": False, "started": False}
+        if self.running():
+            st["containerID"] = f"c4process://{self.proc.pid}"
+            st["state"] = {"running": {"startedAt": self.started_at}}
+            st["ready"] = not self.init
+            st["started"] = True
+        elif self.exit_code is not None:
+            st["state"] = {"terminated": {
+                "exitCode": self.exit_code, "reason": self.reason or (
+                    "Completed" if self.exit_code == 0 else "Error"),
+                "startedAt": self.started_at, "finishedAt": self.finished_at,
+                **({"message": self.message} if self.message else {})}}
+        else:
+            st["state"] = {"waiting": {"reason": self.reason or "ContainerCreating",
+                                       **({"message": self.message} if self.message else {})}}
+        return st
+
+
+class PodWorker:
+    """One pod's lifecycle, in its own thread."""
+
+    def __init__(self, runner, pod):
+        self.r = runner
+        self.pod = pod
+        self.ns = pod.metadata.namespace
+        self.name = pod.metadata.name
+        self.uid = pod.metadata.uid
+        self.node = pod.spec.node_name
+        self.ip = runner.node_ip(self.node)
+        self.dir = os.path.join(runner.dir, "pods", self.ns, self.name)
+        self.lock = threading.Lock()
+        self.deleting = threading.Event()
+        self.force_deleted = False
+        self.done = threading.Event()
+        self.init_containers = [Container(c, True) for c in (pod.spec.init_containers or [])]
+        self.containers = [Container(c) for c in pod.spec.containers]
+        self.phase = "Pending"
+        self.start_time = now_iso()
+        self.volumes = {}          # name -> host path
+        self.token_times = {}      # file path -> (issued monotonic, expiration seconds)
+        self.hosts_path = os.path.join(self.dir, "etc-hosts")
+        self.thread = threading.Thread(target=self.run, name=f"pod-{self.ns}-{self.name}",
+                                       daemon=True)
+
+    # ---- volumes --------------------------------------------------------------------------
+    def prepare_dir(self):
+        if os.path.isdir(self.dir):
+            try:
+                with open(os.path.join(self.dir, "uid")) as f:
+                    old = f.read().strip()
+            except OSError:
+                old = "unknown"
+            if old != self.uid:
+                shutil.move(self.dir, f"{self.dir}.{old[:8]}.{int(time.time())}")
+        os.makedirs(os.path.join(self.dir, "volumes"), exist_ok=True)
+        with open(os.path.join(self.dir, "uid"), "w") as f:
+            f.write(self.uid)
+
+    def field_ref(self, path):
+        md = self.pod.metadata
+        m = re.fullmatch(r"metadata\.(labels|annotations)\['(.+)'\]", path)
+        if m:
+            return ((md.labels if m.group(1) == "labels" else md.annotations) or {}).get(
+                m.group(2), "")
+        values = {
+            "metadata.name": md.name, "metadata.namespace": md.namespace, "metadata.uid": md.uid,
+            "spec.nodeName": self.node, "spec.serviceAccountName":
+                self.pod.spec.service_account_name or "default",
+            "status.podIP": self.ip, "status.podIPs": self.ip, "status.hostIP": self.ip,
+            "status.hostIPs": self.ip,
+        }
+        if path == "metadata.labels":
+            return "\n".join(f'{k}="{v}"' for k, v in sorted((md.labels or {}).items()))
+        if path == "metadata.annotations":
+            return "\n".join(f'{k}="{v}"' for k, v in sorted((md.annotations or {}).items()))
+        if path not in values:
+            raise ValueError(f"unsupported fieldRef {path}")
+        return values[path] or ""
+
+    def resource_ref(self, ref, container_name=None):
+        cname = ref.container_name or container_name
+        c = next((c for c in self.pod.spec.containers if c.name == cname), None)
+        res = (c.resources if c else None)
+        kind, _, rname = ref.resource.partition(".")
+        amounts = ((res.limits if kind == "limits" else res.requests) if res else None) or {}
+        val = amounts.get(rname)
+        if val is None:
+            return "64" if rname == "cpu" else str(512 * 1024 ** 3)
+        if rname == "cpu":
+            q = float(val[:-1]) / 1000 if val.endswith("m") else float(val)
+            return str(max(1, int(-(-q // 1))))
+        return str(val)
+
+    def key_items(self, data, items):
+        """data: {key: bytes}; items: k8s KeyToPath list or None -> {relative path: bytes}."""
+        if not items:
+            return dict(data)
+        out = {}
+        for it in items:
+            if it.key in data:
+                out[it.path] = data[it.key]
+        return out
+
+    def fetch_data(self, kind, name, optional):
+        try:
+            if kind == "configMap":
+                obj = self.r.v1.read_namespaced_config_map(name, self.ns)
+                data = {k: v.encode() for k, v in (obj.data or {}).items()}
+                data.update({k: base64.b64decode(v) for k, v in (obj.binary_data or {}).items()})
+            else:
+                obj = self.r.v1.read_namespaced_secret(name, self.ns)
+                data = {k: base64.b64decode(v) for k, v in (obj.data or {}).items()}
+            return data
+        except ApiException as e:
+            if e.status == 404 and optional:
+                return {}
+            raise
+
+    def token(self, src, path):
+        issued = self.token_times.get(path)
+        exp = src.expiration_seconds or 3607
+        if issued and time.monotonic() - issued[0] < 0.8 * issued[1] and os.path.exists(path):
+            return None
+        spec = {"expirationSeconds": exp,
+                "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": self.name,
+                                   "uid": self.uid}}
+        if src.audience:
+            spec["audiences"] = [src.audience]
+        sa = self.pod.spec.service_account_name or "default"
+        tr = self.r.v1.create_namespaced_service_account_token(sa, self.ns, {"spec": spec})
+        self.token_times[path] = (time.monotonic(), exp)
+        return tr.status.token.encode()
+
+    def render_volume(self, vol, first):
+        """(Re)writes the files of a configMap/secret/projected/downwardAPI volume."""
+        root = self.volumes[vol.name]
+        files = {}  # relative path -> (bytes, mode)
+        mode = 0o644
+
+        def add(items, m):
+            for p, d in items.items():
+                files[p] = (d, m)
+
+        if vol.config_map:
+            mode = vol.config_map.default_mode or mode
+            add(self.key_items(self.fetch_data("configMap", vol.config_map.name,
+                                               vol.config_map.optional), vol.config_map.items),
+                mode)
+        elif vol.secret:
+            mode = vol.secret.default_mode or mode
+            add(self.key_items(self.fetch_data("secret", vol.secret.secret_name,
+                                               vol.secret.optional), vol.secret.items), mode)
+        elif vol.downward_api:
+            mode = vol.downward_api.default_mode or mode
+            for it in vol.downward_api.items or []:
+                v = self.field_ref(it.field_ref.field_path) if it.field_ref else \
+                    self.resource_ref(it.resource_field_ref)
+                files[it.path] = (v.encode(), mode)
+        elif vol.projected:
+            mode = vol.projected.default_mode or mode
+            for src in vol.projected.sources or []:
+                if src.service_account_token:
+                    path = os.path.join(root, src.service_account_token.path)
+                    tok = self.token(src.service_account_token, path)
+                    if tok is not None:
+                        files[src.service_account_token.path] = (tok, 0o600 if mode == 0o644
+                                                                  else mode)
+                elif src.config_map:
+                    add(self.key_items(self.fetch_data("configMap", src.config_map.name,
+                                                       src.config_map.optional),
+                                       src.config_map.items), mode)
+                elif src.secret:
+                    add(self.key_items(self.fetch_data("secret", src.secret.name,
+                                                       src.secret.optional),
+                                       src.secret.items), mode)
+                elif src.downward_api:
+                    for it in src.downward_api.items or []:
+                        v = self.field_ref(it.field_ref.field_path) if it.field_ref else \
+                            self.resource_ref(it.resource_field_ref)
+                        files[it.path] = (v.encode(), mode)
+        changed = False
+        for rel, (data, m) in files.items():
+            changed |= write_if_changed(os.path.join(root, rel), data, m)
+        if changed and not first:
+            log("volume updated", pod=f"{self.ns}/{self.name}", volume=vol.name)
+
+    def materialise_volumes(self):
+        for vol in self.pod.spec.volumes or []:
+            if vol.host_path:
+                path = os.path.join(self.r.dir, "nodes", self.node, "root",
+                                    vol.host_path.path.lstrip("/"))
+                if vol.host_path.type in ("File", "FileOrCreate"):
+                    os.makedirs(os.path.dirname(path), exist_ok=True)
+                    open(path, "a").close()
+                else:
+                    os.makedirs(path, exist_ok=True)
+            else:
+                path = os.path.join(self.dir, "volumes", vol.name)
+                os.makedirs(path, exist_ok=True)
+            self.volumes[vol.name] = path
+        for vol in self.pod.spec.volumes or []:
+            if vol.config_map or vol.secret or vol.projected or vol.downward_api:
+                self.render_volume(vol, True)
+
+    def refresh(self):
+        """Called by the runner's refresher: keeps configMap/secret/token files current."""
+        if self.done.is_set() or self.deleting.is_set():
+            return
+        for vol in self.pod.spec.volumes or []:
+            if vol.config_map or vol.secret or vol.projected:
+                try:
+                    self.render_volume(vol, False)
+                except Exception as e:  # noqa: BLE001 - keep the old files
+                    log("volume refresh failed", pod=f"{self.ns}/{self.name}", volume=vol.name,
+                        error=e)
+
+    # ---- processes ------------------------------------------------------------------------
+    def container_env(self, c):
+        env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+               "HOSTNAME": self.pod.spec.hostname or self.name,
+               "HOME": "/root" if os.geteuid() == 0 else os.environ.get("HOME", "/tmp"),
+               "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+               "KUBERNETES_SERVICE_PORT": str(self.r.api_port),
+               "KUBERNETES_SERVICE_PORT_HTTPS": str(self.r.api_port),
+               "KUBERNETES_PORT": f"tcp://127.0.0.1:{self.r.api_port}",
+               "C4_TESTENV_DIR": self.r.dir,
+               "C4_POD_DIR": self.dir}
+        for name, path in self.volumes.items():
+            env["C4_VOLUME_" + re.sub(r"[^A-Za-z0-9]", "_", name).upper()] = path
+        for ef in c.env_from or []:
+            if ef.config_map_ref:
+                data = self.fetch_data("configMap", ef.config_map_ref.name,
+                                       ef.config_map_ref.optional)
+            elif ef.secret_ref:
+                data = self.fetch_data("secret", ef.secret_ref.name, ef.secret_ref.optional)
+            else:
+                continue
+            for k, v in data.items():
+                env[(ef.prefix or "") + k] = v.decode(errors="replace")
+        for e in c.env or []:
+            if e.value_from is None:
+                env[e.name] = expand(e.value or "", env)
+                continue
+            vf = e.value_from
+            if vf.field_ref:
+                env[e.name] = self.field_ref(vf.field_ref.field_path)
+            elif vf.resource_field_ref:
+                env[e.name] = self.resource_ref(vf.resource_field_ref, c.name)
+            elif vf.config_map_key_ref:
+                ref = vf.config_map_key_ref
+                data = self.fetch_data("configMap", ref.name, ref.optional)
+                if ref.key in data:
+                    env[e.name] = data[ref.key].decode(errors="replace")
+                elif not ref.optional:
+                    raise ValueError(f"configMap {ref.name} has no key {ref.key}")
+            elif vf.secret_key_ref:
+                ref = vf.secret_key_ref
+                data = self.fetch_data("secret", ref.name, ref.optional)
+                if ref.key in data:
+                    env[e.name] = data[ref.key].decode(errors="replace")
+                elif not ref.optional:
+                    raise ValueError(f"secret {ref.name} has no key {ref.key}")
+        return env
+
+    def start(self, c):
+        image = c.spec.image or ""
+        env = self.container_env(c.spec)
+        command = list(c.spec.command or [])
+        args = list(c.spec.args or [])
+        if not command:
+            known = self.r.images.get(image_repo(image))
+            if known is None:
+                raise ValueError(f"image {image!r} has no command and is not in the runner's "
+                                 f"image table ({IMAGE_TABLE})")
+            command = known[0]
+            args = args or known[1]
+        argv = [expand(a, env) for a in command + args]
+        if not argv:
+            raise ValueError(f"container {c.name} has nothing to run")
+        mounts = []
+        for vm in c.spec.volume_mounts or []:
+            src = self.volumes.get(vm.name)
+            if src is None:
+                raise ValueError(f"volumeMount {vm.name} has no volume")
+            if vm.sub_path:
+                src = os.path.join(src, vm.sub_path)
+                if not os.path.exists(src):
+                    os.makedirs(src, exist_ok=True)
+            mounts.append({"src": src, "dst": vm.mount_path, "readOnly": bool(vm.read_only)})
+        spec_path = os.path.join(self.dir, f"{c.name}.exec.json")
+        with open(spec_path, "w") as f:
+            json.dump({"argv": argv, "env": env, "workdir": c.spec.working_dir, "mounts": mounts,
+                       "hosts": self.hosts_path if os.geteuid() == 0 else None,
+                       "created_dirs": os.path.join(self.r.dir, "pods", "created-paths")}, f)
+        prefix = []
+        netns = self.r.netns_of(self.node)
+        if netns:
+            prefix = ["ip", "netns", "exec", netns]
+        elif os.geteuid() == 0:
+            prefix = ["unshare", "--mount", "--propagation", "private"]
+        logf = open(os.path.join(self.dir, f"{c.name}.log"), "ab")
+        c.proc = subprocess.Popen(prefix + [sys.executable, PODEXEC, spec_path], stdout=logf,
+                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                  start_new_session=True, close_fds=True)
+        logf.close()
+        with open(os.path.join(self.dir, f"{c.name}.pid"), "w") as f:
+            f.write(str(c.proc.pid))
+        c.started_at, c.exit_code, c.reason, c.message = now_iso(), None, None, None
+        log("started", pod=f"{self.ns}/{self.name}", container=c.name, pid=c.proc.pid,
+            netns=netns or "-", argv=json.dumps(argv))
+
+    def reap(self, c):
+        code = c.proc.returncode
+        c.exit_code = code if code >= 0 else 128 - code  # killed by signal N -> 128 + N
+        c.finished_at = now_iso()
+        if code < 0 and -code == signal.SIGKILL:
+            c.reason = "Killed" if not self.deleting.is_set() else "Error"
+        log("exited", pod=f"{self.ns}/{self.name}", container=c.name, exit_code=c.exit_code)
+
+    def stop_all(self, grace):
+        live = [c for c in self.init_containers + self.containers if c.running()]
+        for c in live:
+            try:
+                os.killpg(c.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(c.running() for c in live):
+            time.sleep(0.05)
+        for c in live:
+            if c.running():
+                log("grace period over, SIGKILL", pod=f"{self.ns}/{self.name}", container=c.name)
+                try:
+                    os.killpg(c.proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        for c in live:
+            c.proc.wait()
+            self.reap(c)
+
+    # ---- status ---------------------------------------------------------------------------
+    def patch_status(self, message=None, reason=None):
+        ready = self.phase == "Running" and all(c.running() for c in self.containers)
+        init_done = all(c.exit_code == 0 for c in self.init_containers)
+        t = now_iso()
+
+        def cond(kind, ok):
+            return {"type": kind, "status": "True" if ok else "False", "lastTransitionTime": t}
+        status = {
+            "phase": self.phase, "hostIP": self.ip, "hostIPs": [{"ip": self.ip}],
+            "podIP": self.ip, "podIPs": [{"ip": self.ip}], "startTime": self.start_time,
+            "conditions": [cond("PodScheduled", True), cond("Initialized", init_done),
+                           cond("ContainersReady", ready), cond("Ready", ready)],
+            "containerStatuses": [c.status(c.spec.image) for c in self.containers],
+        }
+        if self.init_containers:
+            status["initContainerStatuses"] = [c.status(c.spec.image)
+                                               for c in self.init_containers]
+        if message:
+            status["message"] = message
+        if reason:
+            status["reason"] = reason
+        try:
+            self.r.v1.patch_namespaced_pod_status(self.name, self.ns, {"status": status})
+        except ApiException as e:
+            if e.status != 404:
+                log("status patch failed", pod=f"{self.ns}/{self.name}", status=e.status)
+
+    def finish_deletion(self):
+        if self.force_deleted:
+            return
+        try:
+            self.r.v1.delete_namespaced_pod(
+                self.name, self.ns, grace_period_seconds=0,
+                body=client.V1DeleteOptions(grace_period_seconds=0,
+                                            preconditions=client.V1Preconditions(uid=self.uid)))
+        except ApiException as e:
+            if e.status not in (404, 409):
+                log("final delete failed", pod=f"{self.ns}/{self.name}", status=e.status)
+
+    def grace_seconds(self):
+        g = self.pod.metadata.deletion_grace_period_seconds
+        if g is None:
+            g = self.pod.spec.termination_grace_period_seconds
+        return 30 if g is None else g
+
+    # ---- lifecycle --------------------------------------------------------------------------
+    def run(self):
+        try:
+            self.lifecycle()
+        except Exception as e:  # noqa: BLE001 - becomes the pod's status
+            log("pod failed to start", pod=f"{self.ns}/{self.name}", error=e)
+            traceback.print_exc()
+            self.stop_all(0)
+            self.phase = "Failed"
+            for c in self.init_containers + self.containers:
+                if c.exit_code is None and not c.running():
+                    c.reason, c.message = "CreateContainerError", str(e)
+            self.patch_status(message=str(e), reason="CreateContainerError")
+            if self.deleting.is_set():
+                self.finish_deletion()
+        finally:
+            self.done.set()
+
+    def lifecycle(self):
+        self.prepare_dir()
+        self.materialise_volumes()
+        self.r.update_hosts(self)
+        policy = self.pod.spec.restart_policy or "Always"
+        for c in self.init_containers:
+            while True:
+                if self.deleting.is_set():
+                    return self.on_delete()
+                self.start(c)
+                self.patch_status()
+                while c.proc.poll() is None and not self.deleting.is_set():
+                    time.sleep(0.05)
+                if self.deleting.is_set():
+                    return self.on_delete()
+                self.reap(c)
+                if c.exit_code == 0:
+                    break
+                if policy == "Never":
+                    self.phase = "Failed"
+                    self.patch_status()
+                    return self.wait_for_delete()
+                c.restart_count += 1
+                time.sleep(1)
+        for c in self.containers:
+            self.start(c)
+        self.phase = "Running"
+        self.patch_status()
+        self.r.update_hosts_all()
+        while True:
+            if self.deleting.is_set():
+                return self.on_delete()
+            changed = False
+            for c in self.containers:
+                if c.proc is not None and c.exit_code is None and c.proc.poll() is not None:
+                    self.reap(c)
+                    changed = True
+                    if policy == "Always" or (policy == "OnFailure" and c.exit_code != 0):
+                        time.sleep(min(10, 2 ** c.restart_count) * 0.5)
+                        c.restart_count += 1
+                        self.start(c)
+            if all(c.exit_code is not None and not c.running() for c in self.containers):
+                failed = any(c.exit_code != 0 for c in self.containers)
+                self.phase = "Failed" if failed else "Succeeded"
+                self.patch_status()
+                log("pod finished", pod=f"{self.ns}/{self.name}", phase=self.phase)
+                return self.wait_for_delete()
+            if changed:
+                self.patch_status()
+            time.sleep(0.05)
+
+    def wait_for_delete(self):
+        self.deleting.wait()
+        self.finish_deletion()
+
+    def on_delete(self):
+        grace = 2 if self.force_deleted else self.grace_seconds()
+        log("deleting", pod=f"{self.ns}/{self.name}", grace=grace)
+        self.stop_all(grace)
+        if not self.force_deleted:
+            if self.phase in ("Running", "Pending"):
+                failed = any(c.exit_code not in (0, None) for c in self.containers)
+                self.phase = "Failed" if failed else "Succeeded"
+            self.patch_status()
+        self.finish_deletion()
+
+
+class Runner:
+    def __init__(self, d):
+        self.dir = os.path.abspath(d)
+        ports = read_env_file(os.path.join(self.dir, "ports.env"))
+        self.api_port = int(ports["API_PORT"])
+        self.nodes = int(ports["NODES"])
+        self.leaves = int(ports["LEAVES"])
+        self.fabric = os.path.exists(os.path.join(self.dir, "fabric", "plan.env"))
+        self.netns_prefix = "c4" + hashlib.sha1(self.dir.encode()).hexdigest()[:6]
+        config.load_kube_config(config_file=os.path.join(self.dir, "podrunner.kubeconfig"))
+        self.v1 = client.CoreV1Api()
+        self.images = load_image_table()
+        self.workers = {}   # uid -> PodWorker
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.proxies = []
+
+    def node_ip(self, node):
+        i = int(node.rsplit("-", 1)[1])
+        return f"198.18.{i % self.leaves}.{10 + i // self.leaves}"
+
+    def netns_of(self, node):
+        return f"{self.netns_prefix}-{node}" if self.fabric else None
+
+    def ours(self, pod):
+        ann = pod.metadata.annotations or {}
+        node = pod.spec.node_name or ""
+        m = re.fullmatch(r"node-(\d+)", node)
+        return ann.get(ANNOTATION) == ANNOTATION_VALUE and m and int(m.group(1)) < self.nodes
+
+    # ---- /etc/hosts ---------------------------------------------------------------------
+    def hosts_content(self, worker, services):
+        lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
+        with self.lock:
+            workers = [w for w in self.workers.values() if not w.done.is_set()]
+        spec = worker.pod.spec
+        hostname = spec.hostname or worker.name
+        if spec.subdomain:
+            lines.append(f"{worker.ip}\t{hostname}.{spec.subdomain}.{worker.ns}.svc.cluster.local"
+                         f"\t{hostname}")
+        else:
+            lines.append(f"{worker.ip}\t{hostname}")
+        for svc in services:
+            sel = svc.spec.selector or {}
+            ns, sname = svc.metadata.namespace, svc.metadata.name
+            for w in workers:
+                labels = w.pod.metadata.labels or {}
+                if w.ns != ns or not sel or any(labels.get(k) != v for k, v in sel.items()):
+                    continue
+                names = [f"{sname}.{ns}.svc.cluster.local", f"{sname}.{ns}"]
+                if ns == worker.ns:
+                    names.append(sname)
+                wh = w.pod.spec.hostname or w.name
+                if w.pod.spec.subdomain == sname:
+                    names = [f"{wh}.{sname}.{ns}.svc.cluster.local", f"{wh}.{sname}.{ns}"] + (
+                        [f"{wh}.{sname}"] if ns == worker.ns else []) + names
+                lines.append(f"{w.ip}\t" + " ".join(names))
+        return ("\n".join(lines) + "\n").encode()
+
+    def headless_services(self):
+        try:
+            items = self.v1.list_service_for_all_namespaces().items
+        except ApiException:
+            return []
+        return [s for s in items if s.spec.cluster_ip == "None"]
+
+    def write_hosts(self, worker, services):
+        data = self.hosts_content(worker, services)
+        try:
+            with open(worker.hosts_path, "rb") as f:
+                if f.read() == data:
+                    return
+        except OSError:
+            pass
+        # In place (same inode): the file is bind-mounted over the pod's /etc/hosts.
+        with open(worker.hosts_path, "wb") as f:
+            f.write(data)
+
+    def update_hosts(self, worker):
+        self.write_hosts(worker, self.headless_services())
+
+    def update_hosts_all(self):
+        services = self.headless_services()
+        with self.lock:
+            workers = [w for w in self.workers.values() if not w.done.is_set()]
+        for w in workers:
+            if os.path.isdir(w.dir):
+                self.write_hosts(w, services)
+
+    def refresher(self):
+        while not self.stopping.wait(REFRESH_SECONDS):
+            try:
+                with self.lock:
+                    workers = list(self.workers.values())
+                for w in workers:
+                    w.refresh()
+                self.update_hosts_all()
+            except Exception as e:  # noqa: BLE001 - the refresher must survive API hiccups
+                log("refresh failed", error=e)
+
+    # ---- watch ------------------------------------------------------------------------------
+    def handle(self, kind, pod):
+        if not self.ours(pod):
+            return
+        uid = pod.metadata.uid
+        with self.lock:
+            w = self.workers.get(uid)
+            if w is None:
+                if kind == "DELETED" or pod.status.phase in ("Succeeded", "Failed"):
+                    if pod.metadata.deletion_timestamp is not None and kind != "DELETED":
+                        # Finished before we (re)started: just complete the deletion.
+                        try:
+                            self.v1.delete_namespaced_pod(pod.metadata.name,
+                                                          pod.metadata.namespace,
+                                                          grace_period_seconds=0)
+                        except ApiException:
+                            pass
+                    return
+                w = PodWorker(self, pod)
+                self.workers[uid] = w
+                if pod.metadata.deletion_timestamp is not None:
+                    w.deleting.set()
+                w.thread.start()
+                return
+        w.pod = pod if kind != "DELETED" else w.pod
+        if kind == "DELETED":
+            w.force_deleted = True
+            w.deleting.set()
+        elif pod.metadata.deletion_timestamp is not None:
+            w.pod = pod
+            w.deleting.set()
+
+    def watch_loop(self):
+        first = True
+        while not self.stopping.is_set():
+            try:
+                lst = self.v1.list_pod_for_all_namespaces()
+                for p in lst.items:
+                    self.handle("ADDED", p)
+                live = {p.metadata.uid for p in lst.items}
+                with self.lock:
+                    gone = [w for uid, w in self.workers.items() if uid not in live]
+                for w in gone:
+                    w.force_deleted = True
+                    w.deleting.set()
+                if first:
+                    with open(os.path.join(self.dir, "podrunner.ready"), "w") as f:
+                        f.write(str(os.getpid()))
+                    first = False
+                    log("ready", pods=len(self.workers))
+                w = watch.Watch()
+                for ev in w.stream(self.v1.list_pod_for_all_namespaces,
+                                   resource_version=lst.metadata.resource_version,
+                                   timeout_seconds=60):
+                    if self.stopping.is_set():
+                        break
+                    self.handle(ev["type"], ev["object"])
+            except Exception as e:  # noqa: BLE001 - relist after any watch failure
+                if self.stopping.is_set():
+                    break
+                log("watch failed; relisting", error=e)
+                time.sleep(0.5)
+
+    def shutdown(self, *_):
+        if self.stopping.is_set():
+            return
+        self.stopping.set()
+        log("stopping all pods")
+        with self.lock:
+            workers = list(self.workers.values())
+        for w in workers:
+            w.stop_all(3)
+        self.remove_created_paths()
+        log("stopped")
+        os._exit(0)
+
+    def remove_created_paths(self):
+        path = os.path.join(self.dir, "pods", "created-paths")
+        try:
+            with open(path) as f:
+                created = sorted(set(line.strip() for line in f if line.strip()),
+                                 key=len, reverse=True)
+        except OSError:
+            return
+        for p in created:
+            try:
+                if os.path.isdir(p):
+                    os.rmdir(p)
+                elif os.path.isfile(p) and os.path.getsize(p) == 0:
+                    os.remove(p)
+            except OSError:
+                pass
+        os.remove(path)
+
+    def run(self):
+        signal.signal(signal.SIGTERM, self.shutdown)
+        signal.signal(signal.SIGINT, self.shutdown)
+        os.makedirs(os.path.join(self.dir, "pods"), exist_ok=True)
+        if self.fabric:
+            for i in range(self.nodes):
+                self.proxies.append(NetnsApiProxy(self.netns_of(f"node-{i}"), self.api_port))
+        threading.Thread(target=self.refresher, daemon=True).start()
+        log("watching pods", annotation=f"{ANNOTATION}={ANNOTATION_VALUE}",
+            fabric=self.fabric, api_port=self.api_port)
+        self.watch_loop()
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dir", required=True)
+    a = p.parse_args()
+    Runner(a.dir).run()
+
+
+if __name__ == "__main__":
+    main()

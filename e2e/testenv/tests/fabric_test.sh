@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Fabric test (root only; exits 77 = skipped otherwise): builds a 2-leaf x 2-spine netns fabric
+# and measures real TCP throughput with tools/flow.py (one connection per flow, exact source port).
+#  1. a flow's throughput matches the tc rate within 10%;
+#  2. two flows whose planned source ports map to different spines each get the full rate;
+#  3. two flows forced onto one spine share it;
+#  4. taking a leaf-spine link down stops the flows on that path, not the others; up restores it;
+#  5. hash mode (fib_multipath_hash_policy=1) spreads distinct source ports over both spines;
+#  6. loss injection on a link is visible as drops on that link.
+# Nothing is addressed outside the namespaces the fabric creates.
+#   fabric_test.sh <work dir>
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+FABRIC=$HERE/fabric.sh
+DIR=${1:?usage: fabric_test.sh <work dir>}
+if [[ $(id -u) != 0 ]]; then echo "SKIP: the netns fabric needs root"; exit 77; fi
+mkdir -p "$DIR"; DIR=$(cd "$DIR" && pwd)
+RATE_MBIT=100
+cleanup() { "$FABRIC" down --dir "$DIR" || true; }
+trap cleanup EXIT
+fail() { echo "FABRIC FAIL: $*" >&2; exit 1; }
+
+"$FABRIC" up --dir "$DIR" --nodes 4 --leaves 2 --spines 2 --link-rate ${RATE_MBIT}mbit
+ip_of() { "$FABRIC" ip --dir "$DIR" "$1"; }
+# node-0, node-2 on leaf-0; node-1, node-3 on leaf-1.
+FLOW=$HERE/tools/flow.py
+for n in node-1 node-3; do
+  setsid "$FABRIC" exec --dir "$DIR" "$n" python3 "$FLOW" server --bind "$(ip_of "$n")" --port 5201 \
+    >"$DIR/server-$n.log" 2>&1 &
+  disown
+done
+sleep 0.5  # let the servers bind (they die with their namespaces on cleanup)
+
+# flow <src> <dst> <dst port> <client port> <seconds> -> prints received Mbit/s
+flow() {
+  "$FABRIC" exec --dir "$DIR" "$1" python3 "$FLOW" client --dst "$(ip_of "$2")" --port "$3" \
+    --sport "$4" --seconds "$5" 2>>"$DIR/flow.log" || echo 0
+}
+within() { python3 -c 'import sys; v,t,p=map(float,sys.argv[1:]); sys.exit(0 if abs(v-t)<=t*p/100 else 1)' "$@"; }
+spine_bytes() {  # bytes spine-j forwarded out towards leaf-1
+  ip netns exec "$("$FABRIC" ns --dir "$DIR" "spine-$1")" cat /sys/class/net/l1/statistics/tx_bytes
+}
+
+# 1. single flow matches the rate.
+r=$(flow node-0 node-1 5201 40000 4)
+echo "single flow: $r Mbit/s (rate $RATE_MBIT)"
+within "$r" $RATE_MBIT 10 || fail "single flow $r Mbit/s not within 10% of $RATE_MBIT"
+
+# 2. planned ports: 40000 % 2 = 0 -> spine-0, 40001 % 2 = 1 -> spine-1; both full rate.
+s0=$(spine_bytes 0); s1=$(spine_bytes 1)
+flow node-0 node-1 5201 40000 4 >"$DIR/a" & fa=$!; flow node-2 node-3 5201 40001 4 >"$DIR/b"; wait $fa
+a=$(<"$DIR/a"); b=$(<"$DIR/b")
+d0=$(( $(spine_bytes 0) - s0 )); d1=$(( $(spine_bytes 1) - s1 ))
+echo "planned flows: $a and $b Mbit/s; spine-0 $d0 B, spine-1 $d1 B"
+within "$a" $RATE_MBIT 10 && within "$b" $RATE_MBIT 10 || fail "planned flows not at full rate"
+((d0 > 20000000 && d1 > 20000000)) || fail "planned flows did not use both spines"
+
+# 3. forced onto one spine (both even ports): they share spine-0's link.
+s1=$(spine_bytes 1)
+flow node-0 node-1 5201 40002 4 >"$DIR/a" & fa=$!; flow node-2 node-3 5201 40004 4 >"$DIR/b"; wait $fa
+a=$(<"$DIR/a"); b=$(<"$DIR/b"); d1=$(( $(spine_bytes 1) - s1 ))
+echo "colliding flows: $a and $b Mbit/s (sum $((a + b))); spine-1 carried $d1 B"
+within $((a + b)) $RATE_MBIT 10 || fail "colliding flows do not add up to one link"
+((a < RATE_MBIT * 70 / 100 && b < RATE_MBIT * 70 / 100)) || fail "colliding flows did not share"
+((d1 < 2000000)) || fail "colliding flows leaked onto spine-1"
+
+# 4. link down stops that path only.
+"$FABRIC" link --dir "$DIR" leaf-0:spine-0 down
+a=$(flow node-0 node-1 5201 40010 3)
+b=$(flow node-0 node-1 5201 40011 3)
+echo "leaf-0:spine-0 down: even port $a Mbit/s, odd port $b Mbit/s"
+((a == 0)) || fail "flow on the downed path still moved data"
+within "$b" $RATE_MBIT 10 || fail "flow on the healthy path was hurt"
+"$FABRIC" link --dir "$DIR" leaf-0:spine-0 up
+sleep 0.5
+a=$(flow node-0 node-1 5201 40012 3)
+echo "link up again: even port $a Mbit/s"
+within "$a" $RATE_MBIT 10 || fail "path did not recover after link up"
+
+# 5. rate cut on one link.
+"$FABRIC" link --dir "$DIR" leaf-0:spine-1 set --rate 40mbit
+b=$(flow node-0 node-1 5201 40013 4)
+echo "leaf-0:spine-1 cut to 40mbit: odd port $b Mbit/s"
+within "$b" 40 10 || fail "rate cut not applied"
+"$FABRIC" link --dir "$DIR" leaf-0:spine-1 set
+
+# 6. hash mode: L4 multipath hashing; many ports spread over both spines.
+"$FABRIC" path-mode --dir "$DIR" hash
+s0=$(spine_bytes 0); s1=$(spine_bytes 1)
+for p in $(seq 41000 41015); do flow node-0 node-1 5201 "$p" 1 >/dev/null; done
+d0=$(( $(spine_bytes 0) - s0 )); d1=$(( $(spine_bytes 1) - s1 ))
+echo "hash mode, 16 ports: spine-0 $d0 B, spine-1 $d1 B"
+((d0 > 1000000 && d1 > 1000000)) || fail "hash mode did not use both spines"
+"$FABRIC" path-mode --dir "$DIR" sport
+
+# 7. loss on a link shows as drops there.
+"$FABRIC" link --dir "$DIR" node-0 set --loss 5
+ns0=$("$FABRIC" ns --dir "$DIR" node-0)
+flow node-0 node-1 5201 40020 2 >/dev/null
+drops=$(ip netns exec "$ns0" nft list chain ip c4loss loss_eth0 | sed -n 's/.*packets \([0-9]*\).*/\1/p')
+echo "5% loss on node-0: $drops packets dropped"
+((drops > 0)) || fail "loss injection dropped nothing"
+"$FABRIC" link --dir "$DIR" node-0 set
+
+echo "FABRIC PASS"

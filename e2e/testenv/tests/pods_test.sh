@@ -1,0 +1,246 @@
+#!/usr/bin/env bash
+# Pod runner test (root only; exits 77 = skipped otherwise): a private cluster with the netns
+# fabric and the pod runner; pods annotated c4.dev/runner=process run as local processes.
+#  1. env (literal, fieldRef, configMapKeyRef), configMap volume and the projected service-account
+#     token: the pod sees its files, reaches the API server with its token (in-cluster config),
+#     sees a configMap update, runs in its node's netns with podIP = the node's address;
+#  2. a failing container's exit code reaches the pod status (Failed, exitCode 3);
+#  3. deletion: SIGTERM reaches the process, the pod object goes away, nothing is left running;
+#     a process that ignores SIGTERM is killed after the grace period;
+#  4. /etc/hosts has the pod hostnames of a headless Service;
+#  5. stop/continue/kill of a pod process (testenv.sh pod-signal);
+#  6. KWOK still runs pods without the annotation (and leaves runner pods alone).
+#   pods_test.sh <work dir>
+set -euo pipefail
+TESTENV=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/testenv.sh
+DIR=${1:?usage: pods_test.sh <work dir>}
+if [[ $(id -u) != 0 ]]; then echo "SKIP: pods as processes need root (netns, mounts)"; exit 77; fi
+mkdir -p "$DIR"; DIR=$(cd "$DIR" && pwd)
+cleanup() { "$TESTENV" down --dir "$DIR" || true; }
+trap cleanup EXIT
+fail() {
+  echo "PODS FAIL: $*" >&2
+  tail -n 30 "$DIR/logs/podrunner.log" >&2 || true
+  exit 1
+}
+
+"$TESTENV" up --dir "$DIR" --nodes 2 --leaves 2 --fabric --pods
+# shellcheck disable=SC1091
+source "$DIR/env"
+K="kubectl -n pt"
+kubectl create namespace pt >/dev/null
+for _ in $(seq 100); do $K get serviceaccount default >/dev/null 2>&1 && break; sleep 0.2; done
+$K create configmap cfg --from-literal=greeting=hello >/dev/null
+$K create role podreader --verb=get --resource=pods >/dev/null
+$K create rolebinding podreader --role=podreader --serviceaccount=pt:default >/dev/null
+
+wait_phase() {  # wait_phase <pod> <phase> [seconds]
+  local i
+  for ((i = 0; i < ${3:-30} * 5; i++)); do
+    [[ $($K get pod "$1" -o jsonpath='{.status.phase}' 2>/dev/null) == "$2" ]] && return 0
+    sleep 0.2
+  done
+  fail "pod $1 not $2 (is $($K get pod "$1" -o jsonpath='{.status.phase}' 2>&1))"
+}
+wait_gone() {  # wait_gone <pod> [seconds]
+  local i
+  for ((i = 0; i < ${2:-30} * 5; i++)); do
+    $K get pod "$1" >/dev/null 2>&1 || return 0
+    sleep 0.2
+  done
+  fail "pod $1 still exists"
+}
+pid_of() { cat "$DIR/pods/pt/$1/${2:-main}.pid"; }
+running() { [[ -e /proc/$1 ]] && [[ $(awk '{print $3}' "/proc/$1/stat") != Z ]]; }
+
+# ---- 1. env, configMap, token, in-cluster API access, configMap update, netns --------------
+$K apply -f - >/dev/null <<'YAML'
+apiVersion: v1
+kind: Pod
+metadata: {name: app, annotations: {c4.dev/runner: process}}
+spec:
+  nodeName: node-1
+  restartPolicy: Never
+  containers:
+  - name: main
+    image: busybox
+    command: [sh, -c]
+    args:
+    - |
+      SA=/var/run/secrets/kubernetes.io/serviceaccount
+      echo "name=$MY_NAME ip=$MY_IP node=$MY_NODE greet=$GREETING lit=$LIT"
+      echo "file=$(cat /etc/c4cfg/greeting)"
+      echo "api=$(curl -s -o /dev/null -w '%{http_code}' --cacert $SA/ca.crt \
+        -H "Authorization: Bearer $(cat $SA/token)" \
+        https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/api/v1/namespaces/$(cat $SA/namespace)/pods/$MY_NAME)"
+      echo "forbidden=$(curl -s -o /dev/null -w '%{http_code}' --cacert $SA/ca.crt \
+        -H "Authorization: Bearer $(cat $SA/token)" \
+        https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/api/v1/nodes)"
+      echo started
+      for i in $(seq 150); do
+        [ "$(cat /etc/c4cfg/greeting)" = updated ] && { echo "saw update"; exit 0; }
+        sleep 0.2
+      done
+      echo "no update"; exit 1
+    env:
+    - name: MY_NAME
+      valueFrom: {fieldRef: {fieldPath: metadata.name}}
+    - name: MY_IP
+      valueFrom: {fieldRef: {fieldPath: status.podIP}}
+    - name: MY_NODE
+      valueFrom: {fieldRef: {fieldPath: spec.nodeName}}
+    - name: GREETING
+      valueFrom: {configMapKeyRef: {name: cfg, key: greeting}}
+    - {name: LIT, value: "x-$(MY_NAME)"}
+    volumeMounts:
+    - {name: cfg, mountPath: /etc/c4cfg}
+  volumes:
+  - name: cfg
+    configMap: {name: cfg}
+YAML
+wait_phase app Running
+node_ip=$(kubectl get node node-1 -o jsonpath='{.status.addresses[?(@.type=="InternalIP")].address}')
+[[ $($K get pod app -o jsonpath='{.status.podIP}') == "$node_ip" ]] || fail "podIP is not $node_ip"
+pid=$(pid_of app)
+if running "$pid"; then
+  [[ $(readlink "/proc/$pid/ns/net") != $(readlink /proc/self/ns/net) ]] \
+    || fail "pod process is not in its node's netns"
+fi
+for _ in $(seq 100); do grep -q '^started' "$DIR/pods/pt/app/main.log" && break; sleep 0.2; done
+$K create configmap cfg --from-literal=greeting=updated --dry-run=client -o yaml | $K replace -f - >/dev/null
+wait_phase app Succeeded
+log=$("$TESTENV" logs --dir "$DIR" pt/app)
+echo "$log"
+for want in "name=app ip=$node_ip node=node-1 greet=hello lit=x-app" "file=hello" "api=200" \
+            "forbidden=403" "saw update"; do
+  grep -qxF "$want" <<<"$log" || fail "pod log lacks '$want'"
+done
+[[ $($K get pod app -o jsonpath='{.status.containerStatuses[0].state.terminated.exitCode}') == 0 ]] \
+  || fail "exit code 0 not reported"
+
+# ---- 2. failure exit code ----------------------------------------------------------------------
+$K apply -f - >/dev/null <<'YAML'
+apiVersion: v1
+kind: Pod
+metadata: {name: bad, annotations: {c4.dev/runner: process}}
+spec:
+  restartPolicy: Never
+  containers:
+  - {name: main, image: busybox, args: [sh, -c, "echo failing; exit 3"]}
+YAML
+wait_phase bad Failed
+[[ $($K get pod bad -o jsonpath='{.status.containerStatuses[0].state.terminated.exitCode}') == 3 ]] \
+  || fail "exit code 3 not reported"
+echo "failure: phase Failed, exitCode 3"
+
+# ---- 3. graceful deletion ----------------------------------------------------------------------
+$K apply -f - >/dev/null <<'YAML'
+apiVersion: v1
+kind: Pod
+metadata: {name: polite, annotations: {c4.dev/runner: process}}
+spec:
+  terminationGracePeriodSeconds: 20
+  containers:
+  - name: main
+    image: busybox
+    command: [sh, -c, 'trap "echo got TERM; exit 0" TERM; echo up; while true; do sleep 0.1; done']
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: stubborn, annotations: {c4.dev/runner: process}}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: main
+    image: busybox
+    command: [sh, -c, 'trap "echo ignoring TERM" TERM; echo up; while true; do sleep 0.1; done']
+YAML
+wait_phase polite Running
+wait_phase stubborn Running
+p1=$(pid_of polite); p2=$(pid_of stubborn)
+for _ in $(seq 50); do grep -q up "$DIR/pods/pt/polite/main.log" && grep -q up "$DIR/pods/pt/stubborn/main.log" && break; sleep 0.2; done
+t0=$SECONDS
+$K delete pod polite stubborn --wait=false >/dev/null
+wait_gone polite 15
+wait_gone stubborn 15
+echo "deletion: both pods gone after $((SECONDS - t0))s"
+! running "$p1" || fail "polite process $p1 still running"
+! running "$p2" || fail "stubborn process $p2 still running"
+grep -q "got TERM" "$DIR/pods/pt/polite/main.log" || fail "SIGTERM did not reach the process"
+grep -q "ignoring TERM" "$DIR/pods/pt/stubborn/main.log" || fail "stubborn did not get SIGTERM"
+grep -q "grace period over, SIGKILL.*pt/stubborn" "$DIR/logs/podrunner.log" \
+  || fail "stubborn was not killed after its grace period"
+
+# ---- 4. /etc/hosts for a headless Service --------------------------------------------------
+$K apply -f - >/dev/null <<'YAML'
+apiVersion: v1
+kind: Service
+metadata: {name: workers}
+spec:
+  clusterIP: None
+  selector: {app: worker}
+  ports: [{port: 5000}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: worker-0, labels: {app: worker}, annotations: {c4.dev/runner: process}}
+spec:
+  hostname: worker-0
+  subdomain: workers
+  nodeName: node-0
+  containers:
+  - {name: main, image: busybox, command: [sh, -c, 'while true; do sleep 0.2; done']}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: reader, annotations: {c4.dev/runner: process}}
+spec:
+  nodeName: node-1
+  restartPolicy: Never
+  containers:
+  - name: main
+    image: busybox
+    command: [sh, -c]
+    args:
+    - |
+      for i in $(seq 100); do
+        grep -q worker-0.workers.pt.svc.cluster.local /etc/hosts && { cat /etc/hosts; exit 0; }
+        sleep 0.2
+      done
+      cat /etc/hosts; exit 1
+YAML
+wait_phase reader Succeeded
+w0=$(kubectl get node node-0 -o jsonpath='{.status.addresses[?(@.type=="InternalIP")].address}')
+grep -qE "^$w0\s.*worker-0\.workers\.pt\.svc\.cluster\.local" "$DIR/pods/pt/reader/main.log" \
+  || fail "/etc/hosts lacks worker-0 -> $w0: $(cat "$DIR/pods/pt/reader/main.log")"
+grep -qE "^$w0\s.*\bworkers\.pt\b" "$DIR/pods/pt/reader/main.log" || fail "/etc/hosts lacks workers.pt"
+echo "hosts: worker-0.workers.pt.svc.cluster.local -> $w0"
+
+# ---- 5. stop / continue / kill a pod process -----------------------------------------------
+pid=$(pid_of worker-0)
+"$TESTENV" pod-signal --dir "$DIR" pt/worker-0 STOP
+sleep 0.3
+[[ $(awk '{print $3}' "/proc/$pid/stat") == T ]] || fail "STOP did not stop $pid"
+"$TESTENV" pod-signal --dir "$DIR" pt/worker-0 CONT
+sleep 0.3
+[[ $(awk '{print $3}' "/proc/$pid/stat") != T ]] || fail "CONT did not resume $pid"
+"$TESTENV" pod-signal --dir "$DIR" pt/worker-0 KILL
+for _ in $(seq 50); do
+  [[ $($K get pod worker-0 -o jsonpath='{.status.containerStatuses[0].restartCount}') -ge 1 ]] && break
+  sleep 0.2
+done
+[[ $($K get pod worker-0 -o jsonpath='{.status.containerStatuses[0].restartCount}') -ge 1 ]] \
+  || fail "killed container was not restarted (restartPolicy Always)"
+echo "signals: STOP/CONT/KILL ok, container restarted"
+
+# ---- 6. KWOK keeps running pods without the annotation ---------------------------------------
+$K run plain --image=nginx --restart=Never >/dev/null
+wait_phase plain Running
+[[ ! -d $DIR/pods/pt/plain ]] || fail "the runner took a pod without the annotation"
+
+"$TESTENV" down --dir "$DIR"
+trap - EXIT
+! running "$(pid_of worker-0)" || fail "pod process left after down"
+[[ -z $(ip netns list | grep "^c4$(printf '%s' "$DIR" | sha1sum | cut -c1-6)-") ]] \
+  || fail "netns left after down"
+echo "PODS PASS"
