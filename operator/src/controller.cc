@@ -1,6 +1,7 @@
 // TrainingJob controller.
 #include "c4/operator/controller.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "c4/operator/node_actions.h"
@@ -17,12 +18,14 @@ TrainingJobController::TrainingJobController(KubeClient& client, Clock& clock,
       clock_(clock),
       config_(std::move(config)),
       log_("controller"),
-      events_(client, clock, "c4-operator", config_.identity, &registry),
+      events_(config_.event_client != nullptr ? *config_.event_client : client, clock,
+              "c4-operator", config_.identity, &registry),
       queue_(clock, defaultControllerRateLimiter(clock)),
       reconciles_(
           registry.counter("c4_operator_reconciles_total", "Reconciles by result.", {"result"})),
       reconcile_seconds_(registry.histogram("c4_operator_reconcile_duration_seconds",
-                                            "Time spent in one reconcile.")),
+                                            "Time spent in one reconcile.", {},
+                                            metrics::exponentialBuckets(0.001, 2.0, 20))),
       queue_depth_(registry.gauge("c4_operator_workqueue_depth", "Keys ready in the work queue.")),
       restarts_(registry.counter("c4_operator_job_restarts_total", "Whole-job restarts started.")),
       pods_created_(registry.counter("c4_operator_pods_created_total", "Pods created.")) {
@@ -256,19 +259,43 @@ Result<ReconcileResult> TrainingJobController::reconcile(const std::string& key)
     }
     log.info("Pod deleted", {{"pod", d.name}, {"force", d.force}, {"why", d.why}});
   }
-  std::size_t created_count = 0;
-  for (const auto& pod : plan.pods_to_create) {
-    auto created = client_.create(resources::pods(), objectNamespace(job), pod);
-    if (!created) {
-      if (created.error().code == ErrorCode::kAlreadyExists) continue;
-      events_.record(job, "Warning", "FailedCreatePod",
-                     "Creating pod " + objectName(pod) + " failed: " + created.error().message);
-      return std::unexpected(created.error().withContext("create pod " + objectName(pod)));
+  // Pods are created concurrently (as the Job controller does in batches); the client's token
+  // bucket still bounds the request rate. Each thread returns its result: nothing throws across.
+  const std::size_t count = plan.pods_to_create.size();
+  std::vector<Result<Json>> results(count, Json::object());
+  std::atomic<std::size_t> next{0};
+  auto createSome = [&]() noexcept {
+    for (std::size_t i = next.fetch_add(1); i < count; i = next.fetch_add(1)) {
+      try {
+        results[i] =
+            client_.create(resources::pods(), objectNamespace(job), plan.pods_to_create[i]);
+      } catch (const std::exception& e) {
+        results[i] = makeError(ErrorCode::kInternal, std::string("create pod: ") + e.what());
+      }
     }
-    pods_created_.get().inc();
-    ++created_count;
+  };
+  std::vector<std::thread> helpers;
+  for (std::size_t t = 1; t < std::min<std::size_t>(count, config_.create_parallelism); ++t) {
+    helpers.emplace_back(createSome);
+  }
+  createSome();
+  for (auto& h : helpers) h.join();
+  std::size_t created_count = 0;
+  std::optional<Error> first_error;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (results[i]) {
+      pods_created_.get().inc();
+      ++created_count;
+    } else if (results[i].error().code != ErrorCode::kAlreadyExists && !first_error) {
+      first_error =
+          results[i].error().withContext("create pod " + objectName(plan.pods_to_create[i]));
+    }
   }
   if (created_count > 0) log.info("Pods created", {{"count", created_count}});
+  if (first_error) {
+    events_.record(job, "Warning", "FailedCreatePod", first_error->message);
+    return std::unexpected(*first_error);
+  }
   return ReconcileResult{plan.requeue_after};
 }
 

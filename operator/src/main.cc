@@ -54,6 +54,12 @@ int runOperator(const c4::op::OperatorOptions& options) {
     log.error("Cannot create the Kubernetes client", {{"error", client.error()}});
     return 1;
   }
+  // Events get their own client and rate limit, so they never delay pod creation.
+  auto event_client = createCurlKubeClient(*kube_config, clock, nullptr);
+  if (!event_client) {
+    log.error("Cannot create the Kubernetes client", {{"error", event_client.error()}});
+    return 1;
+  }
   std::string identity = options.identity;
   if (identity.empty()) {
     char host[256] = {0};
@@ -66,6 +72,7 @@ int runOperator(const c4::op::OperatorOptions& options) {
   controller_config.workers = options.workers;
   controller_config.pod_settings = options.pod;
   controller_config.identity = identity;
+  controller_config.event_client = event_client->get();
   TrainingJobController controller(**client, clock, controller_config, registry);
 
   LeaderElectionConfig election_config;

@@ -50,6 +50,93 @@ class OperatorIT : public ::testing::Test {
   std::string ns_;
 };
 
+TEST_F(OperatorIT, ClientVerbsAndErrorMappingAgainstTheRealServer) {
+  const auto& cms = resources::configMaps();
+  auto configMap = [&](const std::string& name) {
+    return Json{{"apiVersion", "v1"},
+                {"kind", "ConfigMap"},
+                {"metadata", {{"name", name}, {"labels", {{"bench", "verbs"}}}}},
+                {"data", {{"k", "v"}}}};
+  };
+  auto created = client_->create(cms, ns_, configMap("a"));
+  ASSERT_TRUE(created) << created.error().toString();
+  ASSERT_TRUE(client_->create(cms, ns_, configMap("b")));
+  auto again = client_->create(cms, ns_, configMap("a"));
+  ASSERT_FALSE(again);
+  EXPECT_EQ(again.error().code, ErrorCode::kAlreadyExists);
+  EXPECT_NE(again.error().message.find("already exists"), std::string::npos);
+
+  auto missing = client_->get(cms, ns_, "nope");
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code, ErrorCode::kNotFound);
+
+  ListOptions paged;
+  paged.label_selector = "bench=verbs";
+  paged.limit = 1;  // two pages, merged by list()
+  auto list = client_->list(cms, ns_, paged);
+  ASSERT_TRUE(list) << list.error().toString();
+  EXPECT_EQ((*list)["items"].size(), 2u);
+  EXPECT_FALSE((*list)["metadata"].value("resourceVersion", std::string{}).empty());
+
+  Json stale = *created;
+  Json fresh = *created;
+  fresh["data"]["k"] = "v2";
+  ASSERT_TRUE(client_->update(cms, ns_, fresh));
+  stale["data"]["k"] = "v3";
+  auto conflict = client_->update(cms, ns_, stale);
+  ASSERT_FALSE(conflict);
+  EXPECT_EQ(conflict.error().code, ErrorCode::kConflict);
+
+  ASSERT_TRUE(client_->patch(cms, ns_, "a", PatchType::kMerge, {{"data", {{"m", "1"}}}}));
+  ASSERT_TRUE(client_->patch(cms, ns_, "a", PatchType::kJson,
+                             Json::array({{{"op", "add"}, {"path", "/data/j"}, {"value", "2"}}})));
+  PatchOptions apply;
+  apply.field_manager = "c4-it";
+  apply.force = true;
+  auto applied = client_->patch(cms, ns_, "a", PatchType::kApply,
+                                {{"apiVersion", "v1"},
+                                 {"kind", "ConfigMap"},
+                                 {"metadata", {{"name", "a"}}},
+                                 {"data", {{"s", "3"}}}},
+                                apply);
+  ASSERT_TRUE(applied) << applied.error().toString();
+  EXPECT_EQ((*applied)["data"]["m"], "1");
+  EXPECT_EQ((*applied)["data"]["j"], "2");
+  EXPECT_EQ((*applied)["data"]["s"], "3");
+  auto bad_patch =
+      client_->patch(cms, ns_, "a", PatchType::kJson,
+                     Json::array({{{"op", "test"}, {"path", "/data/k"}, {"value", "x"}}}));
+  ASSERT_FALSE(bad_patch);
+  EXPECT_EQ(bad_patch.error().code, ErrorCode::kInvalidArgument) << bad_patch.error().toString();
+
+  DeleteOptions del;
+  del.grace_period_seconds = 0;
+  del.propagation_policy = "Background";
+  ASSERT_TRUE(client_->remove(cms, ns_, "a", del));
+  EXPECT_EQ(client_->get(cms, ns_, "a").error().code, ErrorCode::kNotFound);
+  EXPECT_EQ(client_->remove(cms, ns_, "a", del).error().code, ErrorCode::kNotFound);
+
+  // No credentials: the API server refuses (anonymous -> 403, or 401 where anonymous is off).
+  auto config = loadKubeconfigFile(testenvDir() + "/kubeconfig");
+  ASSERT_TRUE(config);
+  config->client_cert_pem.clear();
+  config->client_key_pem.clear();
+  config->token.clear();
+  auto anonymous = createCurlKubeClient(*config, realClock(), nullptr);
+  ASSERT_TRUE(anonymous);
+  auto refused = (*anonymous)->get(cms, ns_, "b");
+  ASSERT_FALSE(refused);
+  EXPECT_TRUE(refused.error().code == ErrorCode::kPermissionDenied ||
+              refused.error().code == ErrorCode::kUnauthenticated)
+      << refused.error().toString();
+
+  // Nothing listening: a transport error, retryable.
+  config->server = "https://127.0.0.1:1";
+  auto nowhere = createCurlKubeClient(*config, realClock(), nullptr);
+  ASSERT_TRUE(nowhere);
+  EXPECT_EQ((*nowhere)->get(cms, ns_, "b").error().code, ErrorCode::kUnavailable);
+}
+
 TEST_F(OperatorIT, JobGetsChildrenWithEnvironmentAndOwners) {
   OperatorInstance op(*client_, ns_);
   ASSERT_TRUE(op.start());

@@ -37,6 +37,11 @@ struct ControllerConfig {
   std::string identity = "c4-operator";
   Duration cache_sync_timeout = std::chrono::minutes{2};
   int watch_timeout_seconds = 300;
+  // Concurrent pod creations within one reconcile (bounded by the client's QPS anyway).
+  std::size_t create_parallelism = 16;
+  // Client for Events (its own rate limit, like kube-controller-manager's event broadcaster);
+  // null = the main client. Not owned.
+  KubeClient* event_client = nullptr;
   // Test hook: called at named points of a reconcile ("after-status"); returning false aborts
   // the reconcile there, as a crash would. Null in production.
   std::function<bool(std::string_view stage, const std::string& key)> fault_hook;
