@@ -12,6 +12,36 @@ const char* kPodsByJob = "job";
 const char* kPodsByNode = "node";
 }  // namespace
 
+NodeFacts nodeFactsOf(const Json& node) {
+  NodeFacts facts;
+  facts.exists = true;
+  facts.ready = false;
+  auto spec = node.find("spec");
+  if (spec != node.end() && spec->is_object()) {
+    facts.unschedulable = spec->value("unschedulable", false);
+    auto taints = spec->find("taints");
+    if (taints != spec->end() && taints->is_array()) {
+      for (const auto& t : *taints) {
+        if (t.is_object() && t.value("key", std::string{}) == kFaultyTaintKey) {
+          facts.faulty_taint = true;
+        }
+      }
+    }
+  }
+  auto status = node.find("status");
+  if (status != node.end() && status->is_object()) {
+    auto conditions = status->find("conditions");
+    if (conditions != status->end() && conditions->is_array()) {
+      for (const auto& c : *conditions) {
+        if (c.is_object() && c.value("type", std::string{}) == "Ready") {
+          facts.ready = c.value("status", std::string{}) == "True";
+        }
+      }
+    }
+  }
+  return facts;
+}
+
 TrainingJobController::TrainingJobController(KubeClient& client, Clock& clock,
                                              ControllerConfig config, metrics::Registry& registry)
     : client_(client),
@@ -73,12 +103,8 @@ TrainingJobController::TrainingJobController(KubeClient& client, Clock& clock,
   services_->addHandler(child);
   config_maps_->addHandler(child);
   nodes_->addHandler([this](InformerEvent, const Json* old_node, const Json& node) {
-    // Node readiness/cordon matter only to jobs with pods there (force deletion).
-    if (old_node != nullptr && (*old_node)["spec"] == node["spec"] &&
-        (*old_node)["status"].value("conditions", Json::array()) ==
-            node["status"].value("conditions", Json::array())) {
-      return;
-    }
+    // Only readiness, cordon and our taint matter (force deletion); heartbeats do not.
+    if (old_node != nullptr && nodeFactsOf(*old_node) == nodeFactsOf(node)) return;
     for (const auto& pod : pods_->store().byIndex(kPodsByNode, objectName(node))) {
       enqueueJobOf(pod);
     }
@@ -161,25 +187,9 @@ void TrainingJobController::worker() {
 }
 
 NodeFacts TrainingJobController::nodeFacts(const std::string& name) {
-  NodeFacts facts;
   auto node = nodes_->store().get(name);
-  if (!node) return facts;
-  facts.exists = true;
-  const Json& spec = (*node)["spec"];
-  facts.unschedulable = spec.is_object() && spec.value("unschedulable", false);
-  if (spec.is_object() && spec.contains("taints") && spec["taints"].is_array()) {
-    for (const auto& t : spec["taints"]) {
-      if (t.value("key", std::string{}) == kFaultyTaintKey) facts.faulty_taint = true;
-    }
-  }
-  facts.ready = false;
-  const Json& status = (*node)["status"];
-  if (status.is_object() && status.contains("conditions") && status["conditions"].is_array()) {
-    for (const auto& c : status["conditions"]) {
-      if (c.value("type", std::string{}) == "Ready") facts.ready = c.value("status", "") == "True";
-    }
-  }
-  return facts;
+  if (!node) return NodeFacts{};
+  return nodeFactsOf(*node);
 }
 
 Status TrainingJobController::ensureChild(const ResourceType& type, Informer& cache,
@@ -202,7 +212,9 @@ Result<ReconcileResult> TrainingJobController::reconcile(const std::string& key)
   if (!cached) return ReconcileResult{};  // deleted: children go through ownerReferences
   const Json& job = *cached;
   if (job["metadata"].contains("deletionTimestamp")) return ReconcileResult{};
-  std::string managed_by = job["spec"].value("managedBy", std::string{});
+  std::string managed_by = job.contains("spec") && job["spec"].is_object()
+                               ? job["spec"].value("managedBy", std::string{})
+                               : std::string{};
   if (!managed_by.empty() && managed_by != kControllerName) return ReconcileResult{};
   {
     std::lock_guard lock(written_mu_);

@@ -89,6 +89,9 @@ class CurlKubeClient final : public KubeClient {
         query.emplace_back("continue", continue_token);
       } else if (!options.resource_version.empty()) {
         query.emplace_back("resourceVersion", options.resource_version);
+        if (!options.resource_version_match.empty()) {
+          query.emplace_back("resourceVersionMatch", options.resource_version_match);
+        }
       }
       C4_ASSIGN_OR_RETURN(Json page, jsonCall("GET", type.collectionPath(ns) + encodeQuery(query),
                                               "", "", nullptr));

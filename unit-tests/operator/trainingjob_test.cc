@@ -155,6 +155,29 @@ TEST(BuildPodTest, InjectsTheEnvironmentContractLabelsOwnersAndVolumes) {
   EXPECT_EQ(envOf(fresh, "C4_RESUME_STEP"), "<unset>") << "only when known";
 }
 
+TEST(NodeFactsTest, ReadinessCordonAndTaintOnlyHeartbeatsIgnored) {
+  Json node = {
+      {"metadata", {{"name", "n"}}},
+      {"spec",
+       {{"unschedulable", true},
+        {"taints", Json::array({{{"key", "c4.dev/faulty"}, {"effect", "NoSchedule"}}})}}},
+      {"status",
+       {{"conditions",
+         Json::array({{{"type", "Ready"}, {"status", "True"}, {"lastHeartbeatTime", "t1"}}})}}}};
+  NodeFacts facts = nodeFactsOf(node);
+  EXPECT_TRUE(facts.exists);
+  EXPECT_TRUE(facts.ready);
+  EXPECT_TRUE(facts.unschedulable);
+  EXPECT_TRUE(facts.faulty_taint);
+  Json heartbeat = node;
+  heartbeat["status"]["conditions"][0]["lastHeartbeatTime"] = "t2";
+  EXPECT_EQ(nodeFactsOf(heartbeat), facts);
+  Json not_ready = node;
+  not_ready["status"]["conditions"][0]["status"] = "Unknown";
+  EXPECT_FALSE(nodeFactsOf(not_ready).ready);
+  EXPECT_FALSE(nodeFactsOf(Json{{"metadata", {{"name", "bare"}}}}).ready);
+}
+
 TEST(PlannerTest, NewJobCreatesAllPodsAndChildren) {
   SimulatedClock clock;
   JobPlan plan = planReconcile(makeJob(3), {}, healthyNode, clock.wallNow(), PodSettings{});

@@ -68,7 +68,8 @@ TEST_F(DisruptionIT, TwoOperatorsOneLeaderAndFailoverWithinTheLeaseTime) {
   a.stop();
   ASSERT_TRUE(waitFor([&] { return b.leading.load(); }, std::chrono::seconds{15}));
   auto failover = std::chrono::steady_clock::now() - crashed_at;
-  EXPECT_LE(failover, std::chrono::seconds{4} + std::chrono::seconds{2})
+  // Lease duration (4 s) + one retry period + slack for a loaded CI machine.
+  EXPECT_LE(failover, std::chrono::seconds{7})
       << "failover took " << std::chrono::duration_cast<std::chrono::milliseconds>(failover).count()
       << " ms";
   auto lease = client_->get(resources::leases(), ns_, "c4-operator");

@@ -49,8 +49,9 @@ const ResourceType& customResourceDefinitions();
 struct ListOptions {
   std::string label_selector;
   std::string field_selector;
-  std::string resource_version;  // "" = most recent (quorum read)
-  std::int64_t limit = 500;      // page size; list() follows `continue` until the end
+  std::string resource_version;        // "" = most recent (quorum read)
+  std::string resource_version_match;  // "" | NotOlderThan | Exact
+  std::int64_t limit = 500;            // page size; list() follows `continue` until the end
 };
 
 struct WatchOptions {

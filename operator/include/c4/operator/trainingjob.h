@@ -101,7 +101,10 @@ struct NodeFacts {
   bool ready = true;
   bool unschedulable = false;
   bool faulty_taint = false;
+  friend bool operator==(const NodeFacts&, const NodeFacts&) = default;
 };
+// Facts of a Node object (Ready condition, spec.unschedulable, the c4.dev/faulty taint).
+NodeFacts nodeFactsOf(const Json& node);
 using NodeLookup = std::function<NodeFacts(const std::string& node_name)>;
 
 struct PodDeletion {
