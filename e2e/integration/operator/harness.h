@@ -1,0 +1,222 @@
+// Helpers for operator integration tests against the REAL API server of the test cluster
+// ($C4_TESTENV_DIR/kubeconfig, see notes/TESTENV-CONTRACT.md). Nothing here fakes the API.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "c4/common/clock.h"
+#include "c4/common/metrics.h"
+#include "c4/operator/controller.h"
+#include "c4/operator/curl_kube_client.h"
+#include "c4/operator/kube_config.h"
+
+namespace c4::op::it {
+
+inline std::string testenvDir() {
+  const char* dir = std::getenv("C4_TESTENV_DIR");
+  return dir != nullptr ? dir : "";
+}
+
+// Polls `pred` every 100 ms of real time until true or `timeout`.
+inline bool waitFor(const std::function<bool()>& pred,
+                    std::chrono::milliseconds timeout = std::chrono::seconds{30}) {
+  auto until = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < until) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds{100});
+  }
+  return pred();
+}
+
+// YAML -> JSON keeping quoted scalars as strings (yaml-cpp tags them "!").
+inline Json yamlToJson(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Map: {
+      Json out = Json::object();
+      for (const auto& kv : node) out[kv.first.as<std::string>()] = yamlToJson(kv.second);
+      return out;
+    }
+    case YAML::NodeType::Sequence: {
+      Json out = Json::array();
+      for (const auto& item : node) out.push_back(yamlToJson(item));
+      return out;
+    }
+    case YAML::NodeType::Scalar: {
+      std::string s = node.Scalar();
+      if (node.Tag() == "!") return s;
+      if (s == "true") return true;
+      if (s == "false") return false;
+      if (s == "null" || s == "~") return nullptr;
+      try {
+        std::size_t used = 0;
+        long long i = std::stoll(s, &used);
+        if (used == s.size()) return i;
+        double d = std::stod(s, &used);
+        if (used == s.size()) return d;
+      } catch (...) {
+      }
+      return s;
+    }
+    default:
+      return nullptr;
+  }
+}
+
+inline std::unique_ptr<KubeClient> makeClient(double qps = 200, int burst = 400) {
+  auto config = loadKubeconfigFile(testenvDir() + "/kubeconfig");
+  if (!config) ADD_FAILURE() << config.error().toString();
+  if (!config) return nullptr;
+  config->qps = qps;
+  config->burst = burst;
+  auto client = createCurlKubeClient(*config, realClock(), nullptr);
+  if (!client) ADD_FAILURE() << client.error().toString();
+  return client ? std::move(*client) : nullptr;
+}
+
+// Creates or updates the TrainingJob CRD from crds/trainingjob.yaml and waits until Established.
+inline void installCrd(KubeClient& client) {
+  Json crd = yamlToJson(YAML::LoadFile(C4_CRD_FILE));
+  const auto& type = resources::customResourceDefinitions();
+  auto created = client.create(type, "", crd);
+  if (!created && created.error().code == ErrorCode::kAlreadyExists) {
+    for (int i = 0; i < 5; ++i) {
+      auto current = client.get(type, "", "trainingjobs.c4.dev");
+      ASSERT_TRUE(current) << current.error().toString();
+      crd["metadata"]["resourceVersion"] = (*current)["metadata"]["resourceVersion"];
+      auto updated = client.update(type, "", crd);
+      if (updated) break;
+      ASSERT_EQ(updated.error().code, ErrorCode::kConflict) << updated.error().toString();
+    }
+  } else {
+    ASSERT_TRUE(created) << created.error().toString();
+  }
+  ASSERT_TRUE(waitFor([&] {
+    auto current = client.get(type, "", "trainingjobs.c4.dev");
+    return current && isConditionTrue((*current)["status"], "Established");
+  }));
+}
+
+inline std::string uniqueName(const std::string& prefix) {
+  static std::mt19937_64 rng{std::random_device{}()};
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "%06llx", static_cast<unsigned long long>(rng() & 0xFFFFFF));
+  return prefix + "-" + buf;
+}
+
+inline std::string createNamespace(KubeClient& client, const std::string& prefix) {
+  std::string name = uniqueName(prefix);
+  Json ns = {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", name}}}};
+  auto created = client.create(resources::namespaces(), "", ns);
+  EXPECT_TRUE(created) << created.error().toString();
+  return name;
+}
+
+inline Json trainingJob(const std::string& ns, const std::string& name, int replicas,
+                        Json fault_tolerance = Json::object()) {
+  if (!fault_tolerance.contains("restartBackoffSeconds")) {
+    fault_tolerance["restartBackoffSeconds"] = 1;
+  }
+  return {{"apiVersion", "c4.dev/v1alpha1"},
+          {"kind", "TrainingJob"},
+          {"metadata", {{"name", name}, {"namespace", ns}}},
+          {"spec",
+           {{"replicas", replicas},
+            {"checkpoint", {{"dir", "/ckpt"}}},
+            {"faultTolerance", fault_tolerance},
+            {"template",
+             {{"spec",
+               {{"containers", Json::array({{{"name", "trainer"}, {"image", "trainer:it"}}})},
+                {"tolerations", Json::array({{{"operator", "Exists"}}})}}}}}}}};
+}
+
+// One operator (controller only; leader election is tested separately) on the real clock.
+class OperatorInstance {
+ public:
+  OperatorInstance(KubeClient& client, const std::string& ns,
+                   std::function<bool(std::string_view, const std::string&)> hook = nullptr) {
+    ControllerConfig config;
+    config.watch_namespace = ns;
+    config.workers = 4;
+    config.identity = uniqueName("it-operator");
+    config.fault_hook = std::move(hook);
+    config.cache_sync_timeout = std::chrono::seconds{30};
+    controller_ = std::make_unique<TrainingJobController>(client, realClock(), config, registry_);
+  }
+  Status start() { return controller_->start(); }
+  void stop() { controller_->stop(); }
+  TrainingJobController& controller() { return *controller_; }
+  metrics::Registry& registry() { return registry_; }
+
+ private:
+  metrics::Registry registry_;
+  std::unique_ptr<TrainingJobController> controller_;
+};
+
+inline std::vector<Json> listPods(KubeClient& client, const std::string& ns,
+                                  const std::string& job) {
+  ListOptions options;
+  options.label_selector = std::string(labels::kJobName) + "=" + job;
+  auto list = client.list(resources::pods(), ns, options);
+  std::vector<Json> out;
+  if (!list) return out;
+  for (auto& p : (*list)["items"]) out.push_back(p);
+  return out;
+}
+
+inline std::string envValue(const Json& pod, const std::string& name) {
+  for (const auto& e : pod["spec"]["containers"][0]["env"]) {
+    if (e["name"] == name) return e.contains("value") ? e["value"].get<std::string>() : "<ref>";
+  }
+  return "<unset>";
+}
+
+inline std::vector<std::string> eventReasons(KubeClient& client, const std::string& ns,
+                                             const std::string& object) {
+  ListOptions options;
+  options.field_selector = "involvedObject.name=" + object;
+  auto list = client.list(resources::events(), ns, options);
+  std::vector<std::string> out;
+  if (!list) return out;
+  for (const auto& e : (*list)["items"]) out.push_back(e.value("reason", std::string{}));
+  return out;
+}
+
+inline PatchOptions statusSubresource() {
+  PatchOptions options;
+  options.subresource = "status";
+  return options;
+}
+
+// Plays the kubelet: sets a pod's phase through the status subresource.
+inline Status setPodPhase(KubeClient& client, const std::string& ns, const std::string& pod,
+                          const std::string& phase, int exit_code = 1) {
+  Json patch = {
+      {"status",
+       {{"phase", phase},
+        {"reason", phase == "Failed" ? "Error" : "Completed"},
+        {"containerStatuses",
+         Json::array({{{"name", "trainer"},
+                       {"image", "trainer:it"},
+                       {"imageID", ""},
+                       {"ready", false},
+                       {"restartCount", 0},
+                       {"state",
+                        {{"terminated",
+                          {{"exitCode", exit_code},
+                           {"reason", phase == "Failed" ? "Error" : "Completed"}}}}}}})}}}};
+  auto patched = client.patch(resources::pods(), ns, pod, PatchType::kStrategicMerge, patch,
+                              statusSubresource());
+  if (!patched) return std::unexpected(patched.error());
+  return okStatus();
+}
+
+}  // namespace c4::op::it

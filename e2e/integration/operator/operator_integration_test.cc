@@ -1,0 +1,419 @@
+// The TrainingJob controller against the real kube-apiserver of the test cluster: children,
+// restarts, budget, crash mid-restart, watch expiry, invalid objects, node actions.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <fstream>
+#include <set>
+
+#include "c4/operator/node_actions.h"
+#include "harness.h"
+
+namespace c4::op::it {
+namespace {
+
+class OperatorIT : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (testenvDir().empty()) GTEST_SKIP() << "C4_TESTENV_DIR is not set (no test cluster)";
+    client_ = makeClient();
+    ASSERT_TRUE(client_);
+    installCrd(*client_);
+    ns_ = createNamespace(*client_, "op-it");
+  }
+  void TearDown() override {
+    if (client_ && !ns_.empty()) {
+      (void)client_->remove(resources::namespaces(), "", ns_, DeleteOptions{});
+    }
+  }
+  Json job(const std::string& name) {
+    auto j = client_->get(resources::trainingJobs(), ns_, name);
+    return j ? *j : Json::object();
+  }
+  Status create(const Json& tj) {
+    auto created = client_->create(resources::trainingJobs(), ns_, tj);
+    if (!created) return std::unexpected(created.error());
+    return okStatus();
+  }
+  bool podsAtAttempt(const std::string& name, int replicas, int attempt, const char* phase) {
+    auto pods = listPods(*client_, ns_, name);
+    if (static_cast<int>(pods.size()) != replicas) return false;
+    for (const auto& p : pods) {
+      if (labelOf(p, labels::kRestartAttempt) != std::to_string(attempt)) return false;
+      if (p["metadata"].contains("deletionTimestamp")) return false;
+      if (phase != nullptr && p["status"].value("phase", std::string{}) != phase) return false;
+    }
+    return true;
+  }
+
+  std::unique_ptr<KubeClient> client_;
+  std::string ns_;
+};
+
+TEST_F(OperatorIT, ClientVerbsAndErrorMappingAgainstTheRealServer) {
+  const auto& cms = resources::configMaps();
+  auto configMap = [&](const std::string& name) {
+    return Json{{"apiVersion", "v1"},
+                {"kind", "ConfigMap"},
+                {"metadata", {{"name", name}, {"labels", {{"bench", "verbs"}}}}},
+                {"data", {{"k", "v"}}}};
+  };
+  auto created = client_->create(cms, ns_, configMap("a"));
+  ASSERT_TRUE(created) << created.error().toString();
+  ASSERT_TRUE(client_->create(cms, ns_, configMap("b")));
+  auto again = client_->create(cms, ns_, configMap("a"));
+  ASSERT_FALSE(again);
+  EXPECT_EQ(again.error().code, ErrorCode::kAlreadyExists);
+  EXPECT_NE(again.error().message.find("already exists"), std::string::npos);
+
+  auto missing = client_->get(cms, ns_, "nope");
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code, ErrorCode::kNotFound);
+
+  ListOptions paged;
+  paged.label_selector = "bench=verbs";
+  paged.limit = 1;  // two pages, merged by list()
+  auto list = client_->list(cms, ns_, paged);
+  ASSERT_TRUE(list) << list.error().toString();
+  EXPECT_EQ((*list)["items"].size(), 2u);
+  EXPECT_FALSE((*list)["metadata"].value("resourceVersion", std::string{}).empty());
+
+  Json stale = *created;
+  Json fresh = *created;
+  fresh["data"]["k"] = "v2";
+  ASSERT_TRUE(client_->update(cms, ns_, fresh));
+  stale["data"]["k"] = "v3";
+  auto conflict = client_->update(cms, ns_, stale);
+  ASSERT_FALSE(conflict);
+  EXPECT_EQ(conflict.error().code, ErrorCode::kConflict);
+
+  ASSERT_TRUE(client_->patch(cms, ns_, "a", PatchType::kMerge, {{"data", {{"m", "1"}}}}));
+  ASSERT_TRUE(client_->patch(cms, ns_, "a", PatchType::kJson,
+                             Json::array({{{"op", "add"}, {"path", "/data/j"}, {"value", "2"}}})));
+  PatchOptions apply;
+  apply.field_manager = "c4-it";
+  apply.force = true;
+  auto applied = client_->patch(cms, ns_, "a", PatchType::kApply,
+                                {{"apiVersion", "v1"},
+                                 {"kind", "ConfigMap"},
+                                 {"metadata", {{"name", "a"}}},
+                                 {"data", {{"s", "3"}}}},
+                                apply);
+  ASSERT_TRUE(applied) << applied.error().toString();
+  EXPECT_EQ((*applied)["data"]["m"], "1");
+  EXPECT_EQ((*applied)["data"]["j"], "2");
+  EXPECT_EQ((*applied)["data"]["s"], "3");
+  auto bad_patch =
+      client_->patch(cms, ns_, "a", PatchType::kJson,
+                     Json::array({{{"op", "test"}, {"path", "/data/k"}, {"value", "x"}}}));
+  ASSERT_FALSE(bad_patch);
+  EXPECT_EQ(bad_patch.error().code, ErrorCode::kInvalidArgument) << bad_patch.error().toString();
+
+  DeleteOptions del;
+  del.grace_period_seconds = 0;
+  del.propagation_policy = "Background";
+  ASSERT_TRUE(client_->remove(cms, ns_, "a", del));
+  EXPECT_EQ(client_->get(cms, ns_, "a").error().code, ErrorCode::kNotFound);
+  EXPECT_EQ(client_->remove(cms, ns_, "a", del).error().code, ErrorCode::kNotFound);
+
+  // No credentials: the API server refuses (anonymous -> 403, or 401 where anonymous is off).
+  auto config = loadKubeconfigFile(testenvDir() + "/kubeconfig");
+  ASSERT_TRUE(config);
+  config->client_cert_pem.clear();
+  config->client_key_pem.clear();
+  config->token.clear();
+  auto anonymous = createCurlKubeClient(*config, realClock(), nullptr);
+  ASSERT_TRUE(anonymous);
+  auto refused = (*anonymous)->get(cms, ns_, "b");
+  ASSERT_FALSE(refused);
+  EXPECT_TRUE(refused.error().code == ErrorCode::kPermissionDenied ||
+              refused.error().code == ErrorCode::kUnauthenticated)
+      << refused.error().toString();
+
+  // Nothing listening: a transport error, retryable.
+  config->server = "https://127.0.0.1:1";
+  auto nowhere = createCurlKubeClient(*config, realClock(), nullptr);
+  ASSERT_TRUE(nowhere);
+  EXPECT_EQ((*nowhere)->get(cms, ns_, "b").error().code, ErrorCode::kUnavailable);
+}
+
+TEST_F(OperatorIT, JobGetsChildrenWithEnvironmentAndOwners) {
+  OperatorInstance op(*client_, ns_);
+  ASSERT_TRUE(op.start());
+  ASSERT_TRUE(create(trainingJob(ns_, "llm", 3)));
+  ASSERT_TRUE(waitFor([&] { return podsAtAttempt("llm", 3, 0, "Running"); }));
+  Json tj = job("llm");
+  std::string uid = tj["metadata"]["uid"];
+  std::set<std::string> names;
+  for (const auto& pod : listPods(*client_, ns_, "llm")) {
+    names.insert(objectName(pod));
+    EXPECT_EQ(pod["metadata"]["ownerReferences"][0]["uid"], uid);
+    EXPECT_EQ(pod["metadata"]["ownerReferences"][0]["controller"], true);
+    std::string rank = labelOf(pod, labels::kReplicaIndex);
+    EXPECT_EQ(envValue(pod, "RANK"), rank);
+    EXPECT_EQ(envValue(pod, "PET_NODE_RANK"), rank);
+    EXPECT_EQ(envValue(pod, "WORLD_SIZE"), "3");
+    EXPECT_EQ(envValue(pod, "MASTER_ADDR"), "llm-0.llm");
+    EXPECT_EQ(envValue(pod, "C4_RESTART_ATTEMPT"), "0");
+    EXPECT_EQ(envValue(pod, "C4_NAMESPACE"), ns_);
+    EXPECT_EQ(envValue(pod, "C4_NODE_NAME"), "<ref>");
+    EXPECT_EQ(pod["spec"]["subdomain"], "llm");
+  }
+  EXPECT_EQ(names, (std::set<std::string>{"llm-0", "llm-1", "llm-2"}));
+  auto svc = client_->get(resources::services(), ns_, "llm");
+  ASSERT_TRUE(svc) << svc.error().toString();
+  EXPECT_EQ((*svc)["spec"]["clusterIP"], "None");
+  EXPECT_EQ((*svc)["metadata"]["ownerReferences"][0]["uid"], uid);
+  auto cm = client_->get(resources::configMaps(), ns_, "llm-c4-plan");
+  ASSERT_TRUE(cm) << cm.error().toString();
+  EXPECT_TRUE((*cm)["data"].contains("plan.json"));
+
+  ASSERT_TRUE(waitFor([&] { return job("llm")["status"].value("phase", "") == "Running"; }));
+  tj = job("llm");
+  const Json* running = findCondition(tj["status"], "Running");
+  ASSERT_NE(running, nullptr);
+  EXPECT_EQ((*running)["status"], "True");
+  EXPECT_EQ((*running)["observedGeneration"], tj["metadata"]["generation"]);
+  EXPECT_EQ(tj["status"]["observedGeneration"], tj["metadata"]["generation"]);
+  ASSERT_TRUE(waitFor([&] {
+    auto reasons = eventReasons(*client_, ns_, "llm");
+    return std::find(reasons.begin(), reasons.end(), "Running") != reasons.end();
+  }));
+  op.stop();
+}
+
+TEST_F(OperatorIT, PodFailureRestartsTheJobAsNextAttemptFromTheCheckpoint) {
+  OperatorInstance op(*client_, ns_);
+  ASSERT_TRUE(op.start());
+  ASSERT_TRUE(create(trainingJob(ns_, "ft", 2)));
+  ASSERT_TRUE(waitFor([&] { return podsAtAttempt("ft", 2, 0, "Running"); }));
+  ASSERT_TRUE(waitFor([&] { return job("ft")["status"].value("phase", "") == "Running"; }));
+  // The analyser would record the checkpoint; here the test writes it through /status.
+  ASSERT_TRUE(
+      client_->patch(resources::trainingJobs(), ns_, "ft", PatchType::kMerge,
+                     {{"status", {{"lastCheckpoint", {{"step", 1234}, {"path", "/ckpt/1234"}}}}}},
+                     statusSubresource()));
+  ASSERT_TRUE(setPodPhase(*client_, ns_, "ft-1", "Failed", 137));
+  ASSERT_TRUE(waitFor([&] { return podsAtAttempt("ft", 2, 1, "Running"); }));
+  for (const auto& pod : listPods(*client_, ns_, "ft")) {
+    EXPECT_EQ(envValue(pod, "C4_RESTART_ATTEMPT"), "1");
+    EXPECT_EQ(envValue(pod, "C4_RESUME_STEP"), "1234");
+  }
+  ASSERT_TRUE(waitFor([&] { return job("ft")["status"].value("phase", "") == "Running"; }));
+  Json status = job("ft")["status"];
+  EXPECT_EQ(status["restarts"], 1);
+  EXPECT_EQ(status["faults"].size(), 1u);
+  EXPECT_EQ(status["faults"][0]["pod"], "ft-1");
+  auto reasons = eventReasons(*client_, ns_, "ft");
+  EXPECT_NE(std::find(reasons.begin(), reasons.end(), "RestartingFromCheckpoint"), reasons.end());
+  EXPECT_NE(std::find(reasons.begin(), reasons.end(), "PodFailed"), reasons.end());
+  op.stop();
+}
+
+TEST_F(OperatorIT, SpentBudgetFailsTheJobWithAnEvent) {
+  OperatorInstance op(*client_, ns_);
+  ASSERT_TRUE(op.start());
+  ASSERT_TRUE(create(trainingJob(ns_, "once", 2, {{"maxRestarts", 0}})));
+  ASSERT_TRUE(waitFor([&] { return podsAtAttempt("once", 2, 0, "Running"); }));
+  ASSERT_TRUE(setPodPhase(*client_, ns_, "once-0", "Failed"));
+  ASSERT_TRUE(waitFor([&] { return job("once")["status"].value("phase", "") == "Failed"; }));
+  Json status = job("once")["status"];
+  const Json* failed = findCondition(status, "Failed");
+  ASSERT_NE(failed, nullptr);
+  EXPECT_EQ((*failed)["reason"], "ReachedMaxRestarts");
+  EXPECT_EQ(status["restarts"], 0);
+  ASSERT_TRUE(waitFor([&] {
+    auto reasons = eventReasons(*client_, ns_, "once");
+    return std::find(reasons.begin(), reasons.end(), "ReachedMaxRestarts") != reasons.end();
+  }));
+  op.stop();
+}
+
+TEST_F(OperatorIT, CrashMidRestartConvergesWithoutASecondRestart) {
+  const std::string key = ns_ + "/crash";
+  {
+    // First operator "crashes" right after persisting the restart intent: no pod deleted.
+    std::atomic<bool> crashed{false};
+    OperatorInstance op(*client_, ns_, [&](std::string_view stage, const std::string& k) {
+      if (k != key || stage != "after-status") return true;
+      // Only the restart's status write (restarts becomes 1) is the crash point.
+      if (job("crash")["status"].value("restarts", 0) == 1) {
+        crashed = true;
+        return false;
+      }
+      return true;
+    });
+    ASSERT_TRUE(op.start());
+    ASSERT_TRUE(create(trainingJob(ns_, "crash", 3, {{"maxRestarts", 5}})));
+    ASSERT_TRUE(waitFor([&] { return podsAtAttempt("crash", 3, 0, "Running"); }));
+    ASSERT_TRUE(setPodPhase(*client_, ns_, "crash-2", "Failed"));
+    ASSERT_TRUE(waitFor([&] { return crashed.load(); }));
+    op.stop();
+  }
+  // Intent persisted, attempt-0 pods still there.
+  EXPECT_EQ(job("crash")["status"]["restarts"], 1);
+  EXPECT_EQ(listPods(*client_, ns_, "crash").size(), 3u);
+
+  OperatorInstance again(*client_, ns_);
+  ASSERT_TRUE(again.start());
+  ASSERT_TRUE(waitFor([&] { return podsAtAttempt("crash", 3, 1, "Running"); }));
+  ASSERT_TRUE(waitFor([&] { return job("crash")["status"].value("phase", "") == "Running"; }));
+  std::this_thread::sleep_for(std::chrono::seconds{2});  // give a wrong second restart a chance
+  Json status = job("crash")["status"];
+  EXPECT_EQ(status["restarts"], 1) << "one fault, one restart";
+  EXPECT_EQ(status["faults"].size(), 1u);
+  EXPECT_EQ(listPods(*client_, ns_, "crash").size(), 3u) << "no duplicate pods";
+  EXPECT_TRUE(podsAtAttempt("crash", 3, 1, "Running"));
+  again.stop();
+}
+
+TEST_F(OperatorIT, CompactedResourceVersionIsGone) {
+  // Compact etcd's history past a known revision (as its periodic compaction would), then watch
+  // from before it: the API server must answer 410 Gone and the client must map it to kGone.
+  std::ifstream ports(testenvDir() + "/ports.env");
+  std::string line, etcd_port;
+  while (std::getline(ports, line)) {
+    if (line.rfind("ETCD_PORT=", 0) == 0) etcd_port = line.substr(10);
+  }
+  if (etcd_port.empty()) GTEST_SKIP() << "no ETCD_PORT in ports.env";
+  Json cm = {{"apiVersion", "v1"}, {"kind", "ConfigMap"}, {"metadata", {{"name", "rv-probe"}}}};
+  auto probe = client_->create(resources::configMaps(), ns_, cm);
+  ASSERT_TRUE(probe) << probe.error().toString();
+  std::string rv = (*probe)["metadata"]["resourceVersion"];
+  std::string compact = "curl -sf -X POST http://127.0.0.1:" + etcd_port +
+                        "/v3/kv/compaction -d '{\"revision\": \"" + rv + "\"}' >/dev/null";
+  ASSERT_EQ(std::system(compact.c_str()), 0) << compact;
+  // A read at exactly a compacted revision is served by etcd, which answers 410 Gone.
+  ListOptions exact;
+  exact.resource_version = "2";
+  exact.resource_version_match = "Exact";
+  auto listed = client_->list(resources::pods(), ns_, exact);
+  if (listed) {
+    GTEST_SKIP() << "the API server answered revision 2 from its watch cache (a fresh API server's "
+                    "cache starts at a low revision); no 410 to observe here";
+  }
+  EXPECT_EQ(listed.error().code, ErrorCode::kGone) << listed.error().toString();
+  // A watch from there is answered 410 too, unless the API server's watch cache still covers
+  // that revision (a freshly started API server's cache begins at a low revision).
+  WatchOptions options;
+  options.resource_version = "2";
+  options.timeout_seconds = 2;
+  Status watched =
+      client_->watch(resources::pods(), ns_, options, [](WatchEvent&&) { return true; });
+  if (!watched) {
+    EXPECT_EQ(watched.error().code, ErrorCode::kGone) << watched.error().toString();
+  }
+}
+
+TEST_F(OperatorIT, InvalidTrainingJobsAreRejectedWithAClearMessage) {
+  Json bad = trainingJob(ns_, "bad", 0);
+  auto created = client_->create(resources::trainingJobs(), ns_, bad);
+  ASSERT_FALSE(created);
+  EXPECT_EQ(created.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(created.error().message.find("spec.replicas"), std::string::npos)
+      << created.error().message;
+
+  bad = trainingJob(ns_, "bad", 1, {{"maxRestarts", -1}});
+  created = client_->create(resources::trainingJobs(), ns_, bad);
+  ASSERT_FALSE(created);
+  EXPECT_NE(created.error().message.find("maxRestarts"), std::string::npos);
+
+  bad = trainingJob(ns_, "bad", 1);
+  bad["spec"]["trafficPlanning"] = {{"mode", "Sometimes"}};
+  created = client_->create(resources::trainingJobs(), ns_, bad);
+  ASSERT_FALSE(created);
+  EXPECT_NE(created.error().message.find("Enforce"), std::string::npos);
+
+  bad = trainingJob(ns_, "bad", 1);
+  bad["spec"]["template"]["spec"]["containers"] = Json::array();
+  EXPECT_FALSE(client_->create(resources::trainingJobs(), ns_, bad));
+
+  ASSERT_TRUE(create(trainingJob(ns_, "fixed", 2)));
+  auto patched = client_->patch(resources::trainingJobs(), ns_, "fixed", PatchType::kMerge,
+                                {{"spec", {{"replicas", 3}}}});
+  ASSERT_FALSE(patched);
+  EXPECT_NE(patched.error().message.find("immutable"), std::string::npos);
+
+  // Defaults are applied by the API server.
+  Json fixed = job("fixed");
+  EXPECT_EQ(fixed["spec"]["faultTolerance"]["maxRestarts"], 3);
+  EXPECT_EQ(fixed["spec"]["trafficPlanning"]["mode"], "Advisory");
+}
+
+TEST_F(OperatorIT, SuspendDeletesPodsAndResumeRecreatesThem) {
+  OperatorInstance op(*client_, ns_);
+  ASSERT_TRUE(op.start());
+  ASSERT_TRUE(create(trainingJob(ns_, "sus", 2)));
+  ASSERT_TRUE(waitFor([&] { return podsAtAttempt("sus", 2, 0, "Running"); }));
+  ASSERT_TRUE(client_->patch(resources::trainingJobs(), ns_, "sus", PatchType::kMerge,
+                             {{"spec", {{"suspend", true}}}}));
+  ASSERT_TRUE(waitFor([&] { return listPods(*client_, ns_, "sus").empty(); }));
+  ASSERT_TRUE(waitFor([&] { return job("sus")["status"].value("phase", "") == "Suspended"; }));
+  ASSERT_TRUE(client_->patch(resources::trainingJobs(), ns_, "sus", PatchType::kMerge,
+                             {{"spec", {{"suspend", false}}}}));
+  ASSERT_TRUE(waitFor([&] { return podsAtAttempt("sus", 2, 0, "Running"); }));
+  EXPECT_EQ(job("sus")["status"]["restarts"], 0) << "suspend is not a restart";
+  op.stop();
+}
+
+TEST_F(OperatorIT, CompletionMarksTheJobSucceeded) {
+  OperatorInstance op(*client_, ns_);
+  ASSERT_TRUE(op.start());
+  ASSERT_TRUE(create(trainingJob(ns_, "done", 2)));
+  ASSERT_TRUE(waitFor([&] { return podsAtAttempt("done", 2, 0, "Running"); }));
+  ASSERT_TRUE(setPodPhase(*client_, ns_, "done-0", "Succeeded", 0));
+  ASSERT_TRUE(setPodPhase(*client_, ns_, "done-1", "Succeeded", 0));
+  ASSERT_TRUE(waitFor([&] { return job("done")["status"].value("phase", "") == "Succeeded"; }));
+  op.stop();
+}
+
+TEST_F(OperatorIT, DeletingTheJobGarbageCollectsItsChildren) {
+  OperatorInstance op(*client_, ns_);
+  ASSERT_TRUE(op.start());
+  ASSERT_TRUE(create(trainingJob(ns_, "gone", 2)));
+  ASSERT_TRUE(waitFor([&] { return podsAtAttempt("gone", 2, 0, nullptr); }));
+  ASSERT_TRUE(waitFor([&] { return bool(client_->get(resources::services(), ns_, "gone")); }));
+  DeleteOptions background;
+  background.propagation_policy = "Background";
+  ASSERT_TRUE(client_->remove(resources::trainingJobs(), ns_, "gone", background));
+  // kube-controller-manager's garbage collector follows the ownerReferences.
+  ASSERT_TRUE(waitFor(
+      [&] {
+        return listPods(*client_, ns_, "gone").empty() &&
+               !client_->get(resources::services(), ns_, "gone") &&
+               !client_->get(resources::configMaps(), ns_, "gone-c4-plan");
+      },
+      std::chrono::seconds{60}));
+  op.stop();
+}
+
+TEST_F(OperatorIT, NodeCordonAndUncordonWithBookkeepingAndEvents) {
+  const std::string node_name = "node-3";
+  auto node = client_->get(resources::nodes(), "", node_name);
+  if (!node) GTEST_SKIP() << "test cluster has no " << node_name;
+  EventRecorder events(*client_, realClock(), "c4-operator", "it", nullptr);
+  NodeActionConfig config;
+  config.max_fraction = 1.0;
+  config.max_cordons_per_window = 10;
+  NodeRemediator remediator(*client_, realClock(), events, config, nullptr);
+  auto outcome = remediator.cordon(node_name, "integration test: NIC fault on rank 3");
+  ASSERT_TRUE(outcome) << outcome.error().toString();
+  EXPECT_EQ(*outcome, CordonOutcome::kCordoned);
+  Json n = *client_->get(resources::nodes(), "", node_name);
+  EXPECT_EQ(n["spec"]["unschedulable"], true);
+  bool tainted = false;
+  for (const auto& t : n["spec"]["taints"]) tainted |= t["key"] == "c4.dev/faulty";
+  EXPECT_TRUE(tainted);
+  EXPECT_EQ(annotationOf(n, "c4.dev/cordoned-by"), "c4-operator");
+  auto un = remediator.uncordon(node_name);
+  ASSERT_TRUE(un) << un.error().toString();
+  n = *client_->get(resources::nodes(), "", node_name);
+  EXPECT_FALSE(n["spec"].value("unschedulable", false));
+  EXPECT_EQ(annotationOf(n, "c4.dev/cordoned-by"), "");
+  auto reasons = eventReasons(*client_, "default", node_name);
+  EXPECT_NE(std::find(reasons.begin(), reasons.end(), "NodeCordoned"), reasons.end());
+  EXPECT_NE(std::find(reasons.begin(), reasons.end(), "NodeUncordoned"), reasons.end());
+}
+
+}  // namespace
+}  // namespace c4::op::it

@@ -1,0 +1,54 @@
+// Where the API server is and how to authenticate: a kubeconfig file (client certificates and
+// keys inline or as files, bearer tokens inline or as files, CA, current-context) or the
+// in-cluster service account (token file re-read by the client, CA file,
+// KUBERNETES_SERVICE_HOST/PORT). Malformed input yields kInvalidArgument naming the field.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "c4/common/error.h"
+
+namespace c4::op {
+
+struct KubeConfig {
+  std::string server;  // "https://host:port"
+  std::string ca_pem;  // CA bundle (PEM), empty = system trust store
+  std::string client_cert_pem;
+  std::string client_key_pem;
+  std::string token;       // static bearer token
+  std::string token_file;  // re-read periodically (projected service-account tokens rotate)
+  bool insecure_skip_tls_verify = false;
+  std::string tls_server_name;
+  std::string context_name;  // the context used (kubeconfig only)
+  std::string default_namespace = "default";
+  double qps = 50.0;  // client-side rate limit (kube-controller-manager's default)
+  int burst = 100;
+  std::chrono::milliseconds request_timeout{30'000};
+  std::chrono::milliseconds connect_timeout{5'000};
+};
+
+// Parses kubeconfig YAML. `base_dir` resolves relative file paths; `context` empty = the
+// current-context. Reads the files named by *-file fields.
+Result<KubeConfig> parseKubeconfig(std::string_view yaml, const std::string& base_dir,
+                                   std::string_view context = "");
+Result<KubeConfig> loadKubeconfigFile(const std::string& path, std::string_view context = "");
+
+// In-cluster configuration. `getenv` is injectable for tests; `sa_dir` holds token, ca.crt and
+// namespace.
+Result<KubeConfig> inClusterConfig(
+    const std::function<std::optional<std::string>(const char*)>& getenv_fn,
+    const std::string& sa_dir = "/var/run/secrets/kubernetes.io/serviceaccount");
+
+// Resolution order of client-go: explicit path, $KUBECONFIG, in-cluster, ~/.kube/config.
+Result<KubeConfig> loadDefaultKubeConfig(const std::string& explicit_path,
+                                         std::string_view context = "");
+
+// Standard base64 (kubeconfig *-data fields). kInvalidArgument on bad input.
+Result<std::string> base64Decode(std::string_view text);
+Result<std::string> readFileToString(const std::string& path);
+
+}  // namespace c4::op
