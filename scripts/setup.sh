@@ -5,7 +5,7 @@
 set -euo pipefail
 
 PACKAGES=(
-  build-essential cmake ninja-build pkg-config git ca-certificates
+  build-essential cmake ninja-build pkg-config git ca-certificates ccache
   nlohmann-json3-dev libyaml-cpp-dev libcurl4-openssl-dev libcpprest-dev libssl-dev
   libibverbs-dev rdma-core
   libgtest-dev libgmock-dev libbenchmark-dev

@@ -34,7 +34,8 @@ configure() {  # configure <dir> <cmake args...>
 
 if ((QUICK == 0)); then
   echo "== ASan/UBSan build: unit tests"
-  configure build-asan -DCMAKE_BUILD_TYPE=Debug -DC4_SANITIZE_ADDRESS=ON -DC4_BUILD_BENCH=OFF
+  configure build-asan -DCMAKE_BUILD_TYPE=Debug -DC4_SANITIZE_ADDRESS=ON -DC4_BUILD_BENCH=OFF \
+    -DC4_BUILD_E2E=OFF
   cmake --build build-asan -j "$JOBS"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build-asan -L unit --output-on-failure -j "$JOBS"
@@ -42,7 +43,8 @@ fi
 
 if ((TSAN == 1)); then
   echo "== TSan build: unit tests"
-  configure build-tsan -DCMAKE_BUILD_TYPE=Debug -DC4_SANITIZE_THREAD=ON -DC4_BUILD_BENCH=OFF
+  configure build-tsan -DCMAKE_BUILD_TYPE=Debug -DC4_SANITIZE_THREAD=ON -DC4_BUILD_BENCH=OFF \
+    -DC4_BUILD_E2E=OFF
   cmake --build build-tsan -j "$JOBS"
   TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build-tsan -L unit --output-on-failure -j "$JOBS"
 fi

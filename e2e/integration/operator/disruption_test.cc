@@ -12,22 +12,9 @@
 namespace c4::op::it {
 namespace {
 
-class DisruptionIT : public ::testing::Test {
+class DisruptionIT : public NamespacedTest {
  protected:
-  void SetUp() override {
-    if (testenvDir().empty()) GTEST_SKIP() << "C4_TESTENV_DIR is not set (no test cluster)";
-    client_ = makeClient();
-    ASSERT_TRUE(client_);
-    installCrd(*client_);
-    ns_ = createNamespace(*client_, "op-dis");
-  }
-  void TearDown() override {
-    if (client_ && !ns_.empty()) {
-      (void)client_->remove(resources::namespaces(), "", ns_, DeleteOptions{});
-    }
-  }
-  std::unique_ptr<KubeClient> client_;
-  std::string ns_;
+  DisruptionIT() : NamespacedTest("op-dis") {}
 };
 
 struct Candidate {

@@ -120,6 +120,28 @@ inline std::string createNamespace(KubeClient& client, const std::string& prefix
   return name;
 }
 
+// A test that talks to the shared cluster in a namespace of its own, deleted afterwards.
+// `prefix` names the namespace (a random suffix is added).
+class NamespacedTest : public ::testing::Test {
+ protected:
+  explicit NamespacedTest(std::string prefix) : prefix_(std::move(prefix)) {}
+  void SetUp() override {
+    if (testenvDir().empty()) GTEST_SKIP() << "C4_TESTENV_DIR is not set (no test cluster)";
+    client_ = makeClient();
+    ASSERT_TRUE(client_);
+    installCrd(*client_);
+    ns_ = createNamespace(*client_, prefix_);
+  }
+  void TearDown() override {
+    if (client_ && !ns_.empty()) {
+      (void)client_->remove(resources::namespaces(), "", ns_, DeleteOptions{});
+    }
+  }
+  std::string prefix_;
+  std::unique_ptr<KubeClient> client_;
+  std::string ns_;
+};
+
 inline Json trainingJob(const std::string& ns, const std::string& name, int replicas,
                         Json fault_tolerance = Json::object()) {
   if (!fault_tolerance.contains("restartBackoffSeconds")) {

@@ -12,20 +12,9 @@
 namespace c4::op::it {
 namespace {
 
-class OperatorIT : public ::testing::Test {
+class OperatorIT : public NamespacedTest {
  protected:
-  void SetUp() override {
-    if (testenvDir().empty()) GTEST_SKIP() << "C4_TESTENV_DIR is not set (no test cluster)";
-    client_ = makeClient();
-    ASSERT_TRUE(client_);
-    installCrd(*client_);
-    ns_ = createNamespace(*client_, "op-it");
-  }
-  void TearDown() override {
-    if (client_ && !ns_.empty()) {
-      (void)client_->remove(resources::namespaces(), "", ns_, DeleteOptions{});
-    }
-  }
+  OperatorIT() : NamespacedTest("op-it") {}
   Json job(const std::string& name) {
     auto j = client_->get(resources::trainingJobs(), ns_, name);
     return j ? *j : Json::object();
@@ -45,9 +34,6 @@ class OperatorIT : public ::testing::Test {
     }
     return true;
   }
-
-  std::unique_ptr<KubeClient> client_;
-  std::string ns_;
 };
 
 TEST_F(OperatorIT, ClientVerbsAndErrorMappingAgainstTheRealServer) {
