@@ -15,6 +15,7 @@
 #include "c4/common/report.h"
 #include "c4/common/unix_socket.h"
 #include "c4/plugin/config.h"
+#include "c4/plugin/hash.h"
 
 namespace c4::netbench {
 namespace {
@@ -29,16 +30,6 @@ struct CkptHeader {
   std::uint64_t words;
   std::uint64_t checksum;
 };
-
-std::uint64_t fnv(const void* p, std::size_t n) {
-  std::uint64_t h = 1469598103934665603ull;
-  const auto* b = static_cast<const unsigned char*>(p);
-  for (std::size_t i = 0; i < n; ++i) {
-    h ^= b[i];
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 std::string ckptName(int rank, int step) {
   char buf[64];
@@ -76,7 +67,7 @@ Status writeCheckpoint(const std::string& dir, int rank, int step,
   std::string tmp = final + ".tmp-" + std::to_string(::getpid());
   UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (!fd.valid()) return std::unexpected(errnoError("checkpoint open " + tmp, errno));
-  CkptHeader h{kMagic, 1, step, state.size(), fnv(state.data(), state.size() * 4)};
+  CkptHeader h{kMagic, 1, step, state.size(), plugin::fnv1a64(state.data(), state.size() * 4)};
   C4_RETURN_IF_ERROR(writeFully(fd.get(), &h, sizeof(h)));
   C4_RETURN_IF_ERROR(writeFully(fd.get(), state.data(), state.size() * 4));
   if (::fsync(fd.get()) != 0) return std::unexpected(errnoError("checkpoint fsync", errno));
@@ -112,7 +103,7 @@ Result<std::vector<std::uint32_t>> readCheckpoint(const std::string& dir, int ra
     if (n <= 0) return makeError(ErrorCode::kInvalidArgument, "checkpoint " + path + ": short");
     got += static_cast<std::size_t>(n);
   }
-  if (fnv(state.data(), want) != h.checksum) {
+  if (plugin::fnv1a64(state.data(), want) != h.checksum) {
     return makeError(ErrorCode::kInvalidArgument, "checkpoint " + path + ": checksum mismatch");
   }
   return state;
@@ -223,7 +214,7 @@ Result<TrainingResult> runTraining(Net& net, Bootstrap& bs, const TrainingOption
   done.state = report::ProgressState::kFinished;
   notify(done);
   result.finalStep = o.steps;
-  result.checksum = fnv(state.data(), words * 4);
+  result.checksum = plugin::fnv1a64(state.data(), words * 4);
   return result;
 }
 

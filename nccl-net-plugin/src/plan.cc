@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "c4/common/log.h"
+#include "c4/plugin/hash.h"
 
 namespace c4::plugin {
 namespace {
@@ -72,11 +73,7 @@ Result<PlannedSubflow> parseSubflow(const json& s, const std::string& path) {
 
 std::uint64_t nodeHash(std::string_view node) {
   if (node.empty()) return 0;
-  std::uint64_t h = 1469598103934665603ull;
-  for (char c : node) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 1099511628211ull;
-  }
+  const std::uint64_t h = fnv1a64(node.data(), node.size());
   return h == 0 ? 1 : h;
 }
 

@@ -20,6 +20,7 @@
 
 #include "c4/common/log.h"
 #include "c4/common/unix_socket.h"
+#include "c4/plugin/hash.h"
 
 namespace c4::plugin {
 namespace {
@@ -85,16 +86,6 @@ struct FrameHeader {
   std::uint64_t len;
 };
 static_assert(sizeof(FrameHeader) == 40);
-
-std::uint64_t fnv(const void* p, std::size_t n) {
-  std::uint64_t h = 1469598103934665603ull;
-  const auto* b = static_cast<const unsigned char*>(p);
-  for (std::size_t i = 0; i < n; ++i) {
-    h ^= b[i];
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 std::uint64_t randomU64() {
   static std::mutex mu;
@@ -859,7 +850,7 @@ Result<CommBase*> Context::listen(int dev, void* handle) {
   h.port = localPortOf(fd.get());
   h.listenId = randomU64();
   h.nodeHash = nodeHash(config_.node);
-  h.checksum = fnv(&h, offsetof(WireHandle, checksum));
+  h.checksum = fnv1a64(&h, offsetof(WireHandle, checksum));
   std::memset(handle, 0, kHandleBytes);
   std::memcpy(handle, &h, sizeof(h));
   auto* lc = new ListenComm(this, std::move(fd), h.listenId);
@@ -900,7 +891,7 @@ Result<CommBase*> Context::connect(int dev, void* handle) {
     WireHandle h{};
     std::memcpy(&h, handle, sizeof(h));
     if (h.magic != kHandleMagic || h.version != kWireVersion ||
-        h.checksum != fnv(&h, offsetof(WireHandle, checksum)) ||
+        h.checksum != fnv1a64(&h, offsetof(WireHandle, checksum)) ||
         (h.family != AF_INET && h.family != AF_INET6) || h.port == 0) {
       return makeError(ErrorCode::kInvalidArgument,
                        "connect: the handle is not a valid C4 handle (bad magic, version or "
