@@ -59,8 +59,32 @@ Result<bool> NodeRemediator::breakerAllows(std::string& why) {
   return true;
 }
 
+namespace {
+
+// Read-modify-write against a Node that others write too: retry a lost optimistic-concurrency
+// race (HTTP 409) from a fresh read, like client-go's RetryOnConflict.
+template <typename Attempt>
+auto retryOnConflict(Attempt&& attempt) -> decltype(attempt()) {
+  constexpr int kAttempts = 5;
+  for (int i = 1;; ++i) {
+    auto result = attempt();
+    if (result || result.error().code != ErrorCode::kConflict || i == kAttempts) return result;
+  }
+}
+
+}  // namespace
+
 Result<CordonOutcome> NodeRemediator::cordon(const std::string& node_name,
                                              const std::string& reason) {
+  return retryOnConflict([&] { return cordonOnce(node_name, reason); });
+}
+
+Result<UncordonOutcome> NodeRemediator::uncordon(const std::string& node_name) {
+  return retryOnConflict([&] { return uncordonOnce(node_name); });
+}
+
+Result<CordonOutcome> NodeRemediator::cordonOnce(const std::string& node_name,
+                                                 const std::string& reason) {
   C4_ASSIGN_OR_RETURN(Json node, client_.get(resources::nodes(), "", node_name));
   auto count = [&](CordonOutcome o) {
     if (actions_ != nullptr) actions_->labels({"cordon", std::string(cordonOutcomeName(o))}).inc();
@@ -112,7 +136,7 @@ Result<CordonOutcome> NodeRemediator::cordon(const std::string& node_name,
   return count(CordonOutcome::kCordoned);
 }
 
-Result<UncordonOutcome> NodeRemediator::uncordon(const std::string& node_name) {
+Result<UncordonOutcome> NodeRemediator::uncordonOnce(const std::string& node_name) {
   C4_ASSIGN_OR_RETURN(Json node, client_.get(resources::nodes(), "", node_name));
   auto count = [&](UncordonOutcome o, const char* name) {
     if (actions_ != nullptr) actions_->labels({"uncordon", name}).inc();

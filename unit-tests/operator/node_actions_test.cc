@@ -135,5 +135,27 @@ TEST(NodeActionsTest, MissingNodeIsAnErrorAndChangesNothing) {
   EXPECT_TRUE(f.eventReasons().empty());
 }
 
+TEST(NodeActionsTest, ConflictIsRetriedFromAFreshRead) {
+  // Another writer of the Node (the kubelet's heartbeat) wins a race: the API answers 409 and the
+  // remediator starts over from a fresh read instead of failing the cordon/uncordon.
+  Fixture f(4);
+  auto r = f.remediator(permissive());
+  f.api.failNext(Error{ErrorCode::kConflict, "the object has been modified"});
+  auto outcome = r.cordon("node-2", "slow NIC");
+  ASSERT_TRUE(outcome) << outcome.error().toString();
+  EXPECT_EQ(*outcome, CordonOutcome::kCordoned);
+  EXPECT_EQ(f.get("node-2")["spec"]["unschedulable"], true);
+  f.api.failNext(Error{ErrorCode::kConflict, "the object has been modified"});
+  auto un = r.uncordon("node-2");
+  ASSERT_TRUE(un) << un.error().toString();
+  EXPECT_EQ(*un, UncordonOutcome::kUncordoned);
+  EXPECT_EQ(f.get("node-2")["spec"]["unschedulable"], false);
+  // Other errors are not retried.
+  f.api.failNext(Error{ErrorCode::kUnavailable, "connection refused"});
+  auto failed = r.cordon("node-3", "x");
+  ASSERT_FALSE(failed);
+  EXPECT_EQ(failed.error().code, ErrorCode::kUnavailable);
+}
+
 }  // namespace
 }  // namespace c4::op

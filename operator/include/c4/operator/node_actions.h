@@ -43,12 +43,17 @@ class NodeRemediator {
   NodeRemediator(KubeClient& client, Clock& clock, EventRecorder& events, NodeActionConfig config,
                  metrics::Registry* registry);
 
-  // Cordons and taints `node` because of `reason` (an evidence summary). Idempotent.
+  // Cordons and taints `node` because of `reason` (an evidence summary). Idempotent. A write
+  // that loses a race with another writer of the Node (the kubelet's status, another
+  // controller) is retried from a fresh read, a few times.
   Result<CordonOutcome> cordon(const std::string& node, const std::string& reason);
   // Removes our taint and bookkeeping; uncordons only if the node was not cordoned before us.
+  // Conflicts are retried as for cordon().
   Result<UncordonOutcome> uncordon(const std::string& node);
 
  private:
+  Result<CordonOutcome> cordonOnce(const std::string& node, const std::string& reason);
+  Result<UncordonOutcome> uncordonOnce(const std::string& node);
   Result<bool> breakerAllows(std::string& why);
 
   KubeClient& client_;
