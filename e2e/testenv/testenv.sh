@@ -203,7 +203,7 @@ start_apiserver() {
     --service-cluster-ip-range=10.96.0.0/16 \
     --authorization-mode=Node,RBAC --allow-privileged=true \
     --cert-dir="$DIR/pki" --profiling=false
-  wait_apiserver --soft || start_apiserver_from_cmd
+  wait_apiserver
 }
 
 wait_apiserver() {  # [--soft]: return 1 instead of failing when the process exits
