@@ -123,12 +123,14 @@ void Informer::start() {
   thread_ = std::thread([this] { run(); });
 }
 
+void Informer::requestStop() {
+  std::lock_guard lock(mu_);
+  stop_ = true;
+  cv_.notify_all();
+}
+
 void Informer::stop() {
-  {
-    std::lock_guard lock(mu_);
-    stop_ = true;
-    cv_.notify_all();
-  }
+  requestStop();
   if (thread_.joinable()) thread_.join();
 }
 

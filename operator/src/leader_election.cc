@@ -137,8 +137,12 @@ bool LeaderElector::run(const std::function<void()>& on_started,
     }
   }
   leader_ = false;
+  if (lost) log_.error("Lost leadership: could not renew the lease within the renew deadline");
+  // The guarded work stops first; only then may another instance take the lease (client-go's
+  // ReleaseOnCancel contract), so two leaders never reconcile at the same time.
+  on_stopped();
   if (lost) {
-    log_.error("Lost leadership: could not renew the lease within the renew deadline");
+    // Nothing to release: someone else may already hold it.
   } else if (!config_.release_on_stop) {
     log_.info("Stopped leading without releasing the lease");
   } else if (auto released = release(); !released) {
@@ -146,7 +150,6 @@ bool LeaderElector::run(const std::function<void()>& on_started,
   } else {
     log_.info("Released the lease");
   }
-  on_stopped();
   return !lost;
 }
 

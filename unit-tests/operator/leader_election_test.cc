@@ -99,8 +99,18 @@ TEST(LeaderElectionTest, RunLeadsThenReleasesOnStop) {
   LeaderElector a(api, clock, configFor("a"));
   std::atomic<bool> started{false};
   std::atomic<bool> stopped{false};
+  std::string holder_while_stopping;
   bool voluntary = false;
-  std::thread runner([&] { voluntary = a.run([&] { started = true; }, [&] { stopped = true; }); });
+  std::thread runner([&] {
+    voluntary = a.run([&] { started = true; },
+                      [&] {
+                        // The guarded work stops while the lease is still ours: no successor
+                        // can start before it has.
+                        auto lease = api.peek(resources::leases(), "c4-system", "c4-operator");
+                        holder_while_stopping = (*lease)["spec"]["holderIdentity"];
+                        stopped = true;
+                      });
+  });
   ASSERT_TRUE(clock.awaitWaiters(1));  // leading, waiting for the next renewal
   EXPECT_TRUE(started.load());
   EXPECT_TRUE(a.isLeader());
@@ -110,6 +120,7 @@ TEST(LeaderElectionTest, RunLeadsThenReleasesOnStop) {
   runner.join();
   EXPECT_TRUE(voluntary);
   EXPECT_TRUE(stopped.load());
+  EXPECT_EQ(holder_while_stopping, "a");
   auto lease = api.peek(resources::leases(), "c4-system", "c4-operator");
   EXPECT_EQ((*lease)["spec"]["holderIdentity"], "");
 }

@@ -74,8 +74,11 @@ class Informer {
   void setWatchTimeoutSeconds(int s) { watch_timeout_s_ = s; }
 
   void start();
-  // Ends the thread (cancels an open watch). Idempotent.
+  // Ends the thread (cancels an open watch; libcurl notices within about a second). Idempotent.
   void stop();
+  // Asks the thread to end without waiting: stop several informers in parallel with
+  // requestStop() on each, then stop() on each.
+  void requestStop();
   [[nodiscard]] bool hasSynced() const { return synced_.load(); }
   // Blocks until synced, stopped or the deadline; returns hasSynced().
   bool waitForSync(MonoTime deadline);

@@ -34,7 +34,8 @@ class LeaderElector {
 
   // Blocks: tries to acquire every retryPeriod until it leads or stop(); then calls
   // `on_started` (on this thread; it must return promptly) and renews until stop() or loss of
-  // the lease, then calls `on_stopped`. Releases the lease when stopped while leading.
+  // the lease, then calls `on_stopped`. Stopped while leading, it releases the lease after
+  // `on_stopped` has returned (the guarded work has stopped), so a successor need not wait.
   // Returns true if it led and stopped voluntarily, false if it lost the lease.
   bool run(const std::function<void()>& on_started, const std::function<void()>& on_stopped);
   void stop();
