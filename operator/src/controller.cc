@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "c4/operator/failpoints.h"
 #include "c4/operator/node_actions.h"
 
 namespace c4::op {
@@ -144,10 +145,11 @@ void TrainingJobController::stop() {
   for (auto& t : workers_) {
     if (t.joinable()) t.join();
   }
-  for (Informer* informer :
-       {jobs_.get(), pods_.get(), nodes_.get(), services_.get(), config_maps_.get()}) {
-    informer->stop();
-  }
+  // All watches are cancelled at once, then joined: shutdown takes one cancellation, not five.
+  const std::vector<Informer*> informers = {jobs_.get(), pods_.get(), nodes_.get(), services_.get(),
+                                            config_maps_.get()};
+  for (Informer* informer : informers) informer->requestStop();
+  for (Informer* informer : informers) informer->stop();
 }
 
 void TrainingJobController::worker() {
@@ -256,8 +258,14 @@ Result<ReconcileResult> TrainingJobController::reconcile(const std::string& key)
     if (plan.restart_started) restarts_.get().inc();
   }
   for (const auto& e : plan.events) events_.record(job, e.type, e.reason, e.message);
-  if (config_.fault_hook && !config_.fault_hook("after-status", key)) {
-    return makeError(ErrorCode::kCancelled, "fault hook stopped the reconcile after status");
+  if (config_.fault_hook && plan.status_changed) {
+    // Failpoints: right after the status write lands, before any pod is touched.
+    bool go_on = config_.fault_hook(kFailpointAfterStatus, key);
+    if (go_on && plan.restart_started)
+      go_on = config_.fault_hook(kFailpointAfterRestartStatus, key);
+    if (!go_on) {
+      return makeError(ErrorCode::kCancelled, "fault hook stopped the reconcile after status");
+    }
   }
 
   for (const auto& d : plan.pods_to_delete) {

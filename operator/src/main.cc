@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include "c4/common/clock.h"
@@ -12,6 +13,7 @@
 #include "c4/common/metrics.h"
 #include "c4/operator/controller.h"
 #include "c4/operator/curl_kube_client.h"
+#include "c4/operator/failpoints.h"
 #include "c4/operator/http_server.h"
 #include "c4/operator/kube_config.h"
 #include "c4/operator/leader_election.h"
@@ -39,6 +41,16 @@ int runOperator(const c4::op::OperatorOptions& options) {
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);  // inherited by every thread started below
+
+  Failpoints failpoints;
+  if (const char* spec = std::getenv("C4_FAILPOINTS"); spec != nullptr) {
+    auto parsed = Failpoints::parse(spec);
+    if (!parsed) {
+      std::fprintf(stderr, "c4-operator: %s\n", parsed.error().message.c_str());
+      return 2;
+    }
+    failpoints = std::move(*parsed);
+  }
 
   auto kube_config = loadDefaultKubeConfig(options.kubeconfig, options.context);
   if (!kube_config) {
@@ -73,6 +85,18 @@ int runOperator(const c4::op::OperatorOptions& options) {
   controller_config.pod_settings = options.pod;
   controller_config.identity = identity;
   controller_config.event_client = event_client->get();
+  if (!failpoints.empty()) {
+    log.warn("Failpoints are set (C4_FAILPOINTS); this process will crash on purpose",
+             {{"failpoints", failpoints.describe()}});
+    controller_config.fault_hook = [&failpoints, &log](std::string_view point,
+                                                       const std::string& key) {
+      if (failpoints.action(point) == FailpointAction::kKill) {
+        log.warn("Failpoint reached, killing the process", {{"failpoint", point}, {"job", key}});
+        ::raise(SIGKILL);
+      }
+      return true;
+    };
+  }
   TrainingJobController controller(**client, clock, controller_config, registry);
 
   LeaderElectionConfig election_config;

@@ -42,8 +42,9 @@ struct ControllerConfig {
   // Client for Events (its own rate limit, like kube-controller-manager's event broadcaster);
   // null = the main client. Not owned.
   KubeClient* event_client = nullptr;
-  // Test hook: called at named points of a reconcile ("after-status"); returning false aborts
-  // the reconcile there, as a crash would. Null in production.
+  // Test hook: called at the named failpoints of a reconcile (failpoints.h: "after-status",
+  // "after-restart-status"); returning false aborts the reconcile there, as a crash would. The
+  // binary sets it only when C4_FAILPOINTS is set. Null in production.
   std::function<bool(std::string_view stage, const std::string& key)> fault_hook;
 };
 

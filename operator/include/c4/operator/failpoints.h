@@ -1,0 +1,41 @@
+// Failpoints: named points in the operator where a test can make the real binary crash, the way
+// etcd's gofail does. Set through the environment, never by a flag, so a production manifest
+// cannot enable one by accident:
+//
+//   C4_FAILPOINTS="after-restart-status=kill"        SIGKILL the process at that point
+//   C4_FAILPOINTS="after-status=kill;other=off"       several, separated by ';'
+//
+// Points (controller.cc): "after-status" (after any TrainingJob status write) and
+// "after-restart-status" (after the status write that starts a restart, before any pod is
+// deleted). An unknown point or action is an error, so a typo cannot silently test nothing.
+#pragma once
+
+#include <map>
+#include <string>
+#include <string_view>
+
+#include "c4/common/error.h"
+
+namespace c4::op {
+
+enum class FailpointAction { kOff, kKill };
+
+class Failpoints {
+ public:
+  // Parses the C4_FAILPOINTS syntax; kInvalidArgument naming the bad entry.
+  static Result<Failpoints> parse(std::string_view spec);
+
+  [[nodiscard]] bool empty() const { return actions_.empty(); }
+  [[nodiscard]] FailpointAction action(std::string_view point) const;
+  // "name=action;..." in name order (for the start-up log line).
+  [[nodiscard]] std::string describe() const;
+
+ private:
+  std::map<std::string, FailpointAction, std::less<>> actions_;
+};
+
+// The failpoint names the operator knows.
+inline constexpr std::string_view kFailpointAfterStatus = "after-status";
+inline constexpr std::string_view kFailpointAfterRestartStatus = "after-restart-status";
+
+}  // namespace c4::op
