@@ -202,7 +202,7 @@ start_apiserver() {
     --api-audiences=https://kubernetes.default.svc.cluster.local \
     --service-cluster-ip-range=10.96.0.0/16 \
     --authorization-mode=Node,RBAC --allow-privileged=true \
-    --cert-dir="$DIR/pki" --profiling=false
+    --cert-dir="$DIR/pki" --profiling=false --watch-cache-sizes=podtemplates#0
   wait_apiserver
 }
 

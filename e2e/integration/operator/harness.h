@@ -194,6 +194,20 @@ inline std::vector<Json> listPods(KubeClient& client, const std::string& ns,
   return out;
 }
 
+// True when exactly `replicas` pods of the job exist, all of restart attempt `attempt`, none
+// being deleted, and (unless `phase` is null) all in that phase.
+inline bool podsAtAttempt(KubeClient& client, const std::string& ns, const std::string& name,
+                          int replicas, int attempt, const char* phase) {
+  auto pods = listPods(client, ns, name);
+  if (static_cast<int>(pods.size()) != replicas) return false;
+  for (const auto& p : pods) {
+    if (labelOf(p, labels::kRestartAttempt) != std::to_string(attempt)) return false;
+    if (p["metadata"].contains("deletionTimestamp")) return false;
+    if (phase != nullptr && p["status"].value("phase", std::string{}) != phase) return false;
+  }
+  return true;
+}
+
 inline std::string envValue(const Json& pod, const std::string& name) {
   for (const auto& e : pod["spec"]["containers"][0]["env"]) {
     if (e["name"] == name) return e.contains("value") ? e["value"].get<std::string>() : "<ref>";
