@@ -139,4 +139,4 @@ awk -F'[{}" ]+' '
   }
   END { if (n) printf "reconciles: %d, duration p50 %.1f ms, p99 %.1f ms\n", cnt[n], q(0.5) * 1000, q(0.99) * 1000 }
 ' "$WORK/metrics.txt"
-grep -E '^c4_operator_(pods_created_total|reconciles_total)' "$WORK/metrics.txt" || true
+grep -E "^c4_operator_(pods_created_total|reconciles_total|api_requests_total)" "$WORK/metrics.txt" || true

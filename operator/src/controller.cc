@@ -211,7 +211,13 @@ Result<ReconcileResult> TrainingJobController::reconcile(const std::string& key)
                 static_cast<unsigned long long>(reconcile_seq_.fetch_add(1) + 1));
   Logger log = log_.with({{"job", key}, {"reconcileID", id}});
   auto cached = jobs_->store().get(key);
-  if (!cached) return ReconcileResult{};  // deleted: children go through ownerReferences
+  if (!cached) {
+    // Deleted: children go through ownerReferences; forget our bookkeeping of the job.
+    std::lock_guard lock(written_mu_);
+    written_rv_.erase(key);
+    status_due_.erase(key);
+    return ReconcileResult{};
+  }
   const Json& job = *cached;
   if (job["metadata"].contains("deletionTimestamp")) return ReconcileResult{};
   std::string managed_by = job.contains("spec") && job["spec"].is_object()
@@ -243,7 +249,25 @@ Result<ReconcileResult> TrainingJobController::reconcile(const std::string& key)
     }
   }
 
-  if (plan.status_changed) {
+  // Status batching (the Job controller's syncJobBatchPeriod): a change that gates nothing
+  // (the job is Pending or Running, no restart starts) is written once the batch period since
+  // it was first seen has passed, so a job whose pods start within the period gets one status
+  // write instead of two. Its events are recorded with that write (the plan recomputes them).
+  // Everything else (restart intent, Failed, Succeeded, Suspended, ...) is written at once.
+  std::optional<Duration> deferred;
+  {
+    const std::string phase = plan.status.value("phase", std::string{});
+    bool urgent = plan.restart_started || (phase != phases::kPending && phase != phases::kRunning);
+    MonoTime now = clock_.monoNow();
+    std::lock_guard lock(written_mu_);
+    if (plan.status_changed && !urgent && config_.status_batch_period > Duration::zero()) {
+      auto [it, inserted] = status_due_.try_emplace(key, now + config_.status_batch_period);
+      if (now < it->second) deferred = it->second - now;
+    }
+    if (!deferred) status_due_.erase(key);
+  }
+
+  if (plan.status_changed && !deferred) {
     Json updated = job;
     updated["status"] = plan.status;
     auto written = client_.update(resources::trainingJobs(), objectNamespace(job), updated,
@@ -257,8 +281,10 @@ Result<ReconcileResult> TrainingJobController::reconcile(const std::string& key)
                                 {"restarts", plan.status.value("restarts", std::int64_t{0})}});
     if (plan.restart_started) restarts_.get().inc();
   }
-  for (const auto& e : plan.events) events_.record(job, e.type, e.reason, e.message);
-  if (config_.fault_hook && plan.status_changed) {
+  if (!deferred) {
+    for (const auto& e : plan.events) events_.record(job, e.type, e.reason, e.message);
+  }
+  if (config_.fault_hook && plan.status_changed && !deferred) {
     // Failpoints: right after the status write lands, before any pod is touched.
     bool go_on = config_.fault_hook(kFailpointAfterStatus, key);
     if (go_on && plan.restart_started)
@@ -271,6 +297,7 @@ Result<ReconcileResult> TrainingJobController::reconcile(const std::string& key)
   for (const auto& d : plan.pods_to_delete) {
     DeleteOptions options;
     options.precondition_uid = d.uid;
+    options.priority = RequestPriority::kCritical;  // the restart path goes first
     if (d.force) options.grace_period_seconds = 0;
     auto removed = client_.remove(resources::pods(), objectNamespace(job), d.name, options);
     if (!removed && removed.error().code != ErrorCode::kNotFound &&
@@ -280,15 +307,19 @@ Result<ReconcileResult> TrainingJobController::reconcile(const std::string& key)
     log.info("Pod deleted", {{"pod", d.name}, {"force", d.force}, {"why", d.why}});
   }
   // Pods are created concurrently (as the Job controller does in batches); the client's token
-  // bucket still bounds the request rate. Each thread returns its result: nothing throws across.
+  // bucket still bounds the request rate, and serves these critical requests before status
+  // writes and other jobs' Services (see PriorityTokenBucket). Each thread returns its result:
+  // nothing throws across.
   const std::size_t count = plan.pods_to_create.size();
   std::vector<Result<Json>> results(count, Json::object());
   std::atomic<std::size_t> next{0};
+  WriteOptions critical;
+  critical.priority = RequestPriority::kCritical;
   auto createSome = [&]() noexcept {
     for (std::size_t i = next.fetch_add(1); i < count; i = next.fetch_add(1)) {
       try {
-        results[i] =
-            client_.create(resources::pods(), objectNamespace(job), plan.pods_to_create[i]);
+        results[i] = client_.create(resources::pods(), objectNamespace(job), plan.pods_to_create[i],
+                                    critical);
       } catch (const std::exception& e) {
         results[i] = makeError(ErrorCode::kInternal, std::string("create pod: ") + e.what());
       }
@@ -316,7 +347,9 @@ Result<ReconcileResult> TrainingJobController::reconcile(const std::string& key)
     events_.record(job, "Warning", "FailedCreatePod", first_error->message);
     return std::unexpected(*first_error);
   }
-  return ReconcileResult{plan.requeue_after};
+  std::optional<Duration> requeue = plan.requeue_after;
+  if (deferred && (!requeue || *deferred < *requeue)) requeue = deferred;
+  return ReconcileResult{requeue};
 }
 
 }  // namespace c4::op

@@ -70,7 +70,8 @@ class CurlKubeClient final : public KubeClient {
   // Interface
   Result<Json> get(const ResourceType& type, std::string_view ns, std::string_view name,
                    std::string_view subresource) override {
-    return jsonCall("GET", type.objectPath(ns, name, subresource), "", "", nullptr);
+    return jsonCall("GET", type.objectPath(ns, name, subresource), "", "",
+                    RequestPriority::kNormal);
   }
 
   Result<Json> list(const ResourceType& type, std::string_view ns,
@@ -94,7 +95,7 @@ class CurlKubeClient final : public KubeClient {
         }
       }
       C4_ASSIGN_OR_RETURN(Json page, jsonCall("GET", type.collectionPath(ns) + encodeQuery(query),
-                                              "", "", nullptr));
+                                              "", "", RequestPriority::kNormal));
       if (page.contains("items") && page["items"].is_array()) {
         for (auto& item : page["items"]) {
           // Lists omit kind/apiVersion on items; restore them so objects look like gets.
@@ -117,7 +118,7 @@ class CurlKubeClient final : public KubeClient {
     if (!options.subresource.empty())
       path = type.objectPath(ns, objectName(object), options.subresource);
     return jsonCall("POST", path + managerQuery(options.field_manager), object.dump(),
-                    "application/json", nullptr);
+                    "application/json", options.priority);
   }
 
   Result<Json> update(const ResourceType& type, std::string_view ns, const Json& object,
@@ -126,7 +127,7 @@ class CurlKubeClient final : public KubeClient {
     if (name.empty()) return makeError(ErrorCode::kInvalidArgument, "update: object has no name");
     return jsonCall(
         "PUT", type.objectPath(ns, name, options.subresource) + managerQuery(options.field_manager),
-        object.dump(), "application/json", nullptr);
+        object.dump(), "application/json", options.priority);
   }
 
   Result<Json> patch(const ResourceType& type, std::string_view ns, std::string_view name,
@@ -152,7 +153,7 @@ class CurlKubeClient final : public KubeClient {
     }
     if (!options.field_manager.empty()) query.emplace_back("fieldManager", options.field_manager);
     return jsonCall("PATCH", type.objectPath(ns, name, options.subresource) + encodeQuery(query),
-                    body.dump(), content_type, nullptr);
+                    body.dump(), content_type, RequestPriority::kNormal);
   }
 
   Status remove(const ResourceType& type, std::string_view ns, std::string_view name,
@@ -164,8 +165,8 @@ class CurlKubeClient final : public KubeClient {
     if (!options.precondition_resource_version.empty()) {
       body["preconditions"]["resourceVersion"] = options.precondition_resource_version;
     }
-    auto result =
-        jsonCall("DELETE", type.objectPath(ns, name), body.dump(), "application/json", nullptr);
+    auto result = jsonCall("DELETE", type.objectPath(ns, name), body.dump(), "application/json",
+                           options.priority);
     if (!result) return std::unexpected(result.error());
     return okStatus();
   }
@@ -394,8 +395,9 @@ class CurlKubeClient final : public KubeClient {
   }
 
   Result<HttpResponse> perform(const std::string& method, const std::string& path,
-                               const std::string& body, const std::string& content_type) {
-    bucket_.wait();
+                               const std::string& body, const std::string& content_type,
+                               RequestPriority priority) {
+    bucket_.wait(priority);
     CurlPtr curl = acquireHandle();
     if (!curl) return makeError(ErrorCode::kInternal, "curl_easy_init failed");
     C4_ASSIGN_OR_RETURN(SlistPtr headers, prepare(curl.get(), method, path, body, content_type));
@@ -424,8 +426,8 @@ class CurlKubeClient final : public KubeClient {
   }
 
   Result<Json> jsonCall(const std::string& method, const std::string& path, const std::string& body,
-                        const std::string& content_type, const Json*) {
-    C4_ASSIGN_OR_RETURN(HttpResponse response, perform(method, path, body, content_type));
+                        const std::string& content_type, RequestPriority priority) {
+    C4_ASSIGN_OR_RETURN(HttpResponse response, perform(method, path, body, content_type, priority));
     if (response.status < 200 || response.status >= 300) {
       return std::unexpected(mapApiError(response.status, method, response.body));
     }
@@ -439,7 +441,7 @@ class CurlKubeClient final : public KubeClient {
 
   KubeConfig config_;
   Clock& clock_;
-  TokenBucket bucket_;
+  PriorityTokenBucket bucket_;
   std::mutex token_mu_;
   std::string token_;
   MonoTime token_read_;

@@ -72,6 +72,13 @@ int runOperator(const c4::op::OperatorOptions& options) {
     log.error("Cannot create the Kubernetes client", {{"error", event_client.error()}});
     return 1;
   }
+  // Lease renewals get their own client too: a throttled burst of pod creations must never
+  // delay a renewal past the renew deadline (leadership would be lost mid-restart).
+  auto election_client = createCurlKubeClient(*kube_config, clock, nullptr);
+  if (!election_client) {
+    log.error("Cannot create the Kubernetes client", {{"error", election_client.error()}});
+    return 1;
+  }
   std::string identity = options.identity;
   if (identity.empty()) {
     char host[256] = {0};
@@ -84,6 +91,7 @@ int runOperator(const c4::op::OperatorOptions& options) {
   controller_config.workers = options.workers;
   controller_config.pod_settings = options.pod;
   controller_config.identity = identity;
+  controller_config.status_batch_period = seconds(options.status_batch_seconds);
   controller_config.event_client = event_client->get();
   if (!failpoints.empty()) {
     log.warn("Failpoints are set (C4_FAILPOINTS); this process will crash on purpose",
@@ -106,7 +114,7 @@ int runOperator(const c4::op::OperatorOptions& options) {
   election_config.lease_duration = seconds(options.lease_duration_seconds);
   election_config.renew_deadline = seconds(options.renew_deadline_seconds);
   election_config.retry_period = seconds(options.retry_period_seconds);
-  LeaderElector elector(**client, clock, election_config);
+  LeaderElector elector(**election_client, clock, election_config);
 
   HttpServer server;
   server.handle("/metrics", [&] {

@@ -96,6 +96,17 @@ const std::vector<Option>& optionTable() {
        C4_DBL(renew_deadline_seconds, "renew-deadline", 0.5)},
       {"retry-period", "seconds (default 2)", C4_DBL(retry_period_seconds, "retry-period", 0.1)},
       {"log-level", "trace|debug|info|warn|error (default info)", C4_STR(log_level)},
+      {"status-batch-period",
+       "seconds a Pending/Running status change may wait to be written with the next one "
+       "(default 1; 0 = write at once)",
+       [](OperatorOptions& o, const std::string& v) -> Status {
+         C4_RETURN_IF_ERROR(parseDouble("status-batch-period", v, o.status_batch_seconds, 0));
+         if (o.status_batch_seconds > 60) {
+           return makeError(ErrorCode::kInvalidArgument,
+                            "status-batch-period: at most 60 seconds, got '" + v + "'");
+         }
+         return okStatus();
+       }},
       {"agent-socket-dir", "node directory of the agent socket (default /var/run/c4)",
        C4_STR(pod.agent_socket_dir)},
       {"plugin-dir", "node directory of libnccl-net-c4.so (default /opt/c4/lib)",

@@ -31,6 +31,63 @@ void TokenBucket::wait() {
   if (d > Duration::zero()) clock_.sleepFor(d);
 }
 
+PriorityTokenBucket::PriorityTokenBucket(Clock& clock, double qps, int burst,
+                                         Duration max_normal_wait)
+    : clock_(clock),
+      qps_(qps > 0 ? qps : 1e9),
+      burst_(burst > 0 ? static_cast<double>(burst) : 1.0),
+      max_normal_wait_(max_normal_wait),
+      tokens_(burst_),
+      last_(clock.monoNow()) {}
+
+void PriorityTokenBucket::refillLocked(MonoTime now) {
+  if (now > last_) {
+    double elapsed = std::chrono::duration<double>(now - last_).count();
+    tokens_ = std::min(burst_, tokens_ + elapsed * qps_);
+    last_ = now;
+  }
+}
+
+std::uint64_t PriorityTokenBucket::headLocked(MonoTime now) const {
+  if (normal_.empty()) return critical_.empty() ? 0 : critical_.front().id;
+  if (critical_.empty() || now - normal_.front().since >= max_normal_wait_) {
+    return normal_.front().id;
+  }
+  return critical_.front().id;
+}
+
+void PriorityTokenBucket::wait(RequestPriority priority) {
+  std::unique_lock lock(mu_);
+  MonoTime now = clock_.monoNow();
+  const std::uint64_t id = next_ticket_++;
+  auto& queue = priority == RequestPriority::kCritical ? critical_ : normal_;
+  queue.push_back({id, now});
+  for (;;) {
+    now = clock_.monoNow();
+    refillLocked(now);
+    if (headLocked(now) == id && tokens_ >= 1.0) {
+      tokens_ -= 1.0;
+      queue.pop_front();  // the head is always the front of its own queue
+      cv_.notify_all();   // the next head re-evaluates
+      return;
+    }
+    // Wake when the next token is due (the head takes it; the others re-check who is head,
+    // since a normal request's age can change the order), or when a token is taken.
+    double missing = std::max(0.0, 1.0 - tokens_);
+    auto due =
+        now + std::chrono::duration_cast<Duration>(std::chrono::duration<double>(missing / qps_));
+    if (!normal_.empty() && !critical_.empty()) {
+      due = std::min(due, normal_.front().since + max_normal_wait_);
+    }
+    if (due <= now) due = now + std::chrono::microseconds{1};
+    std::uint64_t seen = next_ticket_;
+    std::size_t waiting = critical_.size() + normal_.size();
+    clock_.waitUntil(lock, cv_, due, [&] {
+      return critical_.size() + normal_.size() != waiting || next_ticket_ != seen;
+    });
+  }
+}
+
 ExponentialFailureRateLimiter::ExponentialFailureRateLimiter(Duration base, Duration max_delay)
     : base_(base), max_(max_delay) {}
 

@@ -28,6 +28,19 @@ TEST(OptionsTest, BadFlagsGetClearErrors) {
   EXPECT_FALSE(parseOperatorOptions({"--leader-elect=maybe"}));
   EXPECT_FALSE(parseOperatorOptions({"stray"}));
   EXPECT_FALSE(parseOperatorOptions({"--config=/no/such/file.yaml"}));
+  auto batch = parseOperatorOptions({"--status-batch-period=inf"});
+  ASSERT_FALSE(batch);
+  EXPECT_NE(batch.error().message.find("at most 60"), std::string::npos);
+  EXPECT_FALSE(parseOperatorOptions({"--status-batch-period=-1"}));
+}
+
+TEST(OptionsTest, StatusBatchPeriodDefaultsToOneSecondAndZeroDisablesIt) {
+  auto defaults = parseOperatorOptions({});
+  ASSERT_TRUE(defaults);
+  EXPECT_DOUBLE_EQ(defaults->status_batch_seconds, 1.0);
+  auto off = parseOperatorOptions({"--status-batch-period=0"});
+  ASSERT_TRUE(off) << off.error().toString();
+  EXPECT_DOUBLE_EQ(off->status_batch_seconds, 0.0);
 }
 
 TEST(OptionsTest, YamlAppliesSameKeysAndRejectsUnknown) {

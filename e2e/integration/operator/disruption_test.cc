@@ -96,12 +96,9 @@ TEST_F(DisruptionIT, OperatorRecoversFromAnApiServerRestart) {
   ASSERT_TRUE(waitFor([&] { return listPods(*client_, ns_, "after").size() == 2; },
                       std::chrono::seconds{60}));
   ASSERT_TRUE(setPodPhase(*client_, ns_, "after-0", "Failed"));
-  ASSERT_TRUE(waitFor(
-      [&] {
-        auto j = client_->get(resources::trainingJobs(), ns_, "after");
-        return j && (*j)["status"].value("restarts", 0) == 1;
-      },
-      std::chrono::seconds{60}));
+  ASSERT_TRUE(
+      waitFor([&] { return getJob(*client_, ns_, "after")["status"].value("restarts", 0) == 1; },
+              std::chrono::seconds{60}));
   auto stats = op.controller().podInformer().stats();
   EXPECT_GE(stats.watches, 2u) << "the watch was re-established";
   std::cout << "pod informer after API server restart: lists " << lists_before << " -> "

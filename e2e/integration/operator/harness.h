@@ -8,7 +8,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -164,13 +166,15 @@ inline Json trainingJob(const std::string& ns, const std::string& name, int repl
 class OperatorInstance {
  public:
   OperatorInstance(KubeClient& client, const std::string& ns,
-                   std::function<bool(std::string_view, const std::string&)> hook = nullptr) {
+                   std::function<bool(std::string_view, const std::string&)> hook = nullptr,
+                   std::function<void(ControllerConfig&)> configure = nullptr) {
     ControllerConfig config;
     config.watch_namespace = ns;
     config.workers = 4;
     config.identity = uniqueName("it-operator");
     config.fault_hook = std::move(hook);
     config.cache_sync_timeout = std::chrono::seconds{30};
+    if (configure) configure(config);
     controller_ = std::make_unique<TrainingJobController>(client, realClock(), config, registry_);
   }
   Status start() { return controller_->start(); }
@@ -182,6 +186,63 @@ class OperatorInstance {
   metrics::Registry registry_;
   std::unique_ptr<TrainingJobController> controller_;
 };
+
+// Forwards every call to the real client and counts TrainingJob status writes (a decorator,
+// not a fake: the API server still answers everything).
+class StatusWriteCounter final : public KubeClient {
+ public:
+  explicit StatusWriteCounter(KubeClient& real) : real_(real) {}
+  int statusWrites(const std::string& job) {
+    std::lock_guard lock(mu_);
+    return writes_[job];
+  }
+  Result<Json> get(const ResourceType& t, std::string_view ns, std::string_view name,
+                   std::string_view sub) override {
+    return real_.get(t, ns, name, sub);
+  }
+  Result<Json> list(const ResourceType& t, std::string_view ns, const ListOptions& o) override {
+    return real_.list(t, ns, o);
+  }
+  Result<Json> create(const ResourceType& t, std::string_view ns, const Json& obj,
+                      const WriteOptions& o) override {
+    return real_.create(t, ns, obj, o);
+  }
+  Result<Json> update(const ResourceType& t, std::string_view ns, const Json& obj,
+                      const WriteOptions& o) override {
+    auto result = real_.update(t, ns, obj, o);
+    if (result && t.resource == "trainingjobs" && o.subresource == "status") {
+      std::lock_guard lock(mu_);
+      ++writes_[objectName(obj)];
+    }
+    return result;
+  }
+  Result<Json> patch(const ResourceType& t, std::string_view ns, std::string_view name,
+                     PatchType pt, const Json& body, const PatchOptions& o) override {
+    return real_.patch(t, ns, name, pt, body, o);
+  }
+  Status remove(const ResourceType& t, std::string_view ns, std::string_view name,
+                const DeleteOptions& o) override {
+    return real_.remove(t, ns, name, o);
+  }
+  Status watch(const ResourceType& t, std::string_view ns, const WatchOptions& o,
+               const WatchHandler& h) override {
+    return real_.watch(t, ns, o, h);
+  }
+
+ private:
+  KubeClient& real_;
+  std::mutex mu_;
+  std::map<std::string, int> writes_;
+};
+
+// The TrainingJob with `status` always an object (a new job has none until its first, possibly
+// batched, status write); an empty object if it cannot be read.
+inline Json getJob(KubeClient& client, const std::string& ns, const std::string& name) {
+  auto j = client.get(resources::trainingJobs(), ns, name);
+  Json out = j ? *j : Json::object();
+  if (!out.contains("status") || !out["status"].is_object()) out["status"] = Json::object();
+  return out;
+}
 
 inline std::vector<Json> listPods(KubeClient& client, const std::string& ns,
                                   const std::string& job) {

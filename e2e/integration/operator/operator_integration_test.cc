@@ -17,10 +17,7 @@ namespace {
 class OperatorIT : public NamespacedTest {
  protected:
   OperatorIT() : NamespacedTest("op-it") {}
-  Json job(const std::string& name) {
-    auto j = client_->get(resources::trainingJobs(), ns_, name);
-    return j ? *j : Json::object();
-  }
+  Json job(const std::string& name) { return getJob(*client_, ns_, name); }
   Status create(const Json& tj) {
     auto created = client_->create(resources::trainingJobs(), ns_, tj);
     if (!created) return std::unexpected(created.error());
@@ -188,6 +185,41 @@ TEST_F(OperatorIT, PodFailureRestartsTheJobAsNextAttemptFromTheCheckpoint) {
   auto reasons = eventReasons(*client_, ns_, "ft");
   EXPECT_NE(std::find(reasons.begin(), reasons.end(), "RestartingFromCheckpoint"), reasons.end());
   EXPECT_NE(std::find(reasons.begin(), reasons.end(), "PodFailed"), reasons.end());
+  op.stop();
+}
+
+TEST_F(OperatorIT, StatusChangesWithinTheBatchPeriodCostOneWriteButARestartIsWrittenAtOnce) {
+  // Period 0: Pending (before the pods exist) and Running are two writes.
+  {
+    StatusWriteCounter counting(*client_);
+    OperatorInstance op(counting, ns_, nullptr,
+                        [](ControllerConfig& c) { c.status_batch_period = Duration::zero(); });
+    ASSERT_TRUE(op.start());
+    ASSERT_TRUE(create(trainingJob(ns_, "eager", 2)));
+    ASSERT_TRUE(waitFor([&] { return job("eager")["status"].value("phase", "") == "Running"; }));
+    EXPECT_EQ(counting.statusWrites("eager"), 2);
+    op.stop();
+  }
+  // A 5 s period: KWOK starts the pods well within it, so the first write already says Running.
+  StatusWriteCounter counting(*client_);
+  OperatorInstance op(counting, ns_, nullptr,
+                      [](ControllerConfig& c) { c.status_batch_period = std::chrono::seconds{5}; });
+  ASSERT_TRUE(op.start());
+  auto created_at = std::chrono::steady_clock::now();
+  ASSERT_TRUE(create(trainingJob(ns_, "batched", 2)));
+  ASSERT_TRUE(waitFor([&] { return podsAtAttempt("batched", 2, 0, "Running"); }));
+  ASSERT_TRUE(waitFor([&] { return job("batched")["status"].value("phase", "") == "Running"; }));
+  EXPECT_GE(std::chrono::steady_clock::now() - created_at, std::chrono::milliseconds{4500})
+      << "the first status write waits for the batch period";
+  EXPECT_EQ(counting.statusWrites("batched"), 1);
+  auto reasons = eventReasons(*client_, ns_, "batched");
+  EXPECT_EQ(std::count(reasons.begin(), reasons.end(), "Running"), 1);
+
+  // A restart gates pod deletion: its status is written at once, not after 5 s.
+  auto failed_at = std::chrono::steady_clock::now();
+  ASSERT_TRUE(setPodPhase(*client_, ns_, "batched-0", "Failed", 137));
+  ASSERT_TRUE(waitFor([&] { return job("batched")["status"].value("restarts", 0) == 1; }));
+  EXPECT_LT(std::chrono::steady_clock::now() - failed_at, std::chrono::seconds{4});
   op.stop();
 }
 

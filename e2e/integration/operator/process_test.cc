@@ -184,10 +184,7 @@ class ProcessIT : public NamespacedTest {
     if (!lease) return "";
     return (*lease)["spec"].value("holderIdentity", std::string{});
   }
-  Json job(const std::string& name) {
-    auto j = client_->get(resources::trainingJobs(), ns_, name);
-    return j ? *j : Json::object();
-  }
+  Json job(const std::string& name) { return getJob(*client_, ns_, name); }
   bool createJob(const Json& tj) {
     auto created = client_->create(resources::trainingJobs(), ns_, tj);
     EXPECT_TRUE(created) << created.error().toString();

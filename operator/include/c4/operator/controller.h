@@ -37,6 +37,10 @@ struct ControllerConfig {
   std::string identity = "c4-operator";
   Duration cache_sync_timeout = std::chrono::minutes{2};
   int watch_timeout_seconds = 300;
+  // A status change that gates nothing (job Pending or Running, no restart starting) is
+  // written this long after it was first seen, so quick successive changes cost one write
+  // (kube-controller-manager's Job controller batches its syncs by 1 s). Zero: write at once.
+  Duration status_batch_period = std::chrono::seconds{1};
   // Concurrent pod creations within one reconcile (bounded by the client's QPS anyway).
   std::size_t create_parallelism = 16;
   // Client for Events (its own rate limit, like kube-controller-manager's event broadcaster);
@@ -95,6 +99,8 @@ class TrainingJobController {
   // against planning from a cache that has not seen our own last status write).
   std::mutex written_mu_;
   std::map<std::string, std::uint64_t> written_rv_;
+  // When a job's deferred (batched) status change is due to be written.
+  std::map<std::string, MonoTime> status_due_;
 
   metrics::Family<metrics::Counter>& reconciles_;
   metrics::Family<metrics::Histogram>& reconcile_seconds_;

@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "c4/common/error.h"
+#include "c4/operator/rate_limit.h"
 
 namespace c4::op {
 
@@ -75,6 +76,7 @@ struct PatchOptions {
 struct WriteOptions {
   std::string subresource;
   std::string field_manager;
+  RequestPriority priority = RequestPriority::kNormal;  // order when the client is throttled
 };
 
 struct DeleteOptions {
@@ -82,6 +84,7 @@ struct DeleteOptions {
   std::string propagation_policy;                    // Foreground | Background | Orphan
   std::string precondition_uid;
   std::string precondition_resource_version;
+  RequestPriority priority = RequestPriority::kNormal;  // order when the client is throttled
 };
 
 enum class WatchEventType { kAdded, kModified, kDeleted, kBookmark };

@@ -3,6 +3,9 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -31,6 +34,46 @@ class TokenBucket {
   std::mutex mu_;
   double tokens_;
   MonoTime last_;
+};
+
+// Which requests go first when the client is throttled.
+enum class RequestPriority {
+  kNormal,    // status writes, Services, ConfigMaps, reads
+  kCritical,  // the restart path: creating and deleting a job's pods
+};
+
+// The Kubernetes client's limiter: a token bucket (qps, burst) whose waiters are served in
+// priority order, FIFO within a priority. A normal request that has waited `max_normal_wait`
+// goes before any critical one, so a long burst of pod creations delays status writes by at
+// most that much and never starves them. Thread-safe; all waiting is on the injected clock.
+class PriorityTokenBucket {
+ public:
+  PriorityTokenBucket(Clock& clock, double qps, int burst,
+                      Duration max_normal_wait = std::chrono::seconds{1});
+  // Blocks until this request may be sent.
+  void wait(RequestPriority priority);
+  [[nodiscard]] double qps() const { return qps_; }
+
+ private:
+  struct Ticket {
+    std::uint64_t id;
+    MonoTime since;
+  };
+  void refillLocked(MonoTime now);
+  // The ticket served next (0 when nobody waits).
+  [[nodiscard]] std::uint64_t headLocked(MonoTime now) const;
+
+  Clock& clock_;
+  double qps_;
+  double burst_;
+  Duration max_normal_wait_;
+  std::mutex mu_;
+  std::condition_variable_any cv_;
+  double tokens_;
+  MonoTime last_;
+  std::uint64_t next_ticket_ = 1;
+  std::deque<Ticket> critical_;
+  std::deque<Ticket> normal_;
 };
 
 class RateLimiter {
