@@ -3,15 +3,17 @@
 # creating the same number of pods in the same test cluster, one after the other.
 #
 #   bench/operator_pod_creation.sh [--dir TESTENV_DIR] [--jobs 100] [--replicas 16]
-#       [--operator BIN] [--qps 20] [--burst 30]
+#       [--operator BIN] [--qps 20] [--burst 30] [--kcm-qps Q --kcm-burst B]
 #
 # Without --dir a cluster is brought up in a temporary directory (and torn down). --qps/--burst
 # set the operator's client-side limits; the default equals kube-controller-manager's (20/30),
-# which its Job controller gets through its own service-account client. Prints pods/s for both,
-# and the operator's reconcile duration p50/p99 (interpolated from its Prometheus histogram).
+# which its Job controller gets through its own service-account client. --kcm-qps/--kcm-burst
+# start the bench's own cluster with other controller-manager limits (not with --dir). Prints
+# pods/s for both, the operator's API requests, and its reconcile duration p50/p99
+# (interpolated from its Prometheus histogram).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-DIR="" JOBS=100 REPLICAS=16 QPS=20 BURST=30
+DIR="" JOBS=100 REPLICAS=16 QPS=20 BURST=30 KCM_QPS=20 KCM_BURST=30 KCM_SET=0
 OPERATOR=$ROOT/build/operator/c4-operator
 while (($#)); do
   case "$1" in
@@ -21,15 +23,22 @@ while (($#)); do
     --operator) OPERATOR=$2; shift 2 ;;
     --qps) QPS=$2; shift 2 ;;
     --burst) BURST=$2; shift 2 ;;
+    --kcm-qps) KCM_QPS=$2; KCM_SET=1; shift 2 ;;
+    --kcm-burst) KCM_BURST=$2; KCM_SET=1; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
 [[ -x $OPERATOR ]] || { echo "build c4-operator first ($OPERATOR)" >&2; exit 2; }
+if ((KCM_SET)) && [[ -n $DIR ]]; then
+  echo "--kcm-qps/--kcm-burst need the bench's own cluster (drop --dir)" >&2
+  exit 2
+fi
 OWN_CLUSTER=0
 if [[ -z $DIR ]]; then
   DIR=$(mktemp -d /tmp/c4-bench-XXXXXX)
   OWN_CLUSTER=1
-  "$ROOT/e2e/testenv/testenv.sh" up --dir "$DIR" --nodes 4 >&2
+  "$ROOT/e2e/testenv/testenv.sh" up --dir "$DIR" --nodes 4 \
+    --kcm-api-qps "$KCM_QPS" --kcm-api-burst "$KCM_BURST" >&2
 fi
 # shellcheck disable=SC1091
 source "$DIR/env"
@@ -115,8 +124,8 @@ start=$(now)
 kubectl create -f "$WORK/job.yaml" >/dev/null
 t_job=$(wait_pods c4-bench-job "$start")
 
-printf 'pods=%d (%d jobs x %d replicas), operator qps/burst=%s/%s, kcm qps/burst=20/30\n' \
-  "$TOTAL" "$JOBS" "$REPLICAS" "$QPS" "$BURST"
+printf 'pods=%d (%d jobs x %d replicas), operator qps/burst=%s/%s, kcm qps/burst=%s/%s\n' \
+  "$TOTAL" "$JOBS" "$REPLICAS" "$QPS" "$BURST" "$KCM_QPS" "$KCM_BURST"
 printf 'c4-operator:              %6.2f s  %7.1f pods/s\n' "$t_op" "$(echo "$TOTAL / $t_op" | bc -l)"
 printf 'kcm Job controller:       %6.2f s  %7.1f pods/s\n' "$t_job" "$(echo "$TOTAL / $t_job" | bc -l)"
 printf 'ratio (operator / Job):   %6.2f\n' "$(echo "$t_job / $t_op" | bc -l)"

@@ -6,6 +6,8 @@
 #   testenv.sh build                              build or find the cached binaries; last line = bin dir
 #   testenv.sh up --dir DIR [--nodes N] [--leaves L] [--spines S] [--fabric] [--pods]
 #                 [--link-rate RATE] [--path-mode sport|hash]
+#                 [--kcm-api-qps Q --kcm-api-burst B]  (controller-manager client limits;
+#                                                       default its own, 20/30)
 #   testenv.sh down --dir DIR                     stop exactly what `up` started; remove its netns
 #   testenv.sh restart-apiserver --dir DIR        stop and restart kube-apiserver (same flags, port)
 #   testenv.sh status --dir DIR                   print the state of every tracked process
@@ -24,10 +26,11 @@ die() { echo "testenv: $*" >&2; exit 1; }
 log() { echo "testenv [$(date +%H:%M:%S)]: $*" >&2; }
 
 CMD=${1:-}
-[[ -n $CMD ]] || { sed -n '2,18p' "$0"; exit 2; }
+[[ -n $CMD ]] || { sed -n '2,20p' "$0"; exit 2; }
 shift
 POS=()
 DIR="" NODES=4 LEAVES=2 SPINES=2 FABRIC=0 PODS=0 LINK_RATE=1gbit PATH_MODE=sport
+KCM_QPS="" KCM_BURST=""
 while (($#)); do
   case "$1" in
     --dir) DIR=${2:?--dir needs a value}; shift 2 ;;
@@ -38,7 +41,9 @@ while (($#)); do
     --pods) PODS=1; shift ;;
     --link-rate) LINK_RATE=${2:?}; shift 2 ;;
     --path-mode) PATH_MODE=${2:?}; shift 2 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    --kcm-api-qps) KCM_QPS=${2:?}; shift 2 ;;
+    --kcm-api-burst) KCM_BURST=${2:?}; shift 2 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     -*) die "unknown argument '$1' (see --help)" ;;
     *) POS+=("$1"); shift ;;
   esac
@@ -236,7 +241,10 @@ start_apiserver_from_cmd() {
 }
 
 start_kcm() {
-  start_proc kube-controller-manager "$BIN/kube-controller-manager" \
+  local limits=()
+  [[ -n $KCM_QPS ]] && limits+=("--kube-api-qps=$KCM_QPS")
+  [[ -n $KCM_BURST ]] && limits+=("--kube-api-burst=$KCM_BURST")
+  start_proc kube-controller-manager "$BIN/kube-controller-manager" "${limits[@]}" \
     --kubeconfig="$DIR/kcm.kubeconfig" \
     --authentication-kubeconfig="$DIR/kcm.kubeconfig" \
     --authorization-kubeconfig="$DIR/kcm.kubeconfig" \
@@ -520,6 +528,8 @@ do_status() {
 lock_dir() { exec 8>"$DIR/.lock"; flock 8; }
 
 if ((FABRIC)) && [[ $(id -u) != 0 ]]; then die "--fabric needs root (network namespaces)"; fi
+[[ -z $KCM_QPS || $KCM_QPS =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "--kcm-api-qps needs a number, got '$KCM_QPS'"
+[[ -z $KCM_BURST || $KCM_BURST =~ ^[0-9]+$ ]] || die "--kcm-api-burst needs an integer, got '$KCM_BURST'"
 
 case "$CMD" in
   build) exec "$HERE/build.sh" ;;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "c4/operator/expectations.h"
 #include "c4/operator/failpoints.h"
 #include "c4/operator/node_actions.h"
 
@@ -12,6 +13,15 @@ namespace {
 const char* kPodsByJob = "job";
 const char* kPodsByNode = "node";
 }  // namespace
+
+// Identity and generation of a child for creation expectations.
+std::string childId(const Json& object) {
+  return object.value("kind", std::string{}) + "/" + objectKey(object);
+}
+std::string childVersion(const Json& object) {
+  return object.value("kind", std::string{}) == "Pod" ? labelOf(object, labels::kRestartAttempt)
+                                                      : std::string{};
+}
 
 NodeFacts nodeFactsOf(const Json& node) {
   NodeFacts facts;
@@ -99,7 +109,10 @@ TrainingJobController::TrainingJobController(KubeClient& client, Clock& clock,
     }
     queue_.add(key);
   });
-  auto child = [this](InformerEvent, const Json*, const Json& object) { enqueueJobOf(object); };
+  auto child = [this](InformerEvent, const Json*, const Json& object) {
+    expectations_.observed(childId(object), childVersion(object));
+    enqueueJobOf(object);
+  };
   pods_->addHandler(child);
   services_->addHandler(child);
   config_maps_->addHandler(child);
@@ -197,11 +210,14 @@ NodeFacts TrainingJobController::nodeFacts(const std::string& name) {
 Status TrainingJobController::ensureChild(const ResourceType& type, Informer& cache,
                                           const Json& desired) {
   if (cache.store().get(objectKey(desired))) return okStatus();
+  const std::string id = childId(desired);
+  if (expectations_.pending(id, "", clock_.monoNow())) return okStatus();  // cache lags
   auto created = client_.create(type, objectNamespace(desired), desired);
   if (!created && created.error().code != ErrorCode::kAlreadyExists) {
     return std::unexpected(
         created.error().withContext("create " + type.kind + " " + objectName(desired)));
   }
+  if (created) expectations_.expect(id, "", clock_.monoNow());
   return okStatus();
 }
 
@@ -310,6 +326,10 @@ Result<ReconcileResult> TrainingJobController::reconcile(const std::string& key)
   // bucket still bounds the request rate, and serves these critical requests before status
   // writes and other jobs' Services (see PriorityTokenBucket). Each thread returns its result:
   // nothing throws across.
+  // Pods created by an earlier reconcile that the cache has not shown yet are not created again.
+  std::erase_if(plan.pods_to_create, [&](const Json& pod) {
+    return expectations_.pending(childId(pod), childVersion(pod), clock_.monoNow());
+  });
   const std::size_t count = plan.pods_to_create.size();
   std::vector<Result<Json>> results(count, Json::object());
   std::atomic<std::size_t> next{0};
@@ -335,6 +355,8 @@ Result<ReconcileResult> TrainingJobController::reconcile(const std::string& key)
   std::optional<Error> first_error;
   for (std::size_t i = 0; i < count; ++i) {
     if (results[i]) {
+      expectations_.expect(childId(plan.pods_to_create[i]), childVersion(plan.pods_to_create[i]),
+                           clock_.monoNow());
       pods_created_.get().inc();
       ++created_count;
     } else if (results[i].error().code != ErrorCode::kAlreadyExists && !first_error) {

@@ -19,6 +19,7 @@
 #include "c4/common/log.h"
 #include "c4/common/metrics.h"
 #include "c4/operator/events.h"
+#include "c4/operator/expectations.h"
 #include "c4/operator/informer.h"
 #include "c4/operator/kube_client.h"
 #include "c4/operator/trainingjob.h"
@@ -99,6 +100,8 @@ class TrainingJobController {
   // against planning from a cache that has not seen our own last status write).
   std::mutex written_mu_;
   std::map<std::string, std::uint64_t> written_rv_;
+  // Children created but not yet seen by their informer (no duplicate creates, no 409s).
+  CreationExpectations expectations_;
   // When a job's deferred (batched) status change is due to be written.
   std::map<std::string, MonoTime> status_due_;
 
