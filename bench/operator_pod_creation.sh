@@ -54,16 +54,39 @@ trap cleanup EXIT
 TOTAL=$((JOBS * REPLICAS))
 now() { date +%s.%N; }
 
+# Number of pods in namespace $1, from a limit=1 list (1 + remainingItemCount): polling must
+# not load the API server it measures (a full list of 1,600 pods five times a second does).
+count_pods() {
+  kubectl get --raw "/api/v1/namespaces/$1/pods?limit=1" 2>/dev/null | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+print(len(d.get("items", [])) + int(d["metadata"].get("remainingItemCount", 0)))'
+}
+
 # Waits until namespace $1 holds $TOTAL pods; prints the seconds since $2.
 wait_pods() {
   local ns=$1 start=$2 n=0
   while :; do
-    n=$(kubectl get pods -n "$ns" -o name 2>/dev/null | wc -l)
+    n=$(count_pods "$ns" || echo 0)
     ((n >= TOTAL)) && break
     sleep 0.2
   done
   echo "$(now) - $start" | bc -l
 }
+
+# kube-controller-manager's API requests so far (all its controllers), "METHOD=count ...".
+kcm_requests() {
+  # shellcheck disable=SC1091
+  source "$DIR/ports.env"
+  curl -sk --max-time 5 --cert "$DIR/pki/admin.crt" --key "$DIR/pki/admin.key" \
+    "https://127.0.0.1:$KCM_PORT/metrics" 2>/dev/null | awk -F'[{}" ]+' '
+      /^rest_client_requests_total/ {
+        for (i = 1; i < NF; i++) if ($i == "method=") m = $(i + 1)
+        n[m] += $NF; total += $NF
+      }
+      END { printf "total=%d", total; for (m in n) printf " %s=%d", m, n[m]; print "" }'
+}
+total_of() { sed -E 's/^total=([0-9]+).*/\1/' <<<"$1"; }
 
 kubectl apply -f "$ROOT/crds/trainingjob.yaml" >/dev/null
 kubectl wait --for condition=established crd/trainingjobs.c4.dev --timeout=60s >/dev/null
@@ -120,9 +143,12 @@ spec:
   template: {spec: {restartPolicy: Never, containers: [{name: trainer, image: trainer:bench}]}}
 YAML
 done >"$WORK/job.yaml"
+kcm_before=$(kcm_requests)
 start=$(now)
 kubectl create -f "$WORK/job.yaml" >/dev/null
 t_job=$(wait_pods c4-bench-job "$start")
+sleep 3  # count the Job controller's trailing status writes too, as for the operator
+kcm_after=$(kcm_requests)
 
 printf 'pods=%d (%d jobs x %d replicas), operator qps/burst=%s/%s, kcm qps/burst=%s/%s\n' \
   "$TOTAL" "$JOBS" "$REPLICAS" "$QPS" "$BURST" "$KCM_QPS" "$KCM_BURST"
@@ -148,4 +174,10 @@ awk -F'[{}" ]+' '
   }
   END { if (n) printf "reconciles: %d, duration p50 %.1f ms, p99 %.1f ms\n", cnt[n], q(0.5) * 1000, q(0.99) * 1000 }
 ' "$WORK/metrics.txt"
+op_requests=$(awk '/^c4_operator_api_requests_total/ {t += $NF} END {print t + 0}' "$WORK/metrics.txt")
+kcm_delta=$(($(total_of "$kcm_after") - $(total_of "$kcm_before")))
+printf 'API requests per pod:     c4-operator %.2f (%d, until a few seconds after the last pod)\n' \
+  "$(echo "$op_requests / $TOTAL" | bc -l)" "$op_requests"
+printf '                          kube-controller-manager %.2f (%d, all its controllers, until the last pod)\n' \
+  "$(echo "$kcm_delta / $TOTAL" | bc -l)" "$kcm_delta"
 grep -E "^c4_operator_(pods_created_total|reconciles_total|api_requests_total)" "$WORK/metrics.txt" || true

@@ -64,9 +64,17 @@ need_dir() {
 # mentions DIR (every command line we start does), so a recycled pid is never hit.
 owned() {  # owned <pid>
   local pid=$1
-  local c
-  # Read into a variable: `tr | grep -q` under pipefail fails at random when grep exits early.
-  c=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
+  local c i state
+  for ((i = 0; i < 25; i++)); do
+    # Read into a variable: `tr | grep -q` under pipefail fails at random when grep exits early.
+    c=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
+    [[ -n $c ]] && break
+    # An empty cmdline is a zombie (dead) or a process in the middle of execve (alive: its new
+    # cmdline appears a moment later). Reading it then used to report a live process as dead.
+    state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) || return 1
+    [[ $state == Z || $state == X ]] && return 1
+    sleep 0.02
+  done
   [[ $c == *"$DIR"* ]]
 }
 

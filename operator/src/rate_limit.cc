@@ -71,15 +71,20 @@ void PriorityTokenBucket::wait(RequestPriority priority) {
       cv_.notify_all();   // the next head re-evaluates
       return;
     }
-    // Wake when the next token is due (the head takes it; the others re-check who is head,
-    // since a normal request's age can change the order), or when a token is taken.
-    double missing = std::max(0.0, 1.0 - tokens_);
-    auto due =
-        now + std::chrono::duration_cast<Duration>(std::chrono::duration<double>(missing / qps_));
-    if (!normal_.empty() && !critical_.empty()) {
-      due = std::min(due, normal_.front().since + max_normal_wait_);
+    // The head wakes when its token is due. The others wake when a token is taken (the queues
+    // change) or when the oldest normal request comes of age and may become the head; they do
+    // not poll, so many throttled threads cost nothing while they wait.
+    MonoTime due = now + std::chrono::hours{1};
+    if (headLocked(now) == id) {
+      double missing = std::max(0.0, 1.0 - tokens_);
+      // Rounded up, so the head never wakes a hair before its token and spins.
+      due = now + std::max(Duration{1}, std::chrono::ceil<Duration>(
+                                            std::chrono::duration<double>(missing / qps_)));
     }
-    if (due <= now) due = now + std::chrono::microseconds{1};
+    if (!normal_.empty() && !critical_.empty()) {
+      MonoTime of_age = normal_.front().since + max_normal_wait_;
+      if (of_age > now) due = std::min(due, of_age);
+    }
     std::uint64_t seen = next_ticket_;
     std::size_t waiting = critical_.size() + normal_.size();
     clock_.waitUntil(lock, cv_, due, [&] {
