@@ -12,7 +12,6 @@ namespace c4::op {
 namespace {
 const char* kPodsByJob = "job";
 const char* kPodsByNode = "node";
-}  // namespace
 
 // Identity and generation of a child for creation expectations.
 std::string childId(const Json& object) {
@@ -22,6 +21,7 @@ std::string childVersion(const Json& object) {
   return object.value("kind", std::string{}) == "Pod" ? labelOf(object, labels::kRestartAttempt)
                                                       : std::string{};
 }
+}  // namespace
 
 NodeFacts nodeFactsOf(const Json& node) {
   NodeFacts facts;
