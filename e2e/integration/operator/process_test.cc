@@ -336,14 +336,14 @@ TEST_F(ProcessIT, SigkillAtRandomMomentsOfRestartsNeverRestartsTwiceForOneFault)
   constexpr int kFaults = 3;
   auto op = startOperator("chaos-0", {"--leader-elect=false"});
   ASSERT_TRUE(createJob(trainingJob(ns_, "chaos", kReplicas, {{"maxRestarts", 10}})));
+  auto settledAt = [&](int attempt) {
+    return podsAtAttempt(*client_, ns_, "chaos", kReplicas, attempt, "Running") &&
+           phaseIs("chaos", "Running");
+  };
   std::vector<int> delays;
   for (int fault = 0; fault < kFaults; ++fault) {
-    ASSERT_TRUE(waitFor([&] {
-      return podsAtAttempt(*client_, ns_, "chaos", kReplicas, fault, "Running") &&
-             phaseIs("chaos", "Running");
-    })) << "attempt "
-        << fault << "\n"
-        << op->log();
+    ASSERT_TRUE(waitFor([&] { return settledAt(fault); })) << "attempt " << fault << "\n"
+                                                           << op->log();
     ASSERT_TRUE(
         setPodPhase(*client_, ns_, "chaos-" + std::to_string(fault % kReplicas), "Failed", 137));
     delays.push_back(delay_ms(rng));
@@ -354,12 +354,8 @@ TEST_F(ProcessIT, SigkillAtRandomMomentsOfRestartsNeverRestartsTwiceForOneFault)
   }
   std::string seen;
   for (int d : delays) seen += std::to_string(d) + " ms ";
-  ASSERT_TRUE(waitFor([&] {
-    return podsAtAttempt(*client_, ns_, "chaos", kReplicas, kFaults, "Running") &&
-           phaseIs("chaos", "Running");
-  })) << "kills after "
-      << seen << "\n"
-      << op->log();
+  ASSERT_TRUE(waitFor([&] { return settledAt(kFaults); })) << "kills after " << seen << "\n"
+                                                           << op->log();
   std::this_thread::sleep_for(2s);
   Json status = job("chaos")["status"];
   EXPECT_EQ(status["restarts"], kFaults) << "kills after " << seen;
