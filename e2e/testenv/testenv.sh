@@ -67,7 +67,7 @@ owned() {  # owned <pid>
   local c i state
   for ((i = 0; i < 25; i++)); do
     # Read into a variable: `tr | grep -q` under pipefail fails at random when grep exits early.
-    c=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
+    c=$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline") || return 1
     [[ -n $c ]] && break
     # An empty cmdline is a zombie (dead) or a process in the middle of execve (alive: its new
     # cmdline appears a moment later). Reading it then used to report a live process as dead.
@@ -216,7 +216,9 @@ start_apiserver() {
     --service-cluster-ip-range=10.96.0.0/16 \
     --authorization-mode=Node,RBAC --allow-privileged=true \
     --cert-dir="$DIR/pki" --profiling=false --watch-cache-sizes=podtemplates#0
-  wait_apiserver
+  wait_apiserver --soft && return 0
+  log "kube-apiserver exited while starting (see $DIR/logs/kube-apiserver.log); starting it again"
+  start_apiserver_from_cmd
 }
 
 wait_apiserver() {  # [--soft]: return 1 instead of failing when the process exits
@@ -238,9 +240,16 @@ wait_apiserver() {  # [--soft]: return 1 instead of failing when the process exi
 # machine a post-start hook can time out waiting for its caches and exit the process (seen:
 # "APF bootstrap ensurer timed out"); a supervisor would restart it, and so do we, 3 times.
 start_apiserver_from_cmd() {
-  local argv attempt
+  local argv attempt old i
   eval "argv=($(<"$DIR/pids/kube-apiserver.cmd"))"
   for attempt in 1 2 3; do
+    # Never leave the previous attempt behind (a live one would hold the port and make this one
+    # fail); only a pid whose command line still names DIR is ours to kill.
+    old=$(cat "$DIR/pids/kube-apiserver.pid" 2>/dev/null || true)
+    if [[ $old =~ ^[0-9]+$ ]] && owned "$old"; then
+      kill -KILL -- "-$old" 2>/dev/null || kill -KILL "$old" 2>/dev/null || true
+      for ((i = 0; i < 50; i++)); do owned "$old" || break; sleep 0.1; done
+    fi
     start_proc kube-apiserver "${argv[@]}"
     wait_apiserver --soft && return 0
     log "kube-apiserver exited while starting (attempt $attempt, see $DIR/logs/kube-apiserver.log)"
