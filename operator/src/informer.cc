@@ -124,9 +124,12 @@ void Informer::start() {
 }
 
 void Informer::requestStop() {
-  std::lock_guard lock(mu_);
-  stop_ = true;
-  cv_.notify_all();
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+    cv_.notify_all();
+  }
+  watch_cancel_.cancel();  // an open watch returns at once
 }
 
 void Informer::stop() {
@@ -209,7 +212,7 @@ void Informer::run() {
     options.resource_version = resource_version_;
     options.allow_bookmarks = true;
     options.timeout_seconds = watch_timeout_s_;
-    options.cancel = &stop_;
+    options.cancel = &watch_cancel_;
     {
       std::lock_guard lock(mu_);
       ++stats_.watches;

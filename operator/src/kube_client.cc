@@ -178,4 +178,20 @@ std::optional<std::uint64_t> resourceVersionNumber(const Json& object) {
   return value;
 }
 
+void CancelToken::cancel() {
+  cancelled_ = true;
+  std::lock_guard lock(mu_);
+  if (waker_) waker_();
+}
+
+void CancelToken::setWaker(std::function<void()> wake) {
+  std::lock_guard lock(mu_);
+  waker_ = std::move(wake);
+}
+
+void CancelToken::clearWaker() {
+  std::lock_guard lock(mu_);
+  waker_ = nullptr;
+}
+
 }  // namespace c4::op

@@ -41,6 +41,21 @@ TEST(StoreTest, IndexesFollowUpdatesAndDeletes) {
   EXPECT_EQ(store.size(), 1u);
 }
 
+TEST(CancelTokenTest, CancelWakesTheRegisteredCallOnlyWhileItIsRegistered) {
+  CancelToken token;
+  int wakes = 0;
+  EXPECT_FALSE(token.cancelled());
+  token.setWaker([&] { ++wakes; });
+  token.clearWaker();
+  token.cancel();
+  EXPECT_TRUE(token.cancelled());
+  EXPECT_EQ(wakes, 0) << "a cleared waker is never called";
+  token.setWaker([&] { ++wakes; });
+  token.cancel();
+  EXPECT_EQ(wakes, 1);
+  token.clearWaker();
+}
+
 TEST(InformerTest, ListsWatchesRelistsOnGoneAndResumesFromBookmarks) {
   SimulatedClock clock;
   testing::FakeKubeClient api;

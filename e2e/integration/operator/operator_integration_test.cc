@@ -312,6 +312,32 @@ TEST_F(OperatorIT, WatchExpiredByCompactionRelistsAndLosesNothing) {
   informer.stop();
 }
 
+TEST_F(OperatorIT, CancellingAnIdleWatchEndsItAtOnce) {
+  // A watch on an empty namespace's ConfigMaps idles; cancel() must end it without waiting for
+  // libcurl's next progress tick or the server timeout.
+  CancelToken token;
+  WatchOptions options;
+  options.timeout_seconds = 300;
+  options.cancel = &token;
+  std::optional<Status> result;
+  std::chrono::steady_clock::time_point returned;
+  std::thread watcher([&] {
+    result =
+        client_->watch(resources::configMaps(), ns_, options, [](WatchEvent&&) { return true; });
+    returned = std::chrono::steady_clock::now();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds{700});  // connected and idle
+  auto cancelled_at = std::chrono::steady_clock::now();
+  token.cancel();
+  watcher.join();
+  ASSERT_TRUE(result.has_value());
+  ASSERT_FALSE(*result);
+  EXPECT_EQ(result->error().code, ErrorCode::kCancelled) << result->error().toString();
+  EXPECT_LT(returned - cancelled_at, std::chrono::milliseconds{300})
+      << std::chrono::duration_cast<std::chrono::milliseconds>(returned - cancelled_at).count()
+      << " ms";
+}
+
 TEST_F(OperatorIT, InvalidTrainingJobsAreRejectedWithAClearMessage) {
   Json bad = trainingJob(ns_, "bad", 0);
   auto created = client_->create(resources::trainingJobs(), ns_, bad);

@@ -235,9 +235,15 @@ TEST_F(ProcessIT, ServesMetricsAndHealthAndStopsCleanlyOnSigterm) {
             1.0)
       << metrics;
 
+  auto term_at = std::chrono::steady_clock::now();
   op->signal(SIGTERM);
   auto status = op->waitExit(15s);
   ASSERT_TRUE(status) << "no exit 15 s after SIGTERM\n" << op->log();
+  std::cout << "SIGTERM to exit: "
+            << std::chrono::duration_cast<std::chrono::milliseconds>(
+                   std::chrono::steady_clock::now() - term_at)
+                   .count()
+            << " ms\n";
   EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << describeStatus(status) << "\n"
                                                                << op->log();
   std::string log = op->log();

@@ -74,10 +74,9 @@ class Informer {
   void setWatchTimeoutSeconds(int s) { watch_timeout_s_ = s; }
 
   void start();
-  // Ends the thread (cancels an open watch; libcurl notices within about a second). Idempotent.
+  // Ends the thread (cancels an open watch at once). Idempotent.
   void stop();
-  // Asks the thread to end without waiting: stop several informers in parallel with
-  // requestStop() on each, then stop() on each.
+  // Asks the thread to end without waiting for it (stop() then joins).
   void requestStop();
   [[nodiscard]] bool hasSynced() const { return synced_.load(); }
   // Blocks until synced, stopped or the deadline; returns hasSynced().
@@ -103,6 +102,7 @@ class Informer {
   std::string resource_version_;
   Duration backoff_{std::chrono::milliseconds{800}};
   std::atomic<bool> stop_{false};
+  CancelToken watch_cancel_;
   std::atomic<bool> synced_{false};
   mutable std::mutex mu_;
   std::condition_variable_any cv_;

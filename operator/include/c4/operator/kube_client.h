@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -55,14 +56,31 @@ struct ListOptions {
   std::int64_t limit = 500;            // page size; list() follows `continue` until the end
 };
 
+// Cancels a blocking call (a watch) from another thread, promptly: cancel() sets the flag and
+// wakes the call through the waker its implementation registered. Thread-safe.
+class CancelToken {
+ public:
+  void cancel();
+  [[nodiscard]] bool cancelled() const { return cancelled_.load(); }
+  // For KubeClient implementations, around a blocking call: cancel() calls `wake` while it is
+  // set; clearWaker() returns only when no call of it is running.
+  void setWaker(std::function<void()> wake);
+  void clearWaker();
+
+ private:
+  std::atomic<bool> cancelled_{false};
+  std::mutex mu_;
+  std::function<void()> waker_;
+};
+
 struct WatchOptions {
   std::string label_selector;
   std::string field_selector;
   std::string resource_version;
   bool allow_bookmarks = true;
   int timeout_seconds = 300;  // server-side timeout of one watch call
-  // When set and true, the watch returns kCancelled promptly (checked while the stream idles).
-  const std::atomic<bool>* cancel = nullptr;
+  // When set and cancelled, the watch returns kCancelled at once.
+  CancelToken* cancel = nullptr;
 };
 
 enum class PatchType { kMerge, kJson, kStrategicMerge, kApply };
