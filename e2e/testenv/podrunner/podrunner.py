@@ -107,7 +107,7 @@ def write_if_changed(path, data, mode=0o644):
     except OSError:
         pass
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = path + ".tmp"
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"  # no two writers share one
     with open(tmp, "wb") as f:
         f.write(data)
     os.chmod(tmp, mode)
@@ -227,6 +227,10 @@ class PodWorker:
         self.phase = "Pending"
         self.start_time = now_iso()
         self.volumes = {}          # name -> host path
+        # The lifecycle thread materialises the volumes while the runner's refresher may be
+        # refreshing them: one at a time, and no refresh before they first exist.
+        self.volume_lock = threading.Lock()
+        self.volumes_ready = False
         self.token_times = {}      # file path -> (issued monotonic, expiration seconds)
         self.hosts_path = os.path.join(self.dir, "etc-hosts")
         self.thread = threading.Thread(target=self.run, name=f"pod-{self.ns}-{self.name}",
@@ -375,6 +379,11 @@ class PodWorker:
             log("volume updated", pod=f"{self.ns}/{self.name}", volume=vol.name)
 
     def materialise_volumes(self):
+        with self.volume_lock:
+            self._materialise_volumes()
+            self.volumes_ready = True
+
+    def _materialise_volumes(self):
         for vol in self.pod.spec.volumes or []:
             if vol.host_path:
                 path = os.path.join(self.r.dir, "nodes", self.node, "root",
@@ -396,13 +405,16 @@ class PodWorker:
         """Called by the runner's refresher: keeps configMap/secret/token files current."""
         if self.done.is_set() or self.deleting.is_set():
             return
-        for vol in self.pod.spec.volumes or []:
-            if vol.config_map or vol.secret or vol.projected:
-                try:
-                    self.render_volume(vol, False)
-                except Exception as e:  # noqa: BLE001 - keep the old files
-                    log("volume refresh failed", pod=f"{self.ns}/{self.name}", volume=vol.name,
-                        error=e)
+        with self.volume_lock:
+            if not self.volumes_ready:
+                return
+            for vol in self.pod.spec.volumes or []:
+                if vol.config_map or vol.secret or vol.projected:
+                    try:
+                        self.render_volume(vol, False)
+                    except Exception as e:  # noqa: BLE001 - keep the old files
+                        log("volume refresh failed", pod=f"{self.ns}/{self.name}",
+                            volume=vol.name, error=e)
 
     # ---- processes ------------------------------------------------------------------------
     def container_env(self, c):
