@@ -185,7 +185,6 @@ class CurlKubeClient final : public KubeClient {
     query.emplace_back("timeoutSeconds", std::to_string(options.timeout_seconds));
     WatchState state;
     state.handler = &handler;
-    state.cancel = options.cancel;
     state.curl = nullptr;
     CurlPtr curl(curl_easy_init());
     if (!curl) return makeError(ErrorCode::kInternal, "curl_easy_init failed");
@@ -197,9 +196,6 @@ class CurlKubeClient final : public KubeClient {
                      static_cast<long>(options.timeout_seconds + 30) * 1000L);
     curl_easy_setopt(curl.get(), CURLOPT_WRITEFUNCTION, &CurlKubeClient::onWatchData);
     curl_easy_setopt(curl.get(), CURLOPT_WRITEDATA, &state);
-    curl_easy_setopt(curl.get(), CURLOPT_NOPROGRESS, 0L);
-    curl_easy_setopt(curl.get(), CURLOPT_XFERINFOFUNCTION, &CurlKubeClient::onProgress);
-    curl_easy_setopt(curl.get(), CURLOPT_XFERINFODATA, &state);
     char errbuf[CURL_ERROR_SIZE] = {0};
     curl_easy_setopt(curl.get(), CURLOPT_ERRORBUFFER, errbuf);
     CURLcode rc = performCancellable(curl.get(), options.cancel);
@@ -256,7 +252,6 @@ class CurlKubeClient final : public KubeClient {
 
   struct WatchState {
     const WatchHandler* handler = nullptr;
-    CancelToken* cancel = nullptr;
     CURL* curl = nullptr;
     std::string buffer;
     std::string error_body;
@@ -265,11 +260,6 @@ class CurlKubeClient final : public KubeClient {
     bool stopped_by_handler = false;
     std::optional<Error> error;
   };
-
-  static int onProgress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
-    auto* state = static_cast<WatchState*>(user);
-    return state->cancel != nullptr && state->cancel->cancelled() ? 1 : 0;
-  }
 
   static std::size_t onWatchData(char* data, std::size_t size, std::size_t n, void* user) {
     auto* state = static_cast<WatchState*>(user);

@@ -124,12 +124,9 @@ void Informer::start() {
 }
 
 void Informer::requestStop() {
-  {
-    std::lock_guard lock(mu_);
-    stop_ = true;
-    cv_.notify_all();
-  }
-  watch_cancel_.cancel();  // an open watch returns at once
+  std::lock_guard lock(mu_);
+  stop_.cancel();  // an open watch returns at once
+  cv_.notify_all();
 }
 
 void Informer::stop() {
@@ -139,7 +136,7 @@ void Informer::stop() {
 
 bool Informer::waitForSync(MonoTime deadline) {
   std::unique_lock lock(mu_);
-  clock_.waitUntil(lock, cv_, deadline, [this] { return synced_.load() || stop_.load(); });
+  clock_.waitUntil(lock, cv_, deadline, [this] { return synced_.load() || stop_.cancelled(); });
   return synced_.load();
 }
 
@@ -154,7 +151,7 @@ void Informer::notify(InformerEvent event, const Json* old_object, const Json& o
 
 void Informer::backoff() {
   std::unique_lock lock(mu_);
-  clock_.waitUntil(lock, cv_, clock_.monoNow() + backoff_, [this] { return stop_.load(); });
+  clock_.waitUntil(lock, cv_, clock_.monoNow() + backoff_, [this] { return stop_.cancelled(); });
   backoff_ = std::min<Duration>(backoff_ * 2, std::chrono::seconds{30});
 }
 
@@ -198,7 +195,7 @@ bool Informer::doList() {
 
 void Informer::run() {
   bool need_list = true;
-  while (!stop_.load()) {
+  while (!stop_.cancelled()) {
     if (need_list) {
       if (!doList()) {
         backoff();
@@ -212,7 +209,7 @@ void Informer::run() {
     options.resource_version = resource_version_;
     options.allow_bookmarks = true;
     options.timeout_seconds = watch_timeout_s_;
-    options.cancel = &watch_cancel_;
+    options.cancel = &stop_;
     {
       std::lock_guard lock(mu_);
       ++stats_.watches;
@@ -238,9 +235,9 @@ void Informer::run() {
         }
       }
       if (!rv.empty()) resource_version_ = rv;
-      return !stop_.load();
+      return !stop_.cancelled();
     });
-    if (stop_.load()) break;
+    if (stop_.cancelled()) break;
     if (status) {
       if (got_event) backoff_ = std::chrono::milliseconds{800};
       continue;

@@ -31,6 +31,13 @@ Json LeaderElector::newLeaseSpec(const Json& old_spec, bool acquiring) const {
   return spec;
 }
 
+void LeaderElector::recordOwnLease(const Json& lease, MonoTime now) {
+  observed_holder_ = config_.identity;
+  observed_renew_time_ = lease["spec"].value("renewTime", std::string{});
+  observed_resource_version_ = lease["metadata"].value("resourceVersion", std::string{});
+  observed_time_ = now;
+}
+
 bool LeaderElector::tryAcquireOrRenew() {
   const auto& leases = resources::leases();
   MonoTime now = clock_.monoNow();
@@ -50,10 +57,7 @@ bool LeaderElector::tryAcquireOrRenew() {
       log_.info("Lease create lost", {{"error", created.error()}});
       return false;
     }
-    observed_holder_ = config_.identity;
-    observed_renew_time_ = (*created)["spec"].value("renewTime", std::string{});
-    observed_resource_version_ = (*created)["metadata"].value("resourceVersion", std::string{});
-    observed_time_ = now;
+    recordOwnLease(*created, now);
     return true;
   }
   const Json& spec = (*current)["spec"];
@@ -82,10 +86,7 @@ bool LeaderElector::tryAcquireOrRenew() {
     log_.info("Lease update failed", {{"error", result.error()}});
     return false;
   }
-  observed_holder_ = config_.identity;
-  observed_renew_time_ = (*result)["spec"].value("renewTime", std::string{});
-  observed_resource_version_ = (*result)["metadata"].value("resourceVersion", std::string{});
-  observed_time_ = now;
+  recordOwnLease(*result, now);
   return true;
 }
 

@@ -5,6 +5,18 @@
 #include <cmath>
 
 namespace c4::op {
+namespace {
+
+// Adds the tokens earned since `last` (at most `burst` in the bucket) and moves `last` to `now`.
+void refill(double& tokens, MonoTime& last, MonoTime now, double qps, double burst) {
+  if (now > last) {
+    double elapsed = std::chrono::duration<double>(now - last).count();
+    tokens = std::min(burst, tokens + elapsed * qps);
+    last = now;
+  }
+}
+
+}  // namespace
 
 TokenBucket::TokenBucket(Clock& clock, double qps, int burst)
     : clock_(clock),
@@ -15,12 +27,7 @@ TokenBucket::TokenBucket(Clock& clock, double qps, int burst)
 
 Duration TokenBucket::reserve() {
   std::lock_guard lock(mu_);
-  MonoTime now = clock_.monoNow();
-  if (now > last_) {
-    double elapsed = std::chrono::duration<double>(now - last_).count();
-    tokens_ = std::min(burst_, tokens_ + elapsed * qps_);
-    last_ = now;
-  }
+  refill(tokens_, last_, clock_.monoNow(), qps_, burst_);
   tokens_ -= 1.0;
   if (tokens_ >= 0) return Duration::zero();
   return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(-tokens_ / qps_));
@@ -40,14 +47,6 @@ PriorityTokenBucket::PriorityTokenBucket(Clock& clock, double qps, int burst,
       tokens_(burst_),
       last_(clock.monoNow()) {}
 
-void PriorityTokenBucket::refillLocked(MonoTime now) {
-  if (now > last_) {
-    double elapsed = std::chrono::duration<double>(now - last_).count();
-    tokens_ = std::min(burst_, tokens_ + elapsed * qps_);
-    last_ = now;
-  }
-}
-
 std::uint64_t PriorityTokenBucket::headLocked(MonoTime now) const {
   if (normal_.empty()) return critical_.empty() ? 0 : critical_.front().id;
   if (critical_.empty() || now - normal_.front().since >= max_normal_wait_) {
@@ -64,7 +63,7 @@ void PriorityTokenBucket::wait(RequestPriority priority) {
   queue.push_back({id, now});
   for (;;) {
     now = clock_.monoNow();
-    refillLocked(now);
+    refill(tokens_, last_, now, qps_, burst_);
     if (headLocked(now) == id && tokens_ >= 1.0) {
       tokens_ -= 1.0;
       queue.pop_front();  // the head is always the front of its own queue

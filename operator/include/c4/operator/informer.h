@@ -101,8 +101,7 @@ class Informer {
   int watch_timeout_s_ = 300;
   std::string resource_version_;
   Duration backoff_{std::chrono::milliseconds{800}};
-  std::atomic<bool> stop_{false};
-  CancelToken watch_cancel_;
+  CancelToken stop_;  // also cancels the open watch
   std::atomic<bool> synced_{false};
   mutable std::mutex mu_;
   std::condition_variable_any cv_;

@@ -49,6 +49,8 @@ class LeaderElector {
 
  private:
   Json newLeaseSpec(const Json& old_spec, bool acquiring) const;
+  // Remembers the lease this candidate just wrote (holder, renewTime, resourceVersion, when).
+  void recordOwnLease(const Json& lease, MonoTime now);
 
   KubeClient& client_;
   Clock& clock_;

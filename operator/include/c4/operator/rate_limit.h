@@ -59,7 +59,6 @@ class PriorityTokenBucket {
     std::uint64_t id;
     MonoTime since;
   };
-  void refillLocked(MonoTime now);
   // The ticket served next (0 when nobody waits).
   [[nodiscard]] std::uint64_t headLocked(MonoTime now) const;
 
