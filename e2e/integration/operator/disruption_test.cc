@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "c4/operator/leader_election.h"
 #include "harness.h"
+#include "operator/manager/leader_election.h"
 
 namespace c4::op::it {
 namespace {

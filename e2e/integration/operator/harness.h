@@ -17,9 +17,9 @@
 
 #include "c4/common/clock.h"
 #include "c4/common/metrics.h"
-#include "c4/operator/controller.h"
-#include "c4/operator/curl_kube_client.h"
-#include "c4/operator/kube_config.h"
+#include "operator/client/curl_kube_client.h"
+#include "operator/client/kube_config.h"
+#include "operator/trainingjob/reconciler.h"
 
 namespace c4::op::it {
 

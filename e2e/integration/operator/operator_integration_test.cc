@@ -7,9 +7,9 @@
 #include <fstream>
 #include <set>
 
-#include "c4/operator/informer.h"
-#include "c4/operator/node_actions.h"
 #include "harness.h"
+#include "operator/cache/informer.h"
+#include "operator/remediation/node_actions.h"
 
 namespace c4::op::it {
 namespace {

@@ -17,8 +17,8 @@
 #include <regex>
 #include <sstream>
 
-#include "c4/operator/trainingjob.h"
 #include "harness.h"
+#include "operator/trainingjob/planner.h"
 
 extern char** environ;
 

@@ -1,0 +1,112 @@
+// Shared informer: list + watch of one resource into a thread-safe cache with indexes, written as
+// an explicit state machine (kube-rs watcher.rs): List -> Watch(rv) -> (ok: Watch(rv) again,
+// 410 Gone: List, other error: back off on the clock, then Watch(rv)). Bookmarks advance rv.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "c4/common/clock.h"
+#include "c4/common/log.h"
+#include "operator/client/kube_client.h"
+
+namespace c4::op {
+
+// Thread-safe object cache keyed by "<ns>/<name>" with secondary indexes.
+class Store {
+ public:
+  using IndexFunc = std::function<std::vector<std::string>(const Json&)>;
+
+  // Indexes must be added before the first object.
+  void addIndex(const std::string& name, IndexFunc fn);
+  [[nodiscard]] std::optional<Json> get(const std::string& key) const;
+  [[nodiscard]] std::vector<Json> list() const;
+  [[nodiscard]] std::vector<Json> byIndex(const std::string& index, const std::string& value) const;
+  [[nodiscard]] std::size_t size() const;
+
+  // Mutations (the informer). upsert returns the previous object, if any.
+  std::optional<Json> upsert(const Json& object);
+  std::optional<Json> erase(const std::string& key);
+  // Replaces everything; returns the objects that disappeared.
+  std::vector<Json> replace(std::vector<Json> objects);
+
+ private:
+  void indexLocked(const std::string& key, const Json& object, bool add);
+
+  mutable std::mutex mu_;
+  std::map<std::string, Json> objects_;
+  std::map<std::string, IndexFunc> index_funcs_;
+  std::map<std::string, std::map<std::string, std::set<std::string>>> indexes_;
+};
+
+enum class InformerEvent { kAdd, kUpdate, kDelete };
+// Called on the informer's thread; must not block for long. `old_object` is null on add.
+using InformerHandler =
+    std::function<void(InformerEvent, const Json* old_object, const Json& object)>;
+
+struct InformerStats {
+  std::uint64_t lists = 0;    // successful lists (1 + relists)
+  std::uint64_t gone = 0;     // 410 answers that forced a relist
+  std::uint64_t errors = 0;   // other failed list/watch calls
+  std::uint64_t watches = 0;  // watch calls started
+};
+
+class Informer {
+ public:
+  Informer(KubeClient& client, Clock& clock, ResourceType type, std::string ns,
+           std::string label_selector = "");
+  ~Informer();
+  Informer(const Informer&) = delete;
+  Informer& operator=(const Informer&) = delete;
+
+  Store& store() { return store_; }
+  void addHandler(InformerHandler handler);
+  // Watch calls end after this many seconds and resume from the last resourceVersion.
+  void setWatchTimeoutSeconds(int s) { watch_timeout_s_ = s; }
+
+  void start();
+  // Ends the thread (cancels an open watch at once). Idempotent.
+  void stop();
+  // Asks the thread to end without waiting for it (stop() then joins).
+  void requestStop();
+  [[nodiscard]] bool hasSynced() const { return synced_.load(); }
+  // Blocks until synced, stopped or the deadline; returns hasSynced().
+  bool waitForSync(MonoTime deadline);
+  [[nodiscard]] InformerStats stats() const;
+  [[nodiscard]] const ResourceType& type() const { return type_; }
+
+ private:
+  void run();
+  bool doList();
+  void notify(InformerEvent event, const Json* old_object, const Json& object);
+  void backoff();
+
+  KubeClient& client_;
+  Clock& clock_;
+  ResourceType type_;
+  std::string ns_;
+  std::string label_selector_;
+  Store store_;
+  Logger log_;
+  std::vector<InformerHandler> handlers_;
+  int watch_timeout_s_ = 300;
+  std::string resource_version_;
+  Duration backoff_{std::chrono::milliseconds{800}};
+  CancelToken stop_;  // also cancels the open watch
+  std::atomic<bool> synced_{false};
+  mutable std::mutex mu_;
+  std::condition_variable_any cv_;
+  InformerStats stats_;
+  std::thread thread_;
+};
+
+}  // namespace c4::op

@@ -1,0 +1,493 @@
+// libcurl KubeClient.
+#include "operator/client/curl_kube_client.h"
+
+#include <curl/curl.h>
+
+#include <mutex>
+#include <vector>
+
+#include "c4/common/log.h"
+#include "operator/client/throttle.h"
+
+namespace c4::op {
+namespace {
+
+struct CurlDeleter {
+  void operator()(CURL* handle) const noexcept { curl_easy_cleanup(handle); }
+};
+using CurlPtr = std::unique_ptr<CURL, CurlDeleter>;
+
+struct SlistDeleter {
+  void operator()(curl_slist* list) const noexcept { curl_slist_free_all(list); }
+};
+using SlistPtr = std::unique_ptr<curl_slist, SlistDeleter>;
+
+void globalInit() {
+  static std::once_flag once;
+  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+}
+
+std::size_t appendToString(char* data, std::size_t size, std::size_t n, void* user) {
+  static_cast<std::string*>(user)->append(data, size * n);
+  return size * n;
+}
+
+Error transportError(CURLcode code, const char* errbuf, std::string_view what) {
+  std::string message =
+      std::string(what) + ": " + (errbuf[0] != '\0' ? errbuf : curl_easy_strerror(code));
+  switch (code) {
+    case CURLE_OPERATION_TIMEDOUT:
+      return Error{ErrorCode::kDeadlineExceeded, message};
+    case CURLE_ABORTED_BY_CALLBACK:
+      return Error{ErrorCode::kCancelled, message};
+    default:
+      return Error{ErrorCode::kUnavailable, message};
+  }
+}
+
+struct HttpResponse {
+  long status = 0;
+  std::string body;
+};
+
+class CurlKubeClient final : public KubeClient {
+ public:
+  CurlKubeClient(KubeConfig config, Clock& clock, metrics::Registry* registry)
+      : config_(std::move(config)),
+        clock_(clock),
+        bucket_(clock, config_.qps, config_.burst),
+        token_(config_.token),
+        token_read_(clock.monoNow()) {
+    if (registry != nullptr) {
+      latency_ = &registry->histogram("c4_operator_api_request_duration_seconds",
+                                      "Latency of Kubernetes API requests.", {"verb"});
+      requests_ =
+          &registry->counter("c4_operator_api_requests_total",
+                             "Kubernetes API requests by verb and HTTP status.", {"verb", "code"});
+    }
+  }
+
+  // Interface
+  Result<Json> get(const ResourceType& type, std::string_view ns, std::string_view name,
+                   std::string_view subresource) override {
+    return jsonCall("GET", type.objectPath(ns, name, subresource), "", "",
+                    RequestPriority::kNormal);
+  }
+
+  Result<Json> list(const ResourceType& type, std::string_view ns,
+                    const ListOptions& options) override {
+    Json result;
+    std::string continue_token;
+    Json items = Json::array();
+    for (;;) {
+      std::vector<std::pair<std::string, std::string>> query;
+      if (!options.label_selector.empty())
+        query.emplace_back("labelSelector", options.label_selector);
+      if (!options.field_selector.empty())
+        query.emplace_back("fieldSelector", options.field_selector);
+      if (options.limit > 0) query.emplace_back("limit", std::to_string(options.limit));
+      if (!continue_token.empty()) {
+        query.emplace_back("continue", continue_token);
+      } else if (!options.resource_version.empty()) {
+        query.emplace_back("resourceVersion", options.resource_version);
+        if (!options.resource_version_match.empty()) {
+          query.emplace_back("resourceVersionMatch", options.resource_version_match);
+        }
+      }
+      C4_ASSIGN_OR_RETURN(Json page, jsonCall("GET", type.collectionPath(ns) + encodeQuery(query),
+                                              "", "", RequestPriority::kNormal));
+      if (page.contains("items") && page["items"].is_array()) {
+        for (auto& item : page["items"]) {
+          // Lists omit kind/apiVersion on items; restore them so objects look like gets.
+          if (!item.contains("kind")) item["kind"] = type.kind;
+          if (!item.contains("apiVersion")) item["apiVersion"] = type.apiVersion();
+          items.push_back(std::move(item));
+        }
+      }
+      continue_token = page["metadata"].value("continue", std::string{});
+      result = std::move(page);
+      if (continue_token.empty()) break;
+    }
+    result["items"] = std::move(items);
+    return result;
+  }
+
+  Result<Json> create(const ResourceType& type, std::string_view ns, const Json& object,
+                      const WriteOptions& options) override {
+    std::string path = type.collectionPath(ns);
+    if (!options.subresource.empty())
+      path = type.objectPath(ns, objectName(object), options.subresource);
+    return jsonCall("POST", path + managerQuery(options.field_manager), object.dump(),
+                    "application/json", options.priority);
+  }
+
+  Result<Json> update(const ResourceType& type, std::string_view ns, const Json& object,
+                      const WriteOptions& options) override {
+    std::string name = objectName(object);
+    if (name.empty()) return makeError(ErrorCode::kInvalidArgument, "update: object has no name");
+    return jsonCall(
+        "PUT", type.objectPath(ns, name, options.subresource) + managerQuery(options.field_manager),
+        object.dump(), "application/json", options.priority);
+  }
+
+  Result<Json> patch(const ResourceType& type, std::string_view ns, std::string_view name,
+                     PatchType patch_type, const Json& body, const PatchOptions& options) override {
+    const char* content_type = "application/merge-patch+json";
+    std::vector<std::pair<std::string, std::string>> query;
+    switch (patch_type) {
+      case PatchType::kMerge:
+        break;
+      case PatchType::kJson:
+        content_type = "application/json-patch+json";
+        break;
+      case PatchType::kStrategicMerge:
+        content_type = "application/strategic-merge-patch+json";
+        break;
+      case PatchType::kApply:
+        content_type = "application/apply-patch+yaml";  // JSON is valid YAML
+        if (options.field_manager.empty()) {
+          return makeError(ErrorCode::kInvalidArgument, "server-side apply needs a field manager");
+        }
+        if (options.force) query.emplace_back("force", "true");
+        break;
+    }
+    if (!options.field_manager.empty()) query.emplace_back("fieldManager", options.field_manager);
+    return jsonCall("PATCH", type.objectPath(ns, name, options.subresource) + encodeQuery(query),
+                    body.dump(), content_type, RequestPriority::kNormal);
+  }
+
+  Status remove(const ResourceType& type, std::string_view ns, std::string_view name,
+                const DeleteOptions& options) override {
+    Json body = {{"kind", "DeleteOptions"}, {"apiVersion", "v1"}};
+    if (options.grace_period_seconds) body["gracePeriodSeconds"] = *options.grace_period_seconds;
+    if (!options.propagation_policy.empty()) body["propagationPolicy"] = options.propagation_policy;
+    if (!options.precondition_uid.empty()) body["preconditions"]["uid"] = options.precondition_uid;
+    if (!options.precondition_resource_version.empty()) {
+      body["preconditions"]["resourceVersion"] = options.precondition_resource_version;
+    }
+    auto result = jsonCall("DELETE", type.objectPath(ns, name), body.dump(), "application/json",
+                           options.priority);
+    if (!result) return std::unexpected(result.error());
+    return okStatus();
+  }
+
+  Status watch(const ResourceType& type, std::string_view ns, const WatchOptions& options,
+               const WatchHandler& handler) override {
+    std::vector<std::pair<std::string, std::string>> query{{"watch", "true"}};
+    if (!options.label_selector.empty())
+      query.emplace_back("labelSelector", options.label_selector);
+    if (!options.field_selector.empty())
+      query.emplace_back("fieldSelector", options.field_selector);
+    if (!options.resource_version.empty()) {
+      query.emplace_back("resourceVersion", options.resource_version);
+    }
+    if (options.allow_bookmarks) query.emplace_back("allowWatchBookmarks", "true");
+    query.emplace_back("timeoutSeconds", std::to_string(options.timeout_seconds));
+    WatchState state;
+    state.handler = &handler;
+    state.curl = nullptr;
+    CurlPtr curl(curl_easy_init());
+    if (!curl) return makeError(ErrorCode::kInternal, "curl_easy_init failed");
+    state.curl = curl.get();
+    auto setup = prepare(curl.get(), "GET", type.collectionPath(ns) + encodeQuery(query), "", "");
+    if (!setup) return std::unexpected(setup.error());
+    SlistPtr headers = std::move(*setup);
+    curl_easy_setopt(curl.get(), CURLOPT_TIMEOUT_MS,
+                     static_cast<long>(options.timeout_seconds + 30) * 1000L);
+    curl_easy_setopt(curl.get(), CURLOPT_WRITEFUNCTION, &CurlKubeClient::onWatchData);
+    curl_easy_setopt(curl.get(), CURLOPT_WRITEDATA, &state);
+    char errbuf[CURL_ERROR_SIZE] = {0};
+    curl_easy_setopt(curl.get(), CURLOPT_ERRORBUFFER, errbuf);
+    CURLcode rc = performCancellable(curl.get(), options.cancel);
+    if (state.error) return std::unexpected(*state.error);
+    if (state.stopped_by_handler) return okStatus();
+    if (options.cancel != nullptr && options.cancel->cancelled()) {
+      return makeError(ErrorCode::kCancelled, "watch cancelled");
+    }
+    if (rc != CURLE_OK)
+      return std::unexpected(transportError(rc, errbuf, "watch " + type.resource));
+    long status = 0;
+    curl_easy_getinfo(curl.get(), CURLINFO_RESPONSE_CODE, &status);
+    if (status != 200) return std::unexpected(mapApiError(status, "WATCH", state.error_body));
+    return okStatus();
+  }
+
+ private:
+  // Runs one transfer on a multi handle of its own, so that `cancel` can interrupt its wait at
+  // once (curl_multi_wakeup) instead of at libcurl's next progress callback (about 1 s).
+  static CURLcode performCancellable(CURL* curl, CancelToken* cancel) {
+    CURLM* multi = curl_multi_init();
+    if (multi == nullptr) return CURLE_OUT_OF_MEMORY;
+    if (curl_multi_add_handle(multi, curl) != CURLM_OK) {
+      curl_multi_cleanup(multi);
+      return CURLE_FAILED_INIT;
+    }
+    if (cancel != nullptr) cancel->setWaker([multi] { curl_multi_wakeup(multi); });
+    CURLcode rc = CURLE_OK;
+    int running = 1;
+    while (running > 0) {
+      if (curl_multi_perform(multi, &running) != CURLM_OK) {
+        rc = CURLE_RECV_ERROR;
+        break;
+      }
+      if (running == 0) break;
+      if (cancel != nullptr && cancel->cancelled()) {
+        rc = CURLE_ABORTED_BY_CALLBACK;
+        break;
+      }
+      if (curl_multi_poll(multi, nullptr, 0, 1000, nullptr) != CURLM_OK) {
+        rc = CURLE_RECV_ERROR;
+        break;
+      }
+    }
+    if (cancel != nullptr) cancel->clearWaker();  // before the handle it wakes is gone
+    int left = 0;
+    while (CURLMsg* msg = curl_multi_info_read(multi, &left)) {
+      if (msg->msg == CURLMSG_DONE && msg->easy_handle == curl) rc = msg->data.result;
+    }
+    curl_multi_remove_handle(multi, curl);
+    curl_multi_cleanup(multi);
+    return rc;
+  }
+
+  struct WatchState {
+    const WatchHandler* handler = nullptr;
+    CURL* curl = nullptr;
+    std::string buffer;
+    std::string error_body;
+    bool checked_status = false;
+    bool ok_status = true;
+    bool stopped_by_handler = false;
+    std::optional<Error> error;
+  };
+
+  static std::size_t onWatchData(char* data, std::size_t size, std::size_t n, void* user) {
+    auto* state = static_cast<WatchState*>(user);
+    std::size_t total = size * n;
+    try {
+      if (!state->checked_status) {
+        long status = 0;
+        curl_easy_getinfo(state->curl, CURLINFO_RESPONSE_CODE, &status);
+        state->ok_status = status == 200;
+        state->checked_status = true;
+      }
+      if (!state->ok_status) {
+        state->error_body.append(data, total);
+        return total;
+      }
+      state->buffer.append(data, total);
+      std::size_t start = 0;
+      for (;;) {
+        std::size_t nl = state->buffer.find('\n', start);
+        if (nl == std::string::npos) break;
+        std::string_view line(state->buffer.data() + start, nl - start);
+        start = nl + 1;
+        if (line.empty()) continue;
+        Json event = Json::parse(line, nullptr, false);
+        if (!event.is_object()) {
+          state->error = Error{ErrorCode::kUnavailable, "watch: malformed event line"};
+          return 0;
+        }
+        std::string type = event.value("type", std::string{});
+        WatchEvent out;
+        if (type == "ADDED") {
+          out.type = WatchEventType::kAdded;
+        } else if (type == "MODIFIED") {
+          out.type = WatchEventType::kModified;
+        } else if (type == "DELETED") {
+          out.type = WatchEventType::kDeleted;
+        } else if (type == "BOOKMARK") {
+          out.type = WatchEventType::kBookmark;
+        } else if (type == "ERROR") {
+          state->error = statusObjectToError(event["object"], "WATCH");
+          return 0;
+        } else {
+          continue;  // unknown event types are ignored, as client-go does
+        }
+        out.object = std::move(event["object"]);
+        if (!(*state->handler)(std::move(out))) {
+          state->stopped_by_handler = true;
+          return 0;
+        }
+      }
+      state->buffer.erase(0, start);
+      return total;
+    } catch (const std::exception& e) {
+      state->error = Error{ErrorCode::kInternal, std::string("watch handler: ") + e.what()};
+      return 0;
+    }
+  }
+
+  static std::string escape(const std::string& s) {
+    char* escaped = curl_easy_escape(nullptr, s.c_str(), static_cast<int>(s.size()));
+    std::string out = escaped != nullptr ? escaped : "";
+    curl_free(escaped);
+    return out;
+  }
+
+  static std::string encodeQuery(const std::vector<std::pair<std::string, std::string>>& query) {
+    std::string out;
+    for (const auto& [k, v] : query) {
+      out += out.empty() ? "?" : "&";
+      out += k + "=" + escape(v);
+    }
+    return out;
+  }
+
+  static std::string managerQuery(const std::string& manager) {
+    return manager.empty() ? std::string{} : "?fieldManager=" + escape(manager);
+  }
+
+  std::string currentToken() {
+    if (config_.token_file.empty()) return config_.token;
+    std::lock_guard lock(token_mu_);
+    MonoTime now = clock_.monoNow();
+    if (token_.empty() || now - token_read_ > std::chrono::minutes{1}) {
+      auto fresh = readFileToString(config_.token_file);
+      if (fresh) {
+        std::string t = *fresh;
+        while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.pop_back();
+        token_ = t;
+        token_read_ = now;
+      }
+    }
+    return token_;
+  }
+
+  // Sets URL, TLS, auth and headers on a handle. Returns the header list to keep alive.
+  Result<SlistPtr> prepare(CURL* curl, const std::string& method, const std::string& path,
+                           const std::string& body, const std::string& content_type) {
+    std::string url = config_.server + path;
+    curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS,
+                     static_cast<long>(config_.connect_timeout.count()));
+    curl_easy_setopt(curl, CURLOPT_TCP_KEEPALIVE, 1L);
+    if (method == "GET") {
+      curl_easy_setopt(curl, CURLOPT_HTTPGET, 1L);
+    } else {
+      curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method.c_str());
+      curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body.c_str());
+      curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
+    }
+    if (!config_.ca_pem.empty()) {
+      curl_blob blob{const_cast<char*>(config_.ca_pem.data()), config_.ca_pem.size(),
+                     CURL_BLOB_COPY};
+      curl_easy_setopt(curl, CURLOPT_CAINFO_BLOB, &blob);
+    }
+    if (!config_.client_cert_pem.empty()) {
+      curl_blob cert{const_cast<char*>(config_.client_cert_pem.data()),
+                     config_.client_cert_pem.size(), CURL_BLOB_COPY};
+      curl_blob key{const_cast<char*>(config_.client_key_pem.data()), config_.client_key_pem.size(),
+                    CURL_BLOB_COPY};
+      curl_easy_setopt(curl, CURLOPT_SSLCERTTYPE, "PEM");
+      curl_easy_setopt(curl, CURLOPT_SSLCERT_BLOB, &cert);
+      curl_easy_setopt(curl, CURLOPT_SSLKEYTYPE, "PEM");
+      curl_easy_setopt(curl, CURLOPT_SSLKEY_BLOB, &key);
+    }
+    if (config_.insecure_skip_tls_verify) {
+      curl_easy_setopt(curl, CURLOPT_SSL_VERIFYPEER, 0L);
+      curl_easy_setopt(curl, CURLOPT_SSL_VERIFYHOST, 0L);
+    }
+    curl_slist* headers = nullptr;
+    headers = curl_slist_append(headers, "Accept: application/json");
+    headers = curl_slist_append(headers, "User-Agent: c4-operator/" C4_VERSION);
+    if (!content_type.empty()) {
+      headers = curl_slist_append(headers, ("Content-Type: " + content_type).c_str());
+    }
+    std::string token = currentToken();
+    if (!token.empty()) {
+      headers = curl_slist_append(headers, ("Authorization: Bearer " + token).c_str());
+    }
+    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+    return SlistPtr(headers);
+  }
+
+  CurlPtr acquireHandle() {
+    {
+      std::lock_guard lock(pool_mu_);
+      if (!pool_.empty()) {
+        CurlPtr h = std::move(pool_.back());
+        pool_.pop_back();
+        curl_easy_reset(h.get());
+        return h;
+      }
+    }
+    return CurlPtr(curl_easy_init());
+  }
+
+  void releaseHandle(CurlPtr handle) {
+    std::lock_guard lock(pool_mu_);
+    if (pool_.size() < 64) pool_.push_back(std::move(handle));
+  }
+
+  Result<HttpResponse> perform(const std::string& method, const std::string& path,
+                               const std::string& body, const std::string& content_type,
+                               RequestPriority priority) {
+    bucket_.wait(priority);
+    CurlPtr curl = acquireHandle();
+    if (!curl) return makeError(ErrorCode::kInternal, "curl_easy_init failed");
+    C4_ASSIGN_OR_RETURN(SlistPtr headers, prepare(curl.get(), method, path, body, content_type));
+    HttpResponse response;
+    char errbuf[CURL_ERROR_SIZE] = {0};
+    curl_easy_setopt(curl.get(), CURLOPT_ERRORBUFFER, errbuf);
+    curl_easy_setopt(curl.get(), CURLOPT_TIMEOUT_MS,
+                     static_cast<long>(config_.request_timeout.count()));
+    curl_easy_setopt(curl.get(), CURLOPT_WRITEFUNCTION, &appendToString);
+    curl_easy_setopt(curl.get(), CURLOPT_WRITEDATA, &response.body);
+    MonoTime start = clock_.monoNow();
+    CURLcode rc = curl_easy_perform(curl.get());
+    double seconds = std::chrono::duration<double>(clock_.monoNow() - start).count();
+    curl_easy_getinfo(curl.get(), CURLINFO_RESPONSE_CODE, &response.status);
+    curl_easy_setopt(curl.get(), CURLOPT_ERRORBUFFER, nullptr);
+    if (latency_ != nullptr) {
+      latency_->labels({method}).observe(seconds);
+      requests_->labels({method, rc == CURLE_OK ? std::to_string(response.status) : "error"}).inc();
+    }
+    if (rc != CURLE_OK) {
+      Error e = transportError(rc, errbuf, method + " " + path);
+      return std::unexpected(e);
+    }
+    releaseHandle(std::move(curl));
+    return response;
+  }
+
+  Result<Json> jsonCall(const std::string& method, const std::string& path, const std::string& body,
+                        const std::string& content_type, RequestPriority priority) {
+    C4_ASSIGN_OR_RETURN(HttpResponse response, perform(method, path, body, content_type, priority));
+    if (response.status < 200 || response.status >= 300) {
+      return std::unexpected(mapApiError(response.status, method, response.body));
+    }
+    if (response.body.empty()) return Json::object();
+    Json parsed = Json::parse(response.body, nullptr, false);
+    if (parsed.is_discarded()) {
+      return makeError(ErrorCode::kUnavailable, method + " " + path + ": response is not JSON");
+    }
+    return parsed;
+  }
+
+  KubeConfig config_;
+  Clock& clock_;
+  PriorityTokenBucket bucket_;
+  std::mutex token_mu_;
+  std::string token_;
+  MonoTime token_read_;
+  std::mutex pool_mu_;
+  std::vector<CurlPtr> pool_;
+  metrics::Family<metrics::Histogram>* latency_ = nullptr;
+  metrics::Family<metrics::Counter>* requests_ = nullptr;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<KubeClient>> createCurlKubeClient(KubeConfig config, Clock& clock,
+                                                         metrics::Registry* registry) {
+  if (config.server.rfind("https://", 0) != 0 && config.server.rfind("http://", 0) != 0) {
+    return makeError(ErrorCode::kInvalidArgument,
+                     "API server URL must start with https:// or http://: '" + config.server + "'");
+  }
+  globalInit();
+  return std::unique_ptr<KubeClient>(new CurlKubeClient(std::move(config), clock, registry));
+}
+
+}  // namespace c4::op

@@ -1,0 +1,197 @@
+// Resource paths, the HTTP -> ErrorCode edge mapping, and object accessors.
+#include "operator/client/kube_client.h"
+
+#include <charconv>
+
+namespace c4::op {
+
+std::string ResourceType::apiVersion() const {
+  return group.empty() ? version : group + "/" + version;
+}
+
+std::string ResourceType::basePath() const {
+  return group.empty() ? "/api/" + version : "/apis/" + group + "/" + version;
+}
+
+std::string ResourceType::collectionPath(std::string_view ns) const {
+  std::string path = basePath();
+  if (namespaced && !ns.empty()) {
+    path += "/namespaces/";
+    path += ns;
+  }
+  path += "/" + resource;
+  return path;
+}
+
+std::string ResourceType::objectPath(std::string_view ns, std::string_view name,
+                                     std::string_view subresource) const {
+  std::string path = collectionPath(ns);
+  path += "/";
+  path += name;
+  if (!subresource.empty()) {
+    path += "/";
+    path += subresource;
+  }
+  return path;
+}
+
+namespace resources {
+const ResourceType& pods() {
+  static const ResourceType t{"", "v1", "pods", "Pod", true};
+  return t;
+}
+const ResourceType& services() {
+  static const ResourceType t{"", "v1", "services", "Service", true};
+  return t;
+}
+const ResourceType& configMaps() {
+  static const ResourceType t{"", "v1", "configmaps", "ConfigMap", true};
+  return t;
+}
+const ResourceType& nodes() {
+  static const ResourceType t{"", "v1", "nodes", "Node", false};
+  return t;
+}
+const ResourceType& events() {
+  static const ResourceType t{"", "v1", "events", "Event", true};
+  return t;
+}
+const ResourceType& leases() {
+  static const ResourceType t{"coordination.k8s.io", "v1", "leases", "Lease", true};
+  return t;
+}
+const ResourceType& namespaces() {
+  static const ResourceType t{"", "v1", "namespaces", "Namespace", false};
+  return t;
+}
+const ResourceType& trainingJobs() {
+  static const ResourceType t{"c4.dev", "v1alpha1", "trainingjobs", "TrainingJob", true};
+  return t;
+}
+const ResourceType& customResourceDefinitions() {
+  static const ResourceType t{"apiextensions.k8s.io", "v1", "customresourcedefinitions",
+                              "CustomResourceDefinition", false};
+  return t;
+}
+}  // namespace resources
+
+namespace {
+
+ErrorCode codeForHttp(long http_status, std::string_view verb) {
+  switch (http_status) {
+    case 400:
+    case 422:
+      return ErrorCode::kInvalidArgument;
+    case 401:
+      return ErrorCode::kUnauthenticated;
+    case 403:
+      return ErrorCode::kPermissionDenied;
+    case 404:
+      return ErrorCode::kNotFound;
+    case 409:
+      return verb == "POST" ? ErrorCode::kAlreadyExists : ErrorCode::kConflict;
+    case 410:
+      return ErrorCode::kGone;
+    case 429:
+      return ErrorCode::kResourceExhausted;
+    case 504:
+      return ErrorCode::kDeadlineExceeded;
+    default:
+      break;
+  }
+  if (http_status >= 500) return ErrorCode::kUnavailable;
+  return ErrorCode::kInternal;
+}
+
+}  // namespace
+
+Error statusObjectToError(const Json& status, std::string_view verb) {
+  long code = 500;
+  if (status.contains("code") && status["code"].is_number_integer()) {
+    code = status["code"].get<long>();
+  }
+  std::string message = status.value("message", std::string{});
+  if (message.empty()) message = status.value("reason", std::string{"unknown error"});
+  return Error{codeForHttp(code, verb), "HTTP " + std::to_string(code) + ": " + message};
+}
+
+Error mapApiError(long http_status, std::string_view verb, std::string_view body) {
+  Json parsed = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_object() && parsed.value("kind", std::string{}) == "Status") {
+    if (!parsed.contains("code")) parsed["code"] = http_status;
+    Error e = statusObjectToError(parsed, verb);
+    e.code = codeForHttp(http_status, verb);
+    return e;
+  }
+  std::string snippet{body.substr(0, 200)};
+  return Error{codeForHttp(http_status, verb),
+               "HTTP " + std::to_string(http_status) + (snippet.empty() ? "" : ": " + snippet)};
+}
+
+namespace {
+const Json& metadataOf(const Json& object) {
+  static const Json empty = Json::object();
+  if (!object.is_object()) return empty;
+  auto it = object.find("metadata");
+  return it != object.end() && it->is_object() ? *it : empty;
+}
+std::string stringField(const Json& o, const char* key) {
+  auto it = o.find(key);
+  return it != o.end() && it->is_string() ? it->get<std::string>() : std::string{};
+}
+std::string mapField(const Json& o, const char* map, const std::string& key) {
+  auto it = o.find(map);
+  if (it == o.end() || !it->is_object()) return {};
+  auto v = it->find(key);
+  return v != it->end() && v->is_string() ? v->get<std::string>() : std::string{};
+}
+}  // namespace
+
+std::string objectName(const Json& object) {
+  return stringField(metadataOf(object), "name");
+}
+std::string objectNamespace(const Json& object) {
+  return stringField(metadataOf(object), "namespace");
+}
+std::string objectKey(std::string_view ns, std::string_view name) {
+  if (ns.empty()) return std::string{name};
+  std::string key{ns};
+  key += "/";
+  key += name;
+  return key;
+}
+std::string objectKey(const Json& object) {
+  return objectKey(objectNamespace(object), objectName(object));
+}
+std::string labelOf(const Json& object, const std::string& key) {
+  return mapField(metadataOf(object), "labels", key);
+}
+std::string annotationOf(const Json& object, const std::string& key) {
+  return mapField(metadataOf(object), "annotations", key);
+}
+std::optional<std::uint64_t> resourceVersionNumber(const Json& object) {
+  std::string rv = stringField(metadataOf(object), "resourceVersion");
+  if (rv.empty()) return std::nullopt;
+  std::uint64_t value = 0;
+  auto [ptr, ec] = std::from_chars(rv.data(), rv.data() + rv.size(), value);
+  if (ec != std::errc{} || ptr != rv.data() + rv.size()) return std::nullopt;
+  return value;
+}
+
+void CancelToken::cancel() {
+  cancelled_ = true;
+  std::lock_guard lock(mu_);
+  if (waker_) waker_();
+}
+
+void CancelToken::setWaker(std::function<void()> wake) {
+  std::lock_guard lock(mu_);
+  waker_ = std::move(wake);
+}
+
+void CancelToken::clearWaker() {
+  std::lock_guard lock(mu_);
+  waker_ = nullptr;
+}
+
+}  // namespace c4::op

@@ -1,0 +1,167 @@
+// The Kubernetes API as the operator sees it: typed resource paths, JSON objects, and one
+// interface (`KubeClient`) whose only production implementation is the libcurl client
+// (curl_kube_client.h). HTTP statuses are mapped to c4::ErrorCode exactly once, in
+// `mapApiError`, keeping the message of the API server's metav1.Status.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "c4/common/error.h"
+#include "operator/client/throttle.h"
+
+namespace c4::op {
+
+using Json = nlohmann::json;
+
+// One API resource (group/version/plural). Paths are built here and nowhere else.
+struct ResourceType {
+  std::string group;  // "" for the core group
+  std::string version;
+  std::string resource;  // plural, lower case
+  std::string kind;
+  bool namespaced = true;
+
+  [[nodiscard]] std::string apiVersion() const;  // "v1" or "<group>/<version>"
+  [[nodiscard]] std::string basePath() const;    // "/api/v1" or "/apis/<group>/<version>"
+  // Collection path; `ns` empty = all namespaces (or a cluster-scoped resource).
+  [[nodiscard]] std::string collectionPath(std::string_view ns) const;
+  [[nodiscard]] std::string objectPath(std::string_view ns, std::string_view name,
+                                       std::string_view subresource = "") const;
+};
+
+namespace resources {
+const ResourceType& pods();
+const ResourceType& services();
+const ResourceType& configMaps();
+const ResourceType& nodes();
+const ResourceType& events();
+const ResourceType& leases();
+const ResourceType& namespaces();
+const ResourceType& trainingJobs();
+const ResourceType& customResourceDefinitions();
+}  // namespace resources
+
+struct ListOptions {
+  std::string label_selector;
+  std::string field_selector;
+  std::string resource_version;        // "" = most recent (quorum read)
+  std::string resource_version_match;  // "" | NotOlderThan | Exact
+  std::int64_t limit = 500;            // page size; list() follows `continue` until the end
+};
+
+// Cancels a blocking call (a watch) from another thread, promptly: cancel() sets the flag and
+// wakes the call through the waker its implementation registered. Thread-safe.
+class CancelToken {
+ public:
+  void cancel();
+  [[nodiscard]] bool cancelled() const { return cancelled_.load(); }
+  // For KubeClient implementations, around a blocking call: cancel() calls `wake` while it is
+  // set; clearWaker() returns only when no call of it is running.
+  void setWaker(std::function<void()> wake);
+  void clearWaker();
+
+ private:
+  std::atomic<bool> cancelled_{false};
+  std::mutex mu_;
+  std::function<void()> waker_;
+};
+
+struct WatchOptions {
+  std::string label_selector;
+  std::string field_selector;
+  std::string resource_version;
+  bool allow_bookmarks = true;
+  int timeout_seconds = 300;  // server-side timeout of one watch call
+  // When set and cancelled, the watch returns kCancelled at once.
+  CancelToken* cancel = nullptr;
+};
+
+enum class PatchType { kMerge, kJson, kStrategicMerge, kApply };
+
+struct PatchOptions {
+  std::string subresource;    // e.g. "status"
+  std::string field_manager;  // required for kApply
+  bool force = false;         // kApply: take ownership of conflicting fields
+};
+
+struct WriteOptions {
+  std::string subresource;
+  std::string field_manager;
+  RequestPriority priority = RequestPriority::kNormal;  // order when the client is throttled
+};
+
+struct DeleteOptions {
+  std::optional<std::int64_t> grace_period_seconds;  // 0 = force delete
+  std::string propagation_policy;                    // Foreground | Background | Orphan
+  std::string precondition_uid;
+  std::string precondition_resource_version;
+  RequestPriority priority = RequestPriority::kNormal;  // order when the client is throttled
+};
+
+enum class WatchEventType { kAdded, kModified, kDeleted, kBookmark };
+
+struct WatchEvent {
+  WatchEventType type = WatchEventType::kAdded;
+  Json object;
+};
+
+// Returns false to end the watch (watch() then returns ok).
+using WatchHandler = std::function<bool(WatchEvent&&)>;
+
+// Thread-safe; every call blocks until the API server answered (or the client timeout).
+// Errors: kNotFound (404), kAlreadyExists (409 on create), kConflict (409 otherwise),
+// kGone (410), kInvalidArgument (400/422), kUnauthenticated (401), kPermissionDenied (403),
+// kResourceExhausted (429), kUnavailable (5xx, connection errors), kDeadlineExceeded (timeouts).
+class KubeClient {
+ public:
+  virtual ~KubeClient() = default;
+
+  virtual Result<Json> get(const ResourceType& type, std::string_view ns, std::string_view name,
+                           std::string_view subresource = "") = 0;
+  // Returns a List object whose `items` hold every page and whose metadata.resourceVersion is
+  // the list's resourceVersion (to start a watch from).
+  virtual Result<Json> list(const ResourceType& type, std::string_view ns,
+                            const ListOptions& options = {}) = 0;
+  virtual Result<Json> create(const ResourceType& type, std::string_view ns, const Json& object,
+                              const WriteOptions& options = {}) = 0;
+  // PUT; the object's metadata.name names it, metadata.resourceVersion makes it conditional.
+  virtual Result<Json> update(const ResourceType& type, std::string_view ns, const Json& object,
+                              const WriteOptions& options = {}) = 0;
+  virtual Result<Json> patch(const ResourceType& type, std::string_view ns, std::string_view name,
+                             PatchType patch_type, const Json& body,
+                             const PatchOptions& options = {}) = 0;
+  virtual Status remove(const ResourceType& type, std::string_view ns, std::string_view name,
+                        const DeleteOptions& options = {}) = 0;
+  // Streams events to `handler` until the handler returns false or the server ends the stream
+  // (both: ok), or an error: kGone when the resourceVersion is too old (relist), kCancelled when
+  // options.cancel was set, anything else as for the other calls. ERROR events become errors.
+  virtual Status watch(const ResourceType& type, std::string_view ns, const WatchOptions& options,
+                       const WatchHandler& handler) = 0;
+};
+
+// Maps one HTTP answer to an Error (the edge mapping). `verb` decides 409: POST ->
+// kAlreadyExists, anything else -> kConflict. The message is the metav1.Status message when the
+// body is one, else the first 200 bytes of the body.
+Error mapApiError(long http_status, std::string_view verb, std::string_view body);
+// Same mapping for a metav1.Status object (watch ERROR events).
+Error statusObjectToError(const Json& status, std::string_view verb);
+
+// Convenience accessors on objects.
+std::string objectName(const Json& object);
+std::string objectNamespace(const Json& object);
+// "<namespace>/<name>", or "<name>" for cluster-scoped objects.
+std::string objectKey(const Json& object);
+std::string objectKey(std::string_view ns, std::string_view name);
+std::string labelOf(const Json& object, const std::string& key);
+std::string annotationOf(const Json& object, const std::string& key);
+// metadata.resourceVersion parsed as an integer (etcd revision); nullopt when not numeric.
+std::optional<std::uint64_t> resourceVersionNumber(const Json& object);
+
+}  // namespace c4::op

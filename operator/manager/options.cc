@@ -1,0 +1,221 @@
+// Operator options: flags and YAML file.
+#include "operator/manager/options.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <charconv>
+#include <functional>
+#include <map>
+
+#include "operator/client/kube_config.h"
+
+namespace c4::op {
+namespace {
+
+using Setter = std::function<Status(OperatorOptions&, const std::string&)>;
+
+struct Option {
+  const char* name;
+  const char* help;
+  Setter set;
+};
+
+Status parseInt(const std::string& name, const std::string& v, int& out, int min_value) {
+  int value = 0;
+  auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), value);
+  if (ec != std::errc{} || ptr != v.data() + v.size() || value < min_value) {
+    return makeError(
+        ErrorCode::kInvalidArgument,
+        name + ": expected an integer >= " + std::to_string(min_value) + ", got '" + v + "'");
+  }
+  out = value;
+  return okStatus();
+}
+
+Status parseDouble(const std::string& name, const std::string& v, double& out, double min_value) {
+  try {
+    std::size_t used = 0;
+    double value = std::stod(v, &used);
+    if (used != v.size() || !(value >= min_value)) throw std::invalid_argument(v);
+    out = value;
+    return okStatus();
+  } catch (...) {
+    return makeError(
+        ErrorCode::kInvalidArgument,
+        name + ": expected a number >= " + std::to_string(min_value) + ", got '" + v + "'");
+  }
+}
+
+Status parseBool(const std::string& name, const std::string& v, bool& out) {
+  if (v == "true" || v == "1") {
+    out = true;
+  } else if (v == "false" || v == "0") {
+    out = false;
+  } else {
+    return makeError(ErrorCode::kInvalidArgument,
+                     name + ": expected true or false, got '" + v + "'");
+  }
+  return okStatus();
+}
+
+#define C4_STR(field)                            \
+  [](OperatorOptions& o, const std::string& v) { \
+    o.field = v;                                 \
+    return okStatus();                           \
+  }
+#define C4_INT(field, name, min) \
+  [](OperatorOptions& o, const std::string& v) { return parseInt(name, v, o.field, min); }
+#define C4_DBL(field, name, min) \
+  [](OperatorOptions& o, const std::string& v) { return parseDouble(name, v, o.field, min); }
+#define C4_BOOL(field, name) \
+  [](OperatorOptions& o, const std::string& v) { return parseBool(name, v, o.field); }
+
+const std::vector<Option>& optionTable() {
+  static const std::vector<Option> table = {
+      {"kubeconfig", "kubeconfig path (default: $KUBECONFIG, in-cluster, ~/.kube/config)",
+       C4_STR(kubeconfig)},
+      {"context", "kubeconfig context (default: current-context)", C4_STR(context)},
+      {"namespace", "watch only this namespace (default: all)", C4_STR(watch_namespace)},
+      {"workers", "concurrent reconciles (default 4)", C4_INT(workers, "workers", 1)},
+      {"kube-api-qps", "client-side API QPS (default 50)",
+       C4_DBL(kube_api_qps, "kube-api-qps", 0.1)},
+      {"kube-api-burst", "client-side API burst (default 100)",
+       C4_INT(kube_api_burst, "kube-api-burst", 1)},
+      {"metrics-address", "listen address of /metrics, /healthz, /readyz (default 0.0.0.0)",
+       C4_STR(metrics_address)},
+      {"metrics-port", "listen port (default 8080; 0 = any)",
+       C4_INT(metrics_port, "metrics-port", 0)},
+      {"leader-elect", "use a Lease for leader election (default true)",
+       C4_BOOL(leader_elect, "leader-elect")},
+      {"lease-namespace", "namespace of the Lease (default c4-system)", C4_STR(lease_namespace)},
+      {"lease-name", "name of the Lease (default c4-operator)", C4_STR(lease_name)},
+      {"identity", "leader-election identity (default: hostname)", C4_STR(identity)},
+      {"lease-duration", "seconds (default 15)",
+       C4_DBL(lease_duration_seconds, "lease-duration", 1)},
+      {"renew-deadline", "seconds (default 10)",
+       C4_DBL(renew_deadline_seconds, "renew-deadline", 0.5)},
+      {"retry-period", "seconds (default 2)", C4_DBL(retry_period_seconds, "retry-period", 0.1)},
+      {"log-level", "trace|debug|info|warn|error (default info)", C4_STR(log_level)},
+      {"status-batch-period",
+       "seconds a Pending/Running status change may wait to be written with the next one "
+       "(default 1; 0 = write at once)",
+       [](OperatorOptions& o, const std::string& v) -> Status {
+         C4_RETURN_IF_ERROR(parseDouble("status-batch-period", v, o.status_batch_seconds, 0));
+         if (o.status_batch_seconds > 60) {
+           return makeError(ErrorCode::kInvalidArgument,
+                            "status-batch-period: at most 60 seconds, got '" + v + "'");
+         }
+         return okStatus();
+       }},
+      {"agent-socket-dir", "node directory of the agent socket (default /var/run/c4)",
+       C4_STR(pod.agent_socket_dir)},
+      {"plugin-dir", "node directory of libnccl-net-c4.so (default /opt/c4/lib)",
+       C4_STR(pod.plugin_host_dir)},
+      {"master-port", "MASTER_PORT for trainers (default 29500)",
+       C4_INT(pod.master_port, "master-port", 1)},
+      {"cordon-max-fraction", "circuit breaker: max fraction of nodes cordoned (default 0.1)",
+       C4_DBL(node_actions.max_fraction, "cordon-max-fraction", 0)},
+      {"cordon-max-per-hour", "circuit breaker: max cordons per hour (default 3)",
+       C4_INT(node_actions.max_cordons_per_window, "cordon-max-per-hour", 0)},
+      {"dry-run", "decide node actions but do not act (default false)",
+       C4_BOOL(node_actions.dry_run, "dry-run")},
+  };
+  return table;
+}
+
+const Option* findOption(const std::string& name) {
+  for (const auto& o : optionTable()) {
+    if (name == o.name) return &o;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::string operatorUsage() {
+  std::string out =
+      "usage: c4-operator [--config FILE] [--flag=value ...]\n"
+      "The C4 operator: reconciles TrainingJobs (c4.dev/v1alpha1), restarts them on faults.\n"
+      "  --config FILE  YAML file with the same keys as the flags\n"
+      "  --help, --version\n";
+  for (const auto& o : optionTable()) {
+    out += "  --" + std::string(o.name) + "  " + o.help + "\n";
+  }
+  return out;
+}
+
+Status applyOptionsYaml(OperatorOptions& options, const std::string& yaml_text) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    return makeError(ErrorCode::kInvalidArgument, std::string("config: ") + e.what());
+  }
+  if (root.IsNull()) return okStatus();
+  if (!root.IsMap()) return makeError(ErrorCode::kInvalidArgument, "config: not a YAML map");
+  for (const auto& entry : root) {
+    std::string key = entry.first.as<std::string>();
+    const Option* option = findOption(key);
+    if (option == nullptr) {
+      return makeError(ErrorCode::kInvalidArgument, "config: unknown key '" + key + "'");
+    }
+    if (!entry.second.IsScalar()) {
+      return makeError(ErrorCode::kInvalidArgument, "config: '" + key + "' must be a scalar");
+    }
+    auto status = option->set(options, entry.second.as<std::string>());
+    if (!status) return std::unexpected(status.error().withContext("config"));
+  }
+  return okStatus();
+}
+
+Result<OperatorOptions> parseOperatorOptions(const std::vector<std::string>& args) {
+  OperatorOptions options;
+  std::vector<std::pair<std::string, std::string>> flags;
+  std::string config_file;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--help" || arg == "-h") {
+      options.show_help = true;
+      continue;
+    }
+    if (arg == "--version") {
+      options.show_version = true;
+      continue;
+    }
+    if (arg.rfind("--", 0) != 0) {
+      return makeError(ErrorCode::kInvalidArgument, "unexpected argument '" + arg + "'");
+    }
+    std::string name = arg.substr(2);
+    std::string value;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    } else if (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) {
+      value = args[++i];
+    } else if (name == "leader-elect" || name == "dry-run") {
+      value = "true";
+    } else {
+      return makeError(ErrorCode::kInvalidArgument, "--" + name + " needs a value");
+    }
+    if (name == "config") {
+      config_file = value;
+      continue;
+    }
+    if (findOption(name) == nullptr) {
+      return makeError(ErrorCode::kInvalidArgument, "unknown flag --" + name);
+    }
+    flags.emplace_back(name, value);
+  }
+  if (!config_file.empty()) {
+    C4_ASSIGN_OR_RETURN(std::string text, readFileToString(config_file));
+    auto status = applyOptionsYaml(options, text);
+    if (!status) return std::unexpected(status.error().withContext(config_file));
+  }
+  for (const auto& [name, value] : flags) {
+    auto status = findOption(name)->set(options, value);
+    if (!status) return std::unexpected(status.error().withContext("--" + name));
+  }
+  return options;
+}
+
+}  // namespace c4::op

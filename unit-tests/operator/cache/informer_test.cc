@@ -1,0 +1,125 @@
+// Informer state machine (list -> watch -> 410 relist -> error backoff) and the indexed store,
+// with the API behind an in-memory KubeClient and time simulated.
+#include "operator/cache/informer.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "testing/fake_kube_client.h"
+
+namespace c4::op {
+namespace {
+
+Json pod(const std::string& name, const std::string& job, const std::string& rv = "1") {
+  return {{"apiVersion", "v1"},
+          {"kind", "Pod"},
+          {"metadata",
+           {{"name", name},
+            {"namespace", "ns"},
+            {"resourceVersion", rv},
+            {"labels", {{"c4.dev/job-name", job}}}}}};
+}
+
+TEST(StoreTest, IndexesFollowUpdatesAndDeletes) {
+  Store store;
+  store.addIndex(
+      "job", [](const Json& o) { return std::vector<std::string>{labelOf(o, "c4.dev/job-name")}; });
+  store.upsert(pod("a", "j1"));
+  store.upsert(pod("b", "j1"));
+  store.upsert(pod("c", "j2"));
+  EXPECT_EQ(store.byIndex("job", "j1").size(), 2u);
+  store.upsert(pod("b", "j2"));  // relabelled
+  EXPECT_EQ(store.byIndex("job", "j1").size(), 1u);
+  EXPECT_EQ(store.byIndex("job", "j2").size(), 2u);
+  store.erase("ns/c");
+  EXPECT_EQ(store.byIndex("job", "j2").size(), 1u);
+  auto removed = store.replace({pod("a", "j1")});
+  EXPECT_EQ(removed.size(), 1u);
+  EXPECT_EQ(objectName(removed[0]), "b");
+  EXPECT_TRUE(store.byIndex("job", "j2").empty());
+  EXPECT_EQ(store.size(), 1u);
+}
+
+TEST(CancelTokenTest, CancelWakesTheRegisteredCallOnlyWhileItIsRegistered) {
+  CancelToken token;
+  int wakes = 0;
+  EXPECT_FALSE(token.cancelled());
+  token.setWaker([&] { ++wakes; });
+  token.clearWaker();
+  token.cancel();
+  EXPECT_TRUE(token.cancelled());
+  EXPECT_EQ(wakes, 0) << "a cleared waker is never called";
+  token.setWaker([&] { ++wakes; });
+  token.cancel();
+  EXPECT_EQ(wakes, 1);
+  token.clearWaker();
+}
+
+TEST(InformerTest, ListsWatchesRelistsOnGoneAndResumesFromBookmarks) {
+  SimulatedClock clock;
+  testing::FakeKubeClient api;
+  api.put(resources::pods(), pod("p1", "j"));
+  api.scriptWatch({{{"type", "ADDED"}, {"object", pod("p2", "j", "201")}},
+                   {{"type", "MODIFIED"}, {"object", pod("p1", "j", "202")}}},
+                  Error{ErrorCode::kGone, "too old resource version"});
+  api.scriptWatch({{{"type", "BOOKMARK"},
+                    {"object", {{"kind", "Pod"}, {"metadata", {{"resourceVersion", "500"}}}}}}},
+                  Error{ErrorCode::kUnavailable, "connection reset"});
+  Informer informer(api, clock, resources::pods(), "ns");
+  std::vector<std::string> seen;
+  std::mutex seen_mu;
+  informer.addHandler([&](InformerEvent e, const Json*, const Json& o) {
+    std::lock_guard lock(seen_mu);
+    const char* kind = e == InformerEvent::kAdd      ? "add"
+                       : e == InformerEvent::kUpdate ? "update"
+                                                     : "delete";
+    seen.push_back(std::string(kind) + ":" + objectName(o));
+  });
+  informer.start();
+  ASSERT_TRUE(informer.waitForSync(clock.monoNow() + std::chrono::seconds{1}) ||
+              informer.hasSynced());
+  ASSERT_TRUE(clock.awaitWaiters(1));  // parked in the backoff after the second watch failed
+  InformerStats stats = informer.stats();
+  EXPECT_EQ(stats.lists, 2u) << "410 forced exactly one relist";
+  EXPECT_EQ(stats.gone, 1u);
+  EXPECT_EQ(stats.errors, 1u);
+  EXPECT_TRUE(informer.store().get("ns/p1"));
+  EXPECT_FALSE(informer.store().get("ns/p2")) << "the relist dropped what the API no longer has";
+  {
+    std::lock_guard lock(seen_mu);
+    EXPECT_EQ(seen, (std::vector<std::string>{"add:p1", "add:p2", "update:p1", "update:p1",
+                                              "delete:p2"}));
+  }
+  // After the backoff the watch resumes from the bookmark's resourceVersion, not a relist.
+  clock.advance(std::chrono::milliseconds{800});
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds{5};
+  while (api.watchResourceVersions().size() < 3 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::yield();
+  }
+  auto rvs = api.watchResourceVersions();
+  ASSERT_EQ(rvs.size(), 3u);
+  EXPECT_EQ(rvs[2], "500");
+  EXPECT_EQ(informer.stats().lists, 2u);
+  informer.stop();
+}
+
+TEST(InformerTest, ListFailureBacksOffAndRetries) {
+  SimulatedClock clock;
+  testing::FakeKubeClient api;
+  api.failNext(Error{ErrorCode::kUnavailable, "connection refused"});
+  Informer informer(api, clock, resources::pods(), "ns");
+  informer.start();
+  ASSERT_TRUE(clock.awaitWaiters(1));
+  EXPECT_FALSE(informer.hasSynced());
+  clock.advance(std::chrono::milliseconds{800});
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds{5};
+  while (!informer.hasSynced() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::yield();
+  }
+  EXPECT_TRUE(informer.hasSynced());
+  informer.stop();
+}
+
+}  // namespace
+}  // namespace c4::op

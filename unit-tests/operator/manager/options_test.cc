@@ -1,0 +1,60 @@
+// Operator options from flags and YAML.
+#include "operator/manager/options.h"
+
+#include <gtest/gtest.h>
+
+namespace c4::op {
+namespace {
+
+TEST(OptionsTest, FlagsParseWithDefaults) {
+  auto o = parseOperatorOptions({"--workers=8", "--kube-api-qps", "100", "--leader-elect=false",
+                                 "--dry-run", "--namespace=team"});
+  ASSERT_TRUE(o) << o.error().toString();
+  EXPECT_EQ(o->workers, 8);
+  EXPECT_DOUBLE_EQ(o->kube_api_qps, 100);
+  EXPECT_FALSE(o->leader_elect);
+  EXPECT_TRUE(o->node_actions.dry_run);
+  EXPECT_EQ(o->watch_namespace, "team");
+  EXPECT_EQ(o->metrics_port, 8080);
+}
+
+TEST(OptionsTest, BadFlagsGetClearErrors) {
+  auto unknown = parseOperatorOptions({"--wrokers=2"});
+  ASSERT_FALSE(unknown);
+  EXPECT_NE(unknown.error().message.find("--wrokers"), std::string::npos);
+  auto bad = parseOperatorOptions({"--workers=0"});
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find(">= 1"), std::string::npos);
+  EXPECT_FALSE(parseOperatorOptions({"--leader-elect=maybe"}));
+  EXPECT_FALSE(parseOperatorOptions({"stray"}));
+  EXPECT_FALSE(parseOperatorOptions({"--config=/no/such/file.yaml"}));
+  auto batch = parseOperatorOptions({"--status-batch-period=inf"});
+  ASSERT_FALSE(batch);
+  EXPECT_NE(batch.error().message.find("at most 60"), std::string::npos);
+  EXPECT_FALSE(parseOperatorOptions({"--status-batch-period=-1"}));
+}
+
+TEST(OptionsTest, StatusBatchPeriodDefaultsToOneSecondAndZeroDisablesIt) {
+  auto defaults = parseOperatorOptions({});
+  ASSERT_TRUE(defaults);
+  EXPECT_DOUBLE_EQ(defaults->status_batch_seconds, 1.0);
+  auto off = parseOperatorOptions({"--status-batch-period=0"});
+  ASSERT_TRUE(off) << off.error().toString();
+  EXPECT_DOUBLE_EQ(off->status_batch_seconds, 0.0);
+}
+
+TEST(OptionsTest, YamlAppliesSameKeysAndRejectsUnknown) {
+  OperatorOptions o;
+  ASSERT_TRUE(applyOptionsYaml(o, "workers: 3\nlease-name: x\ncordon-max-fraction: 0.25\n"));
+  EXPECT_EQ(o.workers, 3);
+  EXPECT_EQ(o.lease_name, "x");
+  EXPECT_DOUBLE_EQ(o.node_actions.max_fraction, 0.25);
+  auto unknown = applyOptionsYaml(o, "wrokers: 3\n");
+  ASSERT_FALSE(unknown);
+  EXPECT_NE(unknown.error().message.find("wrokers"), std::string::npos);
+  EXPECT_FALSE(applyOptionsYaml(o, "workers: [1]\n"));
+  EXPECT_FALSE(applyOptionsYaml(o, "workers: {\n"));
+}
+
+}  // namespace
+}  // namespace c4::op

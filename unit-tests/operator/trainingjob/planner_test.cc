@@ -1,0 +1,418 @@
+// The TrainingJob planner: children, condition bookkeeping and the restart state machine,
+// table-driven on simulated time (no I/O: planReconcile is a pure function).
+#include "operator/trainingjob/planner.h"
+
+#include <gtest/gtest.h>
+
+namespace c4::op {
+namespace {
+
+using std::chrono::seconds;
+
+Json makeJob(std::int64_t replicas = 2, Json extra_spec = Json::object()) {
+  Json job = {
+      {"apiVersion", "c4.dev/v1alpha1"},
+      {"kind", "TrainingJob"},
+      {"metadata", {{"name", "llm"}, {"namespace", "team"}, {"uid", "job-uid"}, {"generation", 3}}},
+      {"spec",
+       {{"replicas", replicas},
+        {"checkpoint", {{"dir", "/ckpt"}}},
+        {"faultTolerance", {{"maxRestarts", 2}, {"restartBackoffSeconds", 5}}},
+        {"template",
+         {{"metadata", {{"labels", {{"team", "a"}}}}},
+          {"spec",
+           {{"containers",
+             Json::array({{{"name", "trainer"},
+                           {"image", "trainer:1"},
+                           {"env", Json::array({{{"name", "RANK"}, {"value", "user"}}})}}})}}}}}}}};
+  job["spec"].merge_patch(extra_spec);
+  return job;
+}
+
+Json makePod(const Json& job, int index, int attempt, const std::string& phase,
+             const std::string& node = "node-0") {
+  Json pod = buildPod(job, *parseTrainingJobSpec(job), index, attempt, std::nullopt, PodSettings{});
+  pod["metadata"]["uid"] = "pod-uid-" + std::to_string(index) + "-" + std::to_string(attempt);
+  pod["spec"]["nodeName"] = node;
+  pod["status"] = {{"phase", phase}};
+  return pod;
+}
+
+NodeFacts healthyNode(const std::string&) {
+  return NodeFacts{true, true, false, false};
+}
+
+std::string envOf(const Json& pod, const std::string& name) {
+  for (const auto& e : pod["spec"]["containers"][0]["env"]) {
+    if (e["name"] == name) return e.contains("value") ? e["value"].get<std::string>() : "<ref>";
+  }
+  return "<unset>";
+}
+
+bool hasEvent(const JobPlan& plan, const std::string& reason) {
+  for (const auto& e : plan.events) {
+    if (e.reason == reason) return true;
+  }
+  return false;
+}
+
+// Applies a plan's status the way the API server would.
+Json withStatus(Json job, const JobPlan& plan) {
+  job["status"] = plan.status;
+  return job;
+}
+
+TEST(TrainingJobSpecTest, ParsesDefaultsAndRejectsBadValues) {
+  auto spec = parseTrainingJobSpec(makeJob(4));
+  ASSERT_TRUE(spec) << spec.error().toString();
+  EXPECT_EQ(spec->replicas, 4);
+  EXPECT_EQ(spec->fault_tolerance.max_restarts, 2);
+  EXPECT_EQ(spec->traffic_mode, "Advisory");
+  EXPECT_EQ(spec->checkpoint_dir, "/ckpt");
+
+  Json bad = makeJob();
+  bad["spec"]["replicas"] = 0;
+  EXPECT_EQ(parseTrainingJobSpec(bad).error().code, ErrorCode::kInvalidArgument);
+  bad = makeJob();
+  bad["spec"]["faultTolerance"]["maxRestarts"] = -1;
+  EXPECT_NE(parseTrainingJobSpec(bad).error().message.find("maxRestarts"), std::string::npos);
+  bad = makeJob();
+  bad["spec"]["trafficPlanning"] = {{"mode", "Sometimes"}};
+  EXPECT_FALSE(parseTrainingJobSpec(bad));
+  bad = makeJob();
+  bad["spec"]["template"]["spec"]["containers"] = Json::array();
+  EXPECT_FALSE(parseTrainingJobSpec(bad));
+  bad = makeJob();
+  bad["spec"]["replicas"] = "two";
+  EXPECT_FALSE(parseTrainingJobSpec(bad));
+}
+
+TEST(ConditionsTest, LastTransitionTimeChangesOnlyWithStatus) {
+  SimulatedClock clock;
+  Json status = Json::object();
+  EXPECT_TRUE(setCondition(status, "Running", "False", "Pending", "0 of 2", 1, clock.wallNow()));
+  std::string t0 = (*findCondition(status, "Running"))["lastTransitionTime"];
+  clock.advance(seconds{60});
+  EXPECT_TRUE(setCondition(status, "Running", "False", "Pending", "1 of 2", 2, clock.wallNow()));
+  const Json* c = findCondition(status, "Running");
+  EXPECT_EQ((*c)["lastTransitionTime"], t0) << "message/generation change keeps the time";
+  EXPECT_EQ((*c)["observedGeneration"], 2);
+  EXPECT_EQ((*c)["message"], "1 of 2");
+  EXPECT_FALSE(setCondition(status, "Running", "False", "Pending", "1 of 2", 2, clock.wallNow()));
+  clock.advance(seconds{60});
+  EXPECT_TRUE(
+      setCondition(status, "Running", "True", "AllReplicasRunning", "2 of 2", 2, clock.wallNow()));
+  EXPECT_NE((*findCondition(status, "Running"))["lastTransitionTime"], t0);
+  EXPECT_TRUE(isConditionTrue(status, "Running"));
+  EXPECT_EQ(status["conditions"].size(), 1u);
+}
+
+TEST(BuildPodTest, InjectsTheEnvironmentContractLabelsOwnersAndVolumes) {
+  Json job = makeJob(4);
+  Json pod = buildPod(job, *parseTrainingJobSpec(job), 2, 1, 1200, PodSettings{});
+  EXPECT_EQ(pod["metadata"]["name"], "llm-2");
+  EXPECT_EQ(pod["metadata"]["namespace"], "team");
+  EXPECT_EQ(pod["metadata"]["labels"]["c4.dev/job-name"], "llm");
+  EXPECT_EQ(pod["metadata"]["labels"]["c4.dev/replica-index"], "2");
+  EXPECT_EQ(pod["metadata"]["labels"]["c4.dev/restart-attempt"], "1");
+  EXPECT_EQ(pod["metadata"]["labels"]["team"], "a") << "template labels kept";
+  const Json& owner = pod["metadata"]["ownerReferences"][0];
+  EXPECT_EQ(owner["uid"], "job-uid");
+  EXPECT_EQ(owner["controller"], true);
+  EXPECT_EQ(owner["kind"], "TrainingJob");
+  EXPECT_EQ(pod["spec"]["hostname"], "llm-2");
+  EXPECT_EQ(pod["spec"]["subdomain"], "llm");
+  EXPECT_EQ(pod["spec"]["restartPolicy"], "Never");
+  EXPECT_EQ(envOf(pod, "MASTER_ADDR"), "llm-0.llm");
+  EXPECT_EQ(envOf(pod, "MASTER_PORT"), "29500");
+  EXPECT_EQ(envOf(pod, "WORLD_SIZE"), "4");
+  EXPECT_EQ(envOf(pod, "RANK"), "2") << "operator's RANK replaces the user's";
+  EXPECT_EQ(envOf(pod, "PET_NNODES"), "4");
+  EXPECT_EQ(envOf(pod, "PET_NODE_RANK"), "2");
+  EXPECT_EQ(envOf(pod, "PET_MASTER_ADDR"), "llm-0.llm");
+  EXPECT_EQ(envOf(pod, "PET_MASTER_PORT"), "29500");
+  EXPECT_EQ(envOf(pod, "NCCL_NET_PLUGIN"), "/opt/c4/lib/libnccl-net-c4.so");
+  EXPECT_EQ(envOf(pod, "C4_AGENT_SOCKET"), "/var/run/c4/agent.sock");
+  EXPECT_EQ(envOf(pod, "C4_PLAN_FILE"), "/etc/c4/plan/plan.json");
+  EXPECT_EQ(envOf(pod, "C4_JOB"), "llm");
+  EXPECT_EQ(envOf(pod, "C4_NAMESPACE"), "team");
+  EXPECT_EQ(envOf(pod, "C4_POD_NAME"), "<ref>");
+  EXPECT_EQ(envOf(pod, "C4_NODE_NAME"), "<ref>");
+  EXPECT_EQ(envOf(pod, "C4_RANK"), "2");
+  EXPECT_EQ(envOf(pod, "C4_RESTART_ATTEMPT"), "1");
+  EXPECT_EQ(envOf(pod, "C4_CHECKPOINT_DIR"), "/ckpt");
+  EXPECT_EQ(envOf(pod, "C4_RESUME_STEP"), "1200");
+  int rank_entries = 0;
+  for (const auto& e : pod["spec"]["containers"][0]["env"]) rank_entries += e["name"] == "RANK";
+  EXPECT_EQ(rank_entries, 1);
+  std::set<std::string> volumes;
+  for (const auto& v : pod["spec"]["volumes"]) volumes.insert(v["name"]);
+  EXPECT_EQ(volumes, (std::set<std::string>{"c4-agent", "c4-plugin", "c4-plan"}));
+  EXPECT_EQ(pod["spec"]["volumes"][0]["hostPath"]["path"], "/var/run/c4");
+  EXPECT_EQ(pod["spec"]["containers"][0]["volumeMounts"].size(), 3u);
+
+  Json fresh = buildPod(job, *parseTrainingJobSpec(job), 0, 0, std::nullopt, PodSettings{});
+  EXPECT_EQ(envOf(fresh, "C4_RESUME_STEP"), "<unset>") << "only when known";
+}
+
+TEST(NodeFactsTest, ReadinessCordonAndTaintOnlyHeartbeatsIgnored) {
+  Json node = {
+      {"metadata", {{"name", "n"}}},
+      {"spec",
+       {{"unschedulable", true},
+        {"taints", Json::array({{{"key", "c4.dev/faulty"}, {"effect", "NoSchedule"}}})}}},
+      {"status",
+       {{"conditions",
+         Json::array({{{"type", "Ready"}, {"status", "True"}, {"lastHeartbeatTime", "t1"}}})}}}};
+  NodeFacts facts = nodeFactsOf(node);
+  EXPECT_TRUE(facts.exists);
+  EXPECT_TRUE(facts.ready);
+  EXPECT_TRUE(facts.unschedulable);
+  EXPECT_TRUE(facts.faulty_taint);
+  Json heartbeat = node;
+  heartbeat["status"]["conditions"][0]["lastHeartbeatTime"] = "t2";
+  EXPECT_EQ(nodeFactsOf(heartbeat), facts);
+  Json not_ready = node;
+  not_ready["status"]["conditions"][0]["status"] = "Unknown";
+  EXPECT_FALSE(nodeFactsOf(not_ready).ready);
+  EXPECT_FALSE(nodeFactsOf(Json{{"metadata", {{"name", "bare"}}}}).ready);
+}
+
+TEST(PlannerTest, NewJobCreatesAllPodsAndChildren) {
+  SimulatedClock clock;
+  JobPlan plan = planReconcile(makeJob(3), {}, healthyNode, clock.wallNow(), PodSettings{});
+  EXPECT_TRUE(plan.ensure_children);
+  ASSERT_EQ(plan.pods_to_create.size(), 3u);
+  EXPECT_EQ(plan.pods_to_create[2]["metadata"]["name"], "llm-2");
+  EXPECT_TRUE(plan.pods_to_delete.empty());
+  EXPECT_EQ(plan.status["phase"], "Pending");
+  EXPECT_EQ(plan.status["observedGeneration"], 3);
+  EXPECT_TRUE(plan.status_changed);
+}
+
+TEST(PlannerTest, IsIdempotentOnceTheWorldMatches) {
+  SimulatedClock clock;
+  Json job = makeJob(2);
+  std::vector<Json> pods = {makePod(job, 0, 0, "Running"), makePod(job, 1, 0, "Running")};
+  JobPlan first = planReconcile(job, pods, healthyNode, clock.wallNow(), PodSettings{});
+  EXPECT_EQ(first.status["phase"], "Running");
+  EXPECT_TRUE(hasEvent(first, "Running"));
+  job = withStatus(job, first);
+  clock.advance(seconds{30});
+  JobPlan second = planReconcile(job, pods, healthyNode, clock.wallNow(), PodSettings{});
+  EXPECT_FALSE(second.status_changed) << "nothing changed: no status write";
+  EXPECT_TRUE(second.events.empty()) << "no event without a transition";
+  EXPECT_TRUE(second.pods_to_create.empty());
+  EXPECT_TRUE(second.pods_to_delete.empty());
+}
+
+TEST(PlannerTest, PodsOfOtherOwnersAreIgnored) {
+  SimulatedClock clock;
+  Json job = makeJob(1);
+  Json stranger = makePod(job, 0, 0, "Failed");
+  stranger["metadata"]["ownerReferences"][0]["uid"] = "previous-incarnation";
+  JobPlan plan = planReconcile(job, {stranger}, healthyNode, clock.wallNow(), PodSettings{});
+  EXPECT_TRUE(plan.pods_to_delete.empty());
+  EXPECT_EQ(plan.pods_to_create.size(), 1u);
+  EXPECT_EQ(plan.status.value("restarts", 0), 0);
+}
+
+TEST(PlannerTest, FailedPodRestartsTheWholeJobOnceFromTheLastCheckpoint) {
+  SimulatedClock clock;
+  Json job = makeJob(3);
+  job["status"] = {{"phase", "Running"},
+                   {"lastCheckpoint", {{"step", 4200}, {"path", "/ckpt/4200"}}}};
+  Json failed = makePod(job, 1, 0, "Failed", "node-1");
+  failed["status"]["containerStatuses"] =
+      Json::array({{{"name", "trainer"},
+                    {"state", {{"terminated", {{"exitCode", 137}, {"reason", "OOMKilled"}}}}}}});
+  std::vector<Json> pods = {makePod(job, 0, 0, "Running"), failed, makePod(job, 2, 0, "Running")};
+
+  JobPlan plan = planReconcile(job, pods, healthyNode, clock.wallNow(), PodSettings{});
+  EXPECT_TRUE(plan.restart_started);
+  EXPECT_EQ(plan.status["restarts"], 1);
+  EXPECT_EQ(plan.status["phase"], "Restarting");
+  EXPECT_TRUE(isConditionTrue(plan.status, "Restarting"));
+  EXPECT_EQ((*findCondition(plan.status, "Restarting"))["reason"], "PodFailed");
+  EXPECT_EQ(plan.pods_to_delete.size(), 3u) << "the whole attempt goes";
+  EXPECT_TRUE(plan.pods_to_create.empty()) << "new pods wait for the old ones";
+  EXPECT_TRUE(hasEvent(plan, "PodFailed"));
+  EXPECT_TRUE(hasEvent(plan, "RestartingFromCheckpoint"));
+  ASSERT_EQ(plan.status["faults"].size(), 1u);
+  EXPECT_EQ(plan.status["faults"][0]["node"], "node-1");
+  EXPECT_EQ(plan.status["faults"][0]["rank"], 1);
+  EXPECT_NE(plan.status["lastFault"].get<std::string>().find("OOMKilled, exit code 137"),
+            std::string::npos);
+  for (const auto& d : plan.pods_to_delete) {
+    EXPECT_EQ(d.force, d.name == "llm-1") << d.name << ": only the dead pod is force-deleted";
+  }
+
+  // Crash after the status write, before any deletion: the next reconcile sees attempt 1 and
+  // attempt-0 pods. It deletes them — and does not restart again.
+  job = withStatus(job, plan);
+  JobPlan again = planReconcile(job, pods, healthyNode, clock.wallNow(), PodSettings{});
+  EXPECT_FALSE(again.restart_started);
+  EXPECT_EQ(again.status["restarts"], 1);
+  EXPECT_EQ(again.pods_to_delete.size(), 3u);
+  EXPECT_TRUE(again.pods_to_create.empty());
+  EXPECT_FALSE(hasEvent(again, "RestartingFromCheckpoint"));
+
+  // Old pods gone, still inside the backoff: wait.
+  JobPlan waiting = planReconcile(job, {}, healthyNode, clock.wallNow(), PodSettings{});
+  EXPECT_TRUE(waiting.pods_to_create.empty());
+  ASSERT_TRUE(waiting.requeue_after);
+  EXPECT_EQ(*waiting.requeue_after, seconds{5});
+
+  // Backoff over: attempt 1 created with the resume step.
+  clock.advance(seconds{5});
+  JobPlan create = planReconcile(job, {}, healthyNode, clock.wallNow(), PodSettings{});
+  ASSERT_EQ(create.pods_to_create.size(), 3u);
+  for (const auto& pod : create.pods_to_create) {
+    EXPECT_EQ(pod["metadata"]["labels"]["c4.dev/restart-attempt"], "1");
+    EXPECT_EQ(envOf(pod, "C4_RESTART_ATTEMPT"), "1");
+    EXPECT_EQ(envOf(pod, "C4_RESUME_STEP"), "4200");
+  }
+
+  // All running again: Running, Restarting cleared, one "Restarted" event, lost time counted.
+  job = withStatus(job, create);
+  clock.advance(seconds{20});
+  std::vector<Json> fresh = {makePod(job, 0, 1, "Running"), makePod(job, 1, 1, "Running"),
+                             makePod(job, 2, 1, "Running")};
+  JobPlan running = planReconcile(job, fresh, healthyNode, clock.wallNow(), PodSettings{});
+  EXPECT_EQ(running.status["phase"], "Running");
+  EXPECT_FALSE(isConditionTrue(running.status, "Restarting"));
+  EXPECT_EQ((*findCondition(running.status, "Restarting"))["reason"], "RestartCompleted");
+  EXPECT_TRUE(hasEvent(running, "Restarted"));
+  EXPECT_EQ(running.status["goodput"]["lostSeconds"], 25);
+}
+
+TEST(PlannerTest, BudgetSpentFailsTheJobWithAnEvent) {
+  SimulatedClock clock;
+  Json job = makeJob(2);
+  job["status"] = {{"phase", "Running"}, {"restarts", 2}};
+  std::vector<Json> pods = {makePod(job, 0, 2, "Failed"), makePod(job, 1, 2, "Running")};
+  JobPlan plan = planReconcile(job, pods, healthyNode, clock.wallNow(), PodSettings{});
+  EXPECT_FALSE(plan.restart_started);
+  EXPECT_EQ(plan.status["phase"], "Failed");
+  EXPECT_EQ(plan.status["restarts"], 2);
+  EXPECT_TRUE(isConditionTrue(plan.status, "Failed"));
+  EXPECT_EQ((*findCondition(plan.status, "Failed"))["reason"], "ReachedMaxRestarts");
+  ASSERT_TRUE(hasEvent(plan, "ReachedMaxRestarts"));
+  EXPECT_EQ(plan.events.back().type, "Warning");
+  ASSERT_EQ(plan.pods_to_delete.size(), 1u) << "only the still-active pod is deleted";
+  EXPECT_EQ(plan.pods_to_delete[0].name, "llm-1");
+
+  job = withStatus(job, plan);
+  JobPlan after = planReconcile(job, pods, healthyNode, clock.wallNow(), PodSettings{});
+  EXPECT_TRUE(after.events.empty()) << "Failed is terminal: no second event";
+  EXPECT_TRUE(after.pods_to_create.empty());
+}
+
+TEST(PlannerTest, ZeroRestartBudgetFailsOnTheFirstFault) {
+  SimulatedClock clock;
+  Json job = makeJob(1, {{"faultTolerance", {{"maxRestarts", 0}}}});
+  JobPlan plan = planReconcile(job, {makePod(job, 0, 0, "Failed")}, healthyNode, clock.wallNow(),
+                               PodSettings{});
+  EXPECT_EQ(plan.status["phase"], "Failed");
+}
+
+TEST(PlannerTest, RestartRequestCountsOnlyForItsAttempt) {
+  SimulatedClock clock;
+  Json job = makeJob(1);
+  job["metadata"]["annotations"] = {{"c4.dev/restart-request", "0"},
+                                    {"c4.dev/restart-reason", "hang on rank 0"}};
+  job["status"] = {{"phase", "Running"}};
+  JobPlan plan = planReconcile(job, {makePod(job, 0, 0, "Running")}, healthyNode, clock.wallNow(),
+                               PodSettings{});
+  EXPECT_TRUE(plan.restart_started);
+  EXPECT_EQ((*findCondition(plan.status, "Restarting"))["reason"], "RestartRequested");
+  EXPECT_NE(plan.status["lastFault"].get<std::string>().find("hang on rank 0"), std::string::npos);
+  job = withStatus(job, plan);
+  clock.advance(seconds{10});
+  JobPlan next = planReconcile(job, {makePod(job, 0, 1, "Running")}, healthyNode, clock.wallNow(),
+                               PodSettings{});
+  EXPECT_FALSE(next.restart_started) << "the stale request (attempt 0) is ignored";
+  EXPECT_EQ(next.status["restarts"], 1);
+}
+
+TEST(PlannerTest, PodsOnBadNodesAreForceDeleted) {
+  SimulatedClock clock;
+  Json job = makeJob(2);
+  job["status"] = {{"phase", "Restarting"}, {"restarts", 1}};
+  Json stuck = makePod(job, 0, 0, "Running", "dead-node");
+  stuck["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z";
+  Json cordoned = makePod(job, 1, 0, "Running", "cordoned-node");
+  auto nodes = [](const std::string& name) {
+    if (name == "dead-node") return NodeFacts{true, false, false, false};
+    if (name == "cordoned-node") return NodeFacts{true, true, true, true};
+    return NodeFacts{true, true, false, false};
+  };
+  JobPlan plan = planReconcile(job, {stuck, cordoned}, nodes, clock.wallNow(), PodSettings{});
+  ASSERT_EQ(plan.pods_to_delete.size(), 2u);
+  EXPECT_TRUE(plan.pods_to_delete[0].force) << "stuck Terminating on a NotReady node";
+  EXPECT_TRUE(plan.pods_to_delete[1].force) << "on a cordoned, tainted node";
+  EXPECT_TRUE(plan.pods_to_create.empty());
+}
+
+TEST(PlannerTest, SuspendDeletesPodsKeepsStateAndResumes) {
+  SimulatedClock clock;
+  Json job = makeJob(2, {{"suspend", true}});
+  job["status"] = {{"phase", "Running"}, {"restarts", 1}};
+  std::vector<Json> pods = {makePod(job, 0, 1, "Running"), makePod(job, 1, 1, "Running")};
+  JobPlan plan = planReconcile(job, pods, healthyNode, clock.wallNow(), PodSettings{});
+  EXPECT_EQ(plan.status["phase"], "Suspended");
+  EXPECT_EQ(plan.status["restarts"], 1);
+  EXPECT_TRUE(isConditionTrue(plan.status, "Suspended"));
+  EXPECT_EQ(plan.pods_to_delete.size(), 2u);
+  EXPECT_TRUE(hasEvent(plan, "Suspended"));
+  EXPECT_FALSE(plan.restart_started) << "deletion by suspend is not a fault";
+
+  job = withStatus(job, plan);
+  job["spec"]["suspend"] = false;
+  JobPlan resumed = planReconcile(job, {}, healthyNode, clock.wallNow(), PodSettings{});
+  EXPECT_TRUE(hasEvent(resumed, "Resumed"));
+  EXPECT_FALSE(isConditionTrue(resumed.status, "Suspended"));
+  ASSERT_EQ(resumed.pods_to_create.size(), 2u);
+  EXPECT_EQ(resumed.pods_to_create[0]["metadata"]["labels"]["c4.dev/restart-attempt"], "1");
+}
+
+TEST(PlannerTest, AllReplicasSucceededCompletesTheJob) {
+  SimulatedClock clock;
+  Json job = makeJob(2);
+  job["status"] = {{"phase", "Running"}};
+  std::vector<Json> pods = {makePod(job, 0, 0, "Succeeded"), makePod(job, 1, 0, "Succeeded")};
+  JobPlan plan = planReconcile(job, pods, healthyNode, clock.wallNow(), PodSettings{});
+  EXPECT_EQ(plan.status["phase"], "Succeeded");
+  EXPECT_TRUE(isConditionTrue(plan.status, "Succeeded"));
+  EXPECT_TRUE(hasEvent(plan, "Succeeded"));
+  EXPECT_TRUE(plan.pods_to_create.empty());
+  EXPECT_TRUE(plan.pods_to_delete.empty());
+}
+
+TEST(PlannerTest, InvalidSpecFailsWithAClearCondition) {
+  SimulatedClock clock;
+  Json job = makeJob(2);
+  job["spec"]["template"]["spec"]["containers"] = Json::array();
+  JobPlan plan = planReconcile(job, {}, healthyNode, clock.wallNow(), PodSettings{});
+  EXPECT_EQ(plan.status["phase"], "Failed");
+  EXPECT_EQ((*findCondition(plan.status, "Failed"))["reason"], "InvalidSpec");
+  EXPECT_TRUE(plan.pods_to_create.empty());
+  EXPECT_FALSE(plan.ensure_children);
+}
+
+TEST(PlannerTest, FaultListIsBounded) {
+  SimulatedClock clock;
+  Json job = makeJob(1, {{"faultTolerance", {{"maxRestarts", 100}, {"restartBackoffSeconds", 0}}}});
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    JobPlan plan = planReconcile(job, {makePod(job, 0, attempt, "Failed")}, healthyNode,
+                                 clock.wallNow(), PodSettings{});
+    ASSERT_TRUE(plan.restart_started);
+    job = withStatus(job, plan);
+  }
+  EXPECT_EQ(job["status"]["restarts"], 20);
+  EXPECT_EQ(job["status"]["faults"].size(), kMaxFaults);
+  EXPECT_EQ(job["status"]["faults"].back()["attempt"], 19);
+}
+
+}  // namespace
+}  // namespace c4::op
