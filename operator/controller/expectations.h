@@ -24,6 +24,8 @@ class CreationExpectations {
   [[nodiscard]] bool pending(const std::string& id, const std::string& version, MonoTime now);
   // The informer saw the object (added, updated or deleted): that version is no longer pending.
   void observed(const std::string& id, const std::string& version);
+  // The create failed: (id, version) will not appear, so it is no longer expected.
+  void lower(const std::string& id, const std::string& version) { observed(id, version); }
   [[nodiscard]] std::size_t size();
 
  private:

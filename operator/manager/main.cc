@@ -105,7 +105,20 @@ int runOperator(const c4::op::OperatorOptions& options) {
       return true;
     };
   }
+  // Node actions (cordon + taint behind the circuit breaker) read nodes from the controller's
+  // node cache and keep the breaker's state next to the lease.
+  TrainingJobController* controller_ptr = nullptr;
+  EventRecorder node_events(**event_client, clock, "c4-operator", identity, &registry);
+  NodeActionConfig node_actions = options.node_actions;
+  node_actions.identity = identity;
+  node_actions.state_namespace = options.lease_namespace;
+  NodeRemediator remediator(
+      **client, clock, node_events, node_actions,
+      [&](const std::string& name) { return controller_ptr->nodeInformer().store().get(name); },
+      [&] { return controller_ptr->nodeInformer().store().list(); }, &registry);
+  controller_config.remediator = &remediator;
   TrainingJobController controller(**client, clock, controller_config, registry);
+  controller_ptr = &controller;
 
   LeaderElectionConfig election_config;
   election_config.lease_namespace = options.lease_namespace;

@@ -1,9 +1,58 @@
-// Node cordon/taint with bookkeeping and a circuit breaker.
+// Node cordon/taint with bookkeeping and a circuit breaker kept in the cluster.
 #include "operator/remediation/node_actions.h"
 
 #include <cmath>
+#include <set>
 
 namespace c4::op {
+namespace {
+
+constexpr int kAttempts = 5;  // optimistic-concurrency retries (client-go's RetryOnConflict)
+constexpr const char* kStateKey = "cordons.json";
+
+// Read-modify-write against objects that others write too: retry a lost race (HTTP 409).
+template <typename Attempt>
+auto retryOnConflict(Attempt&& attempt) -> decltype(attempt(1)) {
+  for (int i = 1;; ++i) {
+    auto result = attempt(i);
+    if (result || result.error().code != ErrorCode::kConflict || i == kAttempts) return result;
+  }
+}
+
+// One recorded cordon in the breaker's state.
+struct CordonRecord {
+  std::string node;
+  WallTime time;
+};
+
+std::vector<CordonRecord> parseRecords(const Json& config_map) {
+  std::vector<CordonRecord> out;
+  auto data = config_map.find("data");
+  if (data == config_map.end() || !data->is_object()) return out;
+  auto text = data->find(kStateKey);
+  if (text == data->end() || !text->is_string()) return out;
+  Json list = Json::parse(text->get<std::string>(), nullptr, false);
+  if (!list.is_array()) return out;  // unreadable state: start afresh (logged by the caller)
+  for (const auto& r : list) {
+    if (!r.is_object() || !r.contains("node") || !r["node"].is_string() || !r.contains("unixNs") ||
+        !r["unixNs"].is_number_integer()) {
+      continue;
+    }
+    out.push_back({r["node"].get<std::string>(), fromUnixNanos(r["unixNs"].get<std::int64_t>())});
+  }
+  return out;
+}
+
+std::string encodeRecords(const std::vector<CordonRecord>& records) {
+  Json list = Json::array();
+  for (const auto& r : records) {
+    list.push_back(
+        {{"node", r.node}, {"unixNs", toUnixNanos(r.time)}, {"time", formatRfc3339(r.time)}});
+  }
+  return list.dump();
+}
+
+}  // namespace
 
 std::string_view cordonOutcomeName(CordonOutcome o) {
   switch (o) {
@@ -20,11 +69,14 @@ std::string_view cordonOutcomeName(CordonOutcome o) {
 }
 
 NodeRemediator::NodeRemediator(KubeClient& client, Clock& clock, EventRecorder& events,
-                               NodeActionConfig config, metrics::Registry* registry)
+                               NodeActionConfig config, NodeGetter get_node, NodeLister list_nodes,
+                               metrics::Registry* registry)
     : client_(client),
       clock_(clock),
       events_(events),
       config_(std::move(config)),
+      get_node_(std::move(get_node)),
+      list_nodes_(std::move(list_nodes)),
       log_("node-actions") {
   if (registry != nullptr) {
     actions_ =
@@ -33,143 +85,203 @@ NodeRemediator::NodeRemediator(KubeClient& client, Clock& clock, EventRecorder& 
   }
 }
 
-Result<bool> NodeRemediator::breakerAllows(std::string& why) {
-  C4_ASSIGN_OR_RETURN(Json nodes, client_.list(resources::nodes(), ""));
-  std::size_t total = nodes["items"].size();
-  std::size_t ours = 0;
-  for (const auto& n : nodes["items"]) {
-    if (!annotationOf(n, node_annotations::kCordonedBy).empty()) ++ours;
+Result<Json> NodeRemediator::readNode(const std::string& name, bool fresh) {
+  if (!fresh && get_node_) {
+    if (auto cached = get_node_(name)) return *cached;
   }
-  auto limit =
-      static_cast<std::size_t>(std::floor(config_.max_fraction * static_cast<double>(total)));
-  if (ours + 1 > limit) {
-    why = "circuit breaker: " + std::to_string(ours) + " of " + std::to_string(total) +
-          " nodes already cordoned by c4 (limit " + std::to_string(limit) + ")";
-    return false;
+  // Not in the cache (yet), or a write lost a race with it: read the API server.
+  return client_.get(resources::nodes(), "", name);
+}
+
+Result<std::vector<std::string>> NodeRemediator::recentCordons() {
+  auto state = client_.get(resources::configMaps(), config_.state_namespace, config_.state_name);
+  if (!state) {
+    if (state.error().code == ErrorCode::kNotFound) return std::vector<std::string>{};
+    return std::unexpected(state.error());
   }
-  std::lock_guard lock(mu_);
-  MonoTime now = clock_.monoNow();
-  while (!recent_.empty() && recent_.front() + config_.window <= now) recent_.pop_front();
-  if (static_cast<int>(recent_.size()) >= config_.max_cordons_per_window) {
-    why = "circuit breaker: " + std::to_string(recent_.size()) + " cordons in the last " +
+  std::vector<std::string> out;
+  WallTime now = clock_.wallNow();
+  for (const auto& r : parseRecords(*state)) {
+    if (now - r.time < config_.window) out.push_back(r.node);
+  }
+  return out;
+}
+
+Result<bool> NodeRemediator::takeSlot(const std::string& node, bool record, std::string& why) {
+  return retryOnConflict([&](int) -> Result<bool> {
+    auto state = client_.get(resources::configMaps(), config_.state_namespace, config_.state_name);
+    bool exists = true;
+    if (!state) {
+      if (state.error().code != ErrorCode::kNotFound) {
+        return std::unexpected(state.error().withContext("read circuit breaker state"));
+      }
+      exists = false;
+      state = Json{{"apiVersion", "v1"},
+                   {"kind", "ConfigMap"},
+                   {"metadata",
+                    {{"name", config_.state_name},
+                     {"namespace", config_.state_namespace},
+                     {"labels", {{"app.kubernetes.io/part-of", "c4"}}}}},
+                   {"data", Json::object()}};
+    }
+    const WallTime now = clock_.wallNow();
+    std::vector<CordonRecord> records;
+    for (auto& r : parseRecords(*state)) {
+      if (now - r.time < config_.window) records.push_back(std::move(r));
+    }
+    // Fraction: nodes our annotation marks (the cache) plus recorded cordons it may not show yet.
+    std::size_t total = 0;
+    std::set<std::string> ours;
+    for (const auto& n : list_nodes_ ? list_nodes_() : std::vector<Json>{}) {
+      ++total;
+      if (!annotationOf(n, node_annotations::kCordonedBy).empty()) ours.insert(objectName(n));
+    }
+    for (const auto& r : records) ours.insert(r.node);
+    // A node already recorded in the window (a retry after a lost race) takes no second slot.
+    for (const auto& r : records) {
+      if (r.node == node) return true;
+    }
+    auto limit =
+        static_cast<std::size_t>(std::floor(config_.max_fraction * static_cast<double>(total)));
+    if (ours.size() + 1 > limit) {
+      why = "circuit breaker: " + std::to_string(ours.size()) + " of " + std::to_string(total) +
+            " nodes already cordoned by c4 (limit " + std::to_string(limit) + ")";
+      return false;
+    }
+    if (static_cast<int>(records.size()) >= config_.max_cordons_per_window) {
+      why =
+          "circuit breaker: " + std::to_string(records.size()) + " cordons in the last " +
           std::to_string(std::chrono::duration_cast<std::chrono::seconds>(config_.window).count()) +
           " s (limit " + std::to_string(config_.max_cordons_per_window) + ")";
-    return false;
-  }
-  return true;
+      return false;
+    }
+    if (!record) return true;
+    records.push_back({node, now});
+    (*state)["data"][kStateKey] = encodeRecords(records);
+    // The update carries the resourceVersion read above: a concurrent taker gets 409 and
+    // re-checks against the state that includes this record.
+    auto written = exists
+                       ? client_.update(resources::configMaps(), config_.state_namespace, *state)
+                       : client_.create(resources::configMaps(), config_.state_namespace, *state);
+    if (!written) {
+      if (written.error().code == ErrorCode::kAlreadyExists) {
+        return makeError(ErrorCode::kConflict, "circuit breaker state created concurrently");
+      }
+      return std::unexpected(written.error().withContext("record cordon in circuit breaker"));
+    }
+    return true;
+  });
 }
-
-namespace {
-
-// Read-modify-write against a Node that others write too: retry a lost optimistic-concurrency
-// race (HTTP 409) from a fresh read, like client-go's RetryOnConflict.
-template <typename Attempt>
-auto retryOnConflict(Attempt&& attempt) -> decltype(attempt()) {
-  constexpr int kAttempts = 5;
-  for (int i = 1;; ++i) {
-    auto result = attempt();
-    if (result || result.error().code != ErrorCode::kConflict || i == kAttempts) return result;
-  }
-}
-
-}  // namespace
 
 Result<CordonOutcome> NodeRemediator::cordon(const std::string& node_name,
-                                             const std::string& reason) {
-  return retryOnConflict([&] { return cordonOnce(node_name, reason); });
-}
-
-Result<UncordonOutcome> NodeRemediator::uncordon(const std::string& node_name) {
-  return retryOnConflict([&] { return uncordonOnce(node_name); });
-}
-
-Result<CordonOutcome> NodeRemediator::cordonOnce(const std::string& node_name,
-                                                 const std::string& reason) {
-  C4_ASSIGN_OR_RETURN(Json node, client_.get(resources::nodes(), "", node_name));
+                                             const std::string& reason, bool dry_run) {
   auto count = [&](CordonOutcome o) {
     if (actions_ != nullptr) actions_->labels({"cordon", std::string(cordonOutcomeName(o))}).inc();
     return o;
   };
+  C4_ASSIGN_OR_RETURN(Json node, readNode(node_name, false));
   if (!annotationOf(node, node_annotations::kCordonedBy).empty()) {
     return count(CordonOutcome::kAlreadyOurs);
   }
+  const bool report_only = dry_run || config_.dry_run;
   std::string why;
-  C4_ASSIGN_OR_RETURN(bool allowed, breakerAllows(why));
+  C4_ASSIGN_OR_RETURN(bool allowed, takeSlot(node_name, !report_only, why));
   if (!allowed) {
     events_.record(node, "Warning", "CordonSkipped", why + "; wanted to cordon: " + reason);
     log_.warn("Cordon skipped", {{"node", node_name}, {"why", why}});
     return count(CordonOutcome::kBreakerOpen);
   }
-  if (config_.dry_run) {
+  if (report_only) {
     events_.record(node, "Normal", "CordonDryRun", "Would cordon and taint: " + reason);
     return count(CordonOutcome::kDryRun);
   }
-  bool was_cordoned = node["spec"].value("unschedulable", false);
-  Json& annotations = node["metadata"]["annotations"];
-  if (!annotations.is_object()) annotations = Json::object();
-  annotations[node_annotations::kCordonedBy] = config_.identity;
-  annotations[node_annotations::kCordonReason] = reason.substr(0, 512);
-  annotations[node_annotations::kCordonTime] = formatRfc3339(clock_.wallNow());
-  annotations[node_annotations::kWasCordoned] = was_cordoned ? "true" : "false";
-  node["spec"]["unschedulable"] = true;
-  Json& taints = node["spec"]["taints"];
-  if (!taints.is_array()) taints = Json::array();
-  bool has_taint = false;
-  for (const auto& t : taints) {
-    if (t.value("key", std::string{}) == kFaultyTaintKey) has_taint = true;
-  }
-  if (!has_taint) {
-    taints.push_back({{"key", kFaultyTaintKey},
-                      {"value", "true"},
-                      {"effect", "NoSchedule"},
-                      {"timeAdded", formatRfc3339(clock_.wallNow())}});
-  }
-  C4_ASSIGN_OR_RETURN(Json updated, client_.update(resources::nodes(), "", node));
-  {
-    std::lock_guard lock(mu_);
-    recent_.push_back(clock_.monoNow());
-  }
-  events_.record(updated, "Warning", "NodeCordoned",
-                 "Cordoned and tainted c4.dev/faulty:NoSchedule: " + reason);
-  log_.info("Node cordoned",
-            {{"node", node_name}, {"reason", reason}, {"wasCordoned", was_cordoned}});
-  return count(CordonOutcome::kCordoned);
+  C4_ASSIGN_OR_RETURN(CordonOutcome outcome, patchCordon(node_name, reason));
+  return count(outcome);
 }
 
-Result<UncordonOutcome> NodeRemediator::uncordonOnce(const std::string& node_name) {
-  C4_ASSIGN_OR_RETURN(Json node, client_.get(resources::nodes(), "", node_name));
+Result<CordonOutcome> NodeRemediator::patchCordon(const std::string& node_name,
+                                                  const std::string& reason) {
+  return retryOnConflict([&](int attempt) -> Result<CordonOutcome> {
+    C4_ASSIGN_OR_RETURN(Json node, readNode(node_name, attempt > 1));
+    if (!annotationOf(node, node_annotations::kCordonedBy).empty()) {
+      return CordonOutcome::kAlreadyOurs;
+    }
+    const bool was_cordoned = node.contains("spec") && node["spec"].is_object() &&
+                              node["spec"].value("unschedulable", false);
+    Json taints = node.contains("spec") && node["spec"].is_object() &&
+                          node["spec"].contains("taints") && node["spec"]["taints"].is_array()
+                      ? node["spec"]["taints"]
+                      : Json::array();
+    bool has_taint = false;
+    for (const auto& t : taints) {
+      if (t.is_object() && t.value("key", std::string{}) == kFaultyTaintKey) has_taint = true;
+    }
+    const std::string now = formatRfc3339(clock_.wallNow());
+    if (!has_taint) {
+      taints.push_back({{"key", kFaultyTaintKey},
+                        {"value", "true"},
+                        {"effect", "NoSchedule"},
+                        {"timeAdded", now}});
+    }
+    Json patch = {{"metadata",
+                   {{"resourceVersion", node["metadata"].value("resourceVersion", std::string{})},
+                    {"annotations",
+                     {{node_annotations::kCordonedBy, config_.identity},
+                      {node_annotations::kCordonReason, reason.substr(0, 512)},
+                      {node_annotations::kCordonTime, now},
+                      {node_annotations::kWasCordoned, was_cordoned ? "true" : "false"}}}}},
+                  {"spec", {{"unschedulable", true}, {"taints", taints}}}};
+    C4_ASSIGN_OR_RETURN(Json updated,
+                        client_.patch(resources::nodes(), "", node_name, PatchType::kMerge, patch));
+    events_.record(updated, "Warning", "NodeCordoned",
+                   "Cordoned and tainted c4.dev/faulty:NoSchedule: " + reason);
+    log_.info("Node cordoned",
+              {{"node", node_name}, {"reason", reason}, {"wasCordoned", was_cordoned}});
+    return CordonOutcome::kCordoned;
+  });
+}
+
+Result<UncordonOutcome> NodeRemediator::uncordon(const std::string& node_name) {
   auto count = [&](UncordonOutcome o, const char* name) {
     if (actions_ != nullptr) actions_->labels({"uncordon", name}).inc();
     return o;
   };
-  if (annotationOf(node, node_annotations::kCordonedBy) != config_.identity) {
-    return count(UncordonOutcome::kNotOurs, "not_ours");
-  }
-  if (config_.dry_run) {
-    events_.record(node, "Normal", "UncordonDryRun", "Would remove the c4 cordon and taint");
-    return count(UncordonOutcome::kDryRun, "dry_run");
-  }
-  bool keep_cordon = annotationOf(node, node_annotations::kWasCordoned) == "true";
-  Json& annotations = node["metadata"]["annotations"];
-  for (const char* key : {node_annotations::kCordonedBy, node_annotations::kCordonReason,
-                          node_annotations::kCordonTime, node_annotations::kWasCordoned}) {
-    annotations.erase(key);
-  }
-  if (!keep_cordon) node["spec"]["unschedulable"] = false;
-  if (node["spec"].contains("taints") && node["spec"]["taints"].is_array()) {
-    Json kept = Json::array();
-    for (const auto& t : node["spec"]["taints"]) {
-      if (t.value("key", std::string{}) != kFaultyTaintKey) kept.push_back(t);
+  return retryOnConflict([&](int attempt) -> Result<UncordonOutcome> {
+    C4_ASSIGN_OR_RETURN(Json node, readNode(node_name, attempt > 1));
+    if (annotationOf(node, node_annotations::kCordonedBy) != config_.identity) {
+      return count(UncordonOutcome::kNotOurs, "not_ours");
     }
-    node["spec"]["taints"] = kept;
-  }
-  C4_ASSIGN_OR_RETURN(Json updated, client_.update(resources::nodes(), "", node));
-  events_.record(updated, "Normal", "NodeUncordoned",
-                 keep_cordon ? "Removed the c4 taint; the node stays cordoned (it was cordoned "
-                               "before c4 acted)"
-                             : "Removed the c4 cordon and taint");
-  return keep_cordon ? count(UncordonOutcome::kTaintRemovedKeptCordon, "taint_removed")
-                     : count(UncordonOutcome::kUncordoned, "uncordoned");
+    if (config_.dry_run) {
+      events_.record(node, "Normal", "UncordonDryRun", "Would remove the c4 cordon and taint");
+      return count(UncordonOutcome::kDryRun, "dry_run");
+    }
+    const bool keep_cordon = annotationOf(node, node_annotations::kWasCordoned) == "true";
+    Json kept = Json::array();
+    if (node.contains("spec") && node["spec"].is_object() && node["spec"].contains("taints") &&
+        node["spec"]["taints"].is_array()) {
+      for (const auto& t : node["spec"]["taints"]) {
+        if (!t.is_object() || t.value("key", std::string{}) != kFaultyTaintKey) kept.push_back(t);
+      }
+    }
+    Json annotations = Json::object();
+    for (const char* key : {node_annotations::kCordonedBy, node_annotations::kCordonReason,
+                            node_annotations::kCordonTime, node_annotations::kWasCordoned}) {
+      annotations[key] = nullptr;  // merge patch: remove
+    }
+    Json patch = {{"metadata",
+                   {{"resourceVersion", node["metadata"].value("resourceVersion", std::string{})},
+                    {"annotations", annotations}}},
+                  {"spec", {{"taints", kept}}}};
+    if (!keep_cordon) patch["spec"]["unschedulable"] = false;
+    C4_ASSIGN_OR_RETURN(Json updated,
+                        client_.patch(resources::nodes(), "", node_name, PatchType::kMerge, patch));
+    events_.record(updated, "Normal", "NodeUncordoned",
+                   keep_cordon ? "Removed the c4 taint; the node stays cordoned (it was cordoned "
+                                 "before c4 acted)"
+                               : "Removed the c4 cordon and taint");
+    return keep_cordon ? count(UncordonOutcome::kTaintRemovedKeptCordon, "taint_removed")
+                       : count(UncordonOutcome::kUncordoned, "uncordoned");
+  });
 }
 
 }  // namespace c4::op

@@ -1,13 +1,20 @@
-// Node actions C4D drives: cordon + taint c4.dev/faulty:NoSchedule with bookkeeping annotations
-// (who, why, when, whether the node was already cordoned), the reverse that never uncordons what
-// someone else cordoned, Events on the Node, a circuit breaker (maximum fraction of nodes
-// cordoned by us, maximum cordons per window) and a dry-run mode that decides but does not act.
-// Writes are conditional on the node's resourceVersion (a concurrent change -> kConflict).
+// Node actions: cordon + taint c4.dev/faulty:NoSchedule with bookkeeping annotations (who, why,
+// when, whether the node was already cordoned), the reverse that never uncordons what someone
+// else cordoned, Events on the Node, a circuit breaker (maximum fraction of nodes cordoned by us,
+// maximum cordons per window) and dry runs that decide but do not act.
+//
+// Nodes are read from the informer cache and changed by a merge patch that carries the
+// resourceVersion it was computed from (a precondition: a concurrent change answers 409 and the
+// action is retried from a fresh read). The circuit breaker's state lives in the cluster, in a
+// ConfigMap (`state_namespace/state_name`), so its window survives an operator restart or a
+// leader failover; checking and recording a cordon there is one optimistic-concurrency update,
+// so two workers (or an old and a new leader) can never both take the last slot.
 #pragma once
 
-#include <deque>
-#include <mutex>
+#include <functional>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "c4/common/clock.h"
 #include "c4/common/log.h"
@@ -30,7 +37,10 @@ struct NodeActionConfig {
   double max_fraction = 0.1;             // of all nodes, cordoned by us at once
   int max_cordons_per_window = 3;
   Duration window = std::chrono::hours{1};
-  bool dry_run = false;
+  bool dry_run = false;  // operator-wide: decide and report, never act
+  // The circuit breaker's state (a ConfigMap the operator owns).
+  std::string state_namespace = "c4-system";
+  std::string state_name = "c4-node-actions";
 };
 
 enum class CordonOutcome { kCordoned, kAlreadyOurs, kDryRun, kBreakerOpen };
@@ -40,29 +50,37 @@ std::string_view cordonOutcomeName(CordonOutcome o);
 
 class NodeRemediator {
  public:
-  NodeRemediator(KubeClient& client, Clock& clock, EventRecorder& events, NodeActionConfig config,
-                 metrics::Registry* registry);
+  // Cache accessors (the shared node informer): one node by name, all nodes.
+  using NodeGetter = std::function<std::optional<Json>(const std::string& name)>;
+  using NodeLister = std::function<std::vector<Json>()>;
 
-  // Cordons and taints `node` because of `reason` (an evidence summary). Idempotent. A write
-  // that loses a race with another writer of the Node (the kubelet's status, another
-  // controller) is retried from a fresh read, a few times.
-  Result<CordonOutcome> cordon(const std::string& node, const std::string& reason);
+  NodeRemediator(KubeClient& client, Clock& clock, EventRecorder& events, NodeActionConfig config,
+                 NodeGetter get_node, NodeLister list_nodes, metrics::Registry* registry);
+
+  // Cordons and taints `node` because of `reason` (an evidence summary). Idempotent. `dry_run`
+  // (the job's own) or the operator-wide dry run: Events and outcome only, no change.
+  Result<CordonOutcome> cordon(const std::string& node, const std::string& reason,
+                               bool dry_run = false);
   // Removes our taint and bookkeeping; uncordons only if the node was not cordoned before us.
-  // Conflicts are retried as for cordon().
   Result<UncordonOutcome> uncordon(const std::string& node);
 
+  // The cordons recorded in the breaker's window (node names), read from the cluster.
+  Result<std::vector<std::string>> recentCordons();
+
  private:
-  Result<CordonOutcome> cordonOnce(const std::string& node, const std::string& reason);
-  Result<UncordonOutcome> uncordonOnce(const std::string& node);
-  Result<bool> breakerAllows(std::string& why);
+  Result<Json> readNode(const std::string& name, bool fresh);
+  // Checks the breaker and records `node` in its state in one conditional update. False (and
+  // `why`) when the breaker is open; `record` false only checks.
+  Result<bool> takeSlot(const std::string& node, bool record, std::string& why);
+  Result<CordonOutcome> patchCordon(const std::string& node_name, const std::string& reason);
 
   KubeClient& client_;
   Clock& clock_;
   EventRecorder& events_;
   NodeActionConfig config_;
+  NodeGetter get_node_;
+  NodeLister list_nodes_;
   Logger log_;
-  std::mutex mu_;
-  std::deque<MonoTime> recent_;  // cordon times inside the window
   metrics::Family<metrics::Counter>* actions_ = nullptr;
 };
 

@@ -1,50 +1,20 @@
-// TrainingJob spec parsing, condition bookkeeping, children, and the reconcile planner.
+// The TrainingJob reconcile planner.
 #include "operator/trainingjob/planner.h"
 
 #include <algorithm>
-#include <map>
+#include <charconv>
 
 namespace c4::op {
 namespace {
 
-Result<std::int64_t> intField(const Json& object, const char* key, std::int64_t fallback,
-                              std::int64_t min_value, const std::string& path) {
-  auto it = object.find(key);
-  if (it == object.end() || it->is_null()) return fallback;
-  if (!it->is_number_integer()) {
-    return makeError(ErrorCode::kInvalidArgument, path + "." + key + " must be an integer");
-  }
-  std::int64_t v = it->get<std::int64_t>();
-  if (v < min_value) {
-    return makeError(ErrorCode::kInvalidArgument,
-                     path + "." + key + " must be >= " + std::to_string(min_value));
-  }
-  return v;
-}
-
-Result<bool> boolField(const Json& object, const char* key, bool fallback,
-                       const std::string& path) {
-  auto it = object.find(key);
-  if (it == object.end() || it->is_null()) return fallback;
-  if (!it->is_boolean()) {
-    return makeError(ErrorCode::kInvalidArgument, path + "." + key + " must be a boolean");
-  }
-  return it->get<bool>();
-}
-
-Result<std::string> stringField(const Json& object, const char* key, const std::string& fallback,
-                                const std::string& path) {
-  auto it = object.find(key);
-  if (it == object.end() || it->is_null()) return fallback;
-  if (!it->is_string()) {
-    return makeError(ErrorCode::kInvalidArgument, path + "." + key + " must be a string");
-  }
-  return it->get<std::string>();
+const Json& statusOf(const Json& object) {
+  static const Json empty = Json::object();
+  auto it = object.find("status");
+  return it != object.end() && it->is_object() ? *it : empty;
 }
 
 std::string podPhase(const Json& pod) {
-  const Json& status = pod.contains("status") ? pod["status"] : Json::object();
-  return status.is_object() ? status.value("phase", std::string{}) : std::string{};
+  return statusOf(pod).value("phase", std::string{});
 }
 
 bool isDeleting(const Json& pod) {
@@ -52,17 +22,25 @@ bool isDeleting(const Json& pod) {
          !pod["metadata"]["deletionTimestamp"].is_null();
 }
 
+bool isPodReady(const Json& pod) {
+  const Json& status = statusOf(pod);
+  auto conds = status.find("conditions");
+  if (conds == status.end() || !conds->is_array()) return false;
+  for (const auto& c : *conds) {
+    if (c.is_object() && c.value("type", std::string{}) == "Ready") {
+      return c.value("status", std::string{}) == "True";
+    }
+  }
+  return false;
+}
+
 std::optional<std::int64_t> intLabel(const Json& object, const char* key) {
   std::string v = labelOf(object, key);
   if (v.empty()) return std::nullopt;
-  try {
-    std::size_t used = 0;
-    long long parsed = std::stoll(v, &used);
-    if (used != v.size()) return std::nullopt;
-    return parsed;
-  } catch (...) {
-    return std::nullopt;
-  }
+  std::int64_t parsed = 0;
+  auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), parsed);
+  if (ec != std::errc{} || ptr != v.data() + v.size()) return std::nullopt;
+  return parsed;
 }
 
 std::string nodeNameOf(const Json& pod) {
@@ -70,80 +48,130 @@ std::string nodeNameOf(const Json& pod) {
   return pod["spec"].value("nodeName", std::string{});
 }
 
-// "pod a-1 (rank 1) on node n failed: Error, exit code 137"
-std::string describePodFailure(const Json& pod) {
-  std::string text = "pod " + objectName(pod);
-  std::string rank = labelOf(pod, labels::kReplicaIndex);
-  if (!rank.empty()) text += " (rank " + rank + ")";
-  std::string node = nodeNameOf(pod);
-  if (!node.empty()) text += " on node " + node;
-  text += " failed";
-  const Json& status = pod.contains("status") ? pod["status"] : Json::object();
-  std::string detail;
-  if (status.is_object()) {
-    if (status.contains("containerStatuses") && status["containerStatuses"].is_array()) {
-      for (const auto& cs : status["containerStatuses"]) {
-        if (!cs.is_object() || !cs.contains("state")) continue;
-        const Json& state = cs["state"];
-        if (state.is_object() && state.contains("terminated") && state["terminated"].is_object()) {
-          const Json& t = state["terminated"];
-          if (t.value("exitCode", 0) != 0) {
-            detail = t.value("reason", std::string{"Error"}) + ", exit code " +
-                     std::to_string(t.value("exitCode", 0));
-            break;
-          }
-        }
-      }
-    }
-    if (detail.empty()) detail = status.value("reason", std::string{});
-    if (detail.empty()) detail = status.value("message", std::string{});
+// The first terminated container (of that name, when given) with a non-zero exit code.
+struct Terminated {
+  std::string container;
+  std::int64_t exit_code = 0;
+  std::string reason;  // OOMKilled, Error, ...
+};
+// Every terminated container (of that name, when given) with a non-zero exit code.
+std::vector<Terminated> terminatedContainers(const Json& pod, const std::string& container) {
+  std::vector<Terminated> out;
+  const Json& status = statusOf(pod);
+  auto list = status.find("containerStatuses");
+  if (list == status.end() || !list->is_array()) return out;
+  for (const auto& cs : *list) {
+    if (!cs.is_object()) continue;
+    std::string name = cs.value("name", std::string{});
+    if (!container.empty() && name != container) continue;
+    auto state = cs.find("state");
+    if (state == cs.end() || !state->is_object()) continue;
+    auto t = state->find("terminated");
+    if (t == state->end() || !t->is_object()) continue;
+    auto code = t->find("exitCode");
+    if (code == t->end() || !code->is_number_integer() || code->get<std::int64_t>() == 0) continue;
+    out.push_back({name, code->get<std::int64_t>(), t->value("reason", std::string{})});
   }
-  if (!detail.empty()) text += ": " + detail;
+  return out;
+}
+std::optional<Terminated> terminatedExit(const Json& pod, const std::string& container) {
+  auto all = terminatedContainers(pod, container);
+  if (all.empty()) return std::nullopt;
+  return all.front();
+}
+
+// The pod's condition of `type` as (status, reason), if present.
+std::optional<std::pair<std::string, std::string>> podCondition(const Json& pod,
+                                                                const std::string& type) {
+  const Json& status = statusOf(pod);
+  auto list = status.find("conditions");
+  if (list == status.end() || !list->is_array()) return std::nullopt;
+  for (const auto& c : *list) {
+    if (c.is_object() && c.value("type", std::string{}) == type) {
+      return std::pair{c.value("status", std::string{}), c.value("reason", std::string{})};
+    }
+  }
+  return std::nullopt;
+}
+
+bool ruleMatches(const FailurePolicyRule& rule, const Json& pod) {
+  if (rule.on_exit_codes) {
+    const ExitCodeRule& e = *rule.on_exit_codes;
+    // batch Job semantics: some terminated container's non-zero exit code is (In) or is not
+    // (NotIn) in the set.
+    bool any = false;
+    for (const auto& t : terminatedContainers(pod, e.container_name)) {
+      bool listed = std::find(e.values.begin(), e.values.end(), t.exit_code) != e.values.end();
+      if (listed == e.in) any = true;
+    }
+    if (!any) return false;
+  }
+  for (const auto& pc : rule.on_pod_conditions) {
+    auto c = podCondition(pod, pc.type);
+    if (!c || c->first != pc.status) return false;
+  }
+  return true;
+}
+
+// Pod status reasons that mean the pod was stopped from outside, not by its own code.
+bool isDisruptionReason(const std::string& reason) {
+  static constexpr const char* kReasons[] = {"Evicted",
+                                             "NodeLost",
+                                             "Preempting",
+                                             "NodeShutdown",
+                                             "Terminated",
+                                             "Shutdown",
+                                             "UnexpectedAdmissionError"};
+  return std::any_of(std::begin(kReasons), std::end(kReasons),
+                     [&](const char* r) { return reason == r; });
+}
+
+std::string describePod(const Json* pod, std::int64_t index, const std::string& name) {
+  std::string text = "pod " + name + " (rank " + std::to_string(index) + ")";
+  if (pod != nullptr) {
+    std::string node = nodeNameOf(*pod);
+    if (!node.empty()) text += " on node " + node;
+  }
   return text;
 }
 
 std::optional<std::int64_t> lastCheckpointStep(const Json& status) {
-  if (!status.contains("lastCheckpoint") || !status["lastCheckpoint"].is_object()) {
-    return std::nullopt;
-  }
-  const Json& cp = status["lastCheckpoint"];
-  if (!cp.contains("step") || !cp["step"].is_number_integer()) return std::nullopt;
-  return cp["step"].get<std::int64_t>();
+  auto cp = status.find("lastCheckpoint");
+  if (cp == status.end() || !cp->is_object()) return std::nullopt;
+  auto step = cp->find("step");
+  if (step == cp->end() || !step->is_number_integer()) return std::nullopt;
+  return step->get<std::int64_t>();
 }
 
-WallTime parseTime(const std::string& text, WallTime fallback) {
-  // RFC 3339 "YYYY-MM-DDTHH:MM:SSZ" (fractional seconds ignored).
-  int y = 0, mo = 0, d = 0, h = 0, mi = 0, s = 0;
-  if (std::sscanf(text.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d", &y, &mo, &d, &h, &mi, &s) != 6) {
-    return fallback;
-  }
-  std::chrono::year_month_day ymd{std::chrono::year{y},
-                                  std::chrono::month{static_cast<unsigned>(mo)},
-                                  std::chrono::day{static_cast<unsigned>(d)}};
-  if (!ymd.ok()) return fallback;
-  auto days = std::chrono::sys_days{ymd};
-  return WallTime{std::chrono::duration_cast<WallTime::duration>(
-      days.time_since_epoch() + std::chrono::hours{h} + std::chrono::minutes{mi} +
-      std::chrono::seconds{s})};
+std::int64_t statusInt(const Json& status, const char* key) {
+  auto it = status.find(key);
+  return it != status.end() && it->is_number_integer() ? it->get<std::int64_t>() : 0;
 }
 
-void addGoodput(Json& status, const std::string& old_phase, WallTime now) {
-  WallTime since = parseTime(status.value("phaseSince", std::string{}), now);
-  double seconds = std::max(0.0, std::chrono::duration<double>(now - since).count());
+// Adds the whole seconds since goodput.lastUpdateTime (or phaseSince) to productiveSeconds
+// (Running) or lostSeconds (Restarting) and moves lastUpdateTime by exactly that much, so
+// frequent updates lose no fractions.
+void accrueGoodput(Json& status, WallTime now) {
   Json& goodput = status["goodput"];
   if (!goodput.is_object()) goodput = Json::object();
-  auto whole = static_cast<std::int64_t>(seconds);
-  if (old_phase == phases::kRunning) {
-    goodput["productiveSeconds"] = goodput.value("productiveSeconds", std::int64_t{0}) + whole;
-  } else if (old_phase == phases::kRestarting) {
-    goodput["lostSeconds"] = goodput.value("lostSeconds", std::int64_t{0}) + whole;
+  auto since = parseRfc3339(goodput.value("lastUpdateTime", std::string{}));
+  if (!since) since = parseRfc3339(status.value("phaseSince", std::string{}));
+  if (!since || *since > now) since = now;
+  auto whole = std::chrono::duration_cast<std::chrono::seconds>(now - *since);
+  const std::string phase = status.value("phase", std::string{});
+  if (phase == phases::kRunning) {
+    goodput["productiveSeconds"] = statusInt(goodput, "productiveSeconds") + whole.count();
+  } else if (phase == phases::kRestarting) {
+    goodput["lostSeconds"] = statusInt(goodput, "lostSeconds") + whole.count();
   }
+  if (!goodput.contains("productiveSeconds")) goodput["productiveSeconds"] = 0;
+  if (!goodput.contains("lostSeconds")) goodput["lostSeconds"] = 0;
+  goodput["lastUpdateTime"] = formatRfc3339(*since + whole);
 }
 
 void setPhase(Json& status, const std::string& phase, WallTime now) {
-  std::string old = status.value("phase", std::string{});
-  if (old == phase) return;
-  addGoodput(status, old, now);
+  if (status.value("phase", std::string{}) == phase) return;
+  accrueGoodput(status, now);
   status["phase"] = phase;
   status["phaseSince"] = formatRfc3339(now);
 }
@@ -156,283 +184,142 @@ void addFault(Json& status, const Json& fault) {
   status["lastFault"] = fault.value("summary", std::string{});
 }
 
-void setEnv(Json& container, const std::string& name, const Json& value_or_source) {
-  Json& env = container["env"];
-  if (!env.is_array()) env = Json::array();
-  Json entry = {{"name", name}};
-  if (value_or_source.is_string()) {
-    entry["value"] = value_or_source;
-  } else {
-    entry["valueFrom"] = value_or_source;
-  }
-  for (auto& e : env) {
-    if (e.is_object() && e.value("name", std::string{}) == name) {
-      e = entry;
-      return;
-    }
-  }
-  env.push_back(entry);
-}
-
-void addVolumeMount(Json& container, const std::string& name, const std::string& path,
-                    bool read_only) {
-  Json& mounts = container["volumeMounts"];
-  if (!mounts.is_array()) mounts = Json::array();
-  for (const auto& m : mounts) {
-    if (m.is_object() && m.value("name", std::string{}) == name) return;
-  }
-  mounts.push_back({{"name", name}, {"mountPath", path}, {"readOnly", read_only}});
-}
-
-void addVolume(Json& spec, const Json& volume) {
-  Json& volumes = spec["volumes"];
-  if (!volumes.is_array()) volumes = Json::array();
-  for (const auto& v : volumes) {
-    if (v.is_object() && v.value("name", std::string{}) == volume["name"].get<std::string>()) {
-      return;
-    }
-  }
-  volumes.push_back(volume);
-}
+// One pod of the current attempt that stopped: failed, being deleted, or gone.
+struct StoppedPod {
+  std::int64_t index = 0;
+  std::string name;
+  const Json* pod = nullptr;  // as last seen; null when it vanished unseen
+  bool deleted = false;
+  FailureVerdict verdict;
+  std::string node;
+};
 
 }  // namespace
 
-Result<TrainingJobSpec> parseTrainingJobSpec(const Json& job) {
-  if (!job.is_object() || !job.contains("spec") || !job["spec"].is_object()) {
-    return makeError(ErrorCode::kInvalidArgument, "spec is missing");
-  }
-  const Json& spec = job["spec"];
-  TrainingJobSpec out;
-  C4_ASSIGN_OR_RETURN(out.replicas, intField(spec, "replicas", 1, 1, "spec"));
-  if (!spec.contains("template") || !spec["template"].is_object()) {
-    return makeError(ErrorCode::kInvalidArgument, "spec.template is missing");
-  }
-  out.pod_template = spec["template"];
-  if (!out.pod_template.contains("spec") || !out.pod_template["spec"].is_object() ||
-      !out.pod_template["spec"].contains("containers") ||
-      !out.pod_template["spec"]["containers"].is_array() ||
-      out.pod_template["spec"]["containers"].empty()) {
-    return makeError(ErrorCode::kInvalidArgument, "spec.template.spec.containers is empty");
-  }
-  C4_ASSIGN_OR_RETURN(out.suspend, boolField(spec, "suspend", false, "spec"));
-  C4_ASSIGN_OR_RETURN(out.managed_by, stringField(spec, "managedBy", "", "spec"));
-  if (spec.contains("checkpoint") && spec["checkpoint"].is_object()) {
-    C4_ASSIGN_OR_RETURN(out.checkpoint_dir,
-                        stringField(spec["checkpoint"], "dir", "", "spec.checkpoint"));
-  }
-  if (spec.contains("faultTolerance") && spec["faultTolerance"].is_object()) {
-    const Json& ft = spec["faultTolerance"];
-    const std::string p = "spec.faultTolerance";
-    C4_ASSIGN_OR_RETURN(out.fault_tolerance.max_restarts, intField(ft, "maxRestarts", 3, 0, p));
-    C4_ASSIGN_OR_RETURN(out.fault_tolerance.restart_backoff_seconds,
-                        intField(ft, "restartBackoffSeconds", 10, 0, p));
-    C4_ASSIGN_OR_RETURN(out.fault_tolerance.cordon_faulty_nodes,
-                        boolField(ft, "cordonFaultyNodes", true, p));
-    C4_ASSIGN_OR_RETURN(out.fault_tolerance.dry_run, boolField(ft, "dryRun", false, p));
-    C4_ASSIGN_OR_RETURN(out.fault_tolerance.hang_seconds, intField(ft, "hangSeconds", 60, 1, p));
-    C4_ASSIGN_OR_RETURN(out.fault_tolerance.window_seconds,
-                        intField(ft, "windowSeconds", 10, 1, p));
-    if (ft.contains("slowFactor") && ft["slowFactor"].is_number()) {
-      out.fault_tolerance.slow_factor = ft["slowFactor"].get<double>();
+NodeFacts nodeFactsOf(const Json& node) {
+  NodeFacts facts;
+  facts.exists = true;
+  facts.ready = false;
+  auto spec = node.find("spec");
+  if (spec != node.end() && spec->is_object()) {
+    facts.unschedulable = spec->value("unschedulable", false);
+    auto taints = spec->find("taints");
+    if (taints != spec->end() && taints->is_array()) {
+      for (const auto& t : *taints) {
+        if (t.is_object() && t.value("key", std::string{}) == kFaultyTaintKey) {
+          facts.faulty_taint = true;
+        }
+      }
     }
   }
-  if (spec.contains("trafficPlanning") && spec["trafficPlanning"].is_object()) {
-    const Json& tp = spec["trafficPlanning"];
-    C4_ASSIGN_OR_RETURN(out.traffic_mode,
-                        stringField(tp, "mode", "Advisory", "spec.trafficPlanning"));
-    if (out.traffic_mode != "Off" && out.traffic_mode != "Advisory" &&
-        out.traffic_mode != "Enforce") {
-      return makeError(ErrorCode::kInvalidArgument,
-                       "spec.trafficPlanning.mode must be Off, Advisory or Enforce");
-    }
-    C4_ASSIGN_OR_RETURN(out.subflows_per_connection,
-                        intField(tp, "subflowsPerConnection", 4, 1, "spec.trafficPlanning"));
-  }
-  return out;
-}
-
-const Json* findCondition(const Json& status, const std::string& type) {
-  if (!status.is_object() || !status.contains("conditions") || !status["conditions"].is_array()) {
-    return nullptr;
-  }
-  for (const auto& c : status["conditions"]) {
-    if (c.is_object() && c.value("type", std::string{}) == type) return &c;
-  }
-  return nullptr;
-}
-
-bool isConditionTrue(const Json& status, const std::string& type) {
-  const Json* c = findCondition(status, type);
-  return c != nullptr && c->value("status", std::string{}) == "True";
-}
-
-bool setCondition(Json& status, const std::string& type, const std::string& condition_status,
-                  const std::string& reason, const std::string& message,
-                  std::int64_t observed_generation, WallTime now) {
-  if (!status.is_object()) status = Json::object();
-  Json& list = status["conditions"];
-  if (!list.is_array()) list = Json::array();
-  for (auto& c : list) {
-    if (!c.is_object() || c.value("type", std::string{}) != type) continue;
-    Json before = c;
-    if (c.value("status", std::string{}) != condition_status) {
-      c["status"] = condition_status;
-      c["lastTransitionTime"] = formatRfc3339(now);
-    }
-    c["reason"] = reason;
-    c["message"] = message;
-    c["observedGeneration"] = observed_generation;
-    return c != before;
-  }
-  list.push_back({{"type", type},
-                  {"status", condition_status},
-                  {"reason", reason},
-                  {"message", message},
-                  {"observedGeneration", observed_generation},
-                  {"lastTransitionTime", formatRfc3339(now)}});
-  return true;
-}
-
-Json ownerReference(const Json& job) {
-  return {{"apiVersion", resources::trainingJobs().apiVersion()},
-          {"kind", "TrainingJob"},
-          {"name", objectName(job)},
-          {"uid", job["metadata"].value("uid", std::string{})},
-          {"controller", true},
-          {"blockOwnerDeletion", true}};
-}
-
-bool isControlledBy(const Json& child, const Json& job) {
-  const Json& meta = child["metadata"];
-  if (!meta.contains("ownerReferences") || !meta["ownerReferences"].is_array()) return false;
-  std::string uid = job["metadata"].value("uid", std::string{});
-  for (const auto& ref : meta["ownerReferences"]) {
-    if (ref.is_object() && ref.value("controller", false) &&
-        ref.value("uid", std::string{}) == uid) {
-      return true;
+  auto status = node.find("status");
+  if (status != node.end() && status->is_object()) {
+    auto conds = status->find("conditions");
+    if (conds != status->end() && conds->is_array()) {
+      for (const auto& c : *conds) {
+        if (c.is_object() && c.value("type", std::string{}) == "Ready") {
+          facts.ready = c.value("status", std::string{}) == "True";
+        }
+      }
     }
   }
-  return false;
+  return facts;
 }
 
-Json buildHeadlessService(const Json& job, const PodSettings& settings) {
-  std::string name = objectName(job);
-  return {{"apiVersion", "v1"},
-          {"kind", "Service"},
-          {"metadata",
-           {{"name", name},
-            {"namespace", objectNamespace(job)},
-            {"labels", {{labels::kJobName, name}}},
-            {"ownerReferences", Json::array({ownerReference(job)})}}},
-          {"spec",
-           {{"clusterIP", "None"},
-            {"publishNotReadyAddresses", true},
-            {"selector", {{labels::kJobName, name}}},
-            {"ports", Json::array({{{"name", "master"},
-                                    {"port", settings.master_port},
-                                    {"targetPort", settings.master_port}}})}}}};
-}
-
-Json buildPlanConfigMap(const Json& job, const TrainingJobSpec& spec) {
-  std::string name = objectName(job);
-  Json plan = {{"version", 0},
-               {"mode", spec.traffic_mode},
-               {"subflowsPerConnection", spec.subflows_per_connection},
-               {"pairs", Json::array()}};
-  return {{"apiVersion", "v1"},
-          {"kind", "ConfigMap"},
-          {"metadata",
-           {{"name", name + "-c4-plan"},
-            {"namespace", objectNamespace(job)},
-            {"labels", {{labels::kJobName, name}}},
-            {"ownerReferences", Json::array({ownerReference(job)})}}},
-          {"data", {{"plan.json", plan.dump()}}}};
-}
-
-Json buildPod(const Json& job, const TrainingJobSpec& spec, std::int64_t index,
-              std::int64_t attempt, const std::optional<std::int64_t>& resume_step,
-              const PodSettings& settings) {
-  std::string job_name = objectName(job);
-  std::string ns = objectNamespace(job);
-  Json tmpl = spec.pod_template;
-  Json meta =
-      tmpl.contains("metadata") && tmpl["metadata"].is_object() ? tmpl["metadata"] : Json::object();
-  meta.erase("name");
-  meta.erase("generateName");
-  meta["name"] = job_name + "-" + std::to_string(index);
-  meta["namespace"] = ns;
-  if (!meta.contains("labels") || !meta["labels"].is_object()) meta["labels"] = Json::object();
-  meta["labels"][labels::kJobName] = job_name;
-  meta["labels"][labels::kReplicaIndex] = std::to_string(index);
-  meta["labels"][labels::kRestartAttempt] = std::to_string(attempt);
-  meta["ownerReferences"] = Json::array({ownerReference(job)});
-
-  Json pod_spec = tmpl["spec"];
-  pod_spec["hostname"] = meta["name"];
-  pod_spec["subdomain"] = job_name;
-  pod_spec["restartPolicy"] = "Never";  // a failed rank restarts the whole job, not itself
-
-  const std::string master = job_name + "-0." + job_name;
-  const std::string port = std::to_string(settings.master_port);
-  const std::string replicas = std::to_string(spec.replicas);
-  const std::string rank = std::to_string(index);
-  auto fieldRef = [](const char* path) { return Json{{"fieldRef", {{"fieldPath", path}}}}; };
-  for (auto& container : pod_spec["containers"]) {
-    if (!container.is_object()) continue;
-    setEnv(container, "MASTER_ADDR", master);
-    setEnv(container, "MASTER_PORT", port);
-    setEnv(container, "WORLD_SIZE", replicas);
-    setEnv(container, "RANK", rank);
-    setEnv(container, "PET_MASTER_ADDR", master);
-    setEnv(container, "PET_MASTER_PORT", port);
-    setEnv(container, "PET_NNODES", replicas);
-    setEnv(container, "PET_NODE_RANK", rank);
-    setEnv(container, "NCCL_NET_PLUGIN", settings.plugin_mount_dir + "/" + settings.plugin_library);
-    setEnv(container, "C4_AGENT_SOCKET",
-           settings.agent_socket_dir + "/" + settings.agent_socket_name);
-    setEnv(container, "C4_PLAN_FILE", settings.plan_mount_dir + "/plan.json");
-    setEnv(container, "C4_JOB", job_name);
-    setEnv(container, "C4_NAMESPACE", ns);
-    setEnv(container, "C4_POD_NAME", fieldRef("metadata.name"));
-    setEnv(container, "C4_NODE_NAME", fieldRef("spec.nodeName"));
-    setEnv(container, "C4_RANK", rank);
-    setEnv(container, "C4_RESTART_ATTEMPT", std::to_string(attempt));
-    if (!spec.checkpoint_dir.empty()) setEnv(container, "C4_CHECKPOINT_DIR", spec.checkpoint_dir);
-    if (resume_step) setEnv(container, "C4_RESUME_STEP", std::to_string(*resume_step));
-    addVolumeMount(container, "c4-agent", settings.agent_socket_dir, false);
-    addVolumeMount(container, "c4-plugin", settings.plugin_mount_dir, true);
-    addVolumeMount(container, "c4-plan", settings.plan_mount_dir, true);
+FailureVerdict classifyFailure(const Json* pod, bool deleted, const NodeFacts& node,
+                               const std::vector<FailurePolicyRule>& rules) {
+  FailureVerdict v;
+  if (pod != nullptr && podPhase(*pod) == "Failed") {
+    for (std::size_t i = 0; i < rules.size(); ++i) {
+      if (!ruleMatches(rules[i], *pod)) continue;
+      v.action = rules[i].action;
+      v.infrastructure = rules[i].action == FailureAction::kIgnore;
+      auto exit = terminatedExit(*pod, "");
+      v.why = "podFailurePolicy rule " + std::to_string(i) + " (" +
+              std::string(failureActionName(v.action)) + ")" +
+              (exit ? " matched exit code " + std::to_string(exit->exit_code) : std::string{});
+      return v;
+    }
   }
-  addVolume(pod_spec,
-            {{"name", "c4-agent"},
-             {"hostPath", {{"path", settings.agent_socket_dir}, {"type", "DirectoryOrCreate"}}}});
-  addVolume(pod_spec,
-            {{"name", "c4-plugin"},
-             {"hostPath", {{"path", settings.plugin_host_dir}, {"type", "DirectoryOrCreate"}}}});
-  addVolume(pod_spec, {{"name", "c4-plan"},
-                       {"configMap", {{"name", job_name + "-c4-plan"}, {"optional", true}}}});
-  return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta}, {"spec", pod_spec}};
+  if (pod != nullptr) {
+    if (auto dt = podCondition(*pod, "DisruptionTarget"); dt && dt->first == "True") {
+      v.action = FailureAction::kIgnore;
+      v.infrastructure = true;
+      v.why = "DisruptionTarget: " + (dt->second.empty() ? std::string{"disrupted"} : dt->second);
+      return v;
+    }
+    std::string reason = statusOf(*pod).value("reason", std::string{});
+    if (isDisruptionReason(reason)) {
+      v.action = FailureAction::kIgnore;
+      v.infrastructure = true;
+      v.why = "pod " + reason;
+      return v;
+    }
+  }
+  if (!node.exists || !node.ready) {
+    v.action = FailureAction::kIgnore;
+    v.infrastructure = true;
+    v.why = node.exists ? "its node is NotReady" : "its node is gone";
+    return v;
+  }
+  if (pod != nullptr && podPhase(*pod) == "Failed") {
+    v.action = FailureAction::kRestart;
+    auto exit = terminatedExit(*pod, "");
+    std::string reason = statusOf(*pod).value("reason", std::string{});
+    if (exit) {
+      v.why = (exit->reason.empty() ? std::string{} : exit->reason + ", ") + "exit code " +
+              std::to_string(exit->exit_code);
+    } else {
+      v.why = reason.empty() ? std::string{"failed"} : reason;
+    }
+    return v;
+  }
+  // Deleted by someone, or gone without a trace (force-deleted, PodGC): not the trainer.
+  v.action = FailureAction::kIgnore;
+  v.infrastructure = true;
+  v.why = pod == nullptr ? "vanished" : (deleted ? "deleted" : "stopped");
+  return v;
 }
 
 JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const NodeLookup& nodes,
-                      WallTime now, const PodSettings& settings) {
+                      WallTime now, const PlanContext& context) {
   JobPlan plan;
-  const Json empty_status = Json::object();
-  const Json& old_status =
-      job.contains("status") && job["status"].is_object() ? job["status"] : empty_status;
+  const Json& old_status = statusOf(job);
   Json status = old_status;
   const std::int64_t generation = job["metadata"].value("generation", std::int64_t{0});
   status["observedGeneration"] = generation;
-  auto finish = [&]() -> JobPlan {
-    plan.status_changed = status != old_status;
-    plan.status = std::move(status);
-    return std::move(plan);
-  };
   auto event = [&](const char* type, const char* reason, const std::string& message) {
     plan.events.push_back({type, reason, message});
   };
   auto cond = [&](const char* type, bool value, const char* reason, const std::string& message) {
     setCondition(status, type, value ? "True" : "False", reason, message, generation, now);
+  };
+  auto condIfPresent = [&](const char* type, bool value, const char* reason,
+                           const std::string& message) {
+    if (findCondition(status, type) != nullptr) cond(type, value, reason, message);
+  };
+  // Goodput is brought up to date with any other change, and at least every goodput_period
+  // while the job runs or restarts (the reconciler is requeued for it).
+  auto finish = [&]() -> JobPlan {
+    const std::string phase = status.value("phase", std::string{});
+    if (phase == phases::kRunning || phase == phases::kRestarting) {
+      auto last = parseRfc3339(status.contains("goodput") && status["goodput"].is_object()
+                                   ? status["goodput"].value("lastUpdateTime", std::string{})
+                                   : std::string{});
+      if (!last) last = parseRfc3339(status.value("phaseSince", std::string{}));
+      WallTime last_update = last.value_or(now);
+      if (status != old_status || now - last_update >= context.goodput_period) {
+        accrueGoodput(status, now);
+        last_update =
+            parseRfc3339(status["goodput"].value("lastUpdateTime", std::string{})).value_or(now);
+      }
+      Duration due =
+          std::max<Duration>(std::chrono::seconds{1}, last_update + context.goodput_period - now);
+      if (!plan.requeue_after || due < *plan.requeue_after) plan.requeue_after = due;
+    }
+    plan.status_changed = status != old_status;
+    plan.status = std::move(status);
+    return std::move(plan);
   };
 
   auto spec_result = parseTrainingJobSpec(job);
@@ -445,20 +332,22 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
     return finish();
   }
   const TrainingJobSpec& spec = *spec_result;
+  const FaultTolerance& ft = spec.fault_tolerance;
   plan.ensure_children = true;
 
-  // Pods this job controls, split by attempt.
-  std::int64_t attempt = status.value("restarts", std::int64_t{0});
+  const std::int64_t attempt = statusInt(status, "restarts");
   status["restarts"] = attempt;  // always present, so the printer column shows 0
+  status["restartsCountTowardsMax"] = statusInt(status, "restartsCountTowardsMax");
+  status["infrastructureRestarts"] = statusInt(status, "infrastructureRestarts");
   std::vector<const Json*> pods;
   for (const auto& pod : all_pods) {
     if (isControlledBy(pod, job)) pods.push_back(&pod);
   }
+  auto factsOf = [&](const std::string& node) { return node.empty() ? NodeFacts{} : nodes(node); };
   auto deletion = [&](const Json& pod, const std::string& why) {
     std::string phase = podPhase(pod);
-    NodeFacts facts;
     std::string node = nodeNameOf(pod);
-    if (!node.empty()) facts = nodes(node);
+    NodeFacts facts = factsOf(node);
     bool force = phase == "Failed" || phase == "Succeeded" ||
                  (!node.empty() &&
                   (!facts.exists || !facts.ready || facts.unschedulable || facts.faulty_taint));
@@ -478,6 +367,14 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
     return phase != "Failed" && phase != "Succeeded";
   };
 
+  // Degraded: the children cannot be made real (reported by the reconciler).
+  if (context.child_problem) {
+    cond(conditions::kDegraded, true, context.child_problem->reason.c_str(),
+         context.child_problem->message);
+  } else if (isConditionTrue(status, conditions::kDegraded)) {
+    cond(conditions::kDegraded, false, "ChildrenCreated", "The job's children exist");
+  }
+
   std::string phase = status.value("phase", std::string{});
   if (phase == phases::kSucceeded || phase == phases::kFailed) {
     deletePods(isActive, "job finished");
@@ -489,10 +386,9 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
       event("Normal", "Suspended", "Job suspended; its pods are deleted and its state is kept");
     }
     cond(conditions::kSuspended, true, "Suspended", "spec.suspend is true");
-    if (findCondition(status, conditions::kRunning) != nullptr) {
-      cond(conditions::kRunning, false, "Suspended", "spec.suspend is true");
-    }
+    condIfPresent(conditions::kRunning, false, "Suspended", "spec.suspend is true");
     setPhase(status, phases::kSuspended, now);
+    status["startedIndexes"] = "";  // the attempt's pods go; resuming starts them again
     deletePods([](const Json&) { return true; }, "job suspended");
     return finish();
   }
@@ -502,79 +398,202 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
     setPhase(status, phases::kPending, now);
   }
 
-  std::map<std::int64_t, const Json*> current;  // replica index -> pod of this attempt
-  std::vector<const Json*> failed;
+  // The current attempt: its pods by index, and every index known to have been started.
+  std::map<std::int64_t, const Json*> current;
   bool old_pods = false;
   for (const Json* pod : pods) {
     auto pod_attempt = intLabel(*pod, labels::kRestartAttempt);
     auto index = intLabel(*pod, labels::kReplicaIndex);
-    if (!pod_attempt || *pod_attempt != attempt || !index) {
+    if (!pod_attempt || *pod_attempt != attempt || !index || *index < 0 ||
+        *index >= spec.replicas) {
       old_pods = true;
       continue;
     }
     current[*index] = pod;
-    if (podPhase(*pod) == "Failed" || isDeleting(*pod)) failed.push_back(pod);
+  }
+  std::set<std::int64_t> started;
+  if (auto recorded = parseIndexSet(status.value("startedIndexes", std::string{}), spec.replicas)) {
+    started.insert(recorded->begin(), recorded->end());
+  }
+  if (context.observed_attempt == attempt) {
+    for (auto i : context.observed_indexes) {
+      if (i < spec.replicas) started.insert(i);
+    }
+    for (const auto& [i, pod] : context.gone_pods) {
+      if (i < spec.replicas) started.insert(i);
+    }
+  }
+  for (const auto& [i, pod] : current) started.insert(i);
+  status["startedIndexes"] = formatIndexSet({started.begin(), started.end()});
+
+  // Pods of this attempt that stopped: failed, being deleted, or gone (a vanished rank is a
+  // crash of that rank: its peers wait in a static rendezvous that a new pod cannot join).
+  std::vector<StoppedPod> stopped;
+  for (std::int64_t i : started) {
+    StoppedPod s;
+    s.index = i;
+    s.name = objectName(job) + "-" + std::to_string(i);
+    auto it = current.find(i);
+    if (it != current.end()) {
+      const Json& pod = *it->second;
+      if (podPhase(pod) != "Failed" && !isDeleting(pod)) continue;
+      s.pod = &pod;
+      s.deleted = isDeleting(pod);
+    } else {
+      auto gone =
+          context.observed_attempt == attempt ? context.gone_pods.find(i) : context.gone_pods.end();
+      s.pod = gone != context.gone_pods.end() ? &gone->second : nullptr;
+      s.deleted = true;
+    }
+    if (s.pod != nullptr) s.node = nodeNameOf(*s.pod);
+    s.verdict = classifyFailure(s.pod, s.deleted, factsOf(s.node), ft.pod_failure_policy);
+    stopped.push_back(std::move(s));
   }
 
-  // A fault in this attempt: pod failure, or a restart requested for exactly this attempt.
-  bool requested = annotationOf(job, annotations::kRestartRequest) == std::to_string(attempt);
-  if (!failed.empty() || requested) {
-    std::string summary;
+  // Replica counts of the current attempt.
+  std::int64_t running = 0, ready = 0, active = 0, succeeded = 0;
+  for (const auto& [index, pod] : current) {
+    std::string p = podPhase(*pod);
+    if (p == "Running") ++running;
+    if (p == "Running" && isPodReady(*pod)) ++ready;
+    if (p == "Succeeded") ++succeeded;
+    if (p != "Succeeded" && p != "Failed" && !isDeleting(*pod)) ++active;
+  }
+  status["active"] = active;
+  status["ready"] = ready;
+  status["succeeded"] = succeeded;
+  status["failed"] = static_cast<std::int64_t>(stopped.size());
+
+  // A fault in this attempt: pods stopped, or a restart requested for exactly this attempt.
+  const bool requested = annotationOf(job, annotations::kRestartRequest) == std::to_string(attempt);
+  if (!stopped.empty() || requested) {
     Json fault = {{"time", formatRfc3339(now)}, {"attempt", attempt}};
-    if (!failed.empty()) {
-      const Json& first = *failed.front();
-      summary = isDeleting(first) && podPhase(first) != "Failed"
-                    ? "pod " + objectName(first) + " was deleted"
-                    : describePodFailure(first);
-      if (failed.size() > 1) summary += " (and " + std::to_string(failed.size() - 1) + " more)";
-      fault["class"] = "crash";
-      fault["pod"] = objectName(first);
-      fault["node"] = nodeNameOf(first);
-      fault["rank"] = intLabel(first, labels::kReplicaIndex).value_or(-1);
+    std::string summary;
+    FailureAction action = FailureAction::kIgnore;
+    bool counted = false;
+    if (!stopped.empty()) {
+      // The deciding pod: any FailJob wins, then any counted failure, else the first.
+      const StoppedPod* decider = &stopped.front();
+      for (const auto& s : stopped) {
+        if (s.verdict.action == FailureAction::kFailJob) {
+          decider = &s;
+          break;
+        }
+        if (s.verdict.action == FailureAction::kRestart &&
+            decider->verdict.action != FailureAction::kRestart) {
+          decider = &s;
+        }
+      }
+      action = decider->verdict.action;
+      counted = action == FailureAction::kRestart;
+      summary = describePod(decider->pod, decider->index, decider->name) +
+                (decider->pod == nullptr ? " vanished"
+                 : decider->deleted      ? " was deleted"
+                                         : " failed") +
+                ": " + decider->verdict.why;
+      if (stopped.size() > 1) summary += " (and " + std::to_string(stopped.size() - 1) + " more)";
+      fault["class"] = decider->verdict.infrastructure ? "disruption" : "crash";
+      fault["pod"] = decider->name;
+      fault["node"] = decider->node;
+      fault["rank"] = decider->index;
+      // Node-level evidence: a node that went NotReady under the job is cordoned (DESIGN: a
+      // crash implicates its node only with node-level evidence).
+      for (const auto& s : stopped) {
+        if (s.node.empty()) continue;
+        NodeFacts facts = factsOf(s.node);
+        if (facts.exists && !facts.ready && !facts.faulty_taint && ft.cordon_faulty_nodes &&
+            std::none_of(plan.cordons.begin(), plan.cordons.end(),
+                         [&](const NodeCordon& c) { return c.node == s.node; })) {
+          plan.cordons.push_back({s.node,
+                                  "node went NotReady under TrainingJob " + objectKey(job) + " (" +
+                                      describePod(s.pod, s.index, s.name) + ")",
+                                  ft.dry_run});
+        }
+      }
     } else {
       std::string reason = annotationOf(job, annotations::kRestartReason);
       summary = "restart requested" + (reason.empty() ? std::string{} : ": " + reason);
       fault["class"] = "requested";
     }
     fault["summary"] = summary;
-    std::int64_t restarts = status.value("restarts", std::int64_t{0});
-    if (restarts >= spec.fault_tolerance.max_restarts) {
+    fault["counted"] = counted;
+
+    const std::int64_t counted_restarts = statusInt(status, "restartsCountTowardsMax");
+    const std::int64_t infra_restarts = statusInt(status, "infrastructureRestarts");
+    auto fail = [&](const char* reason, const std::string& message) {
       fault["action"] = "fail";
       addFault(status, fault);
-      std::string message = summary + "; restart budget of " +
-                            std::to_string(spec.fault_tolerance.max_restarts) + " is spent";
-      event("Warning", "ReachedMaxRestarts", message);
-      cond(conditions::kFailed, true, "ReachedMaxRestarts", message);
-      if (findCondition(status, conditions::kRunning) != nullptr) {
-        cond(conditions::kRunning, false, "Failed", message);
-      }
-      if (findCondition(status, conditions::kRestarting) != nullptr) {
-        cond(conditions::kRestarting, false, "Failed", message);
-      }
+      event("Warning", reason, message);
+      cond(conditions::kFailed, true, reason, message);
+      condIfPresent(conditions::kRunning, false, "Failed", message);
+      condIfPresent(conditions::kRestarting, false, "Failed", message);
       setPhase(status, phases::kFailed, now);
       deletePods(isActive, "job failed");
       return finish();
+    };
+    if (action == FailureAction::kFailJob) {
+      return fail("PodFailurePolicy", summary + "; the pod failure policy fails the job");
     }
-    std::int64_t next = restarts + 1;
+    if (counted && counted_restarts >= ft.max_restarts) {
+      return fail("ReachedMaxRestarts",
+                  summary + "; restart budget of " + std::to_string(ft.max_restarts) + " is spent");
+    }
+    if (!counted && infra_restarts >= ft.max_infrastructure_restarts) {
+      return fail("ReachedMaxInfrastructureRestarts",
+                  summary + "; " + std::to_string(infra_restarts) +
+                      " restarts not counted against maxRestarts already (limit " +
+                      std::to_string(ft.max_infrastructure_restarts) + ")");
+    }
+
+    // Backoff: exponential in consecutive counted failures; an attempt that ran long enough
+    // resets it; faults that are not the trainer's restart after the base delay.
+    std::int64_t consecutive = statusInt(status, "consecutiveFailures");
+    if (status.value("phase", std::string{}) == phases::kRunning) {
+      auto since = parseRfc3339(status.value("phaseSince", std::string{}));
+      if (since && now - *since >= std::chrono::seconds{kBackoffResetSeconds}) consecutive = 0;
+    }
+    std::int64_t delay = ft.restart_backoff_seconds;
+    if (counted) {
+      ++consecutive;
+      for (std::int64_t i = 1; i < consecutive && delay < ft.max_restart_backoff_seconds; ++i) {
+        delay *= 2;
+      }
+      delay = std::min(delay, ft.max_restart_backoff_seconds);
+    }
+    status["consecutiveFailures"] = consecutive;
+
+    const std::int64_t next = attempt + 1;
     auto step = lastCheckpointStep(status);
     std::string message = summary + "; restarting as attempt " + std::to_string(next) +
                           (step ? " from checkpoint step " + std::to_string(*step)
-                                : std::string{" from the beginning (no checkpoint known)"});
+                                : std::string{" from the beginning (no checkpoint known)"}) +
+                          " in " + std::to_string(delay) + " s" +
+                          (counted ? " (" + std::to_string(counted_restarts + 1) + " of " +
+                                         std::to_string(ft.max_restarts) + " restarts)"
+                                   : std::string{" (not counted against maxRestarts)"});
     fault["action"] = "restart";
     addFault(status, fault);
     status["restarts"] = next;
+    status[counted ? "restartsCountTowardsMax" : "infrastructureRestarts"] =
+        (counted ? counted_restarts : infra_restarts) + 1;
     status["lastRestartTime"] = formatRfc3339(now);
-    const char* reason = failed.empty() ? "RestartRequested" : "PodFailed";
+    status["nextAttemptTime"] = formatRfc3339(now + std::chrono::seconds{delay});
+    status["startedIndexes"] = "";
+    status["active"] = 0;
+    status["ready"] = 0;
+    status["succeeded"] = 0;
+    status["failed"] = 0;
+    const char* reason = requested && stopped.empty() ? "RestartRequested"
+                         : fault["class"] == "crash"  ? "PodFailed"
+                                                      : "PodDisrupted";
     event("Warning", reason, summary);
     event("Normal", "RestartingFromCheckpoint", message);
     cond(conditions::kRestarting, true, reason, message);
-    if (findCondition(status, conditions::kRunning) != nullptr) {
-      cond(conditions::kRunning, false, "Restarting", message);
-    }
+    condIfPresent(conditions::kRunning, false, "Restarting", message);
     setPhase(status, phases::kRestarting, now);
     deletePods([](const Json&) { return true; }, "restart to attempt " + std::to_string(next));
     plan.restart_started = true;
-    plan.requeue_after = std::chrono::seconds{spec.fault_tolerance.restart_backoff_seconds};
+    plan.requeue_after = std::chrono::seconds{delay};
     return finish();
   }
 
@@ -583,45 +602,41 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
     deletePods(
         [&](const Json& pod) {
           auto a = intLabel(pod, labels::kRestartAttempt);
-          return !a || *a != attempt || !intLabel(pod, labels::kReplicaIndex);
+          auto i = intLabel(pod, labels::kReplicaIndex);
+          return !a || *a != attempt || !i || *i < 0 || *i >= spec.replicas;
         },
         "pod of an earlier attempt");
     plan.requeue_after = std::chrono::seconds{1};
     return finish();
   }
   if (status.value("phase", std::string{}) == phases::kRestarting) {
-    WallTime restarted = parseTime(status.value("lastRestartTime", std::string{}), now);
-    WallTime ready = restarted + std::chrono::seconds{spec.fault_tolerance.restart_backoff_seconds};
-    if (now < ready) {
-      plan.requeue_after = std::chrono::duration_cast<Duration>(ready - now);
+    auto ready_at = parseRfc3339(status.value("nextAttemptTime", std::string{}));
+    if (!ready_at) {  // written by an older operator: base backoff after the restart
+      auto restarted = parseRfc3339(status.value("lastRestartTime", std::string{}));
+      ready_at = restarted.value_or(now) + std::chrono::seconds{ft.restart_backoff_seconds};
+    }
+    if (now < *ready_at) {
+      plan.requeue_after = std::chrono::duration_cast<Duration>(*ready_at - now);
       return finish();
     }
   }
 
-  auto resume = lastCheckpointStep(status);
-  for (std::int64_t i = 0; i < spec.replicas; ++i) {
-    if (!current.contains(i)) {
-      plan.pods_to_create.push_back(buildPod(job, spec, i, attempt, resume, settings));
+  if (!context.child_problem || !context.child_problem->blocks_pods) {
+    auto resume = lastCheckpointStep(status);
+    for (std::int64_t i = 0; i < spec.replicas; ++i) {
+      if (!current.contains(i)) {
+        plan.pods_to_create.push_back(buildPod(job, spec, i, attempt, resume, context.settings));
+      }
     }
   }
 
-  std::int64_t running = 0;
-  std::int64_t succeeded = 0;
-  for (const auto& [index, pod] : current) {
-    if (index >= spec.replicas) continue;
-    std::string p = podPhase(*pod);
-    if (p == "Running") ++running;
-    if (p == "Succeeded") ++succeeded;
-  }
   std::string replicas = std::to_string(spec.replicas);
   std::string now_phase = status.value("phase", std::string{});
   if (succeeded == spec.replicas) {
     std::string message = "All " + replicas + " replicas succeeded";
     event("Normal", "Succeeded", message);
     cond(conditions::kSucceeded, true, "AllReplicasSucceeded", message);
-    if (findCondition(status, conditions::kRunning) != nullptr) {
-      cond(conditions::kRunning, false, "Succeeded", message);
-    }
+    condIfPresent(conditions::kRunning, false, "Succeeded", message);
     setPhase(status, phases::kSucceeded, now);
   } else if (running > 0 && running + succeeded == spec.replicas) {
     std::string message =

@@ -1,99 +1,24 @@
-// The TrainingJob API (DESIGN.md §3.1) and the pure part of its reconciler: from what the cache
-// shows (job, its pods, the nodes they run on) and the time, `planReconcile` computes the status
-// to write and the child actions to take. No I/O here, so the restart state machine and the
-// condition bookkeeping are tested table-driven on simulated time.
+// The pure part of the TrainingJob reconciler: from what the caches show (the job, its pods, the
+// nodes they run on), what the reconciler remembers (pods its informer saw come and go, a problem
+// with the job's children) and the time, `planReconcile` computes the status to write and the
+// actions to take. No I/O, so the restart state machine, the failure policy and the condition
+// bookkeeping are tested table-driven on simulated time.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "c4/common/clock.h"
-#include "c4/common/error.h"
-#include "operator/client/kube_client.h"
+#include "operator/remediation/node_actions.h"
+#include "operator/trainingjob/api.h"
+#include "operator/trainingjob/children.h"
 
 namespace c4::op {
-
-namespace labels {
-inline constexpr const char* kJobName = "c4.dev/job-name";
-inline constexpr const char* kReplicaIndex = "c4.dev/replica-index";
-inline constexpr const char* kRestartAttempt = "c4.dev/restart-attempt";
-}  // namespace labels
-
-namespace annotations {
-// Set by C4D (or a human) to "<attempt>" to restart that attempt once; ignored for any other
-// attempt, so a repeated request can never cause a second restart.
-inline constexpr const char* kRestartRequest = "c4.dev/restart-request";
-inline constexpr const char* kRestartReason = "c4.dev/restart-reason";
-}  // namespace annotations
-
-// Condition types and reasons (UpperCamelCase), in one place.
-namespace conditions {
-inline constexpr const char* kRunning = "Running";
-inline constexpr const char* kRestarting = "Restarting";
-inline constexpr const char* kDegraded = "Degraded";
-inline constexpr const char* kSucceeded = "Succeeded";
-inline constexpr const char* kFailed = "Failed";
-inline constexpr const char* kSuspended = "Suspended";
-}  // namespace conditions
-
-namespace phases {
-inline constexpr const char* kPending = "Pending";
-inline constexpr const char* kRunning = "Running";
-inline constexpr const char* kRestarting = "Restarting";
-inline constexpr const char* kSucceeded = "Succeeded";
-inline constexpr const char* kFailed = "Failed";
-inline constexpr const char* kSuspended = "Suspended";
-}  // namespace phases
-
-inline constexpr const char* kControllerName = "c4.dev/trainingjob-controller";
-inline constexpr std::size_t kMaxFaults = 16;
-
-// Node-side paths and ports the operator injects (operator configuration).
-struct PodSettings {
-  std::string agent_socket_dir = "/var/run/c4";  // hostPath on the node, same path in the pod
-  std::string agent_socket_name = "agent.sock";
-  std::string plugin_host_dir = "/opt/c4/lib";  // where the DaemonSet installs the plugin
-  std::string plugin_mount_dir = "/opt/c4/lib";
-  std::string plugin_library = "libnccl-net-c4.so";
-  std::string plan_mount_dir = "/etc/c4/plan";
-  int master_port = 29500;
-};
-
-struct FaultTolerance {
-  std::int64_t max_restarts = 3;
-  std::int64_t restart_backoff_seconds = 10;
-  bool cordon_faulty_nodes = true;
-  bool dry_run = false;
-  std::int64_t hang_seconds = 60;
-  double slow_factor = 3.0;
-  std::int64_t window_seconds = 10;
-};
-
-struct TrainingJobSpec {
-  std::int64_t replicas = 1;
-  Json pod_template;  // PodTemplateSpec
-  bool suspend = false;
-  std::string managed_by;
-  std::string checkpoint_dir;
-  FaultTolerance fault_tolerance;
-  std::string traffic_mode = "Advisory";
-  std::int64_t subflows_per_connection = 4;
-};
-
-// Parses and checks the spec (the CRD schema checks it too; this is the second line).
-Result<TrainingJobSpec> parseTrainingJobSpec(const Json& job);
-
-// metav1.Condition bookkeeping: sets (type, status, reason, message, observedGeneration);
-// lastTransitionTime changes only when status changes. Returns true if anything changed.
-bool setCondition(Json& status, const std::string& type, const std::string& condition_status,
-                  const std::string& reason, const std::string& message,
-                  std::int64_t observed_generation, WallTime now);
-// The condition of that type, or null.
-const Json* findCondition(const Json& status, const std::string& type);
-bool isConditionTrue(const Json& status, const std::string& type);
 
 // Node facts the planner needs (from the node cache).
 struct NodeFacts {
@@ -120,6 +45,35 @@ struct EventSpec {
   std::string message;
 };
 
+// A node with node-level evidence of a fault (it went NotReady under the job): cordon and taint
+// it through the circuit breaker. dry_run: the job asked to report only.
+struct NodeCordon {
+  std::string node;
+  std::string reason;
+  bool dry_run = false;
+};
+
+// A problem making the job's children real, found by the reconciler.
+struct ChildProblem {
+  std::string reason;        // FailedCreate | NameConflict
+  std::string message;       // names the object and the API server's message
+  bool blocks_pods = false;  // no pod may be created (e.g. the Service is someone else's)
+};
+
+// What the reconciler knows that the job's objects do not (yet) show.
+struct PlanContext {
+  PodSettings settings;
+  // Goodput is accumulated into status at least this often while the job runs or restarts.
+  Duration goodput_period = std::chrono::seconds{60};
+  // Replica indexes of the current attempt whose pods the informer has reported (so a pod that
+  // is gone before the status recorded it is still known to have started).
+  std::int64_t observed_attempt = -1;
+  std::set<std::int64_t> observed_indexes;
+  // Pods of `observed_attempt` the informer saw deleted: index -> the pod as last seen.
+  std::map<std::int64_t, Json> gone_pods;
+  std::optional<ChildProblem> child_problem;
+};
+
 struct JobPlan {
   Json status;  // the complete desired status
   bool status_changed = false;
@@ -127,6 +81,7 @@ struct JobPlan {
   std::vector<Json> pods_to_create;
   std::vector<PodDeletion> pods_to_delete;
   std::vector<EventSpec> events;
+  std::vector<NodeCordon> cordons;  // before the status write: idempotent, so crash-safe
   std::optional<Duration> requeue_after;
   bool restart_started = false;  // this plan starts a restart (status must land before deletes)
 };
@@ -134,16 +89,17 @@ struct JobPlan {
 // Computes what to do. `pods` are the pods labelled with the job's name (the planner ignores
 // those another object controls). Deterministic for the same inputs.
 JobPlan planReconcile(const Json& job, const std::vector<Json>& pods, const NodeLookup& nodes,
-                      WallTime now, const PodSettings& settings);
+                      WallTime now, const PlanContext& context);
 
-// Children (exposed for tests).
-Json buildPod(const Json& job, const TrainingJobSpec& spec, std::int64_t index,
-              std::int64_t attempt, const std::optional<std::int64_t>& resume_step,
-              const PodSettings& settings);
-Json buildHeadlessService(const Json& job, const PodSettings& settings);
-Json buildPlanConfigMap(const Json& job, const TrainingJobSpec& spec);
-Json ownerReference(const Json& job);
-// True if `child` has a controller ownerReference naming `job`'s uid.
-bool isControlledBy(const Json& child, const Json& job);
+// How a failed, deleted or vanished pod of the current attempt is treated (exposed for tests).
+struct FailureVerdict {
+  FailureAction action = FailureAction::kRestart;
+  bool infrastructure = false;  // a disruption, not the trainer's fault
+  std::string why;              // "exit code 137", "DisruptionTarget: EvictionByEvictionAPI", ...
+};
+// `pod` is the pod as last seen (null when it vanished unseen); `deleted`: it is being deleted or
+// is gone; `node`: facts of the node it ran on.
+FailureVerdict classifyFailure(const Json* pod, bool deleted, const NodeFacts& node,
+                               const std::vector<FailurePolicyRule>& rules);
 
 }  // namespace c4::op

@@ -2,11 +2,10 @@
 #include "operator/trainingjob/reconciler.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 
-#include "operator/controller/expectations.h"
 #include "operator/manager/failpoints.h"
-#include "operator/remediation/node_actions.h"
 
 namespace c4::op {
 namespace {
@@ -21,37 +20,40 @@ std::string childVersion(const Json& object) {
   return object.value("kind", std::string{}) == "Pod" ? labelOf(object, labels::kRestartAttempt)
                                                       : std::string{};
 }
-}  // namespace
 
-NodeFacts nodeFactsOf(const Json& node) {
-  NodeFacts facts;
-  facts.exists = true;
-  facts.ready = false;
-  auto spec = node.find("spec");
-  if (spec != node.end() && spec->is_object()) {
-    facts.unschedulable = spec->value("unschedulable", false);
-    auto taints = spec->find("taints");
-    if (taints != spec->end() && taints->is_array()) {
-      for (const auto& t : *taints) {
-        if (t.is_object() && t.value("key", std::string{}) == kFaultyTaintKey) {
-          facts.faulty_taint = true;
-        }
-      }
-    }
-  }
-  auto status = node.find("status");
-  if (status != node.end() && status->is_object()) {
-    auto conditions = status->find("conditions");
-    if (conditions != status->end() && conditions->is_array()) {
-      for (const auto& c : *conditions) {
-        if (c.is_object() && c.value("type", std::string{}) == "Ready") {
-          facts.ready = c.value("status", std::string{}) == "True";
-        }
-      }
-    }
-  }
-  return facts;
+std::optional<std::int64_t> intLabel(const Json& object, const char* key) {
+  std::string v = labelOf(object, key);
+  std::int64_t parsed = 0;
+  auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), parsed);
+  if (v.empty() || ec != std::errc{} || ptr != v.data() + v.size()) return std::nullopt;
+  return parsed;
 }
+
+// The uid of the TrainingJob that controls `object`, or "".
+std::string controllerUid(const Json& object) {
+  const Json& meta = object["metadata"];
+  if (!meta.contains("ownerReferences") || !meta["ownerReferences"].is_array()) return {};
+  for (const auto& ref : meta["ownerReferences"]) {
+    if (ref.is_object() && ref.value("controller", false) &&
+        ref.value("kind", std::string{}) == "TrainingJob") {
+      return ref.value("uid", std::string{});
+    }
+  }
+  return {};
+}
+
+std::string trackKey(const std::string& job_key, const std::string& uid) {
+  return job_key + "/" + uid;
+}
+
+// Errors that retrying the same request cannot fix: the user (or an admin) must act.
+bool isTerminal(ErrorCode code) {
+  return code == ErrorCode::kInvalidArgument || code == ErrorCode::kPermissionDenied ||
+         code == ErrorCode::kUnauthenticated || code == ErrorCode::kNotFound ||
+         code == ErrorCode::kFailedPrecondition;
+}
+
+}  // namespace
 
 TrainingJobController::TrainingJobController(KubeClient& client, Clock& clock,
                                              ControllerConfig config, metrics::Registry& registry)
@@ -69,8 +71,11 @@ TrainingJobController::TrainingJobController(KubeClient& client, Clock& clock,
                                             metrics::exponentialBuckets(0.001, 2.0, 20))),
       queue_depth_(registry.gauge("c4_operator_workqueue_depth", "Keys ready in the work queue.")),
       restarts_(registry.counter("c4_operator_job_restarts_total", "Whole-job restarts started.")),
-      pods_created_(registry.counter("c4_operator_pods_created_total", "Pods created.")) {
-  for (const char* result : {"success", "error", "requeue_after", "terminal"}) {
+      pods_created_(registry.counter("c4_operator_pods_created_total", "Pods created.")),
+      child_errors_(registry.counter("c4_operator_child_errors_total",
+                                     "Children the operator could not create, by kind and reason.",
+                                     {"kind", "reason"})) {
+  for (const char* result : {"success", "error", "requeue_after"}) {
     reconciles_.labels({result});
   }
   restarts_.get();
@@ -98,7 +103,7 @@ TrainingJobController::TrainingJobController(KubeClient& client, Clock& clock,
     if (node.empty()) return std::vector<std::string>{};
     return std::vector<std::string>{node};
   });
-  jobs_->addHandler([this](InformerEvent, const Json*, const Json& job) {
+  jobs_->addHandler([this](InformerEvent event, const Json*, const Json& job) {
     std::string key = objectKey(job);
     {
       // A cache that has caught up with our last status write releases the guard.
@@ -107,13 +112,20 @@ TrainingJobController::TrainingJobController(KubeClient& client, Clock& clock,
       auto rv = resourceVersionNumber(job);
       if (it != written_rv_.end() && rv && *rv >= it->second) written_rv_.erase(it);
     }
+    if (event == InformerEvent::kDelete) {
+      std::lock_guard lock(tracks_mu_);
+      tracks_.erase(trackKey(key, job["metadata"].value("uid", std::string{})));
+    }
     queue_.add(key);
   });
   auto child = [this](InformerEvent, const Json*, const Json& object) {
     expectations_.observed(childId(object), childVersion(object));
     enqueueJobOf(object);
   };
-  pods_->addHandler(child);
+  pods_->addHandler([this, child](InformerEvent event, const Json* old_object, const Json& pod) {
+    trackPod(event, pod);
+    child(event, old_object, pod);
+  });
   services_->addHandler(child);
   config_maps_->addHandler(child);
   nodes_->addHandler([this](InformerEvent, const Json* old_node, const Json& node) {
@@ -134,17 +146,43 @@ void TrainingJobController::enqueueJobOf(const Json& object) {
   if (!job.empty()) queue_.add(objectKey(objectNamespace(object), job));
 }
 
+void TrainingJobController::trackPod(InformerEvent event, const Json& pod) {
+  std::string job = labelOf(pod, labels::kJobName);
+  std::string uid = controllerUid(pod);
+  auto attempt = intLabel(pod, labels::kRestartAttempt);
+  auto index = intLabel(pod, labels::kReplicaIndex);
+  if (job.empty() || uid.empty() || !attempt || !index) return;
+  std::lock_guard lock(tracks_mu_);
+  PodTrack& track = tracks_[trackKey(objectKey(objectNamespace(pod), job), uid)];
+  if (*attempt < track.attempt) return;  // an earlier attempt's pod going away
+  if (*attempt > track.attempt) track = PodTrack{*attempt, {}, {}};
+  track.indexes.insert(*index);
+  if (event == InformerEvent::kDelete) {
+    // The deletion event carries the last state the watch saw (a Failed phase, its exit code).
+    track.gone[*index] = pod;
+  } else {
+    track.gone.erase(*index);
+  }
+}
+
 Status TrainingJobController::start() {
   std::vector<Informer*> informers = {jobs_.get(), pods_.get(), nodes_.get(), services_.get(),
                                       config_maps_.get()};
-  for (Informer* informer : informers) informer->start();
+  {
+    std::lock_guard lock(lifecycle_mu_);
+    if (stopped_) return makeError(ErrorCode::kCancelled, "controller stopped before it started");
+    for (Informer* informer : informers) informer->start();
+  }
   MonoTime deadline = clock_.monoNow() + config_.cache_sync_timeout;
   for (Informer* informer : informers) {
     if (!informer->waitForSync(deadline)) {
+      if (stopped_) return makeError(ErrorCode::kCancelled, "controller stopped while starting");
       return makeError(ErrorCode::kDeadlineExceeded,
                        "cache of " + informer->type().resource + " did not sync in time");
     }
   }
+  std::lock_guard lock(lifecycle_mu_);
+  if (stopped_) return makeError(ErrorCode::kCancelled, "controller stopped while starting");
   log_.info("Caches synced; starting workers", {{"workers", config_.workers}});
   for (int i = 0; i < config_.workers; ++i) workers_.emplace_back([this] { worker(); });
   ready_ = true;
@@ -152,16 +190,19 @@ Status TrainingJobController::start() {
 }
 
 void TrainingJobController::stop() {
-  if (stopped_.exchange(true)) return;
-  ready_ = false;
-  queue_.shutDown();
+  const std::vector<Informer*> informers = {jobs_.get(), pods_.get(), nodes_.get(), services_.get(),
+                                            config_maps_.get()};
+  {
+    std::lock_guard lock(lifecycle_mu_);
+    if (stopped_.exchange(true)) return;
+    ready_ = false;
+    queue_.shutDown();
+    // A start() waiting for the caches wakes at once.
+    for (Informer* informer : informers) informer->requestStop();
+  }
   for (auto& t : workers_) {
     if (t.joinable()) t.join();
   }
-  // All watches are cancelled at once, then joined: shutdown takes one cancellation, not five.
-  const std::vector<Informer*> informers = {jobs_.get(), pods_.get(), nodes_.get(), services_.get(),
-                                            config_maps_.get()};
-  for (Informer* informer : informers) informer->requestStop();
   for (Informer* informer : informers) informer->stop();
 }
 
@@ -180,15 +221,9 @@ void TrainingJobController::worker() {
     reconcile_seconds_.get().observe(
         std::chrono::duration<double>(clock_.monoNow() - start).count());
     if (!result) {
-      ErrorCode code = result.error().code;
-      if (code == ErrorCode::kInvalidArgument || code == ErrorCode::kFailedPrecondition) {
-        reconciles_.labels({"terminal"}).inc();
-        queue_.forget(*key);
-      } else {
-        reconciles_.labels({"error"}).inc();
-        log_.info("Reconcile failed, will retry", {{"job", *key}, {"error", result.error()}});
-        queue_.addRateLimited(*key);
-      }
+      reconciles_.labels({"error"}).inc();
+      log_.info("Reconcile failed, will retry", {{"job", *key}, {"error", result.error()}});
+      queue_.addRateLimited(*key);
     } else if (result->requeue_after) {
       reconciles_.labels({"requeue_after"}).inc();
       queue_.forget(*key);
@@ -207,18 +242,87 @@ NodeFacts TrainingJobController::nodeFacts(const std::string& name) {
   return nodeFactsOf(*node);
 }
 
-Status TrainingJobController::ensureChild(const ResourceType& type, Informer& cache,
-                                          const Json& desired) {
-  if (cache.store().get(objectKey(desired))) return okStatus();
-  const std::string id = childId(desired);
-  if (expectations_.pending(id, "", clock_.monoNow())) return okStatus();  // cache lags
-  auto created = client_.create(type, objectNamespace(desired), desired);
-  if (!created && created.error().code != ErrorCode::kAlreadyExists) {
-    return std::unexpected(
-        created.error().withContext("create " + type.kind + " " + objectName(desired)));
+TrainingJobController::ChildOutcome TrainingJobController::classifyExisting(
+    const ResourceType& type, const Json& desired, const Json& job) {
+  auto existing = client_.get(type, objectNamespace(desired), objectName(desired));
+  if (!existing) {
+    // Gone again in between (NotFound) or the read failed: try again later.
+    return {std::nullopt, existing.error().withContext("read " + type.kind + " " +
+                                                       objectName(desired) + " after a conflict")};
   }
-  if (created) expectations_.expect(id, "", clock_.monoNow());
-  return okStatus();
+  if (isControlledBy(*existing, job)) return {};  // ours; the cache has not shown it yet
+  std::string owner = controllerUid(*existing);
+  return {
+      ChildProblem{"NameConflict",
+                   type.kind + " " + objectName(desired) +
+                       " already exists and is not controlled by this TrainingJob" +
+                       (owner.empty() ? std::string{} : " (its controller is uid " + owner + ")") +
+                       "; rename the job or delete that object",
+                   true},
+      std::nullopt};
+}
+
+TrainingJobController::ChildOutcome TrainingJobController::ensureChild(const ResourceType& type,
+                                                                       Informer& cache,
+                                                                       const Json& desired,
+                                                                       const Json& job) {
+  if (auto cached = cache.store().get(objectKey(desired))) {
+    if (isControlledBy(*cached, job)) return {};
+    return classifyExisting(type, desired, job);
+  }
+  const std::string id = childId(desired);
+  if (expectations_.pending(id, "", clock_.monoNow())) return {};  // cache lags
+  // Raised before the create (client-go): the informer may report the object before create()
+  // returns, and must then find the expectation to lower.
+  expectations_.expect(id, "", clock_.monoNow());
+  auto created = client_.create(type, objectNamespace(desired), desired);
+  if (created) return {};
+  expectations_.lower(id, "");
+  const Error& e = created.error();
+  if (e.code == ErrorCode::kAlreadyExists) return classifyExisting(type, desired, job);
+  Error context = e.withContext("create " + type.kind + " " + objectName(desired));
+  if (isTerminal(e.code)) {
+    child_errors_.labels({type.kind, std::string(errorCodeName(e.code))}).inc();
+    return {ChildProblem{"FailedCreate", context.message, type.kind == "Service"}, context};
+  }
+  return {std::nullopt, context};
+}
+
+void TrainingJobController::runCordons(const Json& job, const std::vector<NodeCordon>& cordons,
+                                       const Logger& log) {
+  for (const auto& c : cordons) {
+    if (config_.remediator == nullptr) {
+      events_.record(job, "Warning", "NodeFaultSuspected",
+                     "Node " + c.node + " has node-level evidence of a fault (" + c.reason +
+                         "); node actions are not configured");
+      continue;
+    }
+    auto outcome = config_.remediator->cordon(c.node, c.reason, c.dry_run);
+    if (!outcome) {
+      // The restart must not wait for a node write: report it and go on.
+      log.warn("Cordon failed", {{"node", c.node}, {"error", outcome.error()}});
+      events_.record(job, "Warning", "CordonFailed",
+                     "Could not cordon node " + c.node + ": " + outcome.error().message);
+      continue;
+    }
+    switch (*outcome) {
+      case CordonOutcome::kCordoned:
+        events_.record(
+            job, "Warning", "NodeCordoned",
+            "Cordoned and tainted node " + c.node + " c4.dev/faulty:NoSchedule: " + c.reason);
+        break;
+      case CordonOutcome::kDryRun:
+        events_.record(job, "Normal", "CordonDryRun",
+                       "Would cordon and taint node " + c.node + ": " + c.reason);
+        break;
+      case CordonOutcome::kBreakerOpen:
+        events_.record(job, "Warning", "CordonSkipped",
+                       "Node " + c.node + " was not cordoned: the circuit breaker is open");
+        break;
+      case CordonOutcome::kAlreadyOurs:
+        break;
+    }
+  }
 }
 
 Result<ReconcileResult> TrainingJobController::reconcile(const std::string& key) {
@@ -232,6 +336,7 @@ Result<ReconcileResult> TrainingJobController::reconcile(const std::string& key)
     std::lock_guard lock(written_mu_);
     written_rv_.erase(key);
     status_due_.erase(key);
+    pod_problems_.erase(key);
     return ReconcileResult{};
   }
   const Json& job = *cached;
@@ -250,30 +355,62 @@ Result<ReconcileResult> TrainingJobController::reconcile(const std::string& key)
     }
   }
 
-  std::vector<Json> pods = pods_->store().byIndex(kPodsByJob, key);
-  JobPlan plan = planReconcile(
-      job, pods, [this](const std::string& n) { return nodeFacts(n); }, clock_.wallNow(),
-      config_.pod_settings);
-
-  if (plan.ensure_children) {
-    auto spec = parseTrainingJobSpec(job);
-    if (spec) {
-      C4_RETURN_IF_ERROR(ensureChild(resources::services(), *services_,
-                                     buildHeadlessService(job, config_.pod_settings)));
-      C4_RETURN_IF_ERROR(
-          ensureChild(resources::configMaps(), *config_maps_, buildPlanConfigMap(job, *spec)));
+  PlanContext context;
+  context.settings = config_.pod_settings;
+  context.goodput_period = config_.goodput_period;
+  {
+    std::lock_guard lock(tracks_mu_);
+    auto it = tracks_.find(trackKey(key, job["metadata"].value("uid", std::string{})));
+    if (it != tracks_.end()) {
+      context.observed_attempt = it->second.attempt;
+      context.observed_indexes = it->second.indexes;
+      context.gone_pods = it->second.gone;
     }
   }
+
+  // Children first: their problems are part of the status written below.
+  std::optional<Error> retry;
+  auto spec = parseTrainingJobSpec(job);
+  if (spec) {
+    for (auto [type, cache, desired] : {std::tuple{&resources::services(), services_.get(),
+                                                   buildHeadlessService(job, config_.pod_settings)},
+                                        std::tuple{&resources::configMaps(), config_maps_.get(),
+                                                   buildPlanConfigMap(job, *spec)}}) {
+      ChildOutcome outcome = ensureChild(*type, *cache, desired, job);
+      if (outcome.problem && !context.child_problem) context.child_problem = outcome.problem;
+      if (outcome.retry && !retry) retry = outcome.retry;
+      if (outcome.problem) {
+        events_.record(job, "Warning", outcome.problem->reason.c_str(), outcome.problem->message);
+      }
+    }
+  }
+  {
+    std::lock_guard lock(written_mu_);
+    auto it = pod_problems_.find(key);
+    if (!context.child_problem && it != pod_problems_.end()) context.child_problem = it->second;
+  }
+
+  std::vector<Json> pods = pods_->store().byIndex(kPodsByJob, key);
+  JobPlan plan = planReconcile(
+      job, pods, [this](const std::string& n) { return nodeFacts(n); }, clock_.wallNow(), context);
+
+  // Cordons go before the status write: they are idempotent, so a crash in between repeats them
+  // harmlessly from the same observed failure, which is still there until the pods are deleted.
+  if (!plan.cordons.empty()) runCordons(job, plan.cordons, log);
 
   // Status batching (the Job controller's syncJobBatchPeriod): a change that gates nothing
   // (the job is Pending or Running, no restart starts) is written once the batch period since
   // it was first seen has passed, so a job whose pods start within the period gets one status
   // write instead of two. Its events are recorded with that write (the plan recomputes them).
-  // Everything else (restart intent, Failed, Succeeded, Suspended, ...) is written at once.
+  // Everything else (restart intent, Failed, Succeeded, Suspended, Degraded...) is written at
+  // once.
   std::optional<Duration> deferred;
   {
     const std::string phase = plan.status.value("phase", std::string{});
-    bool urgent = plan.restart_started || (phase != phases::kPending && phase != phases::kRunning);
+    bool urgent = plan.restart_started ||
+                  (phase != phases::kPending && phase != phases::kRunning) ||
+                  isConditionTrue(plan.status, conditions::kDegraded) !=
+                      isConditionTrue(job.value("status", Json::object()), conditions::kDegraded);
     MonoTime now = clock_.monoNow();
     std::lock_guard lock(written_mu_);
     if (plan.status_changed && !urgent && config_.status_batch_period > Duration::zero()) {
@@ -325,12 +462,16 @@ Result<ReconcileResult> TrainingJobController::reconcile(const std::string& key)
   // Pods are created concurrently (as the Job controller does in batches); the client's token
   // bucket still bounds the request rate, and serves these critical requests before status
   // writes and other jobs' Services (see PriorityTokenBucket). Each thread returns its result:
-  // nothing throws across.
-  // Pods created by an earlier reconcile that the cache has not shown yet are not created again.
+  // nothing throws across. Pods created by an earlier reconcile that the cache has not shown
+  // yet are not created again; an expectation is raised before each create and lowered when
+  // the create fails.
   std::erase_if(plan.pods_to_create, [&](const Json& pod) {
     return expectations_.pending(childId(pod), childVersion(pod), clock_.monoNow());
   });
   const std::size_t count = plan.pods_to_create.size();
+  for (const auto& pod : plan.pods_to_create) {
+    expectations_.expect(childId(pod), childVersion(pod), clock_.monoNow());
+  }
   std::vector<Result<Json>> results(count, Json::object());
   std::atomic<std::size_t> next{0};
   WriteOptions critical;
@@ -352,23 +493,47 @@ Result<ReconcileResult> TrainingJobController::reconcile(const std::string& key)
   createSome();
   for (auto& h : helpers) h.join();
   std::size_t created_count = 0;
-  std::optional<Error> first_error;
+  std::optional<ChildProblem> pod_problem;
   for (std::size_t i = 0; i < count; ++i) {
+    const Json& pod = plan.pods_to_create[i];
     if (results[i]) {
-      expectations_.expect(childId(plan.pods_to_create[i]), childVersion(plan.pods_to_create[i]),
-                           clock_.monoNow());
       pods_created_.get().inc();
       ++created_count;
-    } else if (results[i].error().code != ErrorCode::kAlreadyExists && !first_error) {
-      first_error =
-          results[i].error().withContext("create pod " + objectName(plan.pods_to_create[i]));
+      continue;
     }
+    expectations_.lower(childId(pod), childVersion(pod));
+    const Error& e = results[i].error();
+    ChildOutcome outcome;
+    if (e.code == ErrorCode::kAlreadyExists) {
+      outcome = classifyExisting(resources::pods(), pod, job);
+    } else {
+      Error context_error = e.withContext("create Pod " + objectName(pod));
+      outcome.retry = context_error;
+      if (isTerminal(e.code)) {
+        child_errors_.labels({"Pod", std::string(errorCodeName(e.code))}).inc();
+        outcome.problem = ChildProblem{"FailedCreate", context_error.message, false};
+      }
+    }
+    if (outcome.retry && !retry) retry = outcome.retry;
+    if (outcome.problem && !pod_problem) pod_problem = outcome.problem;
   }
   if (created_count > 0) log.info("Pods created", {{"count", created_count}});
-  if (first_error) {
-    events_.record(job, "Warning", "FailedCreatePod", first_error->message);
-    return std::unexpected(*first_error);
+  {
+    std::lock_guard lock(written_mu_);
+    if (pod_problem) {
+      pod_problems_[key] = *pod_problem;
+    } else {
+      pod_problems_.erase(key);  // no create failed this time
+    }
   }
+  if (pod_problem) {
+    events_.record(job, "Warning",
+                   pod_problem->reason == "NameConflict" ? "NameConflict" : "FailedCreatePod",
+                   pod_problem->message);
+    // The next reconcile (with backoff) writes the Degraded condition.
+    if (!retry) retry = Error{ErrorCode::kFailedPrecondition, pod_problem->message};
+  }
+  if (retry) return std::unexpected(*retry);
   std::optional<Duration> requeue = plan.requeue_after;
   if (deferred && (!requeue || *deferred < *requeue)) requeue = deferred;
   return ReconcileResult{requeue};

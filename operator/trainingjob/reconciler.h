@@ -1,8 +1,8 @@
 // The TrainingJob controller: informers (TrainingJobs, Pods by job, Nodes, Services,
 // ConfigMaps), the rate-limited queue, workers that start after the caches synced, and the
-// reconciler that applies planReconcile()'s plan: children, one status write through /status,
-// Events, pod deletions, pod creations — in that order, so a restart's intent is persisted
-// before any pod is deleted.
+// reconciler that applies planReconcile()'s plan in an order that is safe to crash in at any
+// point: children (Service, ConfigMap), node cordons, one status write through /status (always,
+// even when a child could not be created), Events, pod deletions, pod creations.
 #pragma once
 
 #include <atomic>
@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "operator/controller/events.h"
 #include "operator/controller/expectations.h"
 #include "operator/controller/work_queue.h"
+#include "operator/remediation/node_actions.h"
 #include "operator/trainingjob/planner.h"
 
 namespace c4::op {
@@ -42,11 +44,16 @@ struct ControllerConfig {
   // written this long after it was first seen, so quick successive changes cost one write
   // (kube-controller-manager's Job controller batches its syncs by 1 s). Zero: write at once.
   Duration status_batch_period = std::chrono::seconds{1};
+  // Goodput is written into status at least this often while a job runs or restarts.
+  Duration goodput_period = std::chrono::seconds{60};
   // Concurrent pod creations within one reconcile (bounded by the client's QPS anyway).
   std::size_t create_parallelism = 16;
   // Client for Events (its own rate limit, like kube-controller-manager's event broadcaster);
   // null = the main client. Not owned.
   KubeClient* event_client = nullptr;
+  // Cordons nodes with node-level evidence of a fault (circuit breaker, dry run). Null: node
+  // actions are reported in Events only. Not owned.
+  NodeRemediator* remediator = nullptr;
   // Test hook: called at the named failpoints of a reconcile (failpoints.h: "after-status",
   // "after-restart-status"); returning false aborts the reconcile there, as a crash would. The
   // binary sets it only when C4_FAILPOINTS is set. Null in production.
@@ -61,10 +68,11 @@ class TrainingJobController {
   TrainingJobController(const TrainingJobController&) = delete;
   TrainingJobController& operator=(const TrainingJobController&) = delete;
 
-  // Starts the informers, waits for their sync (kDeadlineExceeded after cache_sync_timeout),
-  // then starts the workers.
+  // Starts the informers, waits for their sync (kDeadlineExceeded after cache_sync_timeout,
+  // kCancelled when stop() was called meanwhile), then starts the workers.
   Status start();
-  // Stops workers and informers. Idempotent.
+  // Stops workers and informers; may be called from another thread while start() waits for
+  // the caches (start() then returns kCancelled promptly). Idempotent.
   void stop();
   [[nodiscard]] bool ready() const { return ready_.load(); }
 
@@ -73,13 +81,32 @@ class TrainingJobController {
 
   Informer& jobInformer() { return *jobs_; }
   Informer& podInformer() { return *pods_; }
+  Informer& nodeInformer() { return *nodes_; }
   WorkQueue& queue() { return queue_; }
 
  private:
+  // What the pod informer has shown of one job's current attempt.
+  struct PodTrack {
+    std::int64_t attempt = -1;
+    std::set<std::int64_t> indexes;
+    std::map<std::int64_t, Json> gone;
+  };
+  struct ChildOutcome {
+    std::optional<ChildProblem> problem;
+    std::optional<Error> retry;  // a transient error: requeue with backoff
+  };
+
   void worker();
   void enqueueJobOf(const Json& object);
+  void trackPod(InformerEvent event, const Json& pod);
   NodeFacts nodeFacts(const std::string& name);
-  Status ensureChild(const ResourceType& type, Informer& cache, const Json& desired);
+  // Creates the child unless it exists; a same-named object this job does not control is a
+  // NameConflict (never adopted), a terminal API error a FailedCreate problem.
+  ChildOutcome ensureChild(const ResourceType& type, Informer& cache, const Json& desired,
+                           const Json& job);
+  // After AlreadyExists: is the object ours (the cache lags) or someone else's?
+  ChildOutcome classifyExisting(const ResourceType& type, const Json& desired, const Json& job);
+  void runCordons(const Json& job, const std::vector<NodeCordon>& cordons, const Logger& log);
 
   KubeClient& client_;
   Clock& clock_;
@@ -92,6 +119,7 @@ class TrainingJobController {
   std::unique_ptr<Informer> services_;
   std::unique_ptr<Informer> config_maps_;
   WorkQueue queue_;
+  std::mutex lifecycle_mu_;  // start() vs stop()
   std::vector<std::thread> workers_;
   std::atomic<bool> ready_{false};
   std::atomic<bool> stopped_{false};
@@ -100,16 +128,21 @@ class TrainingJobController {
   // against planning from a cache that has not seen our own last status write).
   std::mutex written_mu_;
   std::map<std::string, std::uint64_t> written_rv_;
-  // Children created but not yet seen by their informer (no duplicate creates, no 409s).
-  CreationExpectations expectations_;
   // When a job's deferred (batched) status change is due to be written.
   std::map<std::string, MonoTime> status_due_;
+  // Pod creation problems of the last reconcile, reported in the next status.
+  std::map<std::string, ChildProblem> pod_problems_;
+  // Children created but not yet seen by their informer (no duplicate creates, no 409s).
+  CreationExpectations expectations_;
+  std::mutex tracks_mu_;
+  std::map<std::string, PodTrack> tracks_;  // "<ns>/<job>/<job uid>"
 
   metrics::Family<metrics::Counter>& reconciles_;
   metrics::Family<metrics::Histogram>& reconcile_seconds_;
   metrics::Family<metrics::Gauge>& queue_depth_;
   metrics::Family<metrics::Counter>& restarts_;
   metrics::Family<metrics::Counter>& pods_created_;
+  metrics::Family<metrics::Counter>& child_errors_;
 };
 
 }  // namespace c4::op

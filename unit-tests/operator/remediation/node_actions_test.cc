@@ -1,4 +1,6 @@
-// Node cordon/taint bookkeeping, the circuit breaker and dry-run, against an in-memory store.
+// Node cordon/taint bookkeeping, the circuit breaker (state kept in a ConfigMap) and dry-run,
+// against an in-memory store; the cache the remediator reads is the store itself unless a test
+// makes it stale.
 #include "operator/remediation/node_actions.h"
 
 #include <gtest/gtest.h>
@@ -21,11 +23,28 @@ struct Fixture {
   SimulatedClock clock;
   testing::FakeKubeClient api;
   EventRecorder events{api, clock, "c4-operator", "test", nullptr};
-  explicit Fixture(int nodes) {
+  int node_count = 0;
+  // What the node cache shows: the store itself, or a stale copy a test sets.
+  std::map<std::string, Json> stale;
+  explicit Fixture(int nodes) : node_count(nodes) {
     for (int i = 0; i < nodes; ++i) api.put(resources::nodes(), node("node-" + std::to_string(i)));
   }
-  NodeRemediator remediator(NodeActionConfig config) {
-    return NodeRemediator(api, clock, events, config, nullptr);
+  std::optional<Json> cached(const std::string& name) {
+    if (auto it = stale.find(name); it != stale.end()) return it->second;
+    return api.peek(resources::nodes(), "", name);
+  }
+  std::vector<Json> cachedAll() {
+    std::vector<Json> out;
+    for (int i = 0; i < node_count; ++i) {
+      if (auto n = cached("node-" + std::to_string(i))) out.push_back(*n);
+    }
+    return out;
+  }
+  NodeRemediator remediator(NodeActionConfig config, EventRecorder* recorder = nullptr) {
+    return NodeRemediator(
+        api, clock, recorder != nullptr ? *recorder : events, config,
+        [this](const std::string& name) { return cached(name); }, [this] { return cachedAll(); },
+        nullptr);
   }
   Json get(const std::string& name) { return *api.peek(resources::nodes(), "", name); }
   std::vector<std::string> eventReasons() {
@@ -135,26 +154,143 @@ TEST(NodeActionsTest, MissingNodeIsAnErrorAndChangesNothing) {
   EXPECT_TRUE(f.eventReasons().empty());
 }
 
-TEST(NodeActionsTest, ConflictIsRetriedFromAFreshRead) {
-  // Another writer of the Node (the kubelet's heartbeat) wins a race: the API answers 409 and the
-  // remediator starts over from a fresh read instead of failing the cordon/uncordon.
+TEST(NodeActionsTest, NodesComeFromTheCacheAndAStaleOneCostsOneRetry) {
   Fixture f(4);
   auto r = f.remediator(permissive());
-  f.api.failNext(Error{ErrorCode::kConflict, "the object has been modified"});
+  ASSERT_EQ(*r.cordon("node-1", "x"), CordonOutcome::kCordoned);
+  EXPECT_EQ(f.api.gets("nodes"), 0) << "an up-to-date cache needs no read of the node";
+  EXPECT_EQ(f.api.patches(), 1) << "one conditional patch, not GET + PUT";
+
+  // The kubelet's heartbeat changed node-2 after the cache saw it: the patch carries the cached
+  // resourceVersion, the API refuses it (409), a fresh read and a second patch succeed.
+  f.stale["node-2"] = f.get("node-2");
+  Json heartbeat = f.get("node-2");
+  heartbeat["status"] = {{"conditions", Json::array({{{"type", "Ready"}, {"status", "True"}}})}};
+  f.api.put(resources::nodes(), heartbeat);
   auto outcome = r.cordon("node-2", "slow NIC");
   ASSERT_TRUE(outcome) << outcome.error().toString();
   EXPECT_EQ(*outcome, CordonOutcome::kCordoned);
-  EXPECT_EQ(f.get("node-2")["spec"]["unschedulable"], true);
-  f.api.failNext(Error{ErrorCode::kConflict, "the object has been modified"});
+  Json n = f.get("node-2");
+  EXPECT_EQ(n["spec"]["unschedulable"], true);
+  EXPECT_EQ(n["status"]["conditions"][0]["type"], "Ready") << "the heartbeat is not lost";
+  EXPECT_EQ(f.api.gets("nodes"), 1);
+  auto recent = r.recentCordons();
+  ASSERT_TRUE(recent);
+  EXPECT_EQ(*recent, (std::vector<std::string>{"node-1", "node-2"}))
+      << "the retry took no second breaker slot";
+
+  // Uncordon from a stale cache entry: same story.
+  f.stale["node-2"] = f.get("node-2");
+  Json again = f.get("node-2");
+  again["status"]["conditions"][0]["status"] = "True";
+  again["metadata"]["labels"] = {{"x", "y"}};
+  f.api.put(resources::nodes(), again);
   auto un = r.uncordon("node-2");
   ASSERT_TRUE(un) << un.error().toString();
   EXPECT_EQ(*un, UncordonOutcome::kUncordoned);
   EXPECT_EQ(f.get("node-2")["spec"]["unschedulable"], false);
+  EXPECT_EQ(annotationOf(f.get("node-2"), "c4.dev/cordoned-by"), "");
   // Other errors are not retried.
+  f.stale.clear();
   f.api.failNext(Error{ErrorCode::kUnavailable, "connection refused"});
   auto failed = r.cordon("node-3", "x");
   ASSERT_FALSE(failed);
   EXPECT_EQ(failed.error().code, ErrorCode::kUnavailable);
+  EXPECT_EQ(f.get("node-3")["spec"]["unschedulable"], false);
+}
+
+TEST(NodeActionsTest, BreakerWindowSurvivesARestartOfTheOperator) {
+  Fixture f(100);
+  NodeActionConfig c = permissive();
+  c.max_cordons_per_window = 2;
+  {
+    auto first = f.remediator(c);
+    EXPECT_EQ(*first.cordon("node-0", "x"), CordonOutcome::kCordoned);
+    EXPECT_EQ(*first.cordon("node-1", "x"), CordonOutcome::kCordoned);
+  }
+  // A new process (or the new leader after a failover) reads the window from the cluster.
+  auto second = f.remediator(c);
+  EXPECT_EQ(*second.cordon("node-2", "x"), CordonOutcome::kBreakerOpen);
+  auto state = f.api.peek(resources::configMaps(), c.state_namespace, c.state_name);
+  ASSERT_TRUE(state);
+  EXPECT_NE((*state)["data"]["cordons.json"].get<std::string>().find("node-1"), std::string::npos);
+  f.clock.advance(minutes{61});
+  EXPECT_EQ(*second.cordon("node-2", "x"), CordonOutcome::kCordoned);
+}
+
+// Forwards to the fake, but runs `before_update` (once) before the first ConfigMap update: a
+// second worker takes a breaker slot between our read and our write.
+class RacingClient final : public KubeClient {
+ public:
+  RacingClient(testing::FakeKubeClient& real, std::function<void()> before_update)
+      : real_(real), before_update_(std::move(before_update)) {}
+  Result<Json> get(const ResourceType& t, std::string_view ns, std::string_view name,
+                   std::string_view sub) override {
+    return real_.get(t, ns, name, sub);
+  }
+  Result<Json> list(const ResourceType& t, std::string_view ns, const ListOptions& o) override {
+    return real_.list(t, ns, o);
+  }
+  Result<Json> create(const ResourceType& t, std::string_view ns, const Json& obj,
+                      const WriteOptions& o) override {
+    race(t);
+    return real_.create(t, ns, obj, o);
+  }
+  Result<Json> update(const ResourceType& t, std::string_view ns, const Json& obj,
+                      const WriteOptions& o) override {
+    race(t);
+    return real_.update(t, ns, obj, o);
+  }
+  Result<Json> patch(const ResourceType& t, std::string_view ns, std::string_view name,
+                     PatchType pt, const Json& body, const PatchOptions& o) override {
+    return real_.patch(t, ns, name, pt, body, o);
+  }
+  Status remove(const ResourceType& t, std::string_view ns, std::string_view name,
+                const DeleteOptions& o) override {
+    return real_.remove(t, ns, name, o);
+  }
+  Status watch(const ResourceType& t, std::string_view ns, const WatchOptions& o,
+               const WatchHandler& h) override {
+    return real_.watch(t, ns, o, h);
+  }
+
+ private:
+  void race(const ResourceType& t) {
+    if (t.resource != "configmaps" || !before_update_) return;
+    auto run = std::move(before_update_);
+    before_update_ = nullptr;
+    run();
+  }
+  testing::FakeKubeClient& real_;
+  std::function<void()> before_update_;
+};
+
+TEST(NodeActionsTest, CheckingAndRecordingASlotIsOneAtomicStep) {
+  Fixture f(100);
+  NodeActionConfig c = permissive();
+  c.max_cordons_per_window = 2;
+  auto other = f.remediator(c);
+  ASSERT_EQ(*other.cordon("node-0", "x"), CordonOutcome::kCordoned);  // one slot left
+  RacingClient racing(f.api,
+                      [&] { EXPECT_EQ(*other.cordon("node-1", "x"), CordonOutcome::kCordoned); });
+  NodeRemediator ours(
+      racing, f.clock, f.events, c, [&](const std::string& n) { return f.cached(n); },
+      [&] { return f.cachedAll(); }, nullptr);
+  // We read the state with one slot free, the other worker takes it, our write conflicts, and
+  // the re-check finds the breaker open: never three cordons in a window of two.
+  EXPECT_EQ(*ours.cordon("node-2", "x"), CordonOutcome::kBreakerOpen);
+  EXPECT_EQ(f.get("node-2")["spec"]["unschedulable"], false);
+  EXPECT_EQ(f.get("node-1")["spec"]["unschedulable"], true);
+}
+
+TEST(NodeActionsTest, AJobsDryRunReportsWithoutActingOrTakingASlot) {
+  Fixture f(4);
+  auto r = f.remediator(permissive());
+  EXPECT_EQ(*r.cordon("node-0", "x", /*dry_run=*/true), CordonOutcome::kDryRun);
+  EXPECT_EQ(f.get("node-0")["spec"]["unschedulable"], false);
+  auto recent = r.recentCordons();
+  ASSERT_TRUE(recent);
+  EXPECT_TRUE(recent->empty());
 }
 
 }  // namespace

@@ -18,6 +18,7 @@ class FakeKubeClient final : public KubeClient {
                    std::string_view) override {
     std::lock_guard lock(mu_);
     ++calls_;
+    ++gets_[type.resource];
     if (fail_next_) return takeFailure();
     auto it = objects_.find(key(type, ns, name));
     if (it == objects_.end()) return makeError(ErrorCode::kNotFound, "not found");
@@ -70,8 +71,14 @@ class FakeKubeClient final : public KubeClient {
                      PatchType, const Json& body, const PatchOptions&) override {
     std::lock_guard lock(mu_);
     ++calls_;
+    if (fail_next_) return takeFailure();
     auto it = objects_.find(key(type, ns, name));
     if (it == objects_.end()) return makeError(ErrorCode::kNotFound, "not found");
+    // A resourceVersion in the patch is a precondition, as on the API server.
+    if (!rvOf(body).empty() && rvOf(body) != rvOf(it->second)) {
+      return makeError(ErrorCode::kConflict, "the object has been modified");
+    }
+    ++patches_;
     it->second.merge_patch(body);
     it->second["metadata"]["resourceVersion"] = std::to_string(++rv_);
     return it->second;
@@ -153,6 +160,14 @@ class FakeKubeClient final : public KubeClient {
     std::lock_guard lock(mu_);
     return calls_;
   }
+  int gets(const std::string& resource) {
+    std::lock_guard lock(mu_);
+    return gets_[resource];
+  }
+  int patches() {
+    std::lock_guard lock(mu_);
+    return patches_;
+  }
 
  private:
   static std::string rvOf(const Json& object) {
@@ -175,6 +190,8 @@ class FakeKubeClient final : public KubeClient {
   std::vector<Json> created_;
   std::uint64_t rv_ = 100;
   int calls_ = 0;
+  int patches_ = 0;
+  std::map<std::string, int> gets_;
   std::optional<Error> fail_next_;
   std::deque<std::pair<std::deque<Json>, std::optional<Error>>> watch_script_;
   std::vector<std::string> watch_rvs_;

@@ -21,10 +21,10 @@ Json makeJob(std::int64_t replicas = 2, Json extra_spec = Json::object()) {
         {"template",
          {{"metadata", {{"labels", {{"team", "a"}}}}},
           {"spec",
-           {{"containers",
-             Json::array({{{"name", "trainer"},
-                           {"image", "trainer:1"},
-                           {"env", Json::array({{{"name", "RANK"}, {"value", "user"}}})}}})}}}}}}}};
+           {{"containers", Json::array({{{"name", "trainer"},
+                                         {"image", "trainer:1"},
+                                         {"env", Json::array({{{"name", "NCCL_DEBUG"},
+                                                               {"value", "INFO"}}})}}})}}}}}}}};
   job["spec"].merge_patch(extra_spec);
   return job;
 }
@@ -126,7 +126,11 @@ TEST(BuildPodTest, InjectsTheEnvironmentContractLabelsOwnersAndVolumes) {
   EXPECT_EQ(envOf(pod, "MASTER_ADDR"), "llm-0.llm");
   EXPECT_EQ(envOf(pod, "MASTER_PORT"), "29500");
   EXPECT_EQ(envOf(pod, "WORLD_SIZE"), "4");
-  EXPECT_EQ(envOf(pod, "RANK"), "2") << "operator's RANK replaces the user's";
+  EXPECT_EQ(envOf(pod, "RANK"), "2");
+  EXPECT_EQ(envOf(pod, "NCCL_DEBUG"), "INFO") << "the user's own variables are kept";
+  EXPECT_EQ(envOf(pod, "PET_NPROC_PER_NODE"), "1");
+  EXPECT_EQ(envOf(pod, "C4_NODE_RANK"), "2");
+  EXPECT_EQ(envOf(pod, "C4_NPROC_PER_NODE"), "1");
   EXPECT_EQ(envOf(pod, "PET_NNODES"), "4");
   EXPECT_EQ(envOf(pod, "PET_NODE_RANK"), "2");
   EXPECT_EQ(envOf(pod, "PET_MASTER_ADDR"), "llm-0.llm");
@@ -180,7 +184,7 @@ TEST(NodeFactsTest, ReadinessCordonAndTaintOnlyHeartbeatsIgnored) {
 
 TEST(PlannerTest, NewJobCreatesAllPodsAndChildren) {
   SimulatedClock clock;
-  JobPlan plan = planReconcile(makeJob(3), {}, healthyNode, clock.wallNow(), PodSettings{});
+  JobPlan plan = planReconcile(makeJob(3), {}, healthyNode, clock.wallNow(), PlanContext{});
   EXPECT_TRUE(plan.ensure_children);
   ASSERT_EQ(plan.pods_to_create.size(), 3u);
   EXPECT_EQ(plan.pods_to_create[2]["metadata"]["name"], "llm-2");
@@ -194,12 +198,12 @@ TEST(PlannerTest, IsIdempotentOnceTheWorldMatches) {
   SimulatedClock clock;
   Json job = makeJob(2);
   std::vector<Json> pods = {makePod(job, 0, 0, "Running"), makePod(job, 1, 0, "Running")};
-  JobPlan first = planReconcile(job, pods, healthyNode, clock.wallNow(), PodSettings{});
+  JobPlan first = planReconcile(job, pods, healthyNode, clock.wallNow(), PlanContext{});
   EXPECT_EQ(first.status["phase"], "Running");
   EXPECT_TRUE(hasEvent(first, "Running"));
   job = withStatus(job, first);
   clock.advance(seconds{30});
-  JobPlan second = planReconcile(job, pods, healthyNode, clock.wallNow(), PodSettings{});
+  JobPlan second = planReconcile(job, pods, healthyNode, clock.wallNow(), PlanContext{});
   EXPECT_FALSE(second.status_changed) << "nothing changed: no status write";
   EXPECT_TRUE(second.events.empty()) << "no event without a transition";
   EXPECT_TRUE(second.pods_to_create.empty());
@@ -211,7 +215,7 @@ TEST(PlannerTest, PodsOfOtherOwnersAreIgnored) {
   Json job = makeJob(1);
   Json stranger = makePod(job, 0, 0, "Failed");
   stranger["metadata"]["ownerReferences"][0]["uid"] = "previous-incarnation";
-  JobPlan plan = planReconcile(job, {stranger}, healthyNode, clock.wallNow(), PodSettings{});
+  JobPlan plan = planReconcile(job, {stranger}, healthyNode, clock.wallNow(), PlanContext{});
   EXPECT_TRUE(plan.pods_to_delete.empty());
   EXPECT_EQ(plan.pods_to_create.size(), 1u);
   EXPECT_EQ(plan.status.value("restarts", 0), 0);
@@ -228,7 +232,7 @@ TEST(PlannerTest, FailedPodRestartsTheWholeJobOnceFromTheLastCheckpoint) {
                     {"state", {{"terminated", {{"exitCode", 137}, {"reason", "OOMKilled"}}}}}}});
   std::vector<Json> pods = {makePod(job, 0, 0, "Running"), failed, makePod(job, 2, 0, "Running")};
 
-  JobPlan plan = planReconcile(job, pods, healthyNode, clock.wallNow(), PodSettings{});
+  JobPlan plan = planReconcile(job, pods, healthyNode, clock.wallNow(), PlanContext{});
   EXPECT_TRUE(plan.restart_started);
   EXPECT_EQ(plan.status["restarts"], 1);
   EXPECT_EQ(plan.status["phase"], "Restarting");
@@ -242,7 +246,10 @@ TEST(PlannerTest, FailedPodRestartsTheWholeJobOnceFromTheLastCheckpoint) {
   EXPECT_EQ(plan.status["faults"][0]["node"], "node-1");
   EXPECT_EQ(plan.status["faults"][0]["rank"], 1);
   EXPECT_NE(plan.status["lastFault"].get<std::string>().find("OOMKilled, exit code 137"),
-            std::string::npos);
+            std::string::npos)
+      << plan.status["lastFault"];
+  EXPECT_EQ(plan.status["restartsCountTowardsMax"], 1) << "a trainer failure counts";
+  EXPECT_EQ(plan.status["faults"][0]["class"], "crash");
   for (const auto& d : plan.pods_to_delete) {
     EXPECT_EQ(d.force, d.name == "llm-1") << d.name << ": only the dead pod is force-deleted";
   }
@@ -250,7 +257,7 @@ TEST(PlannerTest, FailedPodRestartsTheWholeJobOnceFromTheLastCheckpoint) {
   // Crash after the status write, before any deletion: the next reconcile sees attempt 1 and
   // attempt-0 pods. It deletes them — and does not restart again.
   job = withStatus(job, plan);
-  JobPlan again = planReconcile(job, pods, healthyNode, clock.wallNow(), PodSettings{});
+  JobPlan again = planReconcile(job, pods, healthyNode, clock.wallNow(), PlanContext{});
   EXPECT_FALSE(again.restart_started);
   EXPECT_EQ(again.status["restarts"], 1);
   EXPECT_EQ(again.pods_to_delete.size(), 3u);
@@ -258,14 +265,14 @@ TEST(PlannerTest, FailedPodRestartsTheWholeJobOnceFromTheLastCheckpoint) {
   EXPECT_FALSE(hasEvent(again, "RestartingFromCheckpoint"));
 
   // Old pods gone, still inside the backoff: wait.
-  JobPlan waiting = planReconcile(job, {}, healthyNode, clock.wallNow(), PodSettings{});
+  JobPlan waiting = planReconcile(job, {}, healthyNode, clock.wallNow(), PlanContext{});
   EXPECT_TRUE(waiting.pods_to_create.empty());
   ASSERT_TRUE(waiting.requeue_after);
   EXPECT_EQ(*waiting.requeue_after, seconds{5});
 
   // Backoff over: attempt 1 created with the resume step.
   clock.advance(seconds{5});
-  JobPlan create = planReconcile(job, {}, healthyNode, clock.wallNow(), PodSettings{});
+  JobPlan create = planReconcile(job, {}, healthyNode, clock.wallNow(), PlanContext{});
   ASSERT_EQ(create.pods_to_create.size(), 3u);
   for (const auto& pod : create.pods_to_create) {
     EXPECT_EQ(pod["metadata"]["labels"]["c4.dev/restart-attempt"], "1");
@@ -278,7 +285,7 @@ TEST(PlannerTest, FailedPodRestartsTheWholeJobOnceFromTheLastCheckpoint) {
   clock.advance(seconds{20});
   std::vector<Json> fresh = {makePod(job, 0, 1, "Running"), makePod(job, 1, 1, "Running"),
                              makePod(job, 2, 1, "Running")};
-  JobPlan running = planReconcile(job, fresh, healthyNode, clock.wallNow(), PodSettings{});
+  JobPlan running = planReconcile(job, fresh, healthyNode, clock.wallNow(), PlanContext{});
   EXPECT_EQ(running.status["phase"], "Running");
   EXPECT_FALSE(isConditionTrue(running.status, "Restarting"));
   EXPECT_EQ((*findCondition(running.status, "Restarting"))["reason"], "RestartCompleted");
@@ -289,9 +296,9 @@ TEST(PlannerTest, FailedPodRestartsTheWholeJobOnceFromTheLastCheckpoint) {
 TEST(PlannerTest, BudgetSpentFailsTheJobWithAnEvent) {
   SimulatedClock clock;
   Json job = makeJob(2);
-  job["status"] = {{"phase", "Running"}, {"restarts", 2}};
+  job["status"] = {{"phase", "Running"}, {"restarts", 2}, {"restartsCountTowardsMax", 2}};
   std::vector<Json> pods = {makePod(job, 0, 2, "Failed"), makePod(job, 1, 2, "Running")};
-  JobPlan plan = planReconcile(job, pods, healthyNode, clock.wallNow(), PodSettings{});
+  JobPlan plan = planReconcile(job, pods, healthyNode, clock.wallNow(), PlanContext{});
   EXPECT_FALSE(plan.restart_started);
   EXPECT_EQ(plan.status["phase"], "Failed");
   EXPECT_EQ(plan.status["restarts"], 2);
@@ -303,7 +310,7 @@ TEST(PlannerTest, BudgetSpentFailsTheJobWithAnEvent) {
   EXPECT_EQ(plan.pods_to_delete[0].name, "llm-1");
 
   job = withStatus(job, plan);
-  JobPlan after = planReconcile(job, pods, healthyNode, clock.wallNow(), PodSettings{});
+  JobPlan after = planReconcile(job, pods, healthyNode, clock.wallNow(), PlanContext{});
   EXPECT_TRUE(after.events.empty()) << "Failed is terminal: no second event";
   EXPECT_TRUE(after.pods_to_create.empty());
 }
@@ -312,7 +319,7 @@ TEST(PlannerTest, ZeroRestartBudgetFailsOnTheFirstFault) {
   SimulatedClock clock;
   Json job = makeJob(1, {{"faultTolerance", {{"maxRestarts", 0}}}});
   JobPlan plan = planReconcile(job, {makePod(job, 0, 0, "Failed")}, healthyNode, clock.wallNow(),
-                               PodSettings{});
+                               PlanContext{});
   EXPECT_EQ(plan.status["phase"], "Failed");
 }
 
@@ -323,14 +330,14 @@ TEST(PlannerTest, RestartRequestCountsOnlyForItsAttempt) {
                                     {"c4.dev/restart-reason", "hang on rank 0"}};
   job["status"] = {{"phase", "Running"}};
   JobPlan plan = planReconcile(job, {makePod(job, 0, 0, "Running")}, healthyNode, clock.wallNow(),
-                               PodSettings{});
+                               PlanContext{});
   EXPECT_TRUE(plan.restart_started);
   EXPECT_EQ((*findCondition(plan.status, "Restarting"))["reason"], "RestartRequested");
   EXPECT_NE(plan.status["lastFault"].get<std::string>().find("hang on rank 0"), std::string::npos);
   job = withStatus(job, plan);
   clock.advance(seconds{10});
   JobPlan next = planReconcile(job, {makePod(job, 0, 1, "Running")}, healthyNode, clock.wallNow(),
-                               PodSettings{});
+                               PlanContext{});
   EXPECT_FALSE(next.restart_started) << "the stale request (attempt 0) is ignored";
   EXPECT_EQ(next.status["restarts"], 1);
 }
@@ -347,7 +354,7 @@ TEST(PlannerTest, PodsOnBadNodesAreForceDeleted) {
     if (name == "cordoned-node") return NodeFacts{true, true, true, true};
     return NodeFacts{true, true, false, false};
   };
-  JobPlan plan = planReconcile(job, {stuck, cordoned}, nodes, clock.wallNow(), PodSettings{});
+  JobPlan plan = planReconcile(job, {stuck, cordoned}, nodes, clock.wallNow(), PlanContext{});
   ASSERT_EQ(plan.pods_to_delete.size(), 2u);
   EXPECT_TRUE(plan.pods_to_delete[0].force) << "stuck Terminating on a NotReady node";
   EXPECT_TRUE(plan.pods_to_delete[1].force) << "on a cordoned, tainted node";
@@ -359,7 +366,7 @@ TEST(PlannerTest, SuspendDeletesPodsKeepsStateAndResumes) {
   Json job = makeJob(2, {{"suspend", true}});
   job["status"] = {{"phase", "Running"}, {"restarts", 1}};
   std::vector<Json> pods = {makePod(job, 0, 1, "Running"), makePod(job, 1, 1, "Running")};
-  JobPlan plan = planReconcile(job, pods, healthyNode, clock.wallNow(), PodSettings{});
+  JobPlan plan = planReconcile(job, pods, healthyNode, clock.wallNow(), PlanContext{});
   EXPECT_EQ(plan.status["phase"], "Suspended");
   EXPECT_EQ(plan.status["restarts"], 1);
   EXPECT_TRUE(isConditionTrue(plan.status, "Suspended"));
@@ -369,7 +376,7 @@ TEST(PlannerTest, SuspendDeletesPodsKeepsStateAndResumes) {
 
   job = withStatus(job, plan);
   job["spec"]["suspend"] = false;
-  JobPlan resumed = planReconcile(job, {}, healthyNode, clock.wallNow(), PodSettings{});
+  JobPlan resumed = planReconcile(job, {}, healthyNode, clock.wallNow(), PlanContext{});
   EXPECT_TRUE(hasEvent(resumed, "Resumed"));
   EXPECT_FALSE(isConditionTrue(resumed.status, "Suspended"));
   ASSERT_EQ(resumed.pods_to_create.size(), 2u);
@@ -381,7 +388,7 @@ TEST(PlannerTest, AllReplicasSucceededCompletesTheJob) {
   Json job = makeJob(2);
   job["status"] = {{"phase", "Running"}};
   std::vector<Json> pods = {makePod(job, 0, 0, "Succeeded"), makePod(job, 1, 0, "Succeeded")};
-  JobPlan plan = planReconcile(job, pods, healthyNode, clock.wallNow(), PodSettings{});
+  JobPlan plan = planReconcile(job, pods, healthyNode, clock.wallNow(), PlanContext{});
   EXPECT_EQ(plan.status["phase"], "Succeeded");
   EXPECT_TRUE(isConditionTrue(plan.status, "Succeeded"));
   EXPECT_TRUE(hasEvent(plan, "Succeeded"));
@@ -393,7 +400,7 @@ TEST(PlannerTest, InvalidSpecFailsWithAClearCondition) {
   SimulatedClock clock;
   Json job = makeJob(2);
   job["spec"]["template"]["spec"]["containers"] = Json::array();
-  JobPlan plan = planReconcile(job, {}, healthyNode, clock.wallNow(), PodSettings{});
+  JobPlan plan = planReconcile(job, {}, healthyNode, clock.wallNow(), PlanContext{});
   EXPECT_EQ(plan.status["phase"], "Failed");
   EXPECT_EQ((*findCondition(plan.status, "Failed"))["reason"], "InvalidSpec");
   EXPECT_TRUE(plan.pods_to_create.empty());
@@ -405,13 +412,391 @@ TEST(PlannerTest, FaultListIsBounded) {
   Json job = makeJob(1, {{"faultTolerance", {{"maxRestarts", 100}, {"restartBackoffSeconds", 0}}}});
   for (int attempt = 0; attempt < 20; ++attempt) {
     JobPlan plan = planReconcile(job, {makePod(job, 0, attempt, "Failed")}, healthyNode,
-                                 clock.wallNow(), PodSettings{});
+                                 clock.wallNow(), PlanContext{});
     ASSERT_TRUE(plan.restart_started);
     job = withStatus(job, plan);
   }
   EXPECT_EQ(job["status"]["restarts"], 20);
   EXPECT_EQ(job["status"]["faults"].size(), kMaxFaults);
   EXPECT_EQ(job["status"]["faults"].back()["attempt"], 19);
+}
+
+Json failedWithExit(Json pod, std::int64_t code, const std::string& reason = "Error") {
+  pod["status"]["phase"] = "Failed";
+  pod["status"]["containerStatuses"] =
+      Json::array({{{"name", "trainer"},
+                    {"state", {{"terminated", {{"exitCode", code}, {"reason", reason}}}}}}});
+  return pod;
+}
+
+TEST(TrainingJobSpecTest, RejectsWhatTheCrdRejects) {
+  auto reason = [](Json job) {
+    auto spec = parseTrainingJobSpec(job);
+    return spec ? std::string{"ok"} : spec.error().message;
+  };
+  Json job = makeJob(4);
+  job["spec"]["template"]["spec"]["containers"][0]["env"].push_back(
+      {{"name", "RANK"}, {"value", "3"}});
+  EXPECT_NE(reason(job).find("RANK is set by the operator"), std::string::npos) << reason(job);
+  job = makeJob(4);
+  job["spec"]["template"]["spec"]["containers"][0]["env"].push_back({{"name", "C4_JOB"}});
+  EXPECT_NE(reason(job).find("C4_JOB"), std::string::npos);
+  job = makeJob(4);
+  job["spec"]["template"]["spec"]["containers"][0]["env"].push_back({{"name", "PET_NNODES"}});
+  EXPECT_NE(reason(job).find("PET_NNODES"), std::string::npos);
+  job = makeJob(4);
+  job["metadata"]["name"] = "Bad_Name";
+  EXPECT_NE(reason(job).find("DNS-1035"), std::string::npos);
+  job = makeJob(4);
+  job["metadata"]["name"] = "9lives";
+  EXPECT_NE(reason(job).find("DNS-1035"), std::string::npos);
+  job = makeJob(10);
+  job["metadata"]["name"] = std::string(61, 'a');
+  EXPECT_EQ(reason(job), "ok") << "aaa...-9 is 63 characters";
+  job = makeJob(11);
+  job["metadata"]["name"] = std::string(61, 'a');
+  EXPECT_NE(reason(job).find("too long"), std::string::npos) << "aaa...-10 would be 64";
+  job = makeJob(4, {{"managedBy", "c4.dev/trainingjob-controler"}});
+  EXPECT_NE(reason(job).find("spec.managedBy"), std::string::npos);
+  EXPECT_EQ(reason(makeJob(4, {{"managedBy", "kueue.x-k8s.io/multikueue"}})), "ok");
+  EXPECT_NE(reason(makeJob(4, {{"numProcPerNode", "fast"}})).find("numProcPerNode"),
+            std::string::npos);
+  EXPECT_NE(reason(makeJob(4, {{"numProcPerNode", 0}})).find("numProcPerNode"), std::string::npos);
+  EXPECT_NE(reason(makeJob(4, {{"faultTolerance", {{"slowFactor", "fast"}}}}))
+                .find("slowFactor must be a number"),
+            std::string::npos);
+  EXPECT_NE(reason(makeJob(4, {{"faultTolerance", {{"slowFactor", 0.5}}}})).find("slowFactor"),
+            std::string::npos);
+  EXPECT_NE(
+      reason(makeJob(4, {{"faultTolerance",
+                          {{"restartBackoffSeconds", 100}, {"maxRestartBackoffSeconds", 10}}}}))
+          .find("maxRestartBackoffSeconds"),
+      std::string::npos);
+  EXPECT_NE(
+      reason(makeJob(
+                 4, {{"faultTolerance",
+                      {{"podFailurePolicy", {{"rules", Json::array({{{"action", "Ignore"}}})}}}}}}))
+          .find("needs onExitCodes or onPodConditions"),
+      std::string::npos);
+  EXPECT_NE(
+      reason(
+          makeJob(4, {{"faultTolerance",
+                       {{"podFailurePolicy",
+                         {{"rules", Json::array({{{"action", "Retry"},
+                                                  {"onExitCodes",
+                                                   {{"operator", "In"}, {"values", {1}}}}}})}}}}}}))
+          .find("FailJob, Ignore or Restart"),
+      std::string::npos);
+}
+
+TEST(BuildPodTest, SeveralRanksPerPodFromTheGpuLimit) {
+  Json job = makeJob(4, {{"numProcPerNode", "auto"}});
+  job["spec"]["template"]["spec"]["containers"][0]["resources"] = {
+      {"limits", {{"nvidia.com/gpu", "8"}}}};
+  auto spec = parseTrainingJobSpec(job);
+  ASSERT_TRUE(spec) << spec.error().toString();
+  EXPECT_EQ(procsPerPod(*spec), 8);
+  Json pod = buildPod(job, *spec, 3, 0, std::nullopt, PodSettings{});
+  EXPECT_EQ(envOf(pod, "WORLD_SIZE"), "32") << "ranks, not pods";
+  EXPECT_EQ(envOf(pod, "RANK"), "3") << "the pod's node rank; torchrun sets each process's";
+  EXPECT_EQ(envOf(pod, "PET_NNODES"), "4");
+  EXPECT_EQ(envOf(pod, "PET_NPROC_PER_NODE"), "8");
+  EXPECT_EQ(envOf(pod, "PET_NODE_RANK"), "3");
+  EXPECT_EQ(envOf(pod, "C4_NODE_RANK"), "3");
+  EXPECT_EQ(envOf(pod, "C4_NPROC_PER_NODE"), "8");
+  EXPECT_EQ(envOf(pod, "C4_RANK"), "<unset>") << "the plugin reads each process's RANK";
+
+  Json cpu = makeJob(2, {{"numProcPerNode", "auto"}});
+  EXPECT_EQ(procsPerPod(*parseTrainingJobSpec(cpu)), 1) << "auto without a GPU limit";
+  Json fixed = makeJob(2, {{"numProcPerNode", 4}});
+  EXPECT_EQ(envOf(buildPod(fixed, *parseTrainingJobSpec(fixed), 1, 0, std::nullopt, PodSettings{}),
+                  "WORLD_SIZE"),
+            "8");
+}
+
+TEST(IndexSetTest, FormatsAndParsesBatchJobStyleRanges) {
+  EXPECT_EQ(formatIndexSet({}), "");
+  EXPECT_EQ(formatIndexSet({0, 1, 2, 3, 5, 7, 8}), "0-3,5,7-8");
+  auto parsed = parseIndexSet("0-3,5,7-8", 10);
+  ASSERT_TRUE(parsed);
+  EXPECT_EQ(*parsed, (std::vector<std::int64_t>{0, 1, 2, 3, 5, 7, 8}));
+  EXPECT_FALSE(parseIndexSet("0-3,2", 10)) << "not ascending";
+  EXPECT_FALSE(parseIndexSet("3-1", 10));
+  EXPECT_FALSE(parseIndexSet("0,10", 10)) << "out of range";
+  EXPECT_FALSE(parseIndexSet("a", 10));
+  EXPECT_FALSE(parseIndexSet("1,", 10));
+}
+
+// A vanished pod of a started attempt is a crash of that rank, not a pod to re-create.
+TEST(PlannerTest, AStartedPodThatVanishedRestartsTheJob) {
+  SimulatedClock clock;
+  Json job = makeJob(2);
+  job["status"] = {{"phase", "Running"}, {"startedIndexes", "0-1"}};
+  JobPlan plan = planReconcile(job, {makePod(job, 0, 0, "Running")}, healthyNode, clock.wallNow(),
+                               PlanContext{});
+  EXPECT_TRUE(plan.restart_started);
+  EXPECT_TRUE(plan.pods_to_create.empty()) << "never re-created at the same attempt";
+  EXPECT_EQ(plan.status["restarts"], 1);
+  EXPECT_EQ(plan.status["restartsCountTowardsMax"], 0) << "not the trainer's fault";
+  EXPECT_EQ(plan.status["infrastructureRestarts"], 1);
+  EXPECT_EQ(plan.status["faults"][0]["class"], "disruption");
+  EXPECT_EQ(plan.status["faults"][0]["rank"], 1);
+  EXPECT_NE(plan.status["lastFault"].get<std::string>().find("llm-1 (rank 1) vanished"),
+            std::string::npos)
+      << plan.status["lastFault"];
+  EXPECT_TRUE(hasEvent(plan, "PodDisrupted"));
+  EXPECT_EQ(plan.status["startedIndexes"], "") << "the next attempt starts afresh";
+}
+
+TEST(PlannerTest, PodsTheInformerSawGoAreCrashesBeforeTheStatusRecordedThem) {
+  SimulatedClock clock;
+  Json job = makeJob(2);
+  job["status"] = {{"phase", "Pending"}};  // the batched status write has not happened yet
+  PlanContext seen;
+  seen.observed_attempt = 0;
+  seen.observed_indexes = {0, 1};
+  JobPlan plan =
+      planReconcile(job, {makePod(job, 0, 0, "Running")}, healthyNode, clock.wallNow(), seen);
+  EXPECT_TRUE(plan.restart_started);
+
+  // The Failed update and the deletion were merged: the last state seen decides the class.
+  PlanContext gone = seen;
+  gone.gone_pods[1] = failedWithExit(makePod(job, 1, 0, "Running"), 3);
+  JobPlan crash =
+      planReconcile(job, {makePod(job, 0, 0, "Running")}, healthyNode, clock.wallNow(), gone);
+  EXPECT_TRUE(crash.restart_started);
+  EXPECT_EQ(crash.status["faults"][0]["class"], "crash");
+  EXPECT_EQ(crash.status["restartsCountTowardsMax"], 1);
+  EXPECT_NE(crash.status["lastFault"].get<std::string>().find("exit code 3"), std::string::npos);
+
+  // Informer news of an earlier attempt says nothing about this one.
+  PlanContext stale = seen;
+  stale.observed_attempt = 7;
+  JobPlan fine =
+      planReconcile(job, {makePod(job, 0, 0, "Running")}, healthyNode, clock.wallNow(), stale);
+  EXPECT_FALSE(fine.restart_started);
+  EXPECT_EQ(fine.pods_to_create.size(), 1u);
+}
+
+TEST(PlannerTest, PodsCreatedButNotYetSeenAreNotVanished) {
+  SimulatedClock clock;
+  Json job = makeJob(3);
+  JobPlan plan = planReconcile(job, {makePod(job, 0, 0, "Pending")}, healthyNode, clock.wallNow(),
+                               PlanContext{});
+  EXPECT_FALSE(plan.restart_started);
+  EXPECT_EQ(plan.pods_to_create.size(), 2u);
+  EXPECT_EQ(plan.status["startedIndexes"], "0");
+}
+
+TEST(PlannerTest, FailurePolicyDecidesFailJobIgnoreOrRestart) {
+  SimulatedClock clock;
+  Json policy = {
+      {"faultTolerance",
+       {{"maxRestarts", 1},
+        {"podFailurePolicy",
+         {{"rules",
+           Json::array(
+               {{{"action", "FailJob"}, {"onExitCodes", {{"operator", "In"}, {"values", {42}}}}},
+                {{"action", "Ignore"},
+                 {"onExitCodes",
+                  {{"containerName", "trainer"}, {"operator", "In"}, {"values", {143}}}}},
+                {{"action", "Restart"},
+                 {"onPodConditions", Json::array({{{"type", "DisruptionTarget"}}})}}})}}}}}};
+  Json job = makeJob(2, policy);
+  job["status"] = {{"phase", "Running"}, {"startedIndexes", "0-1"}};
+  auto plan = [&](const Json& failed) {
+    return planReconcile(job, {makePod(job, 0, 0, "Running"), failed}, healthyNode, clock.wallNow(),
+                         PlanContext{});
+  };
+  JobPlan fail = plan(failedWithExit(makePod(job, 1, 0, "Running"), 42));
+  EXPECT_EQ(fail.status["phase"], "Failed");
+  EXPECT_EQ((*findCondition(fail.status, "Failed"))["reason"], "PodFailurePolicy");
+  EXPECT_EQ(fail.pods_to_delete.size(), 1u) << "the running pod goes";
+
+  JobPlan ignore = plan(failedWithExit(makePod(job, 1, 0, "Running"), 143));
+  EXPECT_TRUE(ignore.restart_started);
+  EXPECT_EQ(ignore.status["restartsCountTowardsMax"], 0);
+  EXPECT_EQ(ignore.status["infrastructureRestarts"], 1);
+
+  Json evicted = failedWithExit(makePod(job, 1, 0, "Running"), 137);
+  evicted["status"]["conditions"] = Json::array(
+      {{{"type", "DisruptionTarget"}, {"status", "True"}, {"reason", "EvictionByEvictionAPI"}}});
+  JobPlan counted = plan(evicted);
+  EXPECT_TRUE(counted.restart_started);
+  EXPECT_EQ(counted.status["restartsCountTowardsMax"], 1) << "the user's rule counts it";
+
+  JobPlan plain = plan(failedWithExit(makePod(job, 1, 0, "Running"), 1));
+  EXPECT_EQ(plain.status["restartsCountTowardsMax"], 1) << "no rule: a trainer failure counts";
+}
+
+TEST(PlannerTest, DisruptionsDoNotSpendTheBudgetButTheirOwnCapStopsALoop) {
+  SimulatedClock clock;
+  Json job =
+      makeJob(2, {{"faultTolerance", {{"maxRestarts", 0}, {"maxInfrastructureRestarts", 2}}}});
+  job["status"] = {{"phase", "Running"}, {"startedIndexes", "0-1"}};
+  auto disrupted = [&](int attempt) {
+    Json pod = failedWithExit(makePod(job, 1, attempt, "Running"), 137);
+    pod["status"]["conditions"] = Json::array(
+        {{{"type", "DisruptionTarget"}, {"status", "True"}, {"reason", "PreemptionByScheduler"}}});
+    return pod;
+  };
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    JobPlan plan = planReconcile(job, {makePod(job, 0, attempt, "Running"), disrupted(attempt)},
+                                 healthyNode, clock.wallNow(), PlanContext{});
+    ASSERT_TRUE(plan.restart_started) << "attempt " << attempt;
+    EXPECT_NE(plan.status["lastFault"].get<std::string>().find("PreemptionByScheduler"),
+              std::string::npos);
+    job = withStatus(job, plan);
+    job["status"]["startedIndexes"] = "0-1";
+  }
+  JobPlan last = planReconcile(job, {makePod(job, 0, 2, "Running"), disrupted(2)}, healthyNode,
+                               clock.wallNow(), PlanContext{});
+  EXPECT_EQ(last.status["phase"], "Failed");
+  EXPECT_EQ((*findCondition(last.status, "Failed"))["reason"], "ReachedMaxInfrastructureRestarts");
+}
+
+TEST(PlannerTest, RestartBackoffDoublesPerConsecutiveFailureAndResetsAfterALongRun) {
+  SimulatedClock clock;
+  Json job = makeJob(
+      1,
+      {{"faultTolerance",
+        {{"maxRestarts", 100}, {"restartBackoffSeconds", 10}, {"maxRestartBackoffSeconds", 50}}}});
+  std::vector<std::int64_t> delays;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    job["status"]["phase"] = "Running";
+    job["status"]["phaseSince"] = formatRfc3339(clock.wallNow());
+    clock.advance(seconds{30});  // a short run
+    JobPlan plan = planReconcile(job, {failedWithExit(makePod(job, 0, attempt, "Running"), 1)},
+                                 healthyNode, clock.wallNow(), PlanContext{});
+    ASSERT_TRUE(plan.restart_started);
+    delays.push_back(std::chrono::duration_cast<seconds>(*plan.requeue_after).count());
+    job = withStatus(job, plan);
+  }
+  EXPECT_EQ(delays, (std::vector<std::int64_t>{10, 20, 40, 50, 50}));
+  EXPECT_EQ(job["status"]["consecutiveFailures"], 5);
+
+  // Still inside the backoff: no pods; after it: the next attempt.
+  JobPlan waiting = planReconcile(job, {}, healthyNode, clock.wallNow(), PlanContext{});
+  EXPECT_TRUE(waiting.pods_to_create.empty());
+  clock.advance(seconds{50});
+  EXPECT_EQ(
+      planReconcile(job, {}, healthyNode, clock.wallNow(), PlanContext{}).pods_to_create.size(),
+      1u);
+
+  // An attempt that ran ten minutes resets the backoff.
+  job["status"]["phase"] = "Running";
+  job["status"]["phaseSince"] = formatRfc3339(clock.wallNow());
+  clock.advance(seconds{kBackoffResetSeconds});
+  JobPlan fresh = planReconcile(job, {failedWithExit(makePod(job, 0, 5, "Running"), 1)},
+                                healthyNode, clock.wallNow(), PlanContext{});
+  ASSERT_TRUE(fresh.restart_started);
+  EXPECT_EQ(*fresh.requeue_after, seconds{10});
+  EXPECT_EQ(fresh.status["consecutiveFailures"], 1);
+}
+
+TEST(PlannerTest, ANodeThatWentNotReadyUnderTheJobIsCordoned) {
+  SimulatedClock clock;
+  auto nodes = [](const std::string& name) {
+    if (name == "sick") return NodeFacts{true, false, false, false};
+    return NodeFacts{true, true, false, false};
+  };
+  Json job = makeJob(2);
+  job["status"] = {{"phase", "Running"}, {"startedIndexes", "0-1"}};
+  std::vector<Json> pods = {makePod(job, 0, 0, "Running", "fine"),
+                            failedWithExit(makePod(job, 1, 0, "Running", "sick"), 137)};
+  JobPlan plan = planReconcile(job, pods, nodes, clock.wallNow(), PlanContext{});
+  EXPECT_TRUE(plan.restart_started);
+  ASSERT_EQ(plan.cordons.size(), 1u);
+  EXPECT_EQ(plan.cordons[0].node, "sick");
+  EXPECT_FALSE(plan.cordons[0].dry_run);
+  EXPECT_NE(plan.cordons[0].reason.find("NotReady"), std::string::npos);
+  EXPECT_EQ(plan.status["restartsCountTowardsMax"], 0) << "a node fault is not the trainer's";
+
+  Json dry = makeJob(2, {{"faultTolerance", {{"dryRun", true}}}});
+  dry["status"] = job["status"];
+  JobPlan dry_plan = planReconcile(dry, pods, nodes, clock.wallNow(), PlanContext{});
+  ASSERT_EQ(dry_plan.cordons.size(), 1u);
+  EXPECT_TRUE(dry_plan.cordons[0].dry_run);
+
+  Json off = makeJob(2, {{"faultTolerance", {{"cordonFaultyNodes", false}}}});
+  off["status"] = job["status"];
+  EXPECT_TRUE(planReconcile(off, pods, nodes, clock.wallNow(), PlanContext{}).cordons.empty());
+  EXPECT_TRUE(planReconcile(job,
+                            {makePod(job, 0, 0, "Running", "fine"),
+                             failedWithExit(makePod(job, 1, 0, "Running", "fine"), 1)},
+                            nodes, clock.wallNow(), PlanContext{})
+                  .cordons.empty())
+      << "a crash on a healthy node implicates no node";
+}
+
+TEST(PlannerTest, ReplicaCountsOfTheCurrentAttempt) {
+  SimulatedClock clock;
+  Json job = makeJob(4);
+  Json ready = makePod(job, 0, 0, "Running");
+  ready["status"]["conditions"] = Json::array({{{"type", "Ready"}, {"status", "True"}}});
+  Json deleting = makePod(job, 3, 0, "Running");
+  deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z";
+  JobPlan plan =
+      planReconcile(job, {ready, makePod(job, 1, 0, "Running"), makePod(job, 2, 0, "Pending")},
+                    healthyNode, clock.wallNow(), PlanContext{});
+  EXPECT_EQ(plan.status["active"], 3);
+  EXPECT_EQ(plan.status["ready"], 1);
+  EXPECT_EQ(plan.status["succeeded"], 0);
+  EXPECT_EQ(plan.status["failed"], 0);
+}
+
+TEST(PlannerTest, GoodputIsBroughtUpToDateWhileTheJobRuns) {
+  SimulatedClock clock;
+  Json job = makeJob(1);
+  std::vector<Json> pods = {makePod(job, 0, 0, "Running")};
+  PlanContext context;
+  context.goodput_period = seconds{60};
+  JobPlan running = planReconcile(job, pods, healthyNode, clock.wallNow(), context);
+  ASSERT_EQ(running.status["phase"], "Running");
+  job = withStatus(job, running);
+  clock.advance(seconds{30});
+  JobPlan early = planReconcile(job, pods, healthyNode, clock.wallNow(), context);
+  EXPECT_FALSE(early.status_changed) << "nothing due yet: no write";
+  ASSERT_TRUE(early.requeue_after);
+  EXPECT_EQ(*early.requeue_after, seconds{30}) << "woken when the update is due";
+  clock.advance(seconds{31});
+  clock.advance(std::chrono::milliseconds{400});
+  JobPlan due = planReconcile(job, pods, healthyNode, clock.wallNow(), context);
+  EXPECT_TRUE(due.status_changed);
+  EXPECT_EQ(due.status["goodput"]["productiveSeconds"], 61);
+  job = withStatus(job, due);
+  clock.advance(seconds{60});
+  clock.advance(std::chrono::milliseconds{700});
+  JobPlan next = planReconcile(job, pods, healthyNode, clock.wallNow(), context);
+  EXPECT_EQ(next.status["goodput"]["productiveSeconds"], 122) << "fractions are carried, not lost";
+}
+
+TEST(PlannerTest, ChildProblemsSetDegradedAndAForeignServiceBlocksPods) {
+  SimulatedClock clock;
+  Json job = makeJob(2);
+  PlanContext context;
+  context.child_problem = ChildProblem{"NameConflict",
+                                       "Service llm already exists and is not controlled by this "
+                                       "TrainingJob",
+                                       true};
+  JobPlan plan = planReconcile(job, {}, healthyNode, clock.wallNow(), context);
+  EXPECT_TRUE(isConditionTrue(plan.status, "Degraded"));
+  EXPECT_EQ((*findCondition(plan.status, "Degraded"))["reason"], "NameConflict");
+  EXPECT_TRUE(plan.pods_to_create.empty()) << "no pod starts against someone else's Service";
+  EXPECT_EQ(plan.status["phase"], "Pending") << "the job still gets a status";
+
+  job = withStatus(job, plan);
+  JobPlan fixed = planReconcile(job, {}, healthyNode, clock.wallNow(), PlanContext{});
+  EXPECT_FALSE(isConditionTrue(fixed.status, "Degraded"));
+  EXPECT_EQ((*findCondition(fixed.status, "Degraded"))["reason"], "ChildrenCreated");
+  EXPECT_EQ(fixed.pods_to_create.size(), 2u);
+
+  PlanContext pod_problem;
+  pod_problem.child_problem =
+      ChildProblem{"FailedCreate", "create Pod llm-1: HTTP 422: bad", false};
+  JobPlan pods_fail = planReconcile(job, {}, healthyNode, clock.wallNow(), pod_problem);
+  EXPECT_TRUE(isConditionTrue(pods_fail.status, "Degraded"));
+  EXPECT_EQ(pods_fail.pods_to_create.size(), 2u) << "pods are tried again";
 }
 
 }  // namespace

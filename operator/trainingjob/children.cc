@@ -1,0 +1,182 @@
+// TrainingJob children.
+#include "operator/trainingjob/children.h"
+
+namespace c4::op {
+namespace {
+
+void setEnv(Json& container, const std::string& name, const Json& value_or_source) {
+  Json& env = container["env"];
+  if (!env.is_array()) env = Json::array();
+  Json entry = {{"name", name}};
+  if (value_or_source.is_string()) {
+    entry["value"] = value_or_source;
+  } else {
+    entry["valueFrom"] = value_or_source;
+  }
+  for (auto& e : env) {
+    if (e.is_object() && e.value("name", std::string{}) == name) {
+      e = entry;
+      return;
+    }
+  }
+  env.push_back(entry);
+}
+
+void addVolumeMount(Json& container, const std::string& name, const std::string& path,
+                    bool read_only) {
+  Json& mounts = container["volumeMounts"];
+  if (!mounts.is_array()) mounts = Json::array();
+  for (const auto& m : mounts) {
+    if (m.is_object() && m.value("name", std::string{}) == name) return;
+  }
+  mounts.push_back({{"name", name}, {"mountPath", path}, {"readOnly", read_only}});
+}
+
+void addVolume(Json& spec, const Json& volume) {
+  Json& volumes = spec["volumes"];
+  if (!volumes.is_array()) volumes = Json::array();
+  for (const auto& v : volumes) {
+    if (v.is_object() && v.value("name", std::string{}) == volume["name"].get<std::string>()) {
+      return;
+    }
+  }
+  volumes.push_back(volume);
+}
+
+}  // namespace
+
+std::string planConfigMapName(const std::string& job_name) {
+  return job_name + "-c4-plan";
+}
+
+Json ownerReference(const Json& job) {
+  return {{"apiVersion", resources::trainingJobs().apiVersion()},
+          {"kind", "TrainingJob"},
+          {"name", objectName(job)},
+          {"uid", job["metadata"].value("uid", std::string{})},
+          {"controller", true},
+          {"blockOwnerDeletion", true}};
+}
+
+bool isControlledBy(const Json& child, const Json& job) {
+  const Json& meta = child["metadata"];
+  if (!meta.contains("ownerReferences") || !meta["ownerReferences"].is_array()) return false;
+  std::string uid = job["metadata"].value("uid", std::string{});
+  for (const auto& ref : meta["ownerReferences"]) {
+    if (ref.is_object() && ref.value("controller", false) &&
+        ref.value("uid", std::string{}) == uid) {
+      return true;
+    }
+  }
+  return false;
+}
+
+Json buildHeadlessService(const Json& job, const PodSettings& settings) {
+  std::string name = objectName(job);
+  return {{"apiVersion", "v1"},
+          {"kind", "Service"},
+          {"metadata",
+           {{"name", name},
+            {"namespace", objectNamespace(job)},
+            {"labels", {{labels::kJobName, name}}},
+            {"ownerReferences", Json::array({ownerReference(job)})}}},
+          {"spec",
+           {{"clusterIP", "None"},
+            {"publishNotReadyAddresses", true},
+            {"selector", {{labels::kJobName, name}}},
+            {"ports", Json::array({{{"name", "master"},
+                                    {"port", settings.master_port},
+                                    {"targetPort", settings.master_port}}})}}}};
+}
+
+Json buildPlanConfigMap(const Json& job, const TrainingJobSpec& spec) {
+  std::string name = objectName(job);
+  Json plan = {{"version", 0},
+               {"mode", spec.traffic_mode},
+               {"subflowsPerConnection", spec.subflows_per_connection},
+               {"pairs", Json::array()}};
+  return {{"apiVersion", "v1"},
+          {"kind", "ConfigMap"},
+          {"metadata",
+           {{"name", planConfigMapName(name)},
+            {"namespace", objectNamespace(job)},
+            {"labels", {{labels::kJobName, name}}},
+            {"ownerReferences", Json::array({ownerReference(job)})}}},
+          {"data", {{"plan.json", plan.dump()}}}};
+}
+
+Json buildPod(const Json& job, const TrainingJobSpec& spec, std::int64_t index,
+              std::int64_t attempt, const std::optional<std::int64_t>& resume_step,
+              const PodSettings& settings) {
+  std::string job_name = objectName(job);
+  std::string ns = objectNamespace(job);
+  Json tmpl = spec.pod_template;
+  Json meta =
+      tmpl.contains("metadata") && tmpl["metadata"].is_object() ? tmpl["metadata"] : Json::object();
+  meta.erase("name");
+  meta.erase("generateName");
+  meta["name"] = job_name + "-" + std::to_string(index);
+  meta["namespace"] = ns;
+  if (!meta.contains("labels") || !meta["labels"].is_object()) meta["labels"] = Json::object();
+  meta["labels"][labels::kJobName] = job_name;
+  meta["labels"][labels::kReplicaIndex] = std::to_string(index);
+  meta["labels"][labels::kRestartAttempt] = std::to_string(attempt);
+  meta["ownerReferences"] = Json::array({ownerReference(job)});
+
+  Json pod_spec = tmpl["spec"];
+  pod_spec["hostname"] = meta["name"];
+  pod_spec["subdomain"] = job_name;
+  pod_spec["restartPolicy"] = "Never";  // a failed rank restarts the whole job, not itself
+
+  // The rendezvous contract (docs/design.md, "Environment"): the pod is node `index` of
+  // `replicas`, running `nproc` ranks; WORLD_SIZE counts ranks. With one rank per pod RANK and
+  // C4_RANK are that rank; with several, the launcher (torchrun reads PET_*) sets each
+  // process's RANK and the plugin reads it.
+  const std::int64_t nproc = procsPerPod(spec);
+  const std::string master = job_name + "-0." + job_name;
+  const std::string port = std::to_string(settings.master_port);
+  const std::string nodes = std::to_string(spec.replicas);
+  const std::string world = std::to_string(spec.replicas * nproc);
+  const std::string node_rank = std::to_string(index);
+  auto fieldRef = [](const char* path) { return Json{{"fieldRef", {{"fieldPath", path}}}}; };
+  for (auto& container : pod_spec["containers"]) {
+    if (!container.is_object()) continue;
+    setEnv(container, "MASTER_ADDR", master);
+    setEnv(container, "MASTER_PORT", port);
+    setEnv(container, "WORLD_SIZE", world);
+    setEnv(container, "RANK", node_rank);
+    setEnv(container, "PET_MASTER_ADDR", master);
+    setEnv(container, "PET_MASTER_PORT", port);
+    setEnv(container, "PET_NNODES", nodes);
+    setEnv(container, "PET_NPROC_PER_NODE", std::to_string(nproc));
+    setEnv(container, "PET_NODE_RANK", node_rank);
+    setEnv(container, "NCCL_NET_PLUGIN", settings.plugin_mount_dir + "/" + settings.plugin_library);
+    setEnv(container, "C4_AGENT_SOCKET",
+           settings.agent_socket_dir + "/" + settings.agent_socket_name);
+    setEnv(container, "C4_PLAN_FILE", settings.plan_mount_dir + "/plan.json");
+    setEnv(container, "C4_JOB", job_name);
+    setEnv(container, "C4_NAMESPACE", ns);
+    setEnv(container, "C4_POD_NAME", fieldRef("metadata.name"));
+    setEnv(container, "C4_NODE_NAME", fieldRef("spec.nodeName"));
+    setEnv(container, "C4_NODE_RANK", node_rank);
+    setEnv(container, "C4_NPROC_PER_NODE", std::to_string(nproc));
+    if (nproc == 1) setEnv(container, "C4_RANK", node_rank);
+    setEnv(container, "C4_RESTART_ATTEMPT", std::to_string(attempt));
+    if (!spec.checkpoint_dir.empty()) setEnv(container, "C4_CHECKPOINT_DIR", spec.checkpoint_dir);
+    if (resume_step) setEnv(container, "C4_RESUME_STEP", std::to_string(*resume_step));
+    addVolumeMount(container, "c4-agent", settings.agent_socket_dir, false);
+    addVolumeMount(container, "c4-plugin", settings.plugin_mount_dir, true);
+    addVolumeMount(container, "c4-plan", settings.plan_mount_dir, true);
+  }
+  addVolume(pod_spec,
+            {{"name", "c4-agent"},
+             {"hostPath", {{"path", settings.agent_socket_dir}, {"type", "DirectoryOrCreate"}}}});
+  addVolume(pod_spec,
+            {{"name", "c4-plugin"},
+             {"hostPath", {{"path", settings.plugin_host_dir}, {"type", "DirectoryOrCreate"}}}});
+  addVolume(pod_spec, {{"name", "c4-plan"},
+                       {"configMap", {{"name", planConfigMapName(job_name)}, {"optional", true}}}});
+  return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta}, {"spec", pod_spec}};
+}
+
+}  // namespace c4::op

@@ -1,0 +1,36 @@
+// The children of a TrainingJob, built from its spec: pods `<job>-<index>` with the environment
+// contract (docs/design.md), the headless Service `<job>` that gives them stable hostnames, and
+// the traffic-plan ConfigMap `<job>-c4-plan`. All carry the job's controller ownerReference and
+// the label c4.dev/job-name. No I/O.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "operator/trainingjob/api.h"
+
+namespace c4::op {
+
+// Node-side paths and ports the operator injects (operator configuration).
+struct PodSettings {
+  std::string agent_socket_dir = "/var/run/c4";  // hostPath on the node, same path in the pod
+  std::string agent_socket_name = "agent.sock";
+  std::string plugin_host_dir = "/opt/c4/lib";  // where the DaemonSet installs the plugin
+  std::string plugin_mount_dir = "/opt/c4/lib";
+  std::string plugin_library = "libnccl-net-c4.so";
+  std::string plan_mount_dir = "/etc/c4/plan";
+  int master_port = 29500;
+};
+
+Json buildPod(const Json& job, const TrainingJobSpec& spec, std::int64_t index,
+              std::int64_t attempt, const std::optional<std::int64_t>& resume_step,
+              const PodSettings& settings);
+Json buildHeadlessService(const Json& job, const PodSettings& settings);
+Json buildPlanConfigMap(const Json& job, const TrainingJobSpec& spec);
+std::string planConfigMapName(const std::string& job_name);
+Json ownerReference(const Json& job);
+// True if `child` has a controller ownerReference naming `job`'s uid.
+bool isControlledBy(const Json& child, const Json& job);
+
+}  // namespace c4::op
