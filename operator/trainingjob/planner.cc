@@ -335,8 +335,12 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
   const FaultTolerance& ft = spec.fault_tolerance;
   plan.ensure_children = true;
 
-  const std::int64_t attempt = statusInt(status, "restarts");
-  status["restarts"] = attempt;  // always present, so the printer column shows 0
+  // Every start of the job's pods is an attempt: restarts and resumes begin a new one, whose pods
+  // carry its number (statuses written before `attempt` existed have it in `restarts`).
+  std::int64_t attempt =
+      status.contains("attempt") ? statusInt(status, "attempt") : statusInt(status, "restarts");
+  status["attempt"] = attempt;
+  status["restarts"] = statusInt(status, "restarts");  // always present: the printer column
   status["restartsCountTowardsMax"] = statusInt(status, "restartsCountTowardsMax");
   status["infrastructureRestarts"] = statusInt(status, "infrastructureRestarts");
   std::vector<const Json*> pods;
@@ -393,7 +397,11 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
     return finish();
   }
   if (isConditionTrue(status, conditions::kSuspended)) {
-    event("Normal", "Resumed", "Job resumed");
+    // A new attempt: the suspended attempt's pods (perhaps still terminating) and everything
+    // the informer saw of them belong to the old one.
+    ++attempt;
+    status["attempt"] = attempt;
+    event("Normal", "Resumed", "Job resumed as attempt " + std::to_string(attempt));
     cond(conditions::kSuspended, false, "Resumed", "spec.suspend is false");
     setPhase(status, phases::kPending, now);
   }
@@ -573,7 +581,8 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
                                    : std::string{" (not counted against maxRestarts)"});
     fault["action"] = "restart";
     addFault(status, fault);
-    status["restarts"] = next;
+    status["attempt"] = next;
+    status["restarts"] = statusInt(status, "restarts") + 1;
     status[counted ? "restartsCountTowardsMax" : "infrastructureRestarts"] =
         (counted ? counted_restarts : infra_restarts) + 1;
     status["lastRestartTime"] = formatRfc3339(now);

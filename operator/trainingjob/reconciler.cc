@@ -10,6 +10,8 @@
 namespace c4::op {
 namespace {
 const char* kPodsByJob = "job";
+// How soon a job whose children have a problem someone must fix is looked at again.
+constexpr Duration kProblemRecheck = std::chrono::seconds{10};
 const char* kPodsByNode = "node";
 
 // Identity and generation of a child for creation expectations.
@@ -283,7 +285,7 @@ TrainingJobController::ChildOutcome TrainingJobController::ensureChild(const Res
   Error context = e.withContext("create " + type.kind + " " + objectName(desired));
   if (isTerminal(e.code)) {
     child_errors_.labels({type.kind, std::string(errorCodeName(e.code))}).inc();
-    return {ChildProblem{"FailedCreate", context.message, type.kind == "Service"}, context};
+    return {ChildProblem{"FailedCreate", context.message, type.kind == "Service"}, std::nullopt};
   }
   return {std::nullopt, context};
 }
@@ -508,10 +510,11 @@ Result<ReconcileResult> TrainingJobController::reconcile(const std::string& key)
       outcome = classifyExisting(resources::pods(), pod, job);
     } else {
       Error context_error = e.withContext("create Pod " + objectName(pod));
-      outcome.retry = context_error;
       if (isTerminal(e.code)) {
         child_errors_.labels({"Pod", std::string(errorCodeName(e.code))}).inc();
         outcome.problem = ChildProblem{"FailedCreate", context_error.message, false};
+      } else {
+        outcome.retry = context_error;
       }
     }
     if (outcome.retry && !retry) retry = outcome.retry;
@@ -530,12 +533,18 @@ Result<ReconcileResult> TrainingJobController::reconcile(const std::string& key)
     events_.record(job, "Warning",
                    pod_problem->reason == "NameConflict" ? "NameConflict" : "FailedCreatePod",
                    pod_problem->message);
-    // The next reconcile (with backoff) writes the Degraded condition.
-    if (!retry) retry = Error{ErrorCode::kFailedPrecondition, pod_problem->message};
   }
+  // A transient error retries with the queue's exponential backoff; a problem someone must fix
+  // (a foreign object, an invalid or forbidden child) is looked at again every
+  // kProblemRecheck, so the job recovers soon after the fix without a tight loop (its Events
+  // are aggregated meanwhile). The next reconcile writes a pod problem's Degraded condition.
   if (retry) return std::unexpected(*retry);
   std::optional<Duration> requeue = plan.requeue_after;
   if (deferred && (!requeue || *deferred < *requeue)) requeue = deferred;
+  if ((pod_problem || context.child_problem) && (!requeue || *requeue > kProblemRecheck)) {
+    // A new pod problem is not in the status yet: soon, to write it; then every recheck.
+    requeue = context.child_problem ? kProblemRecheck : Duration{std::chrono::seconds{1}};
+  }
   return ReconcileResult{requeue};
 }
 

@@ -82,6 +82,8 @@ class TrainingJobController {
   Informer& jobInformer() { return *jobs_; }
   Informer& podInformer() { return *pods_; }
   Informer& nodeInformer() { return *nodes_; }
+  Informer& serviceInformer() { return *services_; }
+  Informer& configMapInformer() { return *config_maps_; }
   WorkQueue& queue() { return queue_; }
 
  private:

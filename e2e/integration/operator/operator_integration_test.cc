@@ -200,7 +200,8 @@ TEST_F(OperatorIT, StatusChangesWithinTheBatchPeriodCostOneWriteButARestartIsWri
     // The API server shows the write a moment before the operator's client has counted it.
     ASSERT_TRUE(waitFor([&] { return counting.statusWrites("eager") >= 2; }));
     op.stop();
-    EXPECT_EQ(counting.statusWrites("eager"), 2);
+    // Pending, the pods' start (started indexes, active count) and Running: each a write.
+    EXPECT_GE(counting.statusWrites("eager"), 2);
   }
   // A 5 s period: KWOK starts the pods well within it, so the first write already says Running.
   StatusWriteCounter counting(*client_);
@@ -366,6 +367,53 @@ TEST_F(OperatorIT, InvalidTrainingJobsAreRejectedWithAClearMessage) {
   bad["spec"]["template"]["spec"]["containers"] = Json::array();
   EXPECT_FALSE(client_->create(resources::trainingJobs(), ns_, bad));
 
+  // Names that would make invalid pod hostnames or Service names.
+  bad = trainingJob(ns_, "Bad-Name", 1);
+  created = client_->create(resources::trainingJobs(), ns_, bad);
+  ASSERT_FALSE(created);
+  EXPECT_NE(created.error().message.find("metadata.name"), std::string::npos);
+  bad = trainingJob(ns_, std::string(61, 'a'), 11);  // aaa...-10 would be 64 characters
+  created = client_->create(resources::trainingJobs(), ns_, bad);
+  ASSERT_FALSE(created);
+  EXPECT_NE(created.error().message.find("too long"), std::string::npos) << created.error().message;
+  EXPECT_TRUE(create(trainingJob(ns_, std::string(61, 'b'), 10))) << "aaa...-9 fits 63";
+
+  // A managedBy typo would leave the job unreconciled forever: refused.
+  bad = trainingJob(ns_, "bad", 1);
+  bad["spec"]["managedBy"] = "c4.dev/trainingjob-controler";
+  created = client_->create(resources::trainingJobs(), ns_, bad);
+  ASSERT_FALSE(created);
+  EXPECT_NE(created.error().message.find("spec.managedBy"), std::string::npos);
+
+  // Variables the operator sets may not be set by the user (they would be overwritten).
+  for (const char* name : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "C4_JOB", "PET_NNODES"}) {
+    bad = trainingJob(ns_, "bad", 1);
+    bad["spec"]["template"]["spec"]["containers"][0]["env"] =
+        Json::array({{{"name", "OK"}, {"value", "1"}}, {{"name", name}, {"value", "1"}}});
+    created = client_->create(resources::trainingJobs(), ns_, bad);
+    ASSERT_FALSE(created) << name;
+    EXPECT_NE(created.error().message.find("the operator sets them"), std::string::npos)
+        << created.error().message;
+  }
+
+  // Numbers are numbers; numProcPerNode is a number or "auto".
+  bad = trainingJob(ns_, "bad", 1, {{"slowFactor", "fast"}});
+  created = client_->create(resources::trainingJobs(), ns_, bad);
+  ASSERT_FALSE(created);
+  EXPECT_NE(created.error().message.find("slowFactor"), std::string::npos);
+  for (Json value : {Json("fast"), Json(0)}) {
+    bad = trainingJob(ns_, "bad", 1);
+    bad["spec"]["numProcPerNode"] = value;
+    created = client_->create(resources::trainingJobs(), ns_, bad);
+    ASSERT_FALSE(created) << value;
+    EXPECT_NE(created.error().message.find("numProcPerNode"), std::string::npos);
+  }
+  bad = trainingJob(ns_, "bad", 1,
+                    {{"podFailurePolicy", {{"rules", Json::array({{{"action", "Ignore"}}})}}}});
+  created = client_->create(resources::trainingJobs(), ns_, bad);
+  ASSERT_FALSE(created);
+  EXPECT_NE(created.error().message.find("onExitCodes or onPodConditions"), std::string::npos);
+
   ASSERT_TRUE(create(trainingJob(ns_, "fixed", 2)));
   auto patched = client_->patch(resources::trainingJobs(), ns_, "fixed", PatchType::kMerge,
                                 {{"spec", {{"replicas", 3}}}});
@@ -376,6 +424,8 @@ TEST_F(OperatorIT, InvalidTrainingJobsAreRejectedWithAClearMessage) {
   Json fixed = job("fixed");
   EXPECT_EQ(fixed["spec"]["faultTolerance"]["maxRestarts"], 3);
   EXPECT_EQ(fixed["spec"]["trafficPlanning"]["mode"], "Advisory");
+  EXPECT_EQ(fixed["spec"]["numProcPerNode"], 1);
+  EXPECT_EQ(fixed["spec"]["faultTolerance"]["maxInfrastructureRestarts"], 10);
 }
 
 TEST_F(OperatorIT, SuspendDeletesPodsAndResumeRecreatesThem) {
@@ -389,7 +439,10 @@ TEST_F(OperatorIT, SuspendDeletesPodsAndResumeRecreatesThem) {
   ASSERT_TRUE(waitFor([&] { return job("sus")["status"].value("phase", "") == "Suspended"; }));
   ASSERT_TRUE(client_->patch(resources::trainingJobs(), ns_, "sus", PatchType::kMerge,
                              {{"spec", {{"suspend", false}}}}));
-  ASSERT_TRUE(waitFor([&] { return podsAtAttempt("sus", 2, 0, "Running"); }));
+  ASSERT_TRUE(waitFor([&] { return podsAtAttempt("sus", 2, 1, "Running"); }))
+      << "a resume starts a new attempt";
+  // The status write of the resumed attempt may be batched a moment after the pods start.
+  EXPECT_TRUE(waitFor([&] { return job("sus")["status"].value("attempt", 0) == 1; }));
   EXPECT_EQ(job("sus")["status"]["restarts"], 0) << "suspend is not a restart";
   op.stop();
 }
@@ -433,7 +486,14 @@ TEST_F(OperatorIT, NodeCordonAndUncordonWithBookkeepingAndEvents) {
   NodeActionConfig config;
   config.max_fraction = 1.0;
   config.max_cordons_per_window = 10;
-  NodeRemediator remediator(*client_, realClock(), events, config, nullptr);
+  config.state_namespace = ns_;
+  NodeRemediator remediator(
+      *client_, realClock(), events, config, nullptr,
+      [&] {
+        auto list = client_->list(resources::nodes(), "");
+        return list ? (*list)["items"].get<std::vector<Json>>() : std::vector<Json>{};
+      },
+      nullptr);
   auto outcome = remediator.cordon(node_name, "integration test: NIC fault on rank 3");
   ASSERT_TRUE(outcome) << outcome.error().toString();
   EXPECT_EQ(*outcome, CordonOutcome::kCordoned);
@@ -451,6 +511,220 @@ TEST_F(OperatorIT, NodeCordonAndUncordonWithBookkeepingAndEvents) {
   auto reasons = eventReasons(*client_, "default", node_name);
   EXPECT_NE(std::find(reasons.begin(), reasons.end(), "NodeCordoned"), reasons.end());
   EXPECT_NE(std::find(reasons.begin(), reasons.end(), "NodeUncordoned"), reasons.end());
+}
+
+// A pod of a started attempt that disappears (grace period 0, PodGC) is a crash of that rank:
+// the job restarts as a whole; the rank is never re-created into a running rendezvous.
+TEST_F(OperatorIT, AVanishedPodRestartsTheWholeJobWithoutSpendingTheBudget) {
+  OperatorInstance op(*client_, ns_);
+  ASSERT_TRUE(op.start());
+  ASSERT_TRUE(create(trainingJob(ns_, "van", 2, {{"maxRestarts", 0}})));
+  ASSERT_TRUE(waitFor([&] { return podsAtAttempt("van", 2, 0, "Running"); }));
+  DeleteOptions now;
+  now.grace_period_seconds = 0;
+  ASSERT_TRUE(client_->remove(resources::pods(), ns_, "van-1", now));
+  ASSERT_TRUE(waitFor([&] { return podsAtAttempt("van", 2, 1, "Running"); }));
+  Json status = job("van")["status"];
+  EXPECT_EQ(status["restarts"], 1);
+  EXPECT_EQ(status["restartsCountTowardsMax"], 0) << "maxRestarts 0 and still restarted";
+  EXPECT_EQ(status["infrastructureRestarts"], 1);
+  ASSERT_EQ(status["faults"].size(), 1u);
+  EXPECT_EQ(status["faults"][0]["class"], "disruption");
+  EXPECT_EQ(status["faults"][0]["rank"], 1);
+  auto reasons = eventReasons(*client_, ns_, "van");
+  EXPECT_NE(std::find(reasons.begin(), reasons.end(), "PodDisrupted"), reasons.end());
+  op.stop();
+}
+
+// Someone else's Service has the job's name: never adopted, no pod starts against it, the job
+// says why (condition + Event) and recovers once the name is free.
+TEST_F(OperatorIT, AForeignObjectWithTheChildsNameIsNeverAdopted) {
+  Json foreign = {{"apiVersion", "v1"},
+                  {"kind", "Service"},
+                  {"metadata", {{"name", "taken"}, {"namespace", ns_}}},
+                  {"spec", {{"clusterIP", "None"}, {"ports", Json::array({{{"port", 80}}})}}}};
+  ASSERT_TRUE(client_->create(resources::services(), ns_, foreign));
+  OperatorInstance op(*client_, ns_);
+  ASSERT_TRUE(op.start());
+  ASSERT_TRUE(create(trainingJob(ns_, "taken", 2)));
+  ASSERT_TRUE(waitFor([&] { return isConditionTrue(job("taken")["status"], "Degraded"); }));
+  Json status = job("taken")["status"];
+  EXPECT_EQ(status["phase"], "Pending") << "the job has a status";
+  const Json* degraded = findCondition(status, "Degraded");
+  EXPECT_EQ((*degraded)["reason"], "NameConflict");
+  EXPECT_NE((*degraded)["message"].get<std::string>().find("Service taken"), std::string::npos);
+  EXPECT_TRUE(listPods(*client_, ns_, "taken").empty());
+  auto svc = client_->get(resources::services(), ns_, "taken");
+  ASSERT_TRUE(svc);
+  EXPECT_FALSE((*svc)["metadata"].contains("ownerReferences")) << "not adopted";
+  auto reasons = eventReasons(*client_, ns_, "taken");
+  EXPECT_NE(std::find(reasons.begin(), reasons.end(), "NameConflict"), reasons.end());
+
+  ASSERT_TRUE(client_->remove(resources::services(), ns_, "taken", DeleteOptions{}));
+  ASSERT_TRUE(
+      waitFor([&] { return podsAtAttempt("taken", 2, 0, "Running"); }, std::chrono::seconds{60}));
+  ASSERT_TRUE(waitFor([&] { return !isConditionTrue(job("taken")["status"], "Degraded"); }));
+  op.stop();
+}
+
+// The API server refuses the pods (422: an invalid container name the CRD cannot see): the
+// job gets a Degraded condition and an Event with the server's message, not silence.
+TEST_F(OperatorIT, ATerminalApiErrorCreatingPodsIsACondition) {
+  OperatorInstance op(*client_, ns_);
+  ASSERT_TRUE(op.start());
+  Json tj = trainingJob(ns_, "invalid-pod", 2);
+  tj["spec"]["template"]["spec"]["containers"][0]["name"] = "Not_A_DNS_Label";
+  ASSERT_TRUE(create(tj));
+  ASSERT_TRUE(waitFor([&] { return isConditionTrue(job("invalid-pod")["status"], "Degraded"); }));
+  Json status = job("invalid-pod")["status"];
+  EXPECT_EQ(status["phase"], "Pending");
+  const Json* degraded = findCondition(status, "Degraded");
+  EXPECT_EQ((*degraded)["reason"], "FailedCreate");
+  EXPECT_NE((*degraded)["message"].get<std::string>().find("create Pod invalid-pod-"),
+            std::string::npos)
+      << (*degraded)["message"];
+  EXPECT_NE((*degraded)["message"].get<std::string>().find("Not_A_DNS_Label"), std::string::npos)
+      << "the server's own message";
+  ASSERT_TRUE(waitFor([&] {
+    auto reasons = eventReasons(*client_, ns_, "invalid-pod");
+    return std::find(reasons.begin(), reasons.end(), "FailedCreatePod") != reasons.end();
+  }));
+  EXPECT_TRUE(listPods(*client_, ns_, "invalid-pod").empty());
+  op.stop();
+}
+
+// Forwards to the real client. The first ConfigMap create returns only after the operator's
+// informer has shown the new object AND its deletion by someone else: the order a fast watch
+// and a quick user produce under load.
+class InformerFirstClient final : public KubeClient {
+ public:
+  explicit InformerFirstClient(KubeClient& real) : real_(real) {}
+  std::function<bool(const std::string& key)> cached;  // set once the controller exists
+  Result<Json> get(const ResourceType& t, std::string_view ns, std::string_view name,
+                   std::string_view sub) override {
+    return real_.get(t, ns, name, sub);
+  }
+  Result<Json> list(const ResourceType& t, std::string_view ns, const ListOptions& o) override {
+    return real_.list(t, ns, o);
+  }
+  Result<Json> create(const ResourceType& t, std::string_view ns, const Json& obj,
+                      const WriteOptions& o) override {
+    auto result = real_.create(t, ns, obj, o);
+    if (result && t.resource == "configmaps" && !raced_.exchange(true)) {
+      const std::string key = objectKey(*result);
+      EXPECT_TRUE(waitFor([&] { return cached(key); }, std::chrono::seconds{10}));
+      EXPECT_TRUE(real_.remove(t, ns, objectName(*result), DeleteOptions{}));
+      EXPECT_TRUE(waitFor([&] { return !cached(key); }, std::chrono::seconds{10}));
+    }
+    return result;
+  }
+  Result<Json> update(const ResourceType& t, std::string_view ns, const Json& obj,
+                      const WriteOptions& o) override {
+    return real_.update(t, ns, obj, o);
+  }
+  Result<Json> patch(const ResourceType& t, std::string_view ns, std::string_view name,
+                     PatchType pt, const Json& body, const PatchOptions& o) override {
+    return real_.patch(t, ns, name, pt, body, o);
+  }
+  Status remove(const ResourceType& t, std::string_view ns, std::string_view name,
+                const DeleteOptions& o) override {
+    return real_.remove(t, ns, name, o);
+  }
+  Status watch(const ResourceType& t, std::string_view ns, const WatchOptions& o,
+               const WatchHandler& h) override {
+    return real_.watch(t, ns, o, h);
+  }
+
+ private:
+  KubeClient& real_;
+  std::atomic<bool> raced_{false};
+};
+
+// Expectations are raised before the create (client-go): when the informer reports a child
+// (and here its deletion) before create() returns, nothing stale is left behind, so the child
+// is re-created at once rather than after the expectation's 15 s TTL.
+TEST_F(OperatorIT, AChildSeenBeforeItsCreateReturnedLeavesNoStaleExpectation) {
+  InformerFirstClient client(*client_);
+  OperatorInstance op(client, ns_);
+  client.cached = [&](const std::string& key) {
+    return op.controller().configMapInformer().store().get(key).has_value();
+  };
+  ASSERT_TRUE(op.start());
+  ASSERT_TRUE(create(trainingJob(ns_, "exp", 1)));
+  auto created_at = std::chrono::steady_clock::now();
+  ASSERT_TRUE(waitFor([&] { return podsAtAttempt("exp", 1, 0, "Running"); }));
+  ASSERT_TRUE(
+      waitFor([&] { return bool(client_->get(resources::configMaps(), ns_, "exp-c4-plan")); },
+              std::chrono::seconds{30}));
+  EXPECT_LT(std::chrono::steady_clock::now() - created_at, std::chrono::seconds{8})
+      << "a stale expectation would hold the re-create for 15 s";
+  op.stop();
+}
+
+// A node that goes NotReady under a job is node-level evidence: the node is cordoned and
+// tainted through the circuit breaker (Events on the job and the node), and the job restarts
+// without spending the user's budget.
+TEST_F(OperatorIT, ANodeThatWentNotReadyUnderTheJobIsCordonedAndTheJobRestarts) {
+  // A node KWOK does not manage stays NotReady (KWOK would heal its own nodes at once).
+  const std::string node_name = uniqueName("sick");
+  Json node = {{"apiVersion", "v1"},
+               {"kind", "Node"},
+               {"metadata", {{"name", node_name}, {"labels", {{"c4.dev/it", "sick"}}}}}};
+  ASSERT_TRUE(client_->create(resources::nodes(), "", node));
+  struct Cleanup {
+    KubeClient& c;
+    std::string n;
+    ~Cleanup() { (void)c.remove(resources::nodes(), "", n, DeleteOptions{}); }
+  } cleanup{*client_, node_name};
+  ASSERT_TRUE(client_->patch(resources::nodes(), "", node_name, PatchType::kMerge,
+                             {{"status",
+                               {{"conditions", Json::array({{{"type", "Ready"},
+                                                             {"status", "False"},
+                                                             {"reason", "KubeletNotReady"},
+                                                             {"message", "integration test"}}})}}}},
+                             statusSubresource()));
+
+  EventRecorder events(*client_, realClock(), "c4-operator", "it", nullptr);
+  NodeActionConfig actions;
+  actions.max_fraction = 1.0;
+  actions.max_cordons_per_window = 10;
+  actions.state_namespace = ns_;
+  TrainingJobController* controller = nullptr;
+  NodeRemediator remediator(
+      *client_, realClock(), events, actions,
+      [&](const std::string& n) { return controller->nodeInformer().store().get(n); },
+      [&] { return controller->nodeInformer().store().list(); }, nullptr);
+  OperatorInstance op(*client_, ns_, nullptr,
+                      [&](ControllerConfig& c) { c.remediator = &remediator; });
+  controller = &op.controller();
+  ASSERT_TRUE(op.start());
+  Json tj = trainingJob(ns_, "on-sick", 1, {{"maxRestarts", 0}});
+  tj["spec"]["template"]["spec"]["nodeName"] = node_name;  // no kubelet: the test plays it
+  ASSERT_TRUE(create(tj));
+  ASSERT_TRUE(waitFor([&] { return podsAtAttempt("on-sick", 1, 0, nullptr); }));
+  ASSERT_TRUE(setPodPhase(*client_, ns_, "on-sick-0", "Failed", 137));
+  ASSERT_TRUE(waitFor([&] {
+    auto n = client_->get(resources::nodes(), "", node_name);
+    return n && annotationOf(*n, "c4.dev/cordoned-by") != "";
+  }));
+  Json cordoned = *client_->get(resources::nodes(), "", node_name);
+  EXPECT_EQ(cordoned["spec"]["unschedulable"], true);
+  bool tainted = false;
+  for (const auto& t : cordoned["spec"]["taints"]) tainted |= t["key"] == "c4.dev/faulty";
+  EXPECT_TRUE(tainted);
+  EXPECT_NE(annotationOf(cordoned, "c4.dev/cordon-reason").find("NotReady"), std::string::npos);
+  ASSERT_TRUE(waitFor([&] { return job("on-sick")["status"].value("restarts", 0) == 1; }));
+  Json status = job("on-sick")["status"];
+  EXPECT_EQ(status["restartsCountTowardsMax"], 0);
+  EXPECT_EQ(status["faults"][0]["class"], "disruption");
+  ASSERT_TRUE(waitFor([&] {
+    auto reasons = eventReasons(*client_, ns_, "on-sick");
+    return std::find(reasons.begin(), reasons.end(), "NodeCordoned") != reasons.end();
+  }));
+  auto node_reasons = eventReasons(*client_, "default", node_name);
+  EXPECT_NE(std::find(node_reasons.begin(), node_reasons.end(), "NodeCordoned"),
+            node_reasons.end());
+  op.stop();
 }
 
 }  // namespace

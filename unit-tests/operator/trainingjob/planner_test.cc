@@ -380,7 +380,19 @@ TEST(PlannerTest, SuspendDeletesPodsKeepsStateAndResumes) {
   EXPECT_TRUE(hasEvent(resumed, "Resumed"));
   EXPECT_FALSE(isConditionTrue(resumed.status, "Suspended"));
   ASSERT_EQ(resumed.pods_to_create.size(), 2u);
-  EXPECT_EQ(resumed.pods_to_create[0]["metadata"]["labels"]["c4.dev/restart-attempt"], "1");
+  EXPECT_EQ(resumed.pods_to_create[0]["metadata"]["labels"]["c4.dev/restart-attempt"], "2")
+      << "a resume starts a new attempt";
+  EXPECT_EQ(resumed.status["restarts"], 1) << "but is no restart";
+
+  // What the informer saw of the suspended attempt (its pods going away) is no crash now.
+  job = withStatus(job, resumed);
+  PlanContext seen;
+  seen.observed_attempt = 1;
+  seen.observed_indexes = {0, 1};
+  seen.gone_pods[0] = makePod(job, 0, 1, "Running");
+  JobPlan after = planReconcile(job, {}, healthyNode, clock.wallNow(), seen);
+  EXPECT_FALSE(after.restart_started);
+  EXPECT_EQ(after.pods_to_create.size(), 2u);
 }
 
 TEST(PlannerTest, AllReplicasSucceededCompletesTheJob) {
