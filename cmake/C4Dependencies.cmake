@@ -1,6 +1,7 @@
 # Finds every third-party dependency once, with a clear message when one is missing.
-# Required: nlohmann/json, yaml-cpp, libcurl, cpprestsdk, rdma-core (libibverbs), pthreads;
-# GoogleTest when C4_BUILD_TESTS. Optional: mlx5dv, Google Benchmark, CUDA Toolkit, NCCL.
+# Required: nlohmann/json, yaml-cpp, libcurl, pthreads; GoogleTest when C4_BUILD_TESTS.
+# Optional: Google Benchmark, CUDA Toolkit, NCCL. A dependency is required only once code links
+# it (docs/dependencies.md): rdma-core joins when the verbs transport lands.
 # `scripts/setup.sh` installs all of them on Debian 12.
 
 include(FindPackageHandleStandardArgs)
@@ -36,26 +37,6 @@ if(NOT CURL_FOUND)
 endif()
 c4_dep_found("libcurl" "${CURL_VERSION_STRING}")
 
-find_package(cpprestsdk CONFIG QUIET)
-if(NOT cpprestsdk_FOUND)
-  message(FATAL_ERROR "cpprestsdk not found (Debian: libcpprest-dev). ${C4_SETUP_HINT}")
-endif()
-c4_dep_found("cpprestsdk" "found")
-
-pkg_check_modules(IBVERBS QUIET IMPORTED_TARGET libibverbs)
-if(NOT IBVERBS_FOUND)
-  message(FATAL_ERROR "rdma-core libibverbs not found (Debian: libibverbs-dev). ${C4_SETUP_HINT}")
-endif()
-c4_dep_found("rdma-core libibverbs" "${IBVERBS_VERSION}")
-pkg_check_modules(MLX5 QUIET IMPORTED_TARGET libmlx5)
-if(MLX5_FOUND)
-  set(C4_HAVE_MLX5DV ON)
-  c4_dep_found("rdma-core mlx5dv" "${MLX5_VERSION}")
-else()
-  set(C4_HAVE_MLX5DV OFF)
-  c4_dep_found("rdma-core mlx5dv" "not found (RoCE source-port steering disabled)")
-endif()
-
 if(C4_BUILD_TESTS)
   find_package(GTest CONFIG QUIET)
   if(NOT GTest_FOUND)
@@ -80,10 +61,10 @@ endif()
 find_package(CUDAToolkit QUIET)
 if(CUDAToolkit_FOUND)
   set(C4_HAVE_CUDA ON)
-  c4_dep_found("CUDA Toolkit" "${CUDAToolkit_VERSION}")
+  c4_dep_found("CUDA Toolkit" "${CUDAToolkit_VERSION} (optional: nothing built here needs it yet)")
 else()
   set(C4_HAVE_CUDA OFF)
-  c4_dep_found("CUDA Toolkit" "not found (GPU probes and GPU-memory tests disabled)")
+  c4_dep_found("CUDA Toolkit" "not found (optional: nothing built here needs it yet)")
 endif()
 find_path(NCCL_INCLUDE_DIR nccl.h HINTS ENV NCCL_HOME PATH_SUFFIXES include)
 find_library(NCCL_LIBRARY nccl HINTS ENV NCCL_HOME PATH_SUFFIXES lib lib64)
@@ -92,7 +73,7 @@ if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
   c4_dep_found("NCCL" "${NCCL_LIBRARY}")
 else()
   set(C4_HAVE_NCCL OFF)
-  c4_dep_found("NCCL" "not found (the plugin needs none to build, real-NCCL tests skip)")
+  c4_dep_found("NCCL" "not found (the plugin needs none to build)")
 endif()
 
 function(c4_print_dependency_summary)
