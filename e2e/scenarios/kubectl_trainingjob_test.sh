@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What a user sees, through kubectl only, against the shared test cluster: the CRD rejects
 # invalid TrainingJobs with a clear message; the example job (crds/examples/llm-pretrain.yaml)
-# runs under the real c4-operator binary; `kubectl get tj` shows State, Restarts, Last Fault and
+# runs under the real c4-operator binary; `kubectl get tj` shows State, Ready, Replicas, Restarts, Last Fault and
 # Age; a failed pod restarts the job, and `kubectl describe tj` shows the Events.
 #
 #   e2e/scenarios/kubectl_trainingjob_test.sh <c4-operator binary>   (needs $C4_TESTENV_DIR)
@@ -66,6 +66,14 @@ invalid "Enforce" "  replicas: 1
   trafficPlanning: {mode: Sometimes}
   template: {spec: {containers: [{name: t, image: i}]}}"
 invalid "template" "  replicas: 2"
+invalid "the operator sets them" "  replicas: 1
+  template: {spec: {containers: [{name: t, image: i, env: [{name: WORLD_SIZE, value: '8'}]}]}}"
+invalid "spec.managedBy" "  replicas: 1
+  managedBy: kueue.x-k8s.io/multikeuee
+  template: {spec: {containers: [{name: t, image: i}]}}"
+invalid "numProcPerNode" "  replicas: 1
+  numProcPerNode: all
+  template: {spec: {containers: [{name: t, image: i}]}}"
 kubectl get tj -n "$NS" bad >/dev/null 2>&1 && fail "an invalid TrainingJob was stored"
 
 # 2. The operator binary, watching this namespace only.
@@ -81,15 +89,18 @@ wait_until 60 "llm-pretrain Running" bash -c "[[ \$(kubectl get tj -n $NS llm-pr
 table=$(kubectl get tj -n "$NS")
 echo "$table"
 header=$(echo "$table" | head -1)
-for column in NAME STATE RESTARTS "LAST FAULT" AGE; do
+for column in NAME STATE READY REPLICAS RESTARTS "LAST FAULT" AGE; do
   [[ $header == *"$column"* ]] || fail "kubectl get tj has no column $column"
 done
-echo "$table" | grep -E '^llm-pretrain +Running +0 ' >/dev/null || fail "row does not say Running, 0 restarts"
+echo "$table" | grep -E '^llm-pretrain +Running +4 +4 +0 ' >/dev/null \
+  || fail "row does not say Running, 4 replicas, 0 restarts"
 env_of() {  # env_of <pod> <name>
   kubectl get pod -n "$NS" "$1" -o jsonpath="{.spec.containers[0].env[?(@.name==\"$2\")].value}"
 }
-[[ $(env_of llm-pretrain-2 RANK) == 2 && $(env_of llm-pretrain-2 WORLD_SIZE) == 4 ]] \
-  || fail "RANK/WORLD_SIZE of llm-pretrain-2"
+# 8 GPUs per pod, numProcPerNode: auto -> 8 ranks per pod, 32 in all.
+[[ $(env_of llm-pretrain-2 PET_NODE_RANK) == 2 && $(env_of llm-pretrain-2 WORLD_SIZE) == 32 &&
+   $(env_of llm-pretrain-2 PET_NPROC_PER_NODE) == 8 && $(env_of llm-pretrain-2 PET_NNODES) == 4 ]] \
+  || fail "PET_NODE_RANK/WORLD_SIZE/PET_NPROC_PER_NODE/PET_NNODES of llm-pretrain-2"
 [[ $(env_of llm-pretrain-2 MASTER_ADDR) == llm-pretrain-0.llm-pretrain ]] || fail "MASTER_ADDR"
 
 # 4. A rank fails (as its kubelet would report it): the whole job restarts as attempt 1.
@@ -100,7 +111,7 @@ wait_until 60 "llm-pretrain Running again" bash -c "[[ \$(kubectl get tj -n $NS 
 [[ $(env_of llm-pretrain-0 C4_RESTART_ATTEMPT) == 1 ]] || fail "pods are not attempt 1"
 row=$(kubectl get tj -n "$NS" llm-pretrain --no-headers)
 echo "$row"
-[[ $row =~ ^llm-pretrain\ +Running\ +1\ +.*llm-pretrain-3 ]] || fail "row does not show 1 restart and the last fault: $row"
+[[ $row =~ ^llm-pretrain\ +Running\ +4\ +4\ +1\ +.*llm-pretrain-3 ]] || fail "row does not show 1 restart and the last fault: $row"
 describe=$(kubectl describe tj -n "$NS" llm-pretrain)
 for reason in PodFailed RestartingFromCheckpoint Restarted; do
   [[ $describe == *"$reason"* ]] || { echo "$describe" >&2; fail "kubectl describe shows no $reason event"; }
