@@ -316,4 +316,41 @@ inline Status setPodPhase(KubeClient& client, const std::string& ns, const std::
   return okStatus();
 }
 
+// A Node that KWOK does not manage, NotReady (KWOK heals its own nodes at once), deleted when
+// this object goes. Pods reach it through spec.nodeName; the test plays their kubelet.
+class NotReadyNode {
+ public:
+  NotReadyNode(KubeClient& client, const std::string& prefix)
+      : client_(client), name_(uniqueName(prefix)) {
+    Json node = {{"apiVersion", "v1"},
+                 {"kind", "Node"},
+                 {"metadata", {{"name", name_}, {"labels", {{"c4.dev/it", prefix}}}}}};
+    auto created = client_.create(resources::nodes(), "", node);
+    EXPECT_TRUE(created) << created.error().toString();
+    PatchOptions status;
+    status.subresource = "status";
+    auto patched =
+        client_.patch(resources::nodes(), "", name_, PatchType::kMerge,
+                      {{"status",
+                        {{"conditions", Json::array({{{"type", "Ready"},
+                                                      {"status", "False"},
+                                                      {"reason", "KubeletNotReady"},
+                                                      {"message", "integration test"}}})}}}},
+                      status);
+    EXPECT_TRUE(patched) << patched.error().toString();
+  }
+  ~NotReadyNode() { (void)client_.remove(resources::nodes(), "", name_, DeleteOptions{}); }
+  NotReadyNode(const NotReadyNode&) = delete;
+  NotReadyNode& operator=(const NotReadyNode&) = delete;
+  [[nodiscard]] const std::string& name() const { return name_; }
+  [[nodiscard]] bool cordonedByC4() const {
+    auto n = client_.get(resources::nodes(), "", name_);
+    return n && !annotationOf(*n, "c4.dev/cordoned-by").empty();
+  }
+
+ private:
+  KubeClient& client_;
+  std::string name_;
+};
+
 }  // namespace c4::op::it

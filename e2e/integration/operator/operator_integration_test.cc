@@ -665,25 +665,8 @@ TEST_F(OperatorIT, AChildSeenBeforeItsCreateReturnedLeavesNoStaleExpectation) {
 // tainted through the circuit breaker (Events on the job and the node), and the job restarts
 // without spending the user's budget.
 TEST_F(OperatorIT, ANodeThatWentNotReadyUnderTheJobIsCordonedAndTheJobRestarts) {
-  // A node KWOK does not manage stays NotReady (KWOK would heal its own nodes at once).
-  const std::string node_name = uniqueName("sick");
-  Json node = {{"apiVersion", "v1"},
-               {"kind", "Node"},
-               {"metadata", {{"name", node_name}, {"labels", {{"c4.dev/it", "sick"}}}}}};
-  ASSERT_TRUE(client_->create(resources::nodes(), "", node));
-  struct Cleanup {
-    KubeClient& c;
-    std::string n;
-    ~Cleanup() { (void)c.remove(resources::nodes(), "", n, DeleteOptions{}); }
-  } cleanup{*client_, node_name};
-  ASSERT_TRUE(client_->patch(resources::nodes(), "", node_name, PatchType::kMerge,
-                             {{"status",
-                               {{"conditions", Json::array({{{"type", "Ready"},
-                                                             {"status", "False"},
-                                                             {"reason", "KubeletNotReady"},
-                                                             {"message", "integration test"}}})}}}},
-                             statusSubresource()));
-
+  NotReadyNode sick(*client_, "sick");
+  const std::string& node_name = sick.name();
   EventRecorder events(*client_, realClock(), "c4-operator", "it", nullptr);
   NodeActionConfig actions;
   actions.max_fraction = 1.0;

@@ -369,5 +369,47 @@ TEST_F(ProcessIT, SigkillAtRandomMomentsOfRestartsNeverRestartsTwiceForOneFault)
   EXPECT_TRUE(podsAtAttempt(*client_, ns_, "chaos", kReplicas, kFaults, "Running"));
 }
 
+// The node-action flags reach the binary's remediation path: a job's pod fails on a node that
+// went NotReady, and the binary cordons it — or, with --dry-run, only says it would; or, with a
+// spent --cordon-max-per-hour, only says the circuit breaker is open. The breaker's state lives
+// next to the lease (--lease-namespace).
+TEST_F(ProcessIT, NodeActionFlagsDecideWhatTheBinaryDoesToAFaultyNode) {
+  struct Case {
+    std::string name;
+    std::vector<std::string> flags;
+    std::string job_event;
+    bool cordoned;
+  };
+  const std::vector<Case> cases = {
+      {"dry", {"--dry-run=true"}, "CordonDryRun", false},
+      {"capped", {"--cordon-max-per-hour=0"}, "CordonSkipped", false},
+      {"acts", {}, "NodeCordoned", true},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    NotReadyNode sick(*client_, "sick-" + c.name);
+    std::vector<std::string> flags = {"--leader-elect=false", "--lease-namespace=" + ns_,
+                                      "--cordon-max-fraction=1"};
+    flags.insert(flags.end(), c.flags.begin(), c.flags.end());
+    auto op = startOperator(c.name, flags);
+    Json tj = trainingJob(ns_, "tj-" + c.name, 1);
+    tj["spec"]["template"]["spec"]["nodeName"] = sick.name();
+    ASSERT_TRUE(createJob(tj));
+    ASSERT_TRUE(waitFor([&] { return !listPods(*client_, ns_, "tj-" + c.name).empty(); }))
+        << op->log();
+    ASSERT_TRUE(setPodPhase(*client_, ns_, "tj-" + c.name + "-0", "Failed", 137));
+    ASSERT_TRUE(waitFor([&] {
+      auto reasons = eventReasons(*client_, ns_, "tj-" + c.name);
+      return std::find(reasons.begin(), reasons.end(), c.job_event) != reasons.end();
+    })) << op->log();
+    EXPECT_EQ(sick.cordonedByC4(), c.cordoned);
+    auto node_reasons = eventReasons(*client_, "default", sick.name());
+    EXPECT_NE(std::find(node_reasons.begin(), node_reasons.end(), c.job_event), node_reasons.end())
+        << "the Node shows it too";
+    op->signal(SIGTERM);
+    EXPECT_TRUE(op->waitExit(10s));
+  }
+}
+
 }  // namespace
 }  // namespace c4::op::it
