@@ -107,7 +107,6 @@ class TrainingJobController {
 
   metrics::Family<metrics::Counter>& reconciles_;
   metrics::Family<metrics::Histogram>& reconcile_seconds_;
-  metrics::Family<metrics::Gauge>& queue_depth_;
   metrics::Family<metrics::Counter>& restarts_;
   metrics::Family<metrics::Counter>& pods_created_;
 };
