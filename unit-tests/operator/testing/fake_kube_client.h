@@ -7,6 +7,9 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "operator/client/kube_client.h"
 
@@ -66,10 +69,15 @@ class FakeKubeClient final : public KubeClient {
     it->second = stored;
     return stored;
   }
+  // Every patch type is applied as a JSON merge patch (the same for the scalar fields tests
+  // patch); each call is recorded, failed ones too.
   Result<Json> patch(const ResourceType& type, std::string_view ns, std::string_view name,
-                     PatchType, const Json& body, const PatchOptions&) override {
+                     PatchType patch_type, const Json& body, const PatchOptions& options) override {
     std::lock_guard lock(mu_);
     ++calls_;
+    patches_.push_back(PatchCall{type.resource, std::string(ns), std::string(name), patch_type,
+                                 body, options.subresource});
+    if (fail_next_) return takeFailure();
     auto it = objects_.find(key(type, ns, name));
     if (it == objects_.end()) return makeError(ErrorCode::kNotFound, "not found");
     it->second.merge_patch(body);
@@ -145,6 +153,27 @@ class FakeKubeClient final : public KubeClient {
     }
     return out;
   }
+  struct PatchCall {
+    std::string resource;
+    std::string ns;
+    std::string name;
+    PatchType type;
+    Json body;
+    std::string subresource;
+  };
+  std::vector<PatchCall> patches() {
+    std::lock_guard lock(mu_);
+    return patches_;
+  }
+  // The stored objects of one resource (all namespaces), in key order.
+  std::vector<Json> stored(const ResourceType& type) {
+    std::lock_guard lock(mu_);
+    std::vector<Json> out;
+    for (const auto& [k, v] : objects_) {
+      if (k.rfind(type.resource + "|", 0) == 0) out.push_back(v);
+    }
+    return out;
+  }
   std::vector<std::string> watchResourceVersions() {
     std::lock_guard lock(mu_);
     return watch_rvs_;
@@ -173,6 +202,7 @@ class FakeKubeClient final : public KubeClient {
   std::mutex mu_;
   std::map<std::string, Json> objects_;
   std::vector<Json> created_;
+  std::vector<PatchCall> patches_;
   std::uint64_t rv_ = 100;
   int calls_ = 0;
   std::optional<Error> fail_next_;
