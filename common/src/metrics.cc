@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <limits>
 #include <stdexcept>
+#include <utility>
 
 namespace c4::metrics {
 
@@ -85,6 +86,34 @@ struct Registry::Entry {
 
 Registry::Registry() = default;
 Registry::~Registry() = default;
+
+CollectHook::CollectHook(CollectHook&& other) noexcept
+    : registry_(std::exchange(other.registry_, nullptr)), id_(other.id_) {}
+
+CollectHook& CollectHook::operator=(CollectHook&& other) noexcept {
+  if (this != &other) {
+    reset();
+    registry_ = std::exchange(other.registry_, nullptr);
+    id_ = other.id_;
+  }
+  return *this;
+}
+
+void CollectHook::reset() {
+  if (registry_ != nullptr) std::exchange(registry_, nullptr)->removeHook(id_);
+}
+
+CollectHook Registry::onCollect(std::function<void()> refresh) {
+  std::lock_guard lock(hooks_mu_);
+  std::uint64_t id = next_hook_id_++;
+  hooks_.emplace(id, std::move(refresh));
+  return CollectHook(this, id);
+}
+
+void Registry::removeHook(std::uint64_t id) {
+  std::lock_guard lock(hooks_mu_);
+  hooks_.erase(id);
+}
 
 bool isValidMetricName(std::string_view name) noexcept {
   if (name.empty()) return false;
@@ -244,6 +273,10 @@ std::string labelSet(const std::vector<std::string>& names, const std::vector<st
 }  // namespace
 
 std::string Registry::expose() const {
+  {
+    std::lock_guard hooks_lock(hooks_mu_);
+    for (const auto& [id, refresh] : hooks_) refresh();
+  }
   std::lock_guard lock(mu_);
   std::string out;
   for (const auto& [name, e] : entries_) {

@@ -65,13 +65,12 @@ TrainingJobController::TrainingJobController(KubeClient& client, Clock& clock,
       log_("controller"),
       events_(config_.event_client != nullptr ? *config_.event_client : client, clock,
               "c4-operator", config_.identity, &registry),
-      queue_(clock, defaultControllerRateLimiter(clock)),
+      queue_(clock, defaultControllerRateLimiter(clock), &registry, "trainingjob"),
       reconciles_(
           registry.counter("c4_operator_reconciles_total", "Reconciles by result.", {"result"})),
       reconcile_seconds_(registry.histogram("c4_operator_reconcile_duration_seconds",
                                             "Time spent in one reconcile.", {},
                                             metrics::exponentialBuckets(0.001, 2.0, 20))),
-      queue_depth_(registry.gauge("c4_operator_workqueue_depth", "Keys ready in the work queue.")),
       restarts_(registry.counter("c4_operator_job_restarts_total", "Whole-job restarts started.")),
       pods_created_(registry.counter("c4_operator_pods_created_total", "Pods created.")),
       child_errors_(registry.counter("c4_operator_child_errors_total",
@@ -82,7 +81,6 @@ TrainingJobController::TrainingJobController(KubeClient& client, Clock& clock,
   }
   restarts_.get();
   pods_created_.get();
-  queue_depth_.get();
   const std::string& ns = config_.watch_namespace;
   jobs_ = std::make_unique<Informer>(client, clock, resources::trainingJobs(), ns);
   pods_ = std::make_unique<Informer>(client, clock, resources::pods(), ns, labels::kJobName);
@@ -212,7 +210,6 @@ void TrainingJobController::worker() {
   for (;;) {
     auto key = queue_.get();
     if (!key) return;
-    queue_depth_.get().set(static_cast<double>(queue_.len()));
     MonoTime start = clock_.monoNow();
     Result<ReconcileResult> result = makeError(ErrorCode::kInternal, "not run");
     try {

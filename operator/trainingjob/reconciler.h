@@ -141,7 +141,6 @@ class TrainingJobController {
 
   metrics::Family<metrics::Counter>& reconciles_;
   metrics::Family<metrics::Histogram>& reconcile_seconds_;
-  metrics::Family<metrics::Gauge>& queue_depth_;
   metrics::Family<metrics::Counter>& restarts_;
   metrics::Family<metrics::Counter>& pods_created_;
   metrics::Family<metrics::Counter>& child_errors_;

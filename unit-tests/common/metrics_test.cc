@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
+#include <memory>
 #include <thread>
 
 namespace c4::metrics {
@@ -102,6 +104,57 @@ TEST(MetricsTest, ConcurrentIncrementsAreNotLost) {
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(c.value(), 40000);
+}
+
+TEST(MetricsTest, CollectHooksRefreshGaugesBeforeExposition) {
+  Registry reg;
+  auto& g = reg.gauge("c4_test_oldest_seconds", "Oldest item.").get();
+  double computed = 3;
+  int calls = 0;
+  auto hook = reg.onCollect([&] {
+    ++calls;
+    g.set(computed);
+  });
+  EXPECT_NE(reg.expose().find("c4_test_oldest_seconds 3\n"), std::string::npos);
+  computed = 5;
+  EXPECT_NE(reg.expose().find("c4_test_oldest_seconds 5\n"), std::string::npos);
+  EXPECT_EQ(calls, 2);
+
+  CollectHook moved = std::move(hook);  // the registration follows the handle
+  computed = 6;
+  EXPECT_NE(reg.expose().find("c4_test_oldest_seconds 6\n"), std::string::npos);
+  EXPECT_EQ(calls, 3);
+  moved.reset();
+  computed = 7;
+  EXPECT_NE(reg.expose().find("c4_test_oldest_seconds 6\n"), std::string::npos);
+  EXPECT_EQ(calls, 3) << "a removed hook is not called";
+  {
+    auto scoped = reg.onCollect([&] { ++calls; });
+    (void)reg.expose();
+  }
+  (void)reg.expose();
+  EXPECT_EQ(calls, 4) << "a destroyed handle removes its hook";
+}
+
+TEST(MetricsTest, RemovingAHookWaitsForItsRunningCall) {
+  Registry reg;
+  std::atomic<bool> entered{false};
+  std::atomic<bool> release{false};
+  std::atomic<bool> finished{false};
+  auto hook = std::make_unique<CollectHook>(reg.onCollect([&] {
+    entered = true;
+    while (!release) std::this_thread::yield();
+    finished = true;
+  }));
+  std::thread scraper([&] { (void)reg.expose(); });
+  while (!entered) std::this_thread::yield();
+  std::thread remover([&] {
+    hook.reset();  // blocks until the running call returns
+    EXPECT_TRUE(finished);
+  });
+  release = true;
+  remover.join();
+  scraper.join();
 }
 
 TEST(MetricsTest, ExponentialBuckets) {

@@ -710,5 +710,89 @@ TEST_F(OperatorIT, ANodeThatWentNotReadyUnderTheJobIsCordonedAndTheJobRestarts) 
   op.stop();
 }
 
+// Event correlation against the real API server: what `kubectl describe` shows is one Event per
+// repeated occurrence, with its count and first/last timestamps. The recorder runs on simulated
+// time that starts at the real wall time, so the timestamps are exact.
+TEST_F(OperatorIT, IdenticalEventsAreOneEventWithCountAndTimestamps) {
+  auto object = client_->create(resources::configMaps(), ns_,
+                                {{"apiVersion", "v1"},
+                                 {"kind", "ConfigMap"},
+                                 {"metadata", {{"name", "evt"}}},
+                                 {"data", {{"k", "v"}}}});
+  ASSERT_TRUE(object) << object.error().toString();
+  SimulatedClock clock(std::chrono::floor<std::chrono::seconds>(std::chrono::system_clock::now()));
+  metrics::Registry registry;
+  EventRecorder events(*client_, clock, "c4-operator", "it", &registry);
+  auto eventsOfObject = [&] {
+    ListOptions by_object;
+    by_object.field_selector = "involvedObject.name=evt";
+    auto list = client_->list(resources::events(), ns_, by_object);
+    EXPECT_TRUE(list) << list.error().toString();
+    std::vector<Json> out;
+    if (list) {
+      for (const auto& e : (*list)["items"]) out.push_back(e);
+    }
+    return out;
+  };
+
+  const std::string first = formatRfc3339(clock.wallNow());
+  for (int i = 0; i < 3; ++i) {
+    if (i > 0) clock.advance(std::chrono::seconds{30});
+    events.record(*object, "Warning", "RankFailed", "rank 3 exited with 137");
+  }
+  auto listed = eventsOfObject();
+  ASSERT_EQ(listed.size(), 1u);
+  Json e = listed[0];
+  EXPECT_EQ(e["count"], 3);
+  EXPECT_EQ(e["firstTimestamp"], first);
+  EXPECT_EQ(e["lastTimestamp"], formatRfc3339(clock.wallNow()));  // 60 s after the first
+  EXPECT_EQ(e["type"], "Warning");
+  EXPECT_EQ(e["reason"], "RankFailed");
+  EXPECT_EQ(e["message"], "rank 3 exited with 137");
+  EXPECT_EQ(e["source"]["component"], "c4-operator");
+  EXPECT_EQ(e["involvedObject"]["kind"], "ConfigMap");
+  EXPECT_EQ(e["involvedObject"]["namespace"], ns_);
+  EXPECT_EQ(e["involvedObject"]["uid"], (*object)["metadata"]["uid"]);
+  EXPECT_EQ(registry.counter("c4_operator_events_total", "", {"type", "reason", "result"})
+                .labels({"Warning", "RankFailed", "ok"})
+                .value(),
+            3.0);
+
+  // The Event expires (the API server's event TTL): the next occurrence creates it again, with
+  // its name, count and first timestamp.
+  const std::string name = e["metadata"]["name"];
+  ASSERT_TRUE(client_->remove(resources::events(), ns_, name, DeleteOptions{}));
+  clock.advance(std::chrono::seconds{30});
+  events.record(*object, "Warning", "RankFailed", "rank 3 exited with 137");
+  listed = eventsOfObject();
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0]["metadata"]["name"], name);
+  EXPECT_EQ(listed[0]["count"], 4);
+  EXPECT_EQ(listed[0]["firstTimestamp"], first);
+  EXPECT_EQ(listed[0]["lastTimestamp"], formatRfc3339(clock.wallNow()));
+
+  // Eleven similar Events (one reason, different messages): nine of their own, then one combined
+  // Event counted twice, carrying the latest message.
+  for (int i = 0; i < 11; ++i) {
+    clock.advance(std::chrono::seconds{1});
+    events.record(*object, "Normal", "CheckpointSaved", "step " + std::to_string(i * 100));
+  }
+  std::vector<Json> saved;
+  for (const auto& item : eventsOfObject()) {
+    if (item["reason"] == "CheckpointSaved") saved.push_back(item);
+  }
+  ASSERT_EQ(saved.size(), 10u);
+  int combined = 0;
+  for (const auto& item : saved) {
+    if (item["message"] == "(combined from similar events): step 1000") {
+      ++combined;
+      EXPECT_EQ(item["count"], 2);
+    } else {
+      EXPECT_EQ(item["count"], 1);
+    }
+  }
+  EXPECT_EQ(combined, 1);
+}
+
 }  // namespace
 }  // namespace c4::op::it

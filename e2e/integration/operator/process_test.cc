@@ -222,7 +222,20 @@ TEST_F(ProcessIT, ServesMetricsAndHealthAndStopsCleanlyOnSigterm) {
   EXPECT_EQ(metricValue(metrics, "c4_operator_job_restarts_total"), 1.0);
   EXPECT_GE(metricValue(metrics, "c4_operator_reconciles_total{result=\"success\"}").value_or(0),
             1.0);
-  EXPECT_TRUE(metricValue(metrics, "c4_operator_workqueue_depth").has_value()) << metrics;
+  EXPECT_TRUE(metricValue(metrics, "c4_operator_workqueue_depth{name=\"trainingjob\"}")) << metrics;
+  EXPECT_GE(
+      metricValue(metrics, "c4_operator_workqueue_adds_total{name=\"trainingjob\"}").value_or(0),
+      1.0)
+      << metrics;
+  EXPECT_GE(metricValue(metrics,
+                        "c4_operator_workqueue_work_duration_seconds_count{name=\"trainingjob\"}")
+                .value_or(0),
+            1.0)
+      << metrics;
+  EXPECT_TRUE(metricValue(metrics,
+                          "c4_operator_workqueue_longest_running_processor_seconds{name="
+                          "\"trainingjob\"}"))
+      << metrics;
   EXPECT_GE(metricValue(metrics, "c4_operator_api_requests_total{verb=\"POST\",code=\"201\"}")
                 .value_or(0),
             4.0)

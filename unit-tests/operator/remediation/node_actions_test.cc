@@ -159,7 +159,7 @@ TEST(NodeActionsTest, NodesComeFromTheCacheAndAStaleOneCostsOneRetry) {
   auto r = f.remediator(permissive());
   ASSERT_EQ(*r.cordon("node-1", "x"), CordonOutcome::kCordoned);
   EXPECT_EQ(f.api.gets("nodes"), 0) << "an up-to-date cache needs no read of the node";
-  EXPECT_EQ(f.api.patches(), 1) << "one conditional patch, not GET + PUT";
+  EXPECT_EQ(f.api.patchCount(), 1) << "one conditional patch, not GET + PUT";
 
   // The kubelet's heartbeat changed node-2 after the cache saw it: the patch carries the cached
   // resourceVersion, the API refuses it (409), a fresh read and a second patch succeed.

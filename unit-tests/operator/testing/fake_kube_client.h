@@ -7,6 +7,9 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "operator/client/kube_client.h"
 
@@ -67,10 +70,14 @@ class FakeKubeClient final : public KubeClient {
     it->second = stored;
     return stored;
   }
+  // Every patch type is applied as a JSON merge patch (the same for the scalar fields tests
+  // patch); each call is recorded, failed ones too.
   Result<Json> patch(const ResourceType& type, std::string_view ns, std::string_view name,
-                     PatchType, const Json& body, const PatchOptions&) override {
+                     PatchType patch_type, const Json& body, const PatchOptions& options) override {
     std::lock_guard lock(mu_);
     ++calls_;
+    patches_.push_back(PatchCall{type.resource, std::string(ns), std::string(name), patch_type,
+                                 body, options.subresource});
     if (fail_next_) return takeFailure();
     auto it = objects_.find(key(type, ns, name));
     if (it == objects_.end()) return makeError(ErrorCode::kNotFound, "not found");
@@ -78,7 +85,6 @@ class FakeKubeClient final : public KubeClient {
     if (!rvOf(body).empty() && rvOf(body) != rvOf(it->second)) {
       return makeError(ErrorCode::kConflict, "the object has been modified");
     }
-    ++patches_;
     it->second.merge_patch(body);
     it->second["metadata"]["resourceVersion"] = std::to_string(++rv_);
     return it->second;
@@ -152,6 +158,27 @@ class FakeKubeClient final : public KubeClient {
     }
     return out;
   }
+  struct PatchCall {
+    std::string resource;
+    std::string ns;
+    std::string name;
+    PatchType type;
+    Json body;
+    std::string subresource;
+  };
+  std::vector<PatchCall> patches() {
+    std::lock_guard lock(mu_);
+    return patches_;
+  }
+  // The stored objects of one resource (all namespaces), in key order.
+  std::vector<Json> stored(const ResourceType& type) {
+    std::lock_guard lock(mu_);
+    std::vector<Json> out;
+    for (const auto& [k, v] : objects_) {
+      if (k.rfind(type.resource + "|", 0) == 0) out.push_back(v);
+    }
+    return out;
+  }
   std::vector<std::string> watchResourceVersions() {
     std::lock_guard lock(mu_);
     return watch_rvs_;
@@ -164,9 +191,9 @@ class FakeKubeClient final : public KubeClient {
     std::lock_guard lock(mu_);
     return gets_[resource];
   }
-  int patches() {
+  int patchCount() {
     std::lock_guard lock(mu_);
-    return patches_;
+    return static_cast<int>(patches_.size());
   }
 
  private:
@@ -188,9 +215,9 @@ class FakeKubeClient final : public KubeClient {
   std::mutex mu_;
   std::map<std::string, Json> objects_;
   std::vector<Json> created_;
+  std::vector<PatchCall> patches_;
   std::uint64_t rv_ = 100;
   int calls_ = 0;
-  int patches_ = 0;
   std::map<std::string, int> gets_;
   std::optional<Error> fail_next_;
   std::deque<std::pair<std::deque<Json>, std::optional<Error>>> watch_script_;

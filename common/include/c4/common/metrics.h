@@ -8,10 +8,16 @@
 // Metric and label names are checked at registration (std::invalid_argument: a programming
 // error, raised at start-up). Updating a metric is lock-free; looking up a label set takes a
 // mutex, so hot paths keep the returned reference. References stay valid for the registry's life.
+//
+// Values computed from state rather than counted (how long the running work items have been
+// running) are refreshed by a collect hook, which expose() runs before it renders:
+//
+//   auto hook = reg.onCollect([&] { unfinished.set(queue.unfinishedSeconds()); });
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -67,6 +73,26 @@ std::vector<double> exponentialBuckets(double start, double factor, std::size_t 
 
 enum class Type { kCounter, kGauge, kHistogram };
 
+class Registry;
+
+// Keeps a collect hook registered; destroying (or reset()) removes it and waits for a running
+// call of it to return, so the hook may use whatever its owner destroys next. Movable.
+class CollectHook {
+ public:
+  CollectHook() = default;
+  CollectHook(Registry* registry, std::uint64_t id) : registry_(registry), id_(id) {}
+  ~CollectHook() { reset(); }
+  CollectHook(CollectHook&& other) noexcept;
+  CollectHook& operator=(CollectHook&& other) noexcept;
+  CollectHook(const CollectHook&) = delete;
+  CollectHook& operator=(const CollectHook&) = delete;
+  void reset();
+
+ private:
+  Registry* registry_ = nullptr;
+  std::uint64_t id_ = 0;
+};
+
 // All series of one metric name, one per label-value tuple.
 template <typename M>
 class Family {
@@ -111,11 +137,21 @@ class Registry {
                                std::vector<std::string> label_names = {},
                                std::vector<double> bounds = defaultSecondsBuckets());
 
-  // Text exposition of every family, sorted by name.
+  // Runs `refresh` at the start of every expose(), one hook at a time, in registration order.
+  // It must not call expose() or onCollect(). The registry must outlive the returned hook.
+  [[nodiscard]] CollectHook onCollect(std::function<void()> refresh);
+
+  // Text exposition of every family, sorted by name (after running the collect hooks).
   [[nodiscard]] std::string expose() const;
 
  private:
+  friend class CollectHook;
   struct Entry;
+  void removeHook(std::uint64_t id);
+
+  mutable std::mutex hooks_mu_;  // held while hooks run, so removeHook waits for them
+  std::map<std::uint64_t, std::function<void()>> hooks_;
+  std::uint64_t next_hook_id_ = 1;
   mutable std::mutex mu_;
   std::map<std::string, std::unique_ptr<Entry>, std::less<>> entries_;
   Entry& lookupOrCreate(std::string_view name, std::string_view help, Type type,
