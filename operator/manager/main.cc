@@ -106,11 +106,11 @@ int runOperator(const c4::op::OperatorOptions& options) {
     };
   }
   // Node actions (cordon + taint behind the circuit breaker) read nodes from the controller's
-  // node cache and keep the breaker's state next to the lease.
+  // node cache and keep the breaker's state next to the lease. c4.dev/cordoned-by names the
+  // operator ("c4-operator"), not this process, so a successor may undo what it did.
   TrainingJobController* controller_ptr = nullptr;
   EventRecorder node_events(**event_client, clock, "c4-operator", identity, &registry);
   NodeActionConfig node_actions = options.node_actions;
-  node_actions.identity = identity;
   node_actions.state_namespace = options.lease_namespace;
   NodeRemediator remediator(
       **client, clock, node_events, node_actions,

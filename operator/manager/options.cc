@@ -89,7 +89,7 @@ const std::vector<Option>& optionTable() {
        C4_BOOL(leader_elect, "leader-elect")},
       {"lease-namespace", "namespace of the Lease (default c4-system)", C4_STR(lease_namespace)},
       {"lease-name", "name of the Lease (default c4-operator)", C4_STR(lease_name)},
-      {"identity", "leader-election identity (default: hostname)", C4_STR(identity)},
+      {"identity", "leader-election identity (default: <hostname>_<pid>)", C4_STR(identity)},
       {"lease-duration", "seconds (default 15)",
        C4_DBL(lease_duration_seconds, "lease-duration", 1)},
       {"renew-deadline", "seconds (default 10)",

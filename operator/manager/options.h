@@ -24,7 +24,7 @@ struct OperatorOptions {
   bool leader_elect = true;
   std::string lease_namespace = "c4-system";
   std::string lease_name = "c4-operator";
-  std::string identity;  // default: hostname
+  std::string identity;  // default: <hostname>_<pid>
   double lease_duration_seconds = 15;
   double renew_deadline_seconds = 10;
   double retry_period_seconds = 2;
