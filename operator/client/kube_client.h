@@ -116,9 +116,10 @@ struct WatchEvent {
 using WatchHandler = std::function<bool(WatchEvent&&)>;
 
 // Thread-safe; every call blocks until the API server answered (or the client timeout).
-// Errors: kNotFound (404), kAlreadyExists (409 on create), kConflict (409 otherwise),
-// kGone (410), kInvalidArgument (400/422), kUnauthenticated (401), kPermissionDenied (403),
-// kResourceExhausted (429), kUnavailable (5xx, connection errors), kDeadlineExceeded (timeouts).
+// Errors (see mapApiError): kNotFound (404), kAlreadyExists (409 AlreadyExists), kConflict
+// (409 Conflict), kGone (410), kInvalidArgument (400/422), kUnauthenticated (401),
+// kPermissionDenied (403), kResourceExhausted (429), kUnavailable (5xx, connection errors),
+// kDeadlineExceeded (timeouts), kCancelled (a CancelToken fired).
 class KubeClient {
  public:
   virtual ~KubeClient() = default;
@@ -146,11 +147,14 @@ class KubeClient {
                        const WatchHandler& handler) = 0;
 };
 
-// Maps one HTTP answer to an Error (the edge mapping). `verb` decides 409: POST ->
-// kAlreadyExists, anything else -> kConflict. The message is the metav1.Status message when the
-// body is one, else the first 200 bytes of the body.
+// Maps one HTTP answer to an Error (the edge mapping). When the body is a metav1.Status whose
+// `reason` this client knows (AlreadyExists, Conflict, NotFound, Gone, Expired, Invalid,
+// BadRequest, MethodNotAllowed, Forbidden, Unauthorized, TooManyRequests, Timeout,
+// ServerTimeout, ...), the reason decides the code; otherwise the HTTP status does, and `verb`
+// decides a bare 409 (POST -> kAlreadyExists, anything else -> kConflict). The message is
+// "HTTP <status> [<reason>]: <the Status message>", or the first 200 bytes of a non-Status body.
 Error mapApiError(long http_status, std::string_view verb, std::string_view body);
-// Same mapping for a metav1.Status object (watch ERROR events).
+// Same mapping for a metav1.Status object (watch ERROR events); its `code` is the HTTP status.
 Error statusObjectToError(const Json& status, std::string_view verb);
 
 // Convenience accessors on objects.

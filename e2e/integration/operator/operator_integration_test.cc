@@ -43,10 +43,26 @@ TEST_F(OperatorIT, ClientVerbsAndErrorMappingAgainstTheRealServer) {
   ASSERT_FALSE(again);
   EXPECT_EQ(again.error().code, ErrorCode::kAlreadyExists);
   EXPECT_NE(again.error().message.find("already exists"), std::string::npos);
+  EXPECT_NE(again.error().message.find("HTTP 409 AlreadyExists"), std::string::npos)
+      << again.error().message;
 
   auto missing = client_->get(cms, ns_, "nope");
   ASSERT_FALSE(missing);
   EXPECT_EQ(missing.error().code, ErrorCode::kNotFound);
+  EXPECT_NE(missing.error().message.find("NotFound"), std::string::npos);
+  // A PUT of an object that does not exist: 404 NotFound, not a conflict.
+  Json ghost = configMap("ghost");
+  ghost["metadata"]["resourceVersion"] = "1";
+  auto ghost_update = client_->update(cms, ns_, ghost);
+  ASSERT_FALSE(ghost_update);
+  EXPECT_EQ(ghost_update.error().code, ErrorCode::kNotFound) << ghost_update.error().toString();
+  // 422 Invalid keeps the server's explanation.
+  auto invalid = client_->create(cms, ns_, configMap("Not_A_DNS_Name"));
+  ASSERT_FALSE(invalid);
+  EXPECT_EQ(invalid.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(invalid.error().message.find("HTTP 422 Invalid"), std::string::npos)
+      << invalid.error().message;
+  EXPECT_NE(invalid.error().message.find("Not_A_DNS_Name"), std::string::npos);
 
   ListOptions paged;
   paged.label_selector = "bench=verbs";
@@ -64,6 +80,8 @@ TEST_F(OperatorIT, ClientVerbsAndErrorMappingAgainstTheRealServer) {
   auto conflict = client_->update(cms, ns_, stale);
   ASSERT_FALSE(conflict);
   EXPECT_EQ(conflict.error().code, ErrorCode::kConflict);
+  EXPECT_NE(conflict.error().message.find("HTTP 409 Conflict"), std::string::npos)
+      << conflict.error().message;
 
   ASSERT_TRUE(client_->patch(cms, ns_, "a", PatchType::kMerge, {{"data", {{"m", "1"}}}}));
   ASSERT_TRUE(client_->patch(cms, ns_, "a", PatchType::kJson,

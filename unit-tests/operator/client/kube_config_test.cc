@@ -151,7 +151,8 @@ TEST(ApiErrorTest, HttpStatusesMapOnceKeepingTheStatusMessage) {
   Error created = mapApiError(409, "POST", body);
   EXPECT_EQ(created.code, ErrorCode::kAlreadyExists);
   EXPECT_NE(created.message.find("pods \"a\" already exists"), std::string::npos);
-  EXPECT_EQ(mapApiError(409, "PUT", body).code, ErrorCode::kConflict);
+  EXPECT_EQ(mapApiError(409, "PUT", body).code, ErrorCode::kAlreadyExists) << "the reason decides";
+  EXPECT_EQ(mapApiError(409, "PUT", "").code, ErrorCode::kConflict) << "no reason: the verb";
   EXPECT_EQ(mapApiError(404, "GET", "").code, ErrorCode::kNotFound);
   EXPECT_EQ(mapApiError(410, "GET", "").code, ErrorCode::kGone);
   EXPECT_EQ(mapApiError(422, "POST", "").code, ErrorCode::kInvalidArgument);
