@@ -158,8 +158,10 @@ void Informer::backoff() {
 bool Informer::doList() {
   ListOptions options;
   options.label_selector = label_selector_;
+  options.cancel = &stop_;  // stop() interrupts a list the server does not answer
   auto list = client_.list(type_, ns_, options);
   if (!list) {
+    if (stop_.cancelled()) return false;
     log_.warn("List failed", {{"error", list.error()}});
     std::lock_guard lock(mu_);
     ++stats_.errors;

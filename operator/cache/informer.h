@@ -74,7 +74,7 @@ class Informer {
   void setWatchTimeoutSeconds(int s) { watch_timeout_s_ = s; }
 
   void start();
-  // Ends the thread (cancels an open watch at once). Idempotent.
+  // Ends the thread (cancels an open list or watch at once). Idempotent.
   void stop();
   // Asks the thread to end without waiting for it (stop() then joins).
   void requestStop();

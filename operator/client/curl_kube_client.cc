@@ -3,7 +3,9 @@
 
 #include <curl/curl.h>
 
+#include <algorithm>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "c4/common/log.h"
@@ -16,6 +18,11 @@ struct CurlDeleter {
   void operator()(CURL* handle) const noexcept { curl_easy_cleanup(handle); }
 };
 using CurlPtr = std::unique_ptr<CURL, CurlDeleter>;
+
+struct MultiDeleter {
+  void operator()(CURLM* handle) const noexcept { curl_multi_cleanup(handle); }
+};
+using MultiPtr = std::unique_ptr<CURLM, MultiDeleter>;
 
 struct SlistDeleter {
   void operator()(curl_slist* list) const noexcept { curl_slist_free_all(list); }
@@ -45,10 +52,35 @@ Error transportError(CURLcode code, const char* errbuf, std::string_view what) {
   }
 }
 
+long timeoutMillis(Duration d) {
+  return std::max<long>(1,
+                        static_cast<long>(std::chrono::ceil<std::chrono::milliseconds>(d).count()));
+}
+
 struct HttpResponse {
   long status = 0;
   std::string body;
 };
+
+// One request as the client sends it (and retries it).
+struct Request {
+  std::string method;
+  std::string path;  // with the query
+  std::string body;
+  std::string content_type;
+  RequestPriority priority = RequestPriority::kNormal;
+  CancelToken* cancel = nullptr;
+  Duration timeout{};  // zero = config.request_timeout per attempt
+};
+
+// An easy handle with a multi handle of its own: the multi handle owns the connection cache
+// (so pooled handles keep their connections alive between requests) and lets a CancelToken
+// interrupt a transfer at once (curl_multi_wakeup).
+struct Connection {
+  CurlPtr easy;
+  MultiPtr multi;
+};
+using ConnectionPtr = std::unique_ptr<Connection>;
 
 class CurlKubeClient final : public KubeClient {
  public:
@@ -69,9 +101,13 @@ class CurlKubeClient final : public KubeClient {
 
   // Interface
   Result<Json> get(const ResourceType& type, std::string_view ns, std::string_view name,
-                   std::string_view subresource) override {
-    return jsonCall("GET", type.objectPath(ns, name, subresource), "", "",
-                    RequestPriority::kNormal);
+                   const GetOptions& options) override {
+    Request request;
+    request.method = "GET";
+    request.path = type.objectPath(ns, name, options.subresource);
+    request.cancel = options.cancel;
+    request.timeout = options.timeout;
+    return jsonCall(request);
   }
 
   Result<Json> list(const ResourceType& type, std::string_view ns,
@@ -94,8 +130,11 @@ class CurlKubeClient final : public KubeClient {
           query.emplace_back("resourceVersionMatch", options.resource_version_match);
         }
       }
-      C4_ASSIGN_OR_RETURN(Json page, jsonCall("GET", type.collectionPath(ns) + encodeQuery(query),
-                                              "", "", RequestPriority::kNormal));
+      Request request;
+      request.method = "GET";
+      request.path = type.collectionPath(ns) + encodeQuery(query);
+      request.cancel = options.cancel;
+      C4_ASSIGN_OR_RETURN(Json page, jsonCall(request));
       if (page.contains("items") && page["items"].is_array()) {
         for (auto& item : page["items"]) {
           // Lists omit kind/apiVersion on items; restore them so objects look like gets.
@@ -117,17 +156,17 @@ class CurlKubeClient final : public KubeClient {
     std::string path = type.collectionPath(ns);
     if (!options.subresource.empty())
       path = type.objectPath(ns, objectName(object), options.subresource);
-    return jsonCall("POST", path + managerQuery(options.field_manager), object.dump(),
-                    "application/json", options.priority);
+    return jsonCall(
+        writeRequest("POST", path + managerQuery(options.field_manager), object.dump(), options));
   }
 
   Result<Json> update(const ResourceType& type, std::string_view ns, const Json& object,
                       const WriteOptions& options) override {
     std::string name = objectName(object);
     if (name.empty()) return makeError(ErrorCode::kInvalidArgument, "update: object has no name");
-    return jsonCall(
+    return jsonCall(writeRequest(
         "PUT", type.objectPath(ns, name, options.subresource) + managerQuery(options.field_manager),
-        object.dump(), "application/json", options.priority);
+        object.dump(), options));
   }
 
   Result<Json> patch(const ResourceType& type, std::string_view ns, std::string_view name,
@@ -152,8 +191,12 @@ class CurlKubeClient final : public KubeClient {
         break;
     }
     if (!options.field_manager.empty()) query.emplace_back("fieldManager", options.field_manager);
-    return jsonCall("PATCH", type.objectPath(ns, name, options.subresource) + encodeQuery(query),
-                    body.dump(), content_type, RequestPriority::kNormal);
+    Request request;
+    request.method = "PATCH";
+    request.path = type.objectPath(ns, name, options.subresource) + encodeQuery(query);
+    request.body = body.dump();
+    request.content_type = content_type;
+    return jsonCall(request);
   }
 
   Status remove(const ResourceType& type, std::string_view ns, std::string_view name,
@@ -165,8 +208,13 @@ class CurlKubeClient final : public KubeClient {
     if (!options.precondition_resource_version.empty()) {
       body["preconditions"]["resourceVersion"] = options.precondition_resource_version;
     }
-    auto result = jsonCall("DELETE", type.objectPath(ns, name), body.dump(), "application/json",
-                           options.priority);
+    Request request;
+    request.method = "DELETE";
+    request.path = type.objectPath(ns, name);
+    request.body = body.dump();
+    request.content_type = "application/json";
+    request.priority = options.priority;
+    auto result = jsonCall(request);
     if (!result) return std::unexpected(result.error());
     return okStatus();
   }
@@ -183,26 +231,28 @@ class CurlKubeClient final : public KubeClient {
     }
     if (options.allow_bookmarks) query.emplace_back("allowWatchBookmarks", "true");
     query.emplace_back("timeoutSeconds", std::to_string(options.timeout_seconds));
+    std::string path = type.collectionPath(ns) + encodeQuery(query);
+    if (options.cancel != nullptr && options.cancel->cancelled()) {
+      return makeError(ErrorCode::kCancelled, "watch " + type.resource + ": cancelled");
+    }
     WatchState state;
-    state.handler = &handler;
-    state.curl = nullptr;
     CurlPtr curl(curl_easy_init());
-    if (!curl) return makeError(ErrorCode::kInternal, "curl_easy_init failed");
+    MultiPtr multi(curl_multi_init());
+    if (!curl || !multi) return makeError(ErrorCode::kInternal, "curl_easy_init failed");
+    state.handler = &handler;
     state.curl = curl.get();
-    auto setup = prepare(curl.get(), "GET", type.collectionPath(ns) + encodeQuery(query), "", "");
-    if (!setup) return std::unexpected(setup.error());
-    SlistPtr headers = std::move(*setup);
+    SlistPtr headers = prepare(curl.get(), "GET", path, "", "");
     curl_easy_setopt(curl.get(), CURLOPT_TIMEOUT_MS,
                      static_cast<long>(options.timeout_seconds + 30) * 1000L);
     curl_easy_setopt(curl.get(), CURLOPT_WRITEFUNCTION, &CurlKubeClient::onWatchData);
     curl_easy_setopt(curl.get(), CURLOPT_WRITEDATA, &state);
     char errbuf[CURL_ERROR_SIZE] = {0};
     curl_easy_setopt(curl.get(), CURLOPT_ERRORBUFFER, errbuf);
-    CURLcode rc = performCancellable(curl.get(), options.cancel);
+    CURLcode rc = performCancellable(multi.get(), curl.get(), options.cancel);
     if (state.error) return std::unexpected(*state.error);
     if (state.stopped_by_handler) return okStatus();
     if (options.cancel != nullptr && options.cancel->cancelled()) {
-      return makeError(ErrorCode::kCancelled, "watch cancelled");
+      return makeError(ErrorCode::kCancelled, "watch " + type.resource + ": cancelled");
     }
     if (rc != CURLE_OK)
       return std::unexpected(transportError(rc, errbuf, "watch " + type.resource));
@@ -213,15 +263,12 @@ class CurlKubeClient final : public KubeClient {
   }
 
  private:
-  // Runs one transfer on a multi handle of its own, so that `cancel` can interrupt its wait at
-  // once (curl_multi_wakeup) instead of at libcurl's next progress callback (about 1 s).
-  static CURLcode performCancellable(CURL* curl, CancelToken* cancel) {
-    CURLM* multi = curl_multi_init();
-    if (multi == nullptr) return CURLE_OUT_OF_MEMORY;
-    if (curl_multi_add_handle(multi, curl) != CURLM_OK) {
-      curl_multi_cleanup(multi);
-      return CURLE_FAILED_INIT;
-    }
+  // Runs one transfer of `curl` on `multi`, so that `cancel` can interrupt its wait at once
+  // (curl_multi_wakeup) instead of at libcurl's next progress callback (about 1 s). A token
+  // cancelled before the call aborts it before anything is sent.
+  static CURLcode performCancellable(CURLM* multi, CURL* curl, CancelToken* cancel) {
+    if (cancel != nullptr && cancel->cancelled()) return CURLE_ABORTED_BY_CALLBACK;
+    if (curl_multi_add_handle(multi, curl) != CURLM_OK) return CURLE_FAILED_INIT;
     if (cancel != nullptr) cancel->setWaker([multi] { curl_multi_wakeup(multi); });
     CURLcode rc = CURLE_OK;
     int running = 1;
@@ -235,6 +282,7 @@ class CurlKubeClient final : public KubeClient {
         rc = CURLE_ABORTED_BY_CALLBACK;
         break;
       }
+      // Returns early when libcurl's own timers (timeouts) are due, or on wakeup.
       if (curl_multi_poll(multi, nullptr, 0, 1000, nullptr) != CURLM_OK) {
         rc = CURLE_RECV_ERROR;
         break;
@@ -246,7 +294,6 @@ class CurlKubeClient final : public KubeClient {
       if (msg->msg == CURLMSG_DONE && msg->easy_handle == curl) rc = msg->data.result;
     }
     curl_multi_remove_handle(multi, curl);
-    curl_multi_cleanup(multi);
     return rc;
   }
 
@@ -338,6 +385,18 @@ class CurlKubeClient final : public KubeClient {
     return manager.empty() ? std::string{} : "?fieldManager=" + escape(manager);
   }
 
+  static Request writeRequest(std::string method, std::string path, std::string body,
+                              const WriteOptions& options) {
+    Request request;
+    request.method = std::move(method);
+    request.path = std::move(path);
+    request.body = std::move(body);
+    request.content_type = "application/json";
+    request.priority = options.priority;
+    request.timeout = options.timeout;
+    return request;
+  }
+
   std::string currentToken() {
     if (config_.token_file.empty()) return config_.token;
     std::lock_guard lock(token_mu_);
@@ -354,9 +413,10 @@ class CurlKubeClient final : public KubeClient {
     return token_;
   }
 
-  // Sets URL, TLS, auth and headers on a handle. Returns the header list to keep alive.
-  Result<SlistPtr> prepare(CURL* curl, const std::string& method, const std::string& path,
-                           const std::string& body, const std::string& content_type) {
+  // Sets URL, TLS, auth and headers on a handle. Returns the header list to keep
+  // alive for the transfer.
+  SlistPtr prepare(CURL* curl, const std::string& method, const std::string& path,
+                   const std::string& body, const std::string& content_type) {
     std::string url = config_.server + path;
     curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
     curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
@@ -403,65 +463,92 @@ class CurlKubeClient final : public KubeClient {
     return SlistPtr(headers);
   }
 
-  CurlPtr acquireHandle() {
+  ConnectionPtr acquireConnection() {
     {
       std::lock_guard lock(pool_mu_);
       if (!pool_.empty()) {
-        CurlPtr h = std::move(pool_.back());
+        ConnectionPtr c = std::move(pool_.back());
         pool_.pop_back();
-        curl_easy_reset(h.get());
-        return h;
+        curl_easy_reset(c->easy.get());
+        return c;
       }
     }
-    return CurlPtr(curl_easy_init());
+    auto c = std::make_unique<Connection>();
+    c->easy.reset(curl_easy_init());
+    c->multi.reset(curl_multi_init());
+    if (!c->easy || !c->multi) return nullptr;
+    return c;
   }
 
-  void releaseHandle(CurlPtr handle) {
+  void releaseConnection(ConnectionPtr connection) {
     std::lock_guard lock(pool_mu_);
-    if (pool_.size() < 64) pool_.push_back(std::move(handle));
+    if (pool_.size() < 64) pool_.push_back(std::move(connection));
   }
 
-  Result<HttpResponse> perform(const std::string& method, const std::string& path,
-                               const std::string& body, const std::string& content_type,
-                               RequestPriority priority) {
-    bucket_.wait(priority);
-    CurlPtr curl = acquireHandle();
-    if (!curl) return makeError(ErrorCode::kInternal, "curl_easy_init failed");
-    C4_ASSIGN_OR_RETURN(SlistPtr headers, prepare(curl.get(), method, path, body, content_type));
+  // One attempt: the transfer (bounded by `deadline` when set).
+  Result<HttpResponse> send(const Request& request, std::optional<MonoTime> deadline) {
+    std::string what = request.method + " " + request.path;
+    if (request.cancel != nullptr && request.cancel->cancelled()) {
+      return makeError(ErrorCode::kCancelled, what + ": cancelled");
+    }
+    Duration limit = config_.request_timeout;
+    if (deadline) {
+      Duration left = *deadline - clock_.monoNow();
+      if (left <= Duration::zero()) {
+        return makeError(ErrorCode::kDeadlineExceeded, what + ": timed out before it was sent");
+      }
+      limit = std::min(limit, left);
+    }
+    ConnectionPtr connection = acquireConnection();
+    if (!connection) return makeError(ErrorCode::kInternal, "curl_easy_init failed");
+    CURL* curl = connection->easy.get();
+    SlistPtr headers =
+        prepare(curl, request.method, request.path, request.body, request.content_type);
     HttpResponse response;
     char errbuf[CURL_ERROR_SIZE] = {0};
-    curl_easy_setopt(curl.get(), CURLOPT_ERRORBUFFER, errbuf);
-    curl_easy_setopt(curl.get(), CURLOPT_TIMEOUT_MS,
-                     static_cast<long>(config_.request_timeout.count()));
-    curl_easy_setopt(curl.get(), CURLOPT_WRITEFUNCTION, &appendToString);
-    curl_easy_setopt(curl.get(), CURLOPT_WRITEDATA, &response.body);
+    curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, errbuf);
+    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, timeoutMillis(limit));
+    curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS,
+                     timeoutMillis(std::min<Duration>(config_.connect_timeout, limit)));
+    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, &appendToString);
+    curl_easy_setopt(curl, CURLOPT_WRITEDATA, &response.body);
     MonoTime start = clock_.monoNow();
-    CURLcode rc = curl_easy_perform(curl.get());
+    CURLcode rc = performCancellable(connection->multi.get(), curl, request.cancel);
     double seconds = std::chrono::duration<double>(clock_.monoNow() - start).count();
-    curl_easy_getinfo(curl.get(), CURLINFO_RESPONSE_CODE, &response.status);
-    curl_easy_setopt(curl.get(), CURLOPT_ERRORBUFFER, nullptr);
+    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &response.status);
+    curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, nullptr);
     if (latency_ != nullptr) {
-      latency_->labels({method}).observe(seconds);
-      requests_->labels({method, rc == CURLE_OK ? std::to_string(response.status) : "error"}).inc();
+      latency_->labels({request.method}).observe(seconds);
+      requests_
+          ->labels({request.method, rc == CURLE_OK ? std::to_string(response.status) : "error"})
+          .inc();
     }
-    if (rc != CURLE_OK) {
-      Error e = transportError(rc, errbuf, method + " " + path);
-      return std::unexpected(e);
+    if (rc == CURLE_ABORTED_BY_CALLBACK) {
+      return makeError(ErrorCode::kCancelled, what + ": cancelled");
     }
-    releaseHandle(std::move(curl));
+    if (rc != CURLE_OK) return std::unexpected(transportError(rc, errbuf, what));
+    releaseConnection(std::move(connection));
     return response;
   }
 
-  Result<Json> jsonCall(const std::string& method, const std::string& path, const std::string& body,
-                        const std::string& content_type, RequestPriority priority) {
-    C4_ASSIGN_OR_RETURN(HttpResponse response, perform(method, path, body, content_type, priority));
+  // Sends `request` once it may go (the client-side throttle).
+  Result<HttpResponse> perform(const Request& request) {
+    std::optional<MonoTime> deadline;
+    if (request.timeout > Duration::zero()) deadline = clock_.monoNow() + request.timeout;
+    bucket_.wait(request.priority);
+    return send(request, deadline);
+  }
+
+  Result<Json> jsonCall(const Request& request) {
+    C4_ASSIGN_OR_RETURN(HttpResponse response, perform(request));
     if (response.status < 200 || response.status >= 300) {
-      return std::unexpected(mapApiError(response.status, method, response.body));
+      return std::unexpected(mapApiError(response.status, request.method, response.body));
     }
     if (response.body.empty()) return Json::object();
     Json parsed = Json::parse(response.body, nullptr, false);
     if (parsed.is_discarded()) {
-      return makeError(ErrorCode::kUnavailable, method + " " + path + ": response is not JSON");
+      return makeError(ErrorCode::kUnavailable,
+                       request.method + " " + request.path + ": response is not JSON");
     }
     return parsed;
   }
@@ -473,7 +560,7 @@ class CurlKubeClient final : public KubeClient {
   std::string token_;
   MonoTime token_read_;
   std::mutex pool_mu_;
-  std::vector<CurlPtr> pool_;
+  std::vector<ConnectionPtr> pool_;
   metrics::Family<metrics::Histogram>* latency_ = nullptr;
   metrics::Family<metrics::Counter>* requests_ = nullptr;
 };

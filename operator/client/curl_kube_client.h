@@ -1,6 +1,7 @@
 // The libcurl implementation of KubeClient: TLS with client certificates or bearer tokens,
-// connection reuse through a pool of easy handles, a client-side QPS/burst token bucket, request
-// timeouts, chunked watch streams, and API latency metrics.
+// connection reuse through a pool of handles, a client-side QPS/burst token bucket, request
+// timeouts (per call where the options set one), cancellation of get, list and watch through a
+// CancelToken, chunked watch streams, and API latency metrics.
 #pragma once
 
 #include <memory>

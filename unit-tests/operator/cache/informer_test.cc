@@ -6,7 +6,9 @@
 
 #include <thread>
 
+#include "operator/client/curl_kube_client.h"
 #include "testing/fake_kube_client.h"
+#include "testing/loopback_http_server.h"
 
 namespace c4::op {
 namespace {
@@ -119,6 +121,27 @@ TEST(InformerTest, ListFailureBacksOffAndRetries) {
   }
   EXPECT_TRUE(informer.hasSynced());
   informer.stop();
+}
+
+TEST(InformerTest, StopInterruptsAListTheServerNeverAnswers) {
+  // The API server accepts connections and never answers (a wedged server or a black-holed
+  // network): the informer's list blocks in the client until stop() cancels it.
+  testing::LoopbackHttpServer blackhole(testing::LoopbackHttpServer::Mode::kBlackhole);
+  KubeConfig config;
+  config.server = blackhole.url();
+  SimulatedClock clock;
+  auto client = createCurlKubeClient(config, clock, nullptr);
+  ASSERT_TRUE(client) << client.error().toString();
+  Informer informer(**client, clock, resources::pods(), "ns");
+  informer.start();
+  std::this_thread::sleep_for(std::chrono::milliseconds{300});  // the list is in flight
+  EXPECT_FALSE(informer.hasSynced());
+  EXPECT_EQ(clock.waiters(), 0) << "blocked in the list, not in a backoff";
+  auto stopping = std::chrono::steady_clock::now();
+  informer.stop();
+  auto took = std::chrono::steady_clock::now() - stopping;
+  EXPECT_LT(took, std::chrono::seconds{1})
+      << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms";
 }
 
 }  // namespace

@@ -15,7 +15,7 @@ namespace c4::op::testing {
 class FakeKubeClient final : public KubeClient {
  public:
   Result<Json> get(const ResourceType& type, std::string_view ns, std::string_view name,
-                   std::string_view) override {
+                   const GetOptions&) override {
     std::lock_guard lock(mu_);
     ++calls_;
     if (fail_next_) return takeFailure();
