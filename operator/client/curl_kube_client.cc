@@ -4,6 +4,8 @@
 #include <curl/curl.h>
 
 #include <algorithm>
+#include <charconv>
+#include <condition_variable>
 #include <mutex>
 #include <optional>
 #include <vector>
@@ -29,6 +31,9 @@ struct SlistDeleter {
 };
 using SlistPtr = std::unique_ptr<curl_slist, SlistDeleter>;
 
+// client-go's maxRetries: how often one request is retried on answers that carry Retry-After.
+constexpr int kMaxRetries = 10;
+
 void globalInit() {
   static std::once_flag once;
   std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
@@ -36,6 +41,37 @@ void globalInit() {
 
 std::size_t appendToString(char* data, std::size_t size, std::size_t n, void* user) {
   static_cast<std::string*>(user)->append(data, size * n);
+  return size * n;
+}
+
+// What the client reads from response headers: Retry-After in seconds (the HTTP-date form is
+// not honoured, as in client-go).
+struct ResponseHeaders {
+  std::optional<long> retry_after_seconds;
+};
+
+std::size_t onHeader(char* data, std::size_t size, std::size_t n, void* user) {
+  auto* headers = static_cast<ResponseHeaders*>(user);
+  std::string_view line(data, size * n);
+  if (line.starts_with("HTTP/")) {
+    headers->retry_after_seconds.reset();  // a new response (after 100 Continue or a redirect)
+    return size * n;
+  }
+  constexpr std::string_view kName = "retry-after:";
+  if (line.size() <= kName.size()) return size * n;
+  for (std::size_t i = 0; i < kName.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(line[i])) != kName[i]) return size * n;
+  }
+  std::string_view value = line.substr(kName.size());
+  while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+  while (!value.empty() && (value.back() == '\r' || value.back() == '\n' || value.back() == ' ')) {
+    value.remove_suffix(1);
+  }
+  long seconds = 0;
+  auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), seconds);
+  if (ec == std::errc{} && ptr == value.data() + value.size() && seconds >= 0) {
+    headers->retry_after_seconds = seconds;
+  }
   return size * n;
 }
 
@@ -60,6 +96,7 @@ long timeoutMillis(Duration d) {
 struct HttpResponse {
   long status = 0;
   std::string body;
+  std::optional<long> retry_after_seconds;
 };
 
 // One request as the client sends it (and retries it).
@@ -96,6 +133,10 @@ class CurlKubeClient final : public KubeClient {
       requests_ =
           &registry->counter("c4_operator_api_requests_total",
                              "Kubernetes API requests by verb and HTTP status.", {"verb", "code"});
+      retries_ = &registry->counter(
+          "c4_operator_api_retries_total",
+          "Kubernetes API requests retried after a 429/5xx answer with Retry-After.",
+          {"verb", "code"});
     }
   }
 
@@ -485,6 +526,27 @@ class CurlKubeClient final : public KubeClient {
     if (pool_.size() < 64) pool_.push_back(std::move(connection));
   }
 
+  // Waits on the clock until `until`; kCancelled as soon as `cancel` fires.
+  Status waitCancellable(MonoTime until, CancelToken* cancel, const std::string& what) {
+    std::mutex mu;
+    std::condition_variable_any cv;
+    if (cancel != nullptr) {
+      cancel->setWaker([&] {
+        std::lock_guard lock(mu);
+        cv.notify_all();
+      });
+    }
+    {
+      std::unique_lock lock(mu);
+      clock_.waitUntil(lock, cv, until, [&] { return cancel != nullptr && cancel->cancelled(); });
+    }
+    if (cancel != nullptr) cancel->clearWaker();
+    if (cancel != nullptr && cancel->cancelled()) {
+      return makeError(ErrorCode::kCancelled, what + ": cancelled while waiting to retry");
+    }
+    return okStatus();
+  }
+
   // One attempt: the transfer (bounded by `deadline` when set).
   Result<HttpResponse> send(const Request& request, std::optional<MonoTime> deadline) {
     std::string what = request.method + " " + request.path;
@@ -505,6 +567,7 @@ class CurlKubeClient final : public KubeClient {
     SlistPtr headers =
         prepare(curl, request.method, request.path, request.body, request.content_type);
     HttpResponse response;
+    ResponseHeaders response_headers;
     char errbuf[CURL_ERROR_SIZE] = {0};
     curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, errbuf);
     curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, timeoutMillis(limit));
@@ -512,6 +575,8 @@ class CurlKubeClient final : public KubeClient {
                      timeoutMillis(std::min<Duration>(config_.connect_timeout, limit)));
     curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, &appendToString);
     curl_easy_setopt(curl, CURLOPT_WRITEDATA, &response.body);
+    curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, &onHeader);
+    curl_easy_setopt(curl, CURLOPT_HEADERDATA, &response_headers);
     MonoTime start = clock_.monoNow();
     CURLcode rc = performCancellable(connection->multi.get(), curl, request.cancel);
     double seconds = std::chrono::duration<double>(clock_.monoNow() - start).count();
@@ -527,16 +592,38 @@ class CurlKubeClient final : public KubeClient {
       return makeError(ErrorCode::kCancelled, what + ": cancelled");
     }
     if (rc != CURLE_OK) return std::unexpected(transportError(rc, errbuf, what));
+    response.retry_after_seconds = response_headers.retry_after_seconds;
     releaseConnection(std::move(connection));
     return response;
   }
 
-  // Sends `request` once it may go (the client-side throttle).
+  // Sends `request`; on 429 and 5xx answers that carry Retry-After (seconds), waits that long on
+  // the clock and sends it again, up to kMaxRetries times (client-go), then returns the answer.
   Result<HttpResponse> perform(const Request& request) {
     std::optional<MonoTime> deadline;
     if (request.timeout > Duration::zero()) deadline = clock_.monoNow() + request.timeout;
-    bucket_.wait(request.priority);
-    return send(request, deadline);
+    for (int retries = 0;; ++retries) {
+      bucket_.wait(request.priority);
+      C4_ASSIGN_OR_RETURN(HttpResponse response, send(request, deadline));
+      bool retryable_status =
+          response.status == 429 || (response.status >= 500 && response.status <= 599);
+      if (!retryable_status || !response.retry_after_seconds || retries >= kMaxRetries) {
+        return response;
+      }
+      MonoTime resume = clock_.monoNow() + std::chrono::seconds{*response.retry_after_seconds};
+      if (deadline && resume >= *deadline) return response;  // the answer is final in time
+      if (retries_ != nullptr) {
+        retries_->labels({request.method, std::to_string(response.status)}).inc();
+      }
+      log_.debug("Retrying after the server asked to",
+                 {{"verb", request.method},
+                  {"path", request.path},
+                  {"code", response.status},
+                  {"retryAfterSeconds", *response.retry_after_seconds},
+                  {"retry", retries + 1}});
+      C4_RETURN_IF_ERROR(
+          waitCancellable(resume, request.cancel, request.method + " " + request.path));
+    }
   }
 
   Result<Json> jsonCall(const Request& request) {
@@ -555,6 +642,7 @@ class CurlKubeClient final : public KubeClient {
 
   KubeConfig config_;
   Clock& clock_;
+  Logger log_{"kube-client"};
   PriorityTokenBucket bucket_;
   std::mutex token_mu_;
   std::string token_;
@@ -563,6 +651,7 @@ class CurlKubeClient final : public KubeClient {
   std::vector<ConnectionPtr> pool_;
   metrics::Family<metrics::Histogram>* latency_ = nullptr;
   metrics::Family<metrics::Counter>* requests_ = nullptr;
+  metrics::Family<metrics::Counter>* retries_ = nullptr;
 };
 
 }  // namespace

@@ -1,7 +1,10 @@
 // The libcurl implementation of KubeClient: TLS with client certificates or bearer tokens,
 // connection reuse through a pool of handles, a client-side QPS/burst token bucket, request
 // timeouts (per call where the options set one), cancellation of get, list and watch through a
-// CancelToken, chunked watch streams, and API latency metrics.
+// CancelToken, Retry-After (429 and 5xx answers that carry it are retried after that many
+// seconds on the clock, at most 10 times, as client-go does), chunked watch streams, and API
+// metrics: c4_operator_api_request_duration_seconds{verb}, c4_operator_api_requests_total{verb,
+// code} and c4_operator_api_retries_total{verb,code}.
 #pragma once
 
 #include <memory>

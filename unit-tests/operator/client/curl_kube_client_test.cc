@@ -1,5 +1,6 @@
-// The libcurl client's own mechanics against a loopback HTTP server: cancellation and timeouts
-// of calls to a server that never answers. What the API server says is tested
+// The libcurl client's own mechanics against a scripted loopback HTTP server, on simulated time:
+// Retry-After retries (bounded, counted, cancellable), and cancellation and timeouts of calls to
+// a server that never answers. What the API server says is tested
 // against a real one (e2e/integration/operator).
 #include "operator/client/curl_kube_client.h"
 
@@ -16,14 +17,123 @@ namespace c4::op {
 namespace {
 
 using std::chrono::milliseconds;
+using std::chrono::seconds;
 using testing::LoopbackHttpServer;
 
-std::unique_ptr<KubeClient> clientFor(const std::string& url, Clock& clock) {
+std::unique_ptr<KubeClient> clientFor(const std::string& url, Clock& clock,
+                                      metrics::Registry* registry = nullptr) {
   KubeConfig config;
   config.server = url;
-  auto client = createCurlKubeClient(config, clock, nullptr);
+  auto client = createCurlKubeClient(config, clock, registry);
   EXPECT_TRUE(client) << client.error().toString();
   return client ? std::move(*client) : nullptr;
+}
+
+std::string tooManyRequests() {
+  return R"({"kind":"Status","apiVersion":"v1","status":"Failure","message":"too many requests",)"
+         R"("reason":"TooManyRequests","code":429})";
+}
+
+TEST(CurlKubeClientTest, RetryAfterOn429IsWaitedOnTheClockThenRetried) {
+  SimulatedClock clock;
+  LoopbackHttpServer server;
+  server.script({429, {"Retry-After: 2"}, tooManyRequests()});
+  server.script({200, {}, R"({"kind":"ConfigMap","metadata":{"name":"a"}})"});
+  metrics::Registry registry;
+  auto client = clientFor(server.url(), clock, &registry);
+  ASSERT_TRUE(client);
+  std::optional<Result<Json>> result;
+  std::thread caller([&] { result = client->get(resources::configMaps(), "ns", "a"); });
+  ASSERT_TRUE(clock.awaitWaiters(1)) << "the client waits on the injected clock";
+  EXPECT_EQ(server.requests().size(), 1u);
+  clock.advance(milliseconds{1999});
+  std::this_thread::sleep_for(milliseconds{50});
+  EXPECT_EQ(server.requests().size(), 1u) << "no retry before Retry-After has passed";
+  clock.advance(milliseconds{1});
+  caller.join();
+  ASSERT_TRUE(result && *result) << (result ? result->error().toString() : "no result");
+  EXPECT_EQ((**result)["metadata"]["name"], "a");
+  EXPECT_EQ(server.requests().size(), 2u);
+  EXPECT_NE(registry.expose().find(R"(c4_operator_api_retries_total{verb="GET",code="429"} 1)"),
+            std::string::npos)
+      << registry.expose();
+}
+
+TEST(CurlKubeClientTest, Only429And5xxWithRetryAfterAreRetried) {
+  SimulatedClock clock;
+  LoopbackHttpServer server;
+  auto client = clientFor(server.url(), clock);
+  ASSERT_TRUE(client);
+  // 503 with Retry-After: retried (Retry-After: 0 needs no time to pass).
+  server.script({503, {"retry-after: 0"}, "{}"});
+  server.script({200, {}, R"({"kind":"ConfigMap"})"});
+  EXPECT_TRUE(client->get(resources::configMaps(), "ns", "a"));
+  EXPECT_EQ(server.requests().size(), 2u);
+  // 500 without Retry-After: the error at once.
+  server.script({500, {}, "{}"});
+  auto plain = client->get(resources::configMaps(), "ns", "a");
+  ASSERT_FALSE(plain);
+  EXPECT_EQ(plain.error().code, ErrorCode::kUnavailable);
+  EXPECT_EQ(server.requests().size(), 3u);
+  // 404 with Retry-After: not a status the header means anything for.
+  server.script({404, {"Retry-After: 0"}, "{}"});
+  EXPECT_EQ(client->get(resources::configMaps(), "ns", "a").error().code, ErrorCode::kNotFound);
+  EXPECT_EQ(server.requests().size(), 4u);
+  // An HTTP-date Retry-After is not honoured (client-go reads seconds only).
+  server.script({429, {"Retry-After: Wed, 21 Oct 2015 07:28:00 GMT"}, tooManyRequests()});
+  EXPECT_EQ(client->get(resources::configMaps(), "ns", "a").error().code,
+            ErrorCode::kResourceExhausted);
+  EXPECT_EQ(server.requests().size(), 5u);
+  // Writes are retried too: a 429 means the server did not process the request.
+  server.script({429, {"Retry-After: 0"}, tooManyRequests()});
+  server.script({201, {}, R"({"kind":"ConfigMap"})"});
+  EXPECT_TRUE(client->create(resources::configMaps(), "ns", {{"metadata", {{"name", "b"}}}}));
+  EXPECT_EQ(server.requests().size(), 7u);
+}
+
+TEST(CurlKubeClientTest, GivesUpAfterTenRetriesLikeClientGo) {
+  SimulatedClock clock;
+  LoopbackHttpServer server;
+  for (int i = 0; i < 12; ++i) server.script({429, {"Retry-After: 0"}, tooManyRequests()});
+  metrics::Registry registry;
+  auto client = clientFor(server.url(), clock, &registry);
+  ASSERT_TRUE(client);
+  auto result = client->list(resources::configMaps(), "ns");
+  ASSERT_FALSE(result);
+  EXPECT_EQ(result.error().code, ErrorCode::kResourceExhausted);
+  EXPECT_NE(result.error().message.find("too many requests"), std::string::npos);
+  EXPECT_EQ(server.requests().size(), 11u) << "one request and ten retries";
+  EXPECT_NE(registry.expose().find(R"(c4_operator_api_retries_total{verb="GET",code="429"} 10)"),
+            std::string::npos)
+      << registry.expose();
+}
+
+TEST(CurlKubeClientTest, RetryWaitEndsWithTheCallsTimeoutOrItsCancelToken) {
+  SimulatedClock clock;
+  LoopbackHttpServer server;
+  auto client = clientFor(server.url(), clock);
+  ASSERT_TRUE(client);
+  // A Retry-After past the call's timeout: the answer is final, no wait.
+  server.script({429, {"Retry-After: 5"}, tooManyRequests()});
+  GetOptions bounded;
+  bounded.timeout = seconds{1};
+  EXPECT_EQ(client->get(resources::configMaps(), "ns", "a", bounded).error().code,
+            ErrorCode::kResourceExhausted);
+  EXPECT_EQ(server.requests().size(), 1u);
+  // Cancelled while waiting to retry: kCancelled at once, nothing sent again.
+  server.script({429, {"Retry-After: 60"}, tooManyRequests()});
+  CancelToken token;
+  GetOptions cancellable;
+  cancellable.cancel = &token;
+  std::optional<Result<Json>> result;
+  std::thread caller(
+      [&] { result = client->get(resources::configMaps(), "ns", "a", cancellable); });
+  ASSERT_TRUE(clock.awaitWaiters(1));
+  token.cancel();
+  caller.join();
+  ASSERT_TRUE(result && !*result);
+  EXPECT_EQ(result->error().code, ErrorCode::kCancelled);
+  EXPECT_EQ(server.requests().size(), 2u);
 }
 
 TEST(CurlKubeClientTest, CancelEndsAListOrGetThatTheServerNeverAnswers) {
