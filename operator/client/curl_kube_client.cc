@@ -276,6 +276,7 @@ class CurlKubeClient final : public KubeClient {
     if (options.cancel != nullptr && options.cancel->cancelled()) {
       return makeError(ErrorCode::kCancelled, "watch " + type.resource + ": cancelled");
     }
+    if (config_.before_send) C4_RETURN_IF_ERROR(config_.before_send("GET", path));
     WatchState state;
     CurlPtr curl(curl_easy_init());
     MultiPtr multi(curl_multi_init());
@@ -547,7 +548,7 @@ class CurlKubeClient final : public KubeClient {
     return okStatus();
   }
 
-  // One attempt: the transfer (bounded by `deadline` when set).
+  // One attempt: the gate, then the transfer (bounded by `deadline` when set).
   Result<HttpResponse> send(const Request& request, std::optional<MonoTime> deadline) {
     std::string what = request.method + " " + request.path;
     if (request.cancel != nullptr && request.cancel->cancelled()) {
@@ -561,6 +562,7 @@ class CurlKubeClient final : public KubeClient {
       }
       limit = std::min(limit, left);
     }
+    if (config_.before_send) C4_RETURN_IF_ERROR(config_.before_send(request.method, request.path));
     ConnectionPtr connection = acquireConnection();
     if (!connection) return makeError(ErrorCode::kInternal, "curl_easy_init failed");
     CURL* curl = connection->easy.get();

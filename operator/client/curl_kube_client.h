@@ -2,7 +2,8 @@
 // connection reuse through a pool of handles, a client-side QPS/burst token bucket, request
 // timeouts (per call where the options set one), cancellation of get, list and watch through a
 // CancelToken, Retry-After (429 and 5xx answers that carry it are retried after that many
-// seconds on the clock, at most 10 times, as client-go does), chunked watch streams, and API
+// seconds on the clock, at most 10 times, as client-go does), a request gate asked right before
+// each request is sent (KubeConfig::before_send), chunked watch streams, and API
 // metrics: c4_operator_api_request_duration_seconds{verb}, c4_operator_api_requests_total{verb,
 // code} and c4_operator_api_retries_total{verb,code}.
 #pragma once

@@ -14,6 +14,13 @@
 
 namespace c4::op {
 
+// Decides, right before a request is sent, whether it may be: called by the client after the
+// client-side throttle wait, for every attempt (Retry-After retries included) and for watches,
+// with the HTTP method ("GET", "POST", "PUT", "PATCH", "DELETE") and the path with its query.
+// An error is returned to the caller instead of sending. Called on the calling thread; must be
+// thread-safe and must not block.
+using RequestGate = std::function<Status(std::string_view method, std::string_view path)>;
+
 struct KubeConfig {
   std::string server;  // "https://host:port"
   std::string ca_pem;  // CA bundle (PEM), empty = system trust store
@@ -29,6 +36,8 @@ struct KubeConfig {
   int burst = 100;
   std::chrono::milliseconds request_timeout{30'000};
   std::chrono::milliseconds connect_timeout{5'000};
+  // Set by the program, never read from a file: see RequestGate. Empty = every request is sent.
+  RequestGate before_send;
 };
 
 // Parses kubeconfig YAML. `base_dir` resolves relative file paths; `context` empty = the

@@ -133,6 +133,31 @@ TEST_F(OperatorIT, ClientVerbsAndErrorMappingAgainstTheRealServer) {
   EXPECT_EQ((*nowhere)->get(cms, ns_, "b").error().code, ErrorCode::kUnavailable);
 }
 
+TEST_F(OperatorIT, ARequestRefusedByTheGateNeverReachesTheServer) {
+  auto config = loadKubeconfigFile(testenvDir() + "/kubeconfig");
+  ASSERT_TRUE(config);
+  std::atomic<int> asked{0};
+  config->before_send = [&](std::string_view method, std::string_view) -> Status {
+    ++asked;
+    if (method != "GET") return makeError(ErrorCode::kFailedPrecondition, "lease lost: no writes");
+    return okStatus();
+  };
+  auto gated = createCurlKubeClient(*config, realClock(), nullptr);
+  ASSERT_TRUE(gated);
+  const auto& cms = resources::configMaps();
+  Json cm = {{"apiVersion", "v1"}, {"kind", "ConfigMap"}, {"metadata", {{"name", "fenced"}}}};
+  auto refused = (*gated)->create(cms, ns_, cm);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::kFailedPrecondition);
+  EXPECT_EQ(refused.error().message, "lease lost: no writes");
+  // Reads still go through, and show that nothing was created.
+  auto absent = (*gated)->get(cms, ns_, "fenced");
+  ASSERT_FALSE(absent);
+  EXPECT_EQ(absent.error().code, ErrorCode::kNotFound);
+  EXPECT_EQ(asked.load(), 2);
+  EXPECT_EQ(client_->get(cms, ns_, "fenced").error().code, ErrorCode::kNotFound);
+}
+
 TEST_F(OperatorIT, JobGetsChildrenWithEnvironmentAndOwners) {
   OperatorInstance op(*client_, ns_);
   ASSERT_TRUE(op.start());

@@ -1,7 +1,7 @@
 // The libcurl client's own mechanics against a scripted loopback HTTP server, on simulated time:
-// Retry-After retries (bounded, counted, cancellable), and cancellation and timeouts of calls to
-// a server that never answers. What the API server says is tested
-// against a real one (e2e/integration/operator).
+// Retry-After retries (bounded, counted, cancellable), the request gate after the throttle, and
+// cancellation and timeouts of calls to a server that never answers. What the API server says is
+// tested against a real one (e2e/integration/operator).
 #include "operator/client/curl_kube_client.h"
 
 #include <gtest/gtest.h>
@@ -21,9 +21,14 @@ using std::chrono::seconds;
 using testing::LoopbackHttpServer;
 
 std::unique_ptr<KubeClient> clientFor(const std::string& url, Clock& clock,
-                                      metrics::Registry* registry = nullptr) {
+                                      metrics::Registry* registry = nullptr,
+                                      RequestGate gate = nullptr, double qps = 1000,
+                                      int burst = 1000) {
   KubeConfig config;
   config.server = url;
+  config.qps = qps;
+  config.burst = burst;
+  config.before_send = std::move(gate);
   auto client = createCurlKubeClient(config, clock, registry);
   EXPECT_TRUE(client) << client.error().toString();
   return client ? std::move(*client) : nullptr;
@@ -134,6 +139,65 @@ TEST(CurlKubeClientTest, RetryWaitEndsWithTheCallsTimeoutOrItsCancelToken) {
   ASSERT_TRUE(result && !*result);
   EXPECT_EQ(result->error().code, ErrorCode::kCancelled);
   EXPECT_EQ(server.requests().size(), 2u);
+}
+
+TEST(CurlKubeClientTest, TheGateRunsAfterTheThrottleAndARefusedRequestIsNeverSent) {
+  SimulatedClock clock;
+  LoopbackHttpServer server;
+  struct GateCall {
+    std::string method;
+    std::string path;
+    MonoTime at;
+  };
+  std::mutex mu;
+  std::vector<GateCall> calls;
+  std::atomic<bool> refuse_writes{false};
+  auto gate = [&](std::string_view method, std::string_view path) -> Status {
+    std::lock_guard lock(mu);
+    calls.push_back({std::string(method), std::string(path), clock.monoNow()});
+    if (refuse_writes && method != "GET") {
+      return makeError(ErrorCode::kFailedPrecondition, "not the leader");
+    }
+    return okStatus();
+  };
+  auto gateCalls = [&] {
+    std::lock_guard lock(mu);
+    return calls;
+  };
+  // 1 qps, burst 1: the second request waits a second for its token.
+  auto client = clientFor(server.url(), clock, nullptr, gate, 1.0, 1);
+  ASSERT_TRUE(client);
+  MonoTime start = clock.monoNow();
+  ASSERT_TRUE(client->get(resources::configMaps(), "ns", "a"));
+  std::optional<Result<Json>> second;
+  std::thread caller([&] { second = client->get(resources::configMaps(), "ns", "b"); });
+  ASSERT_TRUE(clock.awaitWaiters(1));  // throttled
+  EXPECT_EQ(gateCalls().size(), 1u) << "the gate is not asked before the throttle wait";
+  clock.advance(seconds{1});
+  caller.join();
+  ASSERT_TRUE(second && *second);
+  auto seen = gateCalls();
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0].at, start);
+  EXPECT_EQ(seen[1].at, start + seconds{1}) << "asked right before sending, after the wait";
+  EXPECT_EQ(seen[1].method, "GET");
+  EXPECT_EQ(seen[1].path, "/api/v1/namespaces/ns/configmaps/b");
+
+  // A refused write returns the gate's error and never reaches the server.
+  refuse_writes = true;
+  std::size_t before = server.requests().size();
+  std::optional<Result<Json>> created;
+  std::thread writer([&] {
+    created = client->create(resources::configMaps(), "ns", {{"metadata", {{"name", "c"}}}});
+  });
+  ASSERT_TRUE(clock.awaitWaiters(1));
+  clock.advance(seconds{1});
+  writer.join();
+  ASSERT_TRUE(created && !*created);
+  EXPECT_EQ(created->error().code, ErrorCode::kFailedPrecondition);
+  EXPECT_EQ(created->error().message, "not the leader");
+  EXPECT_EQ(server.requests().size(), before);
+  EXPECT_EQ(gateCalls().back().method, "POST");
 }
 
 TEST(CurlKubeClientTest, CancelEndsAListOrGetThatTheServerNeverAnswers) {
