@@ -39,6 +39,26 @@ void globalInit() {
   std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
 }
 
+bool http2Available() {
+  const curl_version_info_data* info = curl_version_info(CURLVERSION_NOW);
+  return info != nullptr && (info->features & CURL_VERSION_HTTP2) != 0;
+}
+
+std::string protocolName(long version) {
+  switch (version) {
+    case CURL_HTTP_VERSION_1_0:
+      return "HTTP/1.0";
+    case CURL_HTTP_VERSION_1_1:
+      return "HTTP/1.1";
+    case CURL_HTTP_VERSION_2_0:
+      return "HTTP/2";
+    case CURL_HTTP_VERSION_3:
+      return "HTTP/3";
+    default:
+      return "unknown";
+  }
+}
+
 std::size_t appendToString(char* data, std::size_t size, std::size_t n, void* user) {
   static_cast<std::string*>(user)->append(data, size * n);
   return size * n;
@@ -125,6 +145,7 @@ class CurlKubeClient final : public KubeClient {
       : config_(std::move(config)),
         clock_(clock),
         bucket_(clock, config_.qps, config_.burst),
+        http2_(http2Available()),
         token_(config_.token),
         token_read_(clock.monoNow()) {
     if (registry != nullptr) {
@@ -137,6 +158,9 @@ class CurlKubeClient final : public KubeClient {
           "c4_operator_api_retries_total",
           "Kubernetes API requests retried after a 429/5xx answer with Retry-After.",
           {"verb", "code"});
+      protocols_ =
+          &registry->counter("c4_operator_api_responses_by_protocol_total",
+                             "Kubernetes API responses by HTTP protocol version.", {"protocol"});
     }
   }
 
@@ -291,6 +315,7 @@ class CurlKubeClient final : public KubeClient {
     char errbuf[CURL_ERROR_SIZE] = {0};
     curl_easy_setopt(curl.get(), CURLOPT_ERRORBUFFER, errbuf);
     CURLcode rc = performCancellable(multi.get(), curl.get(), options.cancel);
+    countProtocol(curl.get());
     if (state.error) return std::unexpected(*state.error);
     if (state.stopped_by_handler) return okStatus();
     if (options.cancel != nullptr && options.cancel->cancelled()) {
@@ -455,12 +480,23 @@ class CurlKubeClient final : public KubeClient {
     return token_;
   }
 
-  // Sets URL, TLS, auth and headers on a handle. Returns the header list to keep
+  void countProtocol(CURL* curl) {
+    if (protocols_ == nullptr) return;
+    long version = 0;
+    if (curl_easy_getinfo(curl, CURLINFO_HTTP_VERSION, &version) != CURLE_OK || version == 0) {
+      return;  // no response
+    }
+    protocols_->labels({protocolName(version)}).inc();
+  }
+
+  // Sets URL, protocol, TLS, auth and headers on a handle. Returns the header list to keep
   // alive for the transfer.
   SlistPtr prepare(CURL* curl, const std::string& method, const std::string& path,
                    const std::string& body, const std::string& content_type) {
     std::string url = config_.server + path;
     curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+    // HTTP/2 over TLS where the server agrees (ALPN), HTTP/1.1 otherwise.
+    if (http2_) curl_easy_setopt(curl, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_2TLS);
     curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS,
                      static_cast<long>(config_.connect_timeout.count()));
@@ -594,6 +630,7 @@ class CurlKubeClient final : public KubeClient {
       return makeError(ErrorCode::kCancelled, what + ": cancelled");
     }
     if (rc != CURLE_OK) return std::unexpected(transportError(rc, errbuf, what));
+    countProtocol(curl);
     response.retry_after_seconds = response_headers.retry_after_seconds;
     releaseConnection(std::move(connection));
     return response;
@@ -646,6 +683,7 @@ class CurlKubeClient final : public KubeClient {
   Clock& clock_;
   Logger log_{"kube-client"};
   PriorityTokenBucket bucket_;
+  bool http2_;
   std::mutex token_mu_;
   std::string token_;
   MonoTime token_read_;
@@ -654,6 +692,7 @@ class CurlKubeClient final : public KubeClient {
   metrics::Family<metrics::Histogram>* latency_ = nullptr;
   metrics::Family<metrics::Counter>* requests_ = nullptr;
   metrics::Family<metrics::Counter>* retries_ = nullptr;
+  metrics::Family<metrics::Counter>* protocols_ = nullptr;
 };
 
 }  // namespace

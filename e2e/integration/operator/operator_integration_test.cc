@@ -133,6 +133,44 @@ TEST_F(OperatorIT, ClientVerbsAndErrorMappingAgainstTheRealServer) {
   EXPECT_EQ((*nowhere)->get(cms, ns_, "b").error().code, ErrorCode::kUnavailable);
 }
 
+TEST_F(OperatorIT, ClientSpeaksHttp2ToTheRealServerWatchesIncluded) {
+  auto config = loadKubeconfigFile(testenvDir() + "/kubeconfig");
+  ASSERT_TRUE(config);
+  metrics::Registry registry;
+  auto created = createCurlKubeClient(*config, realClock(), &registry);
+  ASSERT_TRUE(created) << created.error().toString();
+  KubeClient& client = **created;
+  const auto& cms = resources::configMaps();
+  Json cm = {{"apiVersion", "v1"}, {"kind", "ConfigMap"}, {"metadata", {{"name", "h2"}}}};
+  ASSERT_TRUE(client.create(cms, ns_, cm));
+  ASSERT_TRUE(client.get(cms, ns_, "h2"));
+  auto list = client.list(cms, ns_);
+  ASSERT_TRUE(list) << list.error().toString();
+  // A watch from the list's resourceVersion sees a change made after it started.
+  std::string rv = (*list)["metadata"]["resourceVersion"];
+  std::thread writer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds{300});
+    EXPECT_TRUE(client.patch(cms, ns_, "h2", PatchType::kMerge, {{"data", {{"k", "v"}}}}));
+  });
+  WatchOptions options;
+  options.resource_version = rv;
+  options.timeout_seconds = 10;
+  bool seen = false;
+  auto watched = client.watch(cms, ns_, options, [&](WatchEvent&& e) {
+    seen = e.type == WatchEventType::kModified && objectName(e.object) == "h2";
+    return !seen;
+  });
+  writer.join();
+  ASSERT_TRUE(watched) << watched.error().toString();
+  EXPECT_TRUE(seen);
+  std::string text = registry.expose();
+  EXPECT_NE(text.find(R"(c4_operator_api_responses_by_protocol_total{protocol="HTTP/2"} 5)"),
+            std::string::npos)
+      << "create, get, list, patch and the watch over HTTP/2:\n"
+      << text;
+  EXPECT_EQ(text.find(R"(protocol="HTTP/1.1")"), std::string::npos) << text;
+}
+
 TEST_F(OperatorIT, ARequestRefusedByTheGateNeverReachesTheServer) {
   auto config = loadKubeconfigFile(testenvDir() + "/kubeconfig");
   ASSERT_TRUE(config);
