@@ -31,6 +31,16 @@ struct SlistDeleter {
 };
 using SlistPtr = std::unique_ptr<curl_slist, SlistDeleter>;
 
+struct UrlDeleter {
+  void operator()(CURLU* url) const noexcept { curl_url_cleanup(url); }
+};
+using UrlPtr = std::unique_ptr<CURLU, UrlDeleter>;
+
+struct CurlStringDeleter {
+  void operator()(char* s) const noexcept { curl_free(s); }
+};
+using CurlString = std::unique_ptr<char, CurlStringDeleter>;
+
 // client-go's maxRetries: how often one request is retried on answers that carry Retry-After.
 constexpr int kMaxRetries = 10;
 
@@ -113,6 +123,54 @@ long timeoutMillis(Duration d) {
                         static_cast<long>(std::chrono::ceil<std::chrono::milliseconds>(d).count()));
 }
 
+// Where requests go: the server URL, or with tls-server-name set (https), the same URL with that
+// name as its host, so that libcurl sends it as SNI and verifies the certificate against it,
+// plus a CURLOPT_CONNECT_TO entry that still connects to the server's real host and port.
+struct Endpoint {
+  std::string base_url;
+  std::string connect_to;  // "" = connect where base_url says
+};
+
+Result<Endpoint> endpointFor(const KubeConfig& config) {
+  Endpoint endpoint{config.server, ""};
+  if (config.tls_server_name.empty() || config.server.rfind("https://", 0) != 0) return endpoint;
+  UrlPtr url(curl_url());
+  if (!url) return makeError(ErrorCode::kInternal, "curl_url failed");
+  if (curl_url_set(url.get(), CURLUPART_URL, config.server.c_str(), 0) != CURLUE_OK) {
+    return makeError(ErrorCode::kInvalidArgument,
+                     "API server URL is not a valid URL: '" + config.server + "'");
+  }
+  char* raw = nullptr;
+  if (curl_url_get(url.get(), CURLUPART_HOST, &raw, 0) != CURLUE_OK) {
+    return makeError(ErrorCode::kInvalidArgument,
+                     "API server URL has no host: '" + config.server + "'");
+  }
+  CurlString host(raw);
+  raw = nullptr;
+  if (curl_url_get(url.get(), CURLUPART_PORT, &raw, CURLU_DEFAULT_PORT) != CURLUE_OK) {
+    return makeError(ErrorCode::kInvalidArgument,
+                     "API server URL has no port: '" + config.server + "'");
+  }
+  CurlString port(raw);
+  raw = nullptr;
+  if (config.tls_server_name.find_first_of(":/[]@ ") != std::string::npos ||
+      curl_url_set(url.get(), CURLUPART_HOST, config.tls_server_name.c_str(), 0) != CURLUE_OK) {
+    return makeError(ErrorCode::kInvalidArgument,
+                     "tls-server-name is not a host name: '" + config.tls_server_name + "'");
+  }
+  if (curl_url_get(url.get(), CURLUPART_URL, &raw, 0) != CURLUE_OK) {
+    return makeError(ErrorCode::kInternal, "cannot rebuild the API server URL");
+  }
+  CurlString rewritten(raw);
+  endpoint.base_url = rewritten.get();
+  while (!endpoint.base_url.empty() && endpoint.base_url.back() == '/') {
+    endpoint.base_url.pop_back();
+  }
+  endpoint.connect_to =
+      config.tls_server_name + ":" + port.get() + ":" + host.get() + ":" + port.get();
+  return endpoint;
+}
+
 struct HttpResponse {
   long status = 0;
   std::string body;
@@ -141,13 +199,17 @@ using ConnectionPtr = std::unique_ptr<Connection>;
 
 class CurlKubeClient final : public KubeClient {
  public:
-  CurlKubeClient(KubeConfig config, Clock& clock, metrics::Registry* registry)
+  CurlKubeClient(KubeConfig config, Endpoint endpoint, Clock& clock, metrics::Registry* registry)
       : config_(std::move(config)),
+        endpoint_(std::move(endpoint)),
         clock_(clock),
         bucket_(clock, config_.qps, config_.burst),
         http2_(http2Available()),
         token_(config_.token),
         token_read_(clock.monoNow()) {
+    if (!endpoint_.connect_to.empty()) {
+      connect_to_.reset(curl_slist_append(nullptr, endpoint_.connect_to.c_str()));
+    }
     if (registry != nullptr) {
       latency_ = &registry->histogram("c4_operator_api_request_duration_seconds",
                                       "Latency of Kubernetes API requests.", {"verb"});
@@ -493,8 +555,9 @@ class CurlKubeClient final : public KubeClient {
   // alive for the transfer.
   SlistPtr prepare(CURL* curl, const std::string& method, const std::string& path,
                    const std::string& body, const std::string& content_type) {
-    std::string url = config_.server + path;
+    std::string url = endpoint_.base_url + path;
     curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+    if (connect_to_) curl_easy_setopt(curl, CURLOPT_CONNECT_TO, connect_to_.get());
     // HTTP/2 over TLS where the server agrees (ALPN), HTTP/1.1 otherwise.
     if (http2_) curl_easy_setopt(curl, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_2TLS);
     curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
@@ -680,10 +743,12 @@ class CurlKubeClient final : public KubeClient {
   }
 
   KubeConfig config_;
+  Endpoint endpoint_;
   Clock& clock_;
   Logger log_{"kube-client"};
   PriorityTokenBucket bucket_;
   bool http2_;
+  SlistPtr connect_to_;
   std::mutex token_mu_;
   std::string token_;
   MonoTime token_read_;
@@ -704,7 +769,9 @@ Result<std::unique_ptr<KubeClient>> createCurlKubeClient(KubeConfig config, Cloc
                      "API server URL must start with https:// or http://: '" + config.server + "'");
   }
   globalInit();
-  return std::unique_ptr<KubeClient>(new CurlKubeClient(std::move(config), clock, registry));
+  C4_ASSIGN_OR_RETURN(Endpoint endpoint, endpointFor(config));
+  return std::unique_ptr<KubeClient>(
+      new CurlKubeClient(std::move(config), std::move(endpoint), clock, registry));
 }
 
 }  // namespace c4::op

@@ -1,6 +1,8 @@
 // The libcurl implementation of KubeClient:
-//  - TLS with client certificates or bearer tokens; HTTP/2 where libcurl has it (ALPN, else
-//    HTTP/1.1); connections reused through a pool of handles;
+//  - TLS with client certificates or bearer tokens, verified against tls-server-name when the
+//    configuration names one (it is sent as SNI; the connection still goes to the server URL's
+//    host); HTTP/2 where libcurl has it (ALPN, else HTTP/1.1); connections reused through a
+//    pool of handles;
 //  - a client-side QPS/burst token bucket; request timeouts (per call where the options set
 //    one); cancellation of get, list and watch through a CancelToken;
 //  - Retry-After: 429 and 5xx answers that carry it are retried after that many seconds on the

@@ -29,6 +29,8 @@ struct KubeConfig {
   std::string token;       // static bearer token
   std::string token_file;  // re-read periodically (projected service-account tokens rotate)
   bool insecure_skip_tls_verify = false;
+  // The name the server's certificate is verified against (and sent as SNI) instead of the
+  // host of `server`, which is still where the client connects (https only).
   std::string tls_server_name;
   std::string context_name;  // the context used (kubeconfig only)
   std::string default_namespace = "default";

@@ -196,6 +196,30 @@ TEST_F(OperatorIT, ARequestRefusedByTheGateNeverReachesTheServer) {
   EXPECT_EQ(client_->get(cms, ns_, "fenced").error().code, ErrorCode::kNotFound);
 }
 
+TEST_F(OperatorIT, TlsServerNameIsWhatTheCertificateIsVerifiedAgainst) {
+  auto config = loadKubeconfigFile(testenvDir() + "/kubeconfig");
+  ASSERT_TRUE(config);
+  ASSERT_EQ(config->server.rfind("https://127.0.0.1:", 0), 0u) << config->server;
+  // A DNS name in the API server certificate's SANs (e2e/testenv/testenv.sh): requests to
+  // 127.0.0.1 verify against it and succeed.
+  config->tls_server_name = "kubernetes.default.svc";
+  auto named = createCurlKubeClient(*config, realClock(), nullptr);
+  ASSERT_TRUE(named) << named.error().toString();
+  auto ns = (*named)->get(resources::namespaces(), "", ns_);
+  ASSERT_TRUE(ns) << ns.error().toString();
+  EXPECT_EQ(objectName(*ns), ns_);
+  // A name the certificate does not carry: the TLS handshake fails, nothing is sent.
+  config->tls_server_name = "not-in-the-certificate.example";
+  auto wrong = createCurlKubeClient(*config, realClock(), nullptr);
+  ASSERT_TRUE(wrong);
+  auto refused = (*wrong)->get(resources::namespaces(), "", ns_);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::kUnavailable);
+  EXPECT_NE(refused.error().message.find("not-in-the-certificate.example"), std::string::npos)
+      << refused.error().message;
+  EXPECT_NE(refused.error().message.find("SSL"), std::string::npos) << refused.error().message;
+}
+
 TEST_F(OperatorIT, JobGetsChildrenWithEnvironmentAndOwners) {
   OperatorInstance op(*client_, ns_);
   ASSERT_TRUE(op.start());

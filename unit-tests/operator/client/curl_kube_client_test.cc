@@ -263,5 +263,17 @@ TEST(CurlKubeClientTest, ABoundedCallToASilentServerEndsAtItsTimeout) {
   EXPECT_LT(took, milliseconds{2000});
 }
 
+TEST(CurlKubeClientTest, BadTlsServerNameIsRejectedAtCreation) {
+  KubeConfig config;
+  config.server = "https://127.0.0.1:6443";
+  config.tls_server_name = "bad name/with slash";
+  auto client = createCurlKubeClient(config, realClock(), nullptr);
+  ASSERT_FALSE(client);
+  EXPECT_EQ(client.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(client.error().message.find("tls-server-name"), std::string::npos);
+  config.tls_server_name = "kubernetes.default.svc";
+  EXPECT_TRUE(createCurlKubeClient(config, realClock(), nullptr));
+}
+
 }  // namespace
 }  // namespace c4::op

@@ -138,6 +138,17 @@ TEST(KubeConfigTest, InClusterReadsServiceAccountFiles) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(KubeConfigTest, TlsServerNameIsRead) {
+  std::string yaml = kubeconfig("    token: t");
+  yaml.replace(
+      yaml.find("    server: https://127.0.0.1:6443/\n"),
+      std::string("    server: https://127.0.0.1:6443/\n").size(),
+      "    server: https://127.0.0.1:6443/\n    tls-server-name: kubernetes.default.svc\n");
+  auto config = parseKubeconfig(yaml, "");
+  ASSERT_TRUE(config) << config.error().toString();
+  EXPECT_EQ(config->tls_server_name, "kubernetes.default.svc");
+}
+
 TEST(Base64Test, DecodesAndRejects) {
   EXPECT_EQ(*base64Decode("aGVsbG8="), "hello");
   EXPECT_EQ(*base64Decode("aGVs\nbG8h"), "hello!");
