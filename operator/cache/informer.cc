@@ -101,13 +101,20 @@ std::vector<Json> Store::replace(std::vector<Json> objects) {
   return removed;
 }
 
+void stripManagedFields(Json& object) {
+  if (!object.is_object()) return;
+  auto metadata = object.find("metadata");
+  if (metadata != object.end() && metadata->is_object()) metadata->erase("managedFields");
+}
+
 Informer::Informer(KubeClient& client, Clock& clock, ResourceType type, std::string ns,
-                   std::string label_selector)
+                   std::string label_selector, std::string field_selector)
     : client_(client),
       clock_(clock),
       type_(std::move(type)),
       ns_(std::move(ns)),
       label_selector_(std::move(label_selector)),
+      field_selector_(std::move(field_selector)),
       log_(Logger("informer").with({{"resource", type_.resource}})) {}
 
 Informer::~Informer() {
@@ -158,6 +165,7 @@ void Informer::backoff() {
 bool Informer::doList() {
   ListOptions options;
   options.label_selector = label_selector_;
+  options.field_selector = field_selector_;
   options.cancel = &stop_;  // stop() interrupts a list the server does not answer
   auto list = client_.list(type_, ns_, options);
   if (!list) {
@@ -168,7 +176,10 @@ bool Informer::doList() {
     return false;
   }
   std::vector<Json> items;
-  for (auto& item : (*list)["items"]) items.push_back(std::move(item));
+  for (auto& item : (*list)["items"]) {
+    stripManagedFields(item);
+    items.push_back(std::move(item));
+  }
   // Compute adds/updates before replacing so handlers see old objects.
   std::vector<std::pair<std::optional<Json>, Json>> changes;
   for (const auto& item : items) {
@@ -208,6 +219,7 @@ void Informer::run() {
     }
     WatchOptions options;
     options.label_selector = label_selector_;
+    options.field_selector = field_selector_;
     options.resource_version = resource_version_;
     options.allow_bookmarks = true;
     options.timeout_seconds = watch_timeout_s_;
@@ -219,6 +231,7 @@ void Informer::run() {
     bool got_event = false;
     Status status = client_.watch(type_, ns_, options, [&](WatchEvent&& event) {
       got_event = true;
+      stripManagedFields(event.object);
       std::string rv = event.object["metadata"].value("resourceVersion", std::string{});
       switch (event.type) {
         case WatchEventType::kBookmark:

@@ -1,6 +1,8 @@
-// Shared informer: list + watch of one resource into a thread-safe cache with indexes, written as
-// an explicit state machine (kube-rs watcher.rs): List -> Watch(rv) -> (ok: Watch(rv) again,
-// 410 Gone: List, other error: back off on the clock, then Watch(rv)). Bookmarks advance rv.
+// Informer: list + watch of one resource (optionally narrowed by namespace, label and field
+// selectors) into a thread-safe cache with indexes, written as an explicit state machine
+// (kube-rs watcher.rs): List -> Watch(rv) -> (ok: Watch(rv) again, 410 Gone: List, other error:
+// back off on the clock, then Watch(rv)). Bookmarks advance rv. Cached objects carry no
+// metadata.managedFields (memory).
 #pragma once
 
 #include <atomic>
@@ -60,10 +62,15 @@ struct InformerStats {
   std::uint64_t watches = 0;  // watch calls started
 };
 
+// Erases metadata.managedFields (what the informer does to every object it caches).
+void stripManagedFields(Json& object);
+
 class Informer {
  public:
+  // `label_selector` and `field_selector` narrow the list and the watch (e.g. the node plugin's
+  // "spec.nodeName=<node>" on pods); "" = everything in `ns` ("" = all namespaces).
   Informer(KubeClient& client, Clock& clock, ResourceType type, std::string ns,
-           std::string label_selector = "");
+           std::string label_selector = "", std::string field_selector = "");
   ~Informer();
   Informer(const Informer&) = delete;
   Informer& operator=(const Informer&) = delete;
@@ -83,6 +90,9 @@ class Informer {
   bool waitForSync(MonoTime deadline);
   [[nodiscard]] InformerStats stats() const;
   [[nodiscard]] const ResourceType& type() const { return type_; }
+  [[nodiscard]] const std::string& ns() const { return ns_; }
+  [[nodiscard]] const std::string& labelSelector() const { return label_selector_; }
+  [[nodiscard]] const std::string& fieldSelector() const { return field_selector_; }
 
  private:
   void run();
@@ -95,6 +105,7 @@ class Informer {
   ResourceType type_;
   std::string ns_;
   std::string label_selector_;
+  std::string field_selector_;
   Store store_;
   Logger log_;
   std::vector<InformerHandler> handlers_;

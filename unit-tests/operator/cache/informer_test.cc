@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <thread>
 
 #include "operator/client/curl_kube_client.h"
@@ -120,6 +121,58 @@ TEST(InformerTest, ListFailureBacksOffAndRetries) {
     std::this_thread::yield();
   }
   EXPECT_TRUE(informer.hasSynced());
+  informer.stop();
+}
+
+// Real-time wait for what the informer thread does next.
+bool eventually(const std::function<bool()>& pred) {
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds{5};
+  while (std::chrono::steady_clock::now() < until) {
+    if (pred()) return true;
+    std::this_thread::yield();
+  }
+  return pred();
+}
+
+TEST(InformerTest, CachedObjectsCarryNoManagedFields) {
+  SimulatedClock clock;
+  testing::FakeKubeClient api;
+  Json listed = pod("p1", "j");
+  listed["metadata"]["managedFields"] = Json::array({{{"manager", "kubectl"}}});
+  api.put(resources::pods(), listed);
+  Json watched = pod("p2", "j", "201");
+  watched["metadata"]["managedFields"] = Json::array({{{"manager", "kubelet"}}});
+  api.scriptWatch({{{"type", "ADDED"}, {"object", watched}}}, std::nullopt);
+  Informer informer(api, clock, resources::pods(), "ns");
+  std::atomic<int> with_managed_fields{0};
+  informer.addHandler([&](InformerEvent, const Json*, const Json& o) {
+    if (o["metadata"].contains("managedFields")) ++with_managed_fields;
+  });
+  informer.start();
+  ASSERT_TRUE(eventually([&] { return informer.store().size() == 2; }));
+  for (const auto& o : informer.store().list()) {
+    EXPECT_FALSE(o["metadata"].contains("managedFields")) << o.dump();
+    EXPECT_EQ(o["metadata"]["labels"]["c4.dev/job-name"], "j") << "the rest is kept";
+  }
+  EXPECT_EQ(with_managed_fields.load(), 0);
+  informer.stop();
+}
+
+TEST(InformerTest, FieldAndLabelSelectorsNarrowTheListAndTheWatch) {
+  SimulatedClock clock;
+  testing::FakeKubeClient api;
+  Informer informer(api, clock, resources::pods(), "", "app=trainer", "spec.nodeName=node-1");
+  EXPECT_EQ(informer.fieldSelector(), "spec.nodeName=node-1");
+  informer.start();
+  ASSERT_TRUE(clock.awaitWaiters(1));  // listed, watched (unscripted: failed), backing off
+  auto lists = api.listOptions();
+  auto watches = api.watchOptions();
+  ASSERT_EQ(lists.size(), 1u);
+  ASSERT_EQ(watches.size(), 1u);
+  EXPECT_EQ(lists[0].field_selector, "spec.nodeName=node-1");
+  EXPECT_EQ(lists[0].label_selector, "app=trainer");
+  EXPECT_EQ(watches[0].field_selector, "spec.nodeName=node-1");
+  EXPECT_EQ(watches[0].label_selector, "app=trainer");
   informer.stop();
 }
 
