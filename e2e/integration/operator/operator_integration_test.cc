@@ -220,6 +220,37 @@ TEST_F(OperatorIT, TlsServerNameIsWhatTheCertificateIsVerifiedAgainst) {
   EXPECT_NE(refused.error().message.find("SSL"), std::string::npos) << refused.error().message;
 }
 
+TEST_F(OperatorIT, InformerFieldSelectorCachesOnlyMatchingObjects) {
+  const auto& cms = resources::configMaps();
+  for (const char* name : {"wanted", "unwanted"}) {
+    Json cm = {{"apiVersion", "v1"}, {"kind", "ConfigMap"}, {"metadata", {{"name", name}}}};
+    ASSERT_TRUE(client_->create(cms, ns_, cm));
+  }
+  Informer informer(*client_, realClock(), cms, ns_, "", "metadata.name=wanted");
+  informer.setWatchTimeoutSeconds(5);
+  std::atomic<int> updates{0};
+  informer.addHandler([&](InformerEvent e, const Json*, const Json& o) {
+    if (e == InformerEvent::kUpdate) {
+      EXPECT_EQ(objectName(o), "wanted");
+      ++updates;
+    }
+  });
+  informer.start();
+  ASSERT_TRUE(informer.waitForSync(realClock().monoNow() + std::chrono::seconds{30}));
+  EXPECT_EQ(informer.store().size(), 1u);
+  EXPECT_TRUE(informer.store().get(ns_ + "/wanted").has_value());
+  // Only changes of matching objects arrive through the watch.
+  ASSERT_TRUE(client_->patch(cms, ns_, "unwanted", PatchType::kMerge, {{"data", {{"k", "1"}}}}));
+  ASSERT_TRUE(client_->patch(cms, ns_, "wanted", PatchType::kMerge, {{"data", {{"k", "1"}}}}));
+  EXPECT_TRUE(waitFor([&] { return updates.load() == 1; }));
+  auto cached = informer.store().get(ns_ + "/wanted");
+  ASSERT_TRUE(cached);
+  EXPECT_EQ((*cached)["data"]["k"], "1");
+  EXPECT_FALSE((*cached)["metadata"].contains("managedFields")) << "stripped from the cache";
+  EXPECT_EQ(informer.store().size(), 1u);
+  informer.stop();
+}
+
 TEST_F(OperatorIT, JobGetsChildrenWithEnvironmentAndOwners) {
   OperatorInstance op(*client_, ns_);
   ASSERT_TRUE(op.start());
