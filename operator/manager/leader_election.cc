@@ -21,12 +21,17 @@ Json LeaderElector::newLeaseSpec(const Json& old_spec, bool acquiring) const {
       std::ceil(std::chrono::duration<double>(config_.lease_duration).count()));
   spec["renewTime"] = now;
   if (acquiring) {
+    // A new term: the holder was someone else or nobody (released). client-go counts every
+    // acquisition from a holder that was not this candidate, an empty one included (a lease
+    // created from nothing starts at 0, see tryAcquireOrRenew()). Renewals and releases keep
+    // the count.
     spec["acquireTime"] = now;
-    std::int64_t transitions = spec.value("leaseTransitions", std::int64_t{0});
-    std::string previous =
-        old_spec.is_object() ? old_spec.value("holderIdentity", std::string{}) : std::string{};
-    if (!previous.empty() && previous != config_.identity) ++transitions;
-    spec["leaseTransitions"] = transitions;
+    std::int64_t transitions = 0;
+    if (old_spec.is_object() && old_spec.contains("leaseTransitions") &&
+        old_spec["leaseTransitions"].is_number_integer()) {
+      transitions = old_spec["leaseTransitions"].get<std::int64_t>();
+    }
+    spec["leaseTransitions"] = transitions + 1;
   }
   return spec;
 }
@@ -52,6 +57,7 @@ bool LeaderElector::tryAcquireOrRenew() {
         {"kind", "Lease"},
         {"metadata", {{"name", config_.lease_name}, {"namespace", config_.lease_namespace}}},
         {"spec", newLeaseSpec(Json::object(), true)}};
+    lease["spec"]["leaseTransitions"] = 0;  // the first term
     auto created = client_.create(leases, config_.lease_namespace, lease);
     if (!created) {
       log_.info("Lease create lost", {{"error", created.error()}});

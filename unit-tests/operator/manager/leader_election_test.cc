@@ -154,5 +154,39 @@ TEST(LeaderElectionTest, RunGivesUpWhenRenewalsFailPastTheDeadline) {
   EXPECT_FALSE(a.isLeader());
 }
 
+Json leaseSpec(testing::FakeKubeClient& api) {
+  return (*api.peek(resources::leases(), "c4-system", "c4-operator"))["spec"];
+}
+
+TEST(LeaderElectionTest, LeaseTransitionsCountEveryNewHolderAndSurviveRenewAndRelease) {
+  SimulatedClock clock;
+  testing::FakeKubeClient api;
+  LeaderElector a(api, clock, configFor("a"));
+  LeaderElector b(api, clock, configFor("b"));
+  ASSERT_TRUE(a.tryAcquireOrRenew());
+  EXPECT_EQ(leaseSpec(api)["leaseTransitions"], 0) << "the first term";
+  clock.advance(seconds{2});
+  ASSERT_TRUE(a.tryAcquireOrRenew());
+  EXPECT_EQ(leaseSpec(api)["leaseTransitions"], 0) << "a renewal is no transition";
+  ASSERT_TRUE(a.release());
+  EXPECT_EQ(leaseSpec(api)["leaseTransitions"], 0) << "a release keeps the count";
+  EXPECT_EQ(leaseSpec(api)["holderIdentity"], "");
+  ASSERT_TRUE(b.tryAcquireOrRenew());
+  EXPECT_EQ(leaseSpec(api)["leaseTransitions"], 1) << "taken from nobody (released): counted";
+  ASSERT_TRUE(b.release());
+  ASSERT_TRUE(a.tryAcquireOrRenew());
+  EXPECT_EQ(leaseSpec(api)["leaseTransitions"], 2) << "a again, after b";
+  std::string acquired = leaseSpec(api)["acquireTime"];
+  clock.advance(seconds{2});
+  ASSERT_TRUE(a.tryAcquireOrRenew());
+  EXPECT_EQ(leaseSpec(api)["leaseTransitions"], 2);
+  EXPECT_EQ(leaseSpec(api)["acquireTime"], acquired) << "the term's start is kept on renew";
+  // A takeover after expiry counts too.
+  ASSERT_FALSE(b.tryAcquireOrRenew());
+  clock.advance(seconds{15});
+  ASSERT_TRUE(b.tryAcquireOrRenew());
+  EXPECT_EQ(leaseSpec(api)["leaseTransitions"], 3);
+}
+
 }  // namespace
 }  // namespace c4::op
