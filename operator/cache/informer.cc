@@ -101,14 +101,48 @@ std::vector<Json> Store::replace(std::vector<Json> objects) {
   return removed;
 }
 
+namespace {
+
+constexpr Duration kInitialBackoff = std::chrono::milliseconds{800};
+constexpr Duration kMaxBackoff = std::chrono::seconds{30};
+constexpr double kBackoffJitter = 1.0;  // client-go's reflector backoff managers
+// A watch that ends sooner than this without an event is an error (client-go: "very short
+// watch"): resuming it at once would spin against a server that closes every watch.
+constexpr Duration kMinWatchDuration = std::chrono::seconds{1};
+
+const char* eventName(WatchEventType type) {
+  switch (type) {
+    case WatchEventType::kAdded:
+      return "ADDED";
+    case WatchEventType::kModified:
+      return "MODIFIED";
+    case WatchEventType::kDeleted:
+      return "DELETED";
+    case WatchEventType::kBookmark:
+      return "BOOKMARK";
+  }
+  return "?";
+}
+
+}  // namespace
+
+void stripManagedFields(Json& object) {
+  if (!object.is_object()) return;
+  auto metadata = object.find("metadata");
+  if (metadata != object.end() && metadata->is_object()) metadata->erase("managedFields");
+}
+
 Informer::Informer(KubeClient& client, Clock& clock, ResourceType type, std::string ns,
-                   std::string label_selector)
+                   std::string label_selector, std::string field_selector)
     : client_(client),
       clock_(clock),
       type_(std::move(type)),
       ns_(std::move(ns)),
       label_selector_(std::move(label_selector)),
-      log_(Logger("informer").with({{"resource", type_.resource}})) {}
+      field_selector_(std::move(field_selector)),
+      log_(Logger("informer").with({{"resource", type_.resource}})),
+      random_(defaultRandomSource()),
+      backoff_(kInitialBackoff) {}
 
 Informer::~Informer() {
   stop();
@@ -125,7 +159,7 @@ void Informer::start() {
 
 void Informer::requestStop() {
   std::lock_guard lock(mu_);
-  stop_.cancel();  // an open watch returns at once
+  stop_.cancel();  // an open list or watch returns at once
   cv_.notify_all();
 }
 
@@ -150,23 +184,52 @@ void Informer::notify(InformerEvent event, const Json* old_object, const Json& o
 }
 
 void Informer::backoff() {
+  Duration wait = jitter(backoff_, kBackoffJitter, random_);
   std::unique_lock lock(mu_);
-  clock_.waitUntil(lock, cv_, clock_.monoNow() + backoff_, [this] { return stop_.cancelled(); });
-  backoff_ = std::min<Duration>(backoff_ * 2, std::chrono::seconds{30});
+  clock_.waitUntil(lock, cv_, clock_.monoNow() + wait, [this] { return stop_.cancelled(); });
+  backoff_ = std::min<Duration>(backoff_ * 2, kMaxBackoff);
 }
 
-bool Informer::doList() {
+Informer::ListOutcome Informer::doList() {
   ListOptions options;
   options.label_selector = label_selector_;
+  options.field_selector = field_selector_;
+  options.cancel = &stop_;
+  // "" after a 410: a quorum read, paginated. "0" at first: whatever the watch cache has. Else
+  // at least as fresh as what we have seen, from the watch cache: unpaginated, since the cache
+  // serves such a list only without a limit.
+  static const std::string kAny = "0";
+  static const std::string kNotOlderThan = "NotOlderThan";
+  if (!resource_version_unavailable_) {
+    options.resource_version = resource_version_.empty() ? kAny : resource_version_;
+  }
+  if (!resource_version_unavailable_ && !resource_version_.empty()) {
+    options.resource_version_match = kNotOlderThan;
+    options.limit = 0;
+  }
   auto list = client_.list(type_, ns_, options);
   if (!list) {
-    log_.warn("List failed", {{"error", list.error()}});
+    if (stop_.cancelled()) return ListOutcome::kFailed;
+    const Error& error = list.error();
+    bool unavailable = error.code == ErrorCode::kGone ||
+                       error.message.find("Too large resource version") != std::string::npos;
+    if (unavailable && !options.resource_version.empty()) {
+      log_.info("Resource version unavailable, listing from etcd",
+                {{"resourceVersion", options.resource_version}, {"error", error}});
+      resource_version_unavailable_ = true;
+      return ListOutcome::kRelistFromEtcd;
+    }
+    log_.warn("List failed", {{"error", error}, {"resourceVersion", options.resource_version}});
     std::lock_guard lock(mu_);
     ++stats_.errors;
-    return false;
+    return ListOutcome::kFailed;
   }
+  resource_version_unavailable_ = false;
   std::vector<Json> items;
-  for (auto& item : (*list)["items"]) items.push_back(std::move(item));
+  for (auto& item : (*list)["items"]) {
+    stripManagedFields(item);
+    items.push_back(std::move(item));
+  }
   // Compute adds/updates before replacing so handlers see old objects.
   std::vector<std::pair<std::optional<Json>, Json>> changes;
   for (const auto& item : items) {
@@ -189,23 +252,54 @@ bool Informer::doList() {
     synced_ = true;
     cv_.notify_all();
   }
-  log_.debug("Listed", {{"resourceVersion", resource_version_}});
-  return true;
+  log_.debug("Listed", {{"resourceVersion", resource_version_},
+                        {"requestedResourceVersion", options.resource_version}});
+  return ListOutcome::kListed;
+}
+
+void Informer::apply(WatchEvent& event) {
+  stripManagedFields(event.object);
+  switch (event.type) {
+    case WatchEventType::kBookmark:
+      break;
+    case WatchEventType::kAdded:
+    case WatchEventType::kModified: {
+      auto previous = store_.upsert(event.object);
+      notify(previous ? InformerEvent::kUpdate : InformerEvent::kAdd,
+             previous ? &*previous : nullptr, event.object);
+      break;
+    }
+    case WatchEventType::kDeleted: {
+      auto previous = store_.erase(objectKey(event.object));
+      notify(InformerEvent::kDelete, previous ? &*previous : nullptr, event.object);
+      break;
+    }
+  }
+  std::string rv = event.object.is_object() && event.object.contains("metadata")
+                       ? event.object["metadata"].value("resourceVersion", std::string{})
+                       : std::string{};
+  if (!rv.empty()) resource_version_ = rv;
+  log_.trace("Watch event", {{"type", eventName(event.type)}, {"resourceVersion", rv}});
 }
 
 void Informer::run() {
   bool need_list = true;
   while (!stop_.cancelled()) {
     if (need_list) {
-      if (!doList()) {
-        backoff();
-        continue;
+      switch (doList()) {
+        case ListOutcome::kListed:
+          need_list = false;
+          break;
+        case ListOutcome::kRelistFromEtcd:
+          continue;  // at once, as client-go does
+        case ListOutcome::kFailed:
+          backoff();
+          continue;
       }
-      need_list = false;
-      backoff_ = std::chrono::milliseconds{800};
     }
     WatchOptions options;
     options.label_selector = label_selector_;
+    options.field_selector = field_selector_;
     options.resource_version = resource_version_;
     options.allow_bookmarks = true;
     options.timeout_seconds = watch_timeout_s_;
@@ -214,47 +308,56 @@ void Informer::run() {
       std::lock_guard lock(mu_);
       ++stats_.watches;
     }
-    bool got_event = false;
+    std::uint64_t events = 0;
+    MonoTime started = clock_.monoNow();
     Status status = client_.watch(type_, ns_, options, [&](WatchEvent&& event) {
-      got_event = true;
-      std::string rv = event.object["metadata"].value("resourceVersion", std::string{});
-      switch (event.type) {
-        case WatchEventType::kBookmark:
-          break;
-        case WatchEventType::kAdded:
-        case WatchEventType::kModified: {
-          auto previous = store_.upsert(event.object);
-          notify(previous ? InformerEvent::kUpdate : InformerEvent::kAdd,
-                 previous ? &*previous : nullptr, event.object);
-          break;
-        }
-        case WatchEventType::kDeleted: {
-          auto previous = store_.erase(objectKey(event.object));
-          notify(InformerEvent::kDelete, previous ? &*previous : nullptr, event.object);
-          break;
-        }
-      }
-      if (!rv.empty()) resource_version_ = rv;
+      ++events;
+      apply(event);
       return !stop_.cancelled();
     });
     if (stop_.cancelled()) break;
+    bool healthy = events > 0 || clock_.monoNow() - started >= kMinWatchDuration;
+    if (healthy) backoff_ = kInitialBackoff;  // the server serves this watch
+    if (status && healthy) continue;          // a normal end (timeout): resume at once
+
+    AfterWatch next = AfterWatch::kList;
     if (status) {
-      if (got_event) backoff_ = std::chrono::milliseconds{800};
-      continue;
-    }
-    if (status.error().code == ErrorCode::kGone) {
+      log_.warn("Watch ended at once without events, backing off",
+                {{"resourceVersion", resource_version_}});
+      std::lock_guard lock(mu_);
+      ++stats_.errors;
+      ++stats_.short_watches;
+    } else if (status.error().code == ErrorCode::kGone) {
       log_.info("Watch expired, relisting", {{"resourceVersion", resource_version_}});
       std::lock_guard lock(mu_);
       ++stats_.gone;
-      need_list = true;
-      continue;
-    }
-    log_.warn("Watch failed", {{"error", status.error()}});
-    {
+      next = AfterWatch::kQuorumList;
+    } else {
+      ErrorCode code = status.error().code;
+      if (code == ErrorCode::kUnavailable || code == ErrorCode::kResourceExhausted ||
+          code == ErrorCode::kDeadlineExceeded) {
+        next = AfterWatch::kWatch;  // the server is away or busy: resume where we were
+      }
+      log_.warn("Watch failed", {{"error", status.error()}});
       std::lock_guard lock(mu_);
       ++stats_.errors;
     }
-    backoff();
+    switch (next) {
+      case AfterWatch::kQuorumList:
+        resource_version_unavailable_ = true;
+        need_list = true;
+        // At once after a watch that ran; a watch refused outright with 410 backs off first,
+        // so a server that keeps answering 410 never meets a loop of quorum lists.
+        if (!healthy) backoff();
+        break;
+      case AfterWatch::kList:
+        need_list = true;
+        backoff();
+        break;
+      case AfterWatch::kWatch:
+        backoff();
+        break;
+    }
   }
 }
 

@@ -1,6 +1,24 @@
-// Shared informer: list + watch of one resource into a thread-safe cache with indexes, written as
-// an explicit state machine (kube-rs watcher.rs): List -> Watch(rv) -> (ok: Watch(rv) again,
-// 410 Gone: List, other error: back off on the clock, then Watch(rv)). Bookmarks advance rv.
+// Informer: list + watch of one resource (optionally narrowed by namespace, label and field
+// selectors) into a thread-safe cache with indexes, written as an explicit state machine
+// (kube-rs watcher.rs) with client-go's reflector semantics:
+//
+//   List(rv) -> Watch(rv) -> watch ended normally (events seen, or it lasted >= 1 s):
+//                              Watch(rv) again at once
+//                         -> watch ended at once with no event ("very short watch"),
+//                            or failed with anything but the cases below:
+//                              back off, then List(rv) again
+//                         -> the server is unreachable or overloaded (kUnavailable,
+//                            kResourceExhausted, kDeadlineExceeded): back off, then Watch(rv)
+//                         -> 410 Gone: List("") (at once if the watch ran, after a backoff
+//                            if it was refused outright)
+//
+// Which List: the first one asks for resourceVersion "0" and relists for the last synced
+// resourceVersion with resourceVersionMatch=NotOlderThan (unpaginated), so the API server's
+// watch cache serves them; only after a 410 Gone (or a list that answered 410 or "Too large
+// resource version") does it list with resourceVersion "" (a paginated quorum read from etcd).
+// Bookmarks and events advance rv. Backoff: exponential from 800 ms to 30 s, each wait
+// stretched by up to 100% jitter (client-go's backoff manager), reset once a watch delivered an
+// event or lasted 1 s. Cached objects carry no metadata.managedFields (memory).
 #pragma once
 
 #include <atomic>
@@ -18,6 +36,7 @@
 #include "c4/common/clock.h"
 #include "c4/common/log.h"
 #include "operator/client/kube_client.h"
+#include "operator/client/random.h"
 
 namespace c4::op {
 
@@ -54,27 +73,36 @@ using InformerHandler =
     std::function<void(InformerEvent, const Json* old_object, const Json& object)>;
 
 struct InformerStats {
-  std::uint64_t lists = 0;    // successful lists (1 + relists)
-  std::uint64_t gone = 0;     // 410 answers that forced a relist
-  std::uint64_t errors = 0;   // other failed list/watch calls
-  std::uint64_t watches = 0;  // watch calls started
+  std::uint64_t lists = 0;          // successful lists (1 + relists)
+  std::uint64_t gone = 0;           // 410 answers that forced a quorum relist
+  std::uint64_t errors = 0;         // other failed list/watch calls (short watches included)
+  std::uint64_t watches = 0;        // watch calls started
+  std::uint64_t short_watches = 0;  // watches that ended at once without an event
 };
+
+// Erases metadata.managedFields (what the informer does to every object it caches).
+void stripManagedFields(Json& object);
 
 class Informer {
  public:
+  // `label_selector` and `field_selector` narrow the list and the watch (e.g. the node plugin's
+  // "spec.nodeName=<node>" on pods); "" = everything in `ns` ("" = all namespaces).
   Informer(KubeClient& client, Clock& clock, ResourceType type, std::string ns,
-           std::string label_selector = "");
+           std::string label_selector = "", std::string field_selector = "");
   ~Informer();
   Informer(const Informer&) = delete;
   Informer& operator=(const Informer&) = delete;
 
   Store& store() { return store_; }
+  // Handlers, indexes (store().addIndex) and the setters below: before start().
   void addHandler(InformerHandler handler);
   // Watch calls end after this many seconds and resume from the last resourceVersion.
   void setWatchTimeoutSeconds(int s) { watch_timeout_s_ = s; }
+  // The jitter of backoff waits draws from `random` (default: seeded from std::random_device).
+  void setRandomSource(RandomSource random) { random_ = std::move(random); }
 
   void start();
-  // Ends the thread (cancels an open watch at once). Idempotent.
+  // Ends the thread (cancels an open list, watch or backoff at once). Idempotent.
   void stop();
   // Asks the thread to end without waiting for it (stop() then joins).
   void requestStop();
@@ -83,10 +111,19 @@ class Informer {
   bool waitForSync(MonoTime deadline);
   [[nodiscard]] InformerStats stats() const;
   [[nodiscard]] const ResourceType& type() const { return type_; }
+  [[nodiscard]] const std::string& ns() const { return ns_; }
+  [[nodiscard]] const std::string& labelSelector() const { return label_selector_; }
+  [[nodiscard]] const std::string& fieldSelector() const { return field_selector_; }
 
  private:
+  enum class ListOutcome { kListed, kRelistFromEtcd, kFailed };
+  // What a failed watch leads to.
+  enum class AfterWatch { kWatch, kList, kQuorumList };
+
   void run();
-  bool doList();
+  ListOutcome doList();
+  // Applies one watch event to the store and the handlers.
+  void apply(WatchEvent& event);
   void notify(InformerEvent event, const Json* old_object, const Json& object);
   void backoff();
 
@@ -95,12 +132,16 @@ class Informer {
   ResourceType type_;
   std::string ns_;
   std::string label_selector_;
+  std::string field_selector_;
   Store store_;
   Logger log_;
   std::vector<InformerHandler> handlers_;
   int watch_timeout_s_ = 300;
-  std::string resource_version_;
-  Duration backoff_{std::chrono::milliseconds{800}};
+  RandomSource random_;
+  std::string resource_version_;  // the last synced one (list, event or bookmark)
+  // A 410 or "too large" answer: the next list reads from etcd (resourceVersion "").
+  bool resource_version_unavailable_ = false;
+  Duration backoff_;
   CancelToken stop_;  // also cancels the open watch
   std::atomic<bool> synced_{false};
   mutable std::mutex mu_;

@@ -2,6 +2,7 @@
 #include "operator/client/kube_client.h"
 
 #include <charconv>
+#include <utility>
 
 namespace c4::op {
 
@@ -80,6 +81,10 @@ namespace {
 ErrorCode codeForHttp(long http_status, std::string_view verb) {
   switch (http_status) {
     case 400:
+    case 405:
+    case 406:
+    case 413:
+    case 415:
     case 422:
       return ErrorCode::kInvalidArgument;
     case 401:
@@ -103,29 +108,75 @@ ErrorCode codeForHttp(long http_status, std::string_view verb) {
   return ErrorCode::kInternal;
 }
 
+// metav1.StatusReason -> ErrorCode; nullopt for "", "Unknown" and reasons this client does not
+// know (the HTTP status decides then).
+std::optional<ErrorCode> codeForReason(std::string_view reason) {
+  static constexpr std::pair<std::string_view, ErrorCode> kReasons[] = {
+      {"Unauthorized", ErrorCode::kUnauthenticated},
+      {"Forbidden", ErrorCode::kPermissionDenied},
+      {"NotFound", ErrorCode::kNotFound},
+      {"AlreadyExists", ErrorCode::kAlreadyExists},
+      {"Conflict", ErrorCode::kConflict},
+      {"Gone", ErrorCode::kGone},
+      {"Expired", ErrorCode::kGone},
+      {"Invalid", ErrorCode::kInvalidArgument},
+      {"BadRequest", ErrorCode::kInvalidArgument},
+      {"MethodNotAllowed", ErrorCode::kInvalidArgument},
+      {"NotAcceptable", ErrorCode::kInvalidArgument},
+      {"UnsupportedMediaType", ErrorCode::kInvalidArgument},
+      {"RequestEntityTooLarge", ErrorCode::kInvalidArgument},
+      {"TooManyRequests", ErrorCode::kResourceExhausted},
+      {"Timeout", ErrorCode::kDeadlineExceeded},
+      {"ServerTimeout", ErrorCode::kUnavailable},
+      {"InternalError", ErrorCode::kUnavailable},
+      {"ServiceUnavailable", ErrorCode::kUnavailable},
+  };
+  for (const auto& [name, code] : kReasons) {
+    if (name == reason) return code;
+  }
+  return std::nullopt;
+}
+
+Error errorFor(long http_status, std::string_view reason, std::string_view verb,
+               std::string message) {
+  ErrorCode code = codeForReason(reason).value_or(codeForHttp(http_status, verb));
+  std::string text = "HTTP " + std::to_string(http_status);
+  if (!reason.empty() && reason != "Unknown") {
+    text += " ";
+    text += reason;
+  }
+  if (!message.empty()) text += ": " + message;
+  return Error{code, std::move(text)};
+}
+
+std::string stringOr(const Json& object, const char* key, std::string fallback = {}) {
+  auto it = object.find(key);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : fallback;
+}
+
 }  // namespace
 
 Error statusObjectToError(const Json& status, std::string_view verb) {
+  if (!status.is_object()) return errorFor(500, "", verb, "malformed Status object");
   long code = 500;
   if (status.contains("code") && status["code"].is_number_integer()) {
     code = status["code"].get<long>();
   }
-  std::string message = status.value("message", std::string{});
-  if (message.empty()) message = status.value("reason", std::string{"unknown error"});
-  return Error{codeForHttp(code, verb), "HTTP " + std::to_string(code) + ": " + message};
+  std::string reason = stringOr(status, "reason");
+  std::string message = stringOr(status, "message");
+  if (message.empty() && reason.empty()) message = "unknown error";
+  return errorFor(code, reason, verb, std::move(message));
 }
 
 Error mapApiError(long http_status, std::string_view verb, std::string_view body) {
   Json parsed = Json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (parsed.is_object() && parsed.value("kind", std::string{}) == "Status") {
-    if (!parsed.contains("code")) parsed["code"] = http_status;
-    Error e = statusObjectToError(parsed, verb);
-    e.code = codeForHttp(http_status, verb);
-    return e;
+  if (parsed.is_object() && stringOr(parsed, "kind") == "Status") {
+    // The HTTP status is authoritative; the body's code only fills in for watch events.
+    std::string reason = stringOr(parsed, "reason");
+    std::string message = stringOr(parsed, "message");
+    return errorFor(http_status, reason, verb, std::move(message));
   }
-  std::string snippet{body.substr(0, 200)};
-  return Error{codeForHttp(http_status, verb),
-               "HTTP " + std::to_string(http_status) + (snippet.empty() ? "" : ": " + snippet)};
+  return errorFor(http_status, "", verb, std::string{body.substr(0, 200)});
 }
 
 namespace {

@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 
+#include "c4/common/clock.h"
 #include "c4/common/error.h"
 #include "operator/client/throttle.h"
 
@@ -48,16 +49,9 @@ const ResourceType& trainingJobs();
 const ResourceType& customResourceDefinitions();
 }  // namespace resources
 
-struct ListOptions {
-  std::string label_selector;
-  std::string field_selector;
-  std::string resource_version;        // "" = most recent (quorum read)
-  std::string resource_version_match;  // "" | NotOlderThan | Exact
-  std::int64_t limit = 500;            // page size; list() follows `continue` until the end
-};
-
-// Cancels a blocking call (a watch) from another thread, promptly: cancel() sets the flag and
-// wakes the call through the waker its implementation registered. Thread-safe.
+// Cancels a blocking call from another thread, promptly: cancel() sets the flag and wakes the
+// call through the waker its implementation registered. A call given a cancelled token returns
+// kCancelled without sending anything. Thread-safe; one call at a time may use a token.
 class CancelToken {
  public:
   void cancel();
@@ -73,13 +67,36 @@ class CancelToken {
   std::function<void()> waker_;
 };
 
+struct GetOptions {
+  std::string subresource;  // e.g. "status"; "" = the object
+  // When set and cancelled (before or during the call), get returns kCancelled at once.
+  CancelToken* cancel = nullptr;
+  // Bounds the whole call, Retry-After waits included; zero = the client's request timeout
+  // per attempt. A call past it returns kDeadlineExceeded.
+  Duration timeout{};
+};
+
+struct ListOptions {
+  std::string label_selector;
+  std::string field_selector;
+  // "" = most recent (quorum read from etcd); "0" = any (the API server's watch cache);
+  // other values with resource_version_match NotOlderThan: at least that fresh (watch cache).
+  std::string resource_version;
+  std::string resource_version_match;  // "" | NotOlderThan | Exact
+  // Page size; list() follows `continue` until the end. 0 = no limit. The API server ignores
+  // it for resource_version "0" when its watch cache serves the list.
+  std::int64_t limit = 500;
+  // When set and cancelled (before or during the call), list returns kCancelled at once.
+  CancelToken* cancel = nullptr;
+};
+
 struct WatchOptions {
   std::string label_selector;
   std::string field_selector;
   std::string resource_version;
   bool allow_bookmarks = true;
   int timeout_seconds = 300;  // server-side timeout of one watch call
-  // When set and cancelled, the watch returns kCancelled at once.
+  // When set and cancelled (before or during the call), watch returns kCancelled at once.
   CancelToken* cancel = nullptr;
 };
 
@@ -95,6 +112,10 @@ struct WriteOptions {
   std::string subresource;
   std::string field_manager;
   RequestPriority priority = RequestPriority::kNormal;  // order when the client is throttled
+  // Bounds the whole call, Retry-After waits included; zero = the client's request timeout
+  // per attempt. A call past it returns kDeadlineExceeded (the write may or may not have been
+  // applied).
+  Duration timeout{};
 };
 
 struct DeleteOptions {
@@ -116,15 +137,16 @@ struct WatchEvent {
 using WatchHandler = std::function<bool(WatchEvent&&)>;
 
 // Thread-safe; every call blocks until the API server answered (or the client timeout).
-// Errors: kNotFound (404), kAlreadyExists (409 on create), kConflict (409 otherwise),
-// kGone (410), kInvalidArgument (400/422), kUnauthenticated (401), kPermissionDenied (403),
-// kResourceExhausted (429), kUnavailable (5xx, connection errors), kDeadlineExceeded (timeouts).
+// Errors (see mapApiError): kNotFound (404), kAlreadyExists (409 AlreadyExists), kConflict
+// (409 Conflict), kGone (410), kInvalidArgument (400/422), kUnauthenticated (401),
+// kPermissionDenied (403), kResourceExhausted (429), kUnavailable (5xx, connection errors),
+// kDeadlineExceeded (timeouts), kCancelled (a CancelToken fired).
 class KubeClient {
  public:
   virtual ~KubeClient() = default;
 
   virtual Result<Json> get(const ResourceType& type, std::string_view ns, std::string_view name,
-                           std::string_view subresource = "") = 0;
+                           const GetOptions& options = {}) = 0;
   // Returns a List object whose `items` hold every page and whose metadata.resourceVersion is
   // the list's resourceVersion (to start a watch from).
   virtual Result<Json> list(const ResourceType& type, std::string_view ns,
@@ -146,11 +168,14 @@ class KubeClient {
                        const WatchHandler& handler) = 0;
 };
 
-// Maps one HTTP answer to an Error (the edge mapping). `verb` decides 409: POST ->
-// kAlreadyExists, anything else -> kConflict. The message is the metav1.Status message when the
-// body is one, else the first 200 bytes of the body.
+// Maps one HTTP answer to an Error (the edge mapping). When the body is a metav1.Status whose
+// `reason` this client knows (AlreadyExists, Conflict, NotFound, Gone, Expired, Invalid,
+// BadRequest, MethodNotAllowed, Forbidden, Unauthorized, TooManyRequests, Timeout,
+// ServerTimeout, ...), the reason decides the code; otherwise the HTTP status does, and `verb`
+// decides a bare 409 (POST -> kAlreadyExists, anything else -> kConflict). The message is
+// "HTTP <status> [<reason>]: <the Status message>", or the first 200 bytes of a non-Status body.
 Error mapApiError(long http_status, std::string_view verb, std::string_view body);
-// Same mapping for a metav1.Status object (watch ERROR events).
+// Same mapping for a metav1.Status object (watch ERROR events); its `code` is the HTTP status.
 Error statusObjectToError(const Json& status, std::string_view verb);
 
 // Convenience accessors on objects.

@@ -3,10 +3,12 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 namespace c4::op {
@@ -59,28 +61,62 @@ std::string resolvePath(const std::string& base_dir, const std::string& path) {
   return (std::filesystem::path(base_dir) / path).string();
 }
 
-// Finds the entry named `name` in a kubeconfig list (clusters/users/contexts) and returns its
-// inner map (cluster/user/context).
-Result<YAML::Node> findNamed(const YAML::Node& root, const char* list, const char* inner,
-                             const std::string& name) {
-  YAML::Node entries = root[list];
-  if (!entries || !entries.IsSequence()) {
-    return makeError(ErrorCode::kInvalidArgument,
-                     std::string("kubeconfig: missing or malformed '") + list + "'");
+// The clusters, users and contexts of one or more kubeconfig files, by name; each entry keeps
+// the directory of the file that defined it (its relative paths resolve there).
+struct NamedEntry {
+  YAML::Node value;
+  std::string base_dir;
+};
+struct MergedKubeconfig {
+  std::string current_context;
+  std::map<std::string, NamedEntry> clusters;
+  std::map<std::string, NamedEntry> users;
+  std::map<std::string, NamedEntry> contexts;
+};
+
+// Adds the entries of `root` whose names are not defined yet (the first file wins).
+Status mergeKubeconfig(MergedKubeconfig& merged, const YAML::Node& root,
+                       const std::string& base_dir) {
+  if (!root || root.IsNull()) return okStatus();  // an empty file defines nothing
+  if (!root.IsMap()) return makeError(ErrorCode::kInvalidArgument, "kubeconfig: not a YAML map");
+  if (merged.current_context.empty()) {
+    YAML::Node current = root["current-context"];
+    if (current && current.IsScalar()) merged.current_context = current.as<std::string>();
   }
-  for (const auto& entry : entries) {
-    if (!entry.IsMap()) continue;
-    if (entry["name"] && entry["name"].as<std::string>() == name) {
-      YAML::Node value = entry[inner];
-      if (!value || !value.IsMap()) {
-        return makeError(ErrorCode::kInvalidArgument, std::string("kubeconfig: ") + list + " '" +
-                                                          name + "' has no '" + inner + "' map");
+  const std::pair<const char*, std::map<std::string, NamedEntry>*> lists[] = {
+      {"clusters", &merged.clusters}, {"users", &merged.users}, {"contexts", &merged.contexts}};
+  for (const auto& [list, entries] : lists) {
+    YAML::Node items = root[list];
+    if (!items || items.IsNull()) continue;
+    if (!items.IsSequence()) {
+      return makeError(ErrorCode::kInvalidArgument,
+                       std::string("kubeconfig: '") + list + "' is not a list");
+    }
+    for (const auto& item : items) {
+      if (!item.IsMap() || !item["name"] || !item["name"].IsScalar()) {
+        return makeError(ErrorCode::kInvalidArgument,
+                         std::string("kubeconfig: an entry of '") + list + "' has no name");
       }
-      return value;
+      entries->try_emplace(item["name"].as<std::string>(), NamedEntry{item, base_dir});
     }
   }
-  return makeError(ErrorCode::kInvalidArgument,
-                   std::string("kubeconfig: no entry '") + name + "' in '" + list + "'");
+  return okStatus();
+}
+
+// The inner map (cluster/user/context) of the entry named `name` in `list`.
+Result<NamedEntry> findNamed(const std::map<std::string, NamedEntry>& entries, const char* list,
+                             const char* inner, const std::string& name) {
+  auto it = entries.find(name);
+  if (it == entries.end()) {
+    return makeError(ErrorCode::kInvalidArgument,
+                     std::string("kubeconfig: no entry '") + name + "' in '" + list + "'");
+  }
+  YAML::Node value = it->second.value[inner];
+  if (!value || !value.IsMap()) {
+    return makeError(ErrorCode::kInvalidArgument, std::string("kubeconfig: ") + list + " '" + name +
+                                                      "' has no '" + inner + "' map");
+  }
+  return NamedEntry{value, it->second.base_dir};
 }
 
 std::string str(const YAML::Node& map, const char* key) {
@@ -105,23 +141,25 @@ Result<std::string> pemField(const YAML::Node& map, const std::string& key,
   return content;
 }
 
-Result<KubeConfig> parseKubeconfigNode(const YAML::Node& root, const std::string& base_dir,
-                                       std::string_view requested_context) {
-  if (!root.IsMap()) return makeError(ErrorCode::kInvalidArgument, "kubeconfig: not a YAML map");
+Result<KubeConfig> resolveKubeconfig(const MergedKubeconfig& merged,
+                                     std::string_view requested_context) {
   std::string context_name{requested_context};
-  if (context_name.empty()) context_name = str(root, "current-context");
+  if (context_name.empty()) context_name = merged.current_context;
   if (context_name.empty()) {
     return makeError(ErrorCode::kInvalidArgument,
                      "kubeconfig: no current-context and no context requested");
   }
-  C4_ASSIGN_OR_RETURN(YAML::Node context, findNamed(root, "contexts", "context", context_name));
-  std::string cluster_name = str(context, "cluster");
-  std::string user_name = str(context, "user");
+  C4_ASSIGN_OR_RETURN(NamedEntry context,
+                      findNamed(merged.contexts, "contexts", "context", context_name));
+  std::string cluster_name = str(context.value, "cluster");
+  std::string user_name = str(context.value, "user");
   if (cluster_name.empty()) {
     return makeError(ErrorCode::kInvalidArgument,
                      "kubeconfig: context '" + context_name + "' names no cluster");
   }
-  C4_ASSIGN_OR_RETURN(YAML::Node cluster, findNamed(root, "clusters", "cluster", cluster_name));
+  C4_ASSIGN_OR_RETURN(NamedEntry cluster_entry,
+                      findNamed(merged.clusters, "clusters", "cluster", cluster_name));
+  const YAML::Node& cluster = cluster_entry.value;
 
   KubeConfig config;
   config.context_name = context_name;
@@ -131,14 +169,17 @@ Result<KubeConfig> parseKubeconfigNode(const YAML::Node& root, const std::string
                      "kubeconfig: cluster '" + cluster_name + "' has no server");
   }
   while (!config.server.empty() && config.server.back() == '/') config.server.pop_back();
-  C4_ASSIGN_OR_RETURN(config.ca_pem, pemField(cluster, "certificate-authority", base_dir));
+  C4_ASSIGN_OR_RETURN(config.ca_pem,
+                      pemField(cluster, "certificate-authority", cluster_entry.base_dir));
   config.insecure_skip_tls_verify = str(cluster, "insecure-skip-tls-verify") == "true";
   config.tls_server_name = str(cluster, "tls-server-name");
-  std::string ns = str(context, "namespace");
+  std::string ns = str(context.value, "namespace");
   if (!ns.empty()) config.default_namespace = ns;
 
   if (!user_name.empty()) {
-    C4_ASSIGN_OR_RETURN(YAML::Node user, findNamed(root, "users", "user", user_name));
+    C4_ASSIGN_OR_RETURN(NamedEntry user_entry, findNamed(merged.users, "users", "user", user_name));
+    const YAML::Node& user = user_entry.value;
+    const std::string& base_dir = user_entry.base_dir;
     C4_ASSIGN_OR_RETURN(config.client_cert_pem, pemField(user, "client-certificate", base_dir));
     C4_ASSIGN_OR_RETURN(config.client_key_pem, pemField(user, "client-key", base_dir));
     if (config.client_cert_pem.empty() != config.client_key_pem.empty()) {
@@ -160,22 +201,66 @@ Result<KubeConfig> parseKubeconfigNode(const YAML::Node& root, const std::string
   return config;
 }
 
+Status mergeKubeconfigText(MergedKubeconfig& merged, std::string_view yaml,
+                           const std::string& base_dir) {
+  try {
+    return mergeKubeconfig(merged, YAML::Load(std::string{yaml}), base_dir);
+  } catch (const YAML::Exception& e) {
+    return makeError(ErrorCode::kInvalidArgument, std::string("kubeconfig: ") + e.what());
+  }
+}
+
 }  // namespace
 
 Result<KubeConfig> parseKubeconfig(std::string_view yaml, const std::string& base_dir,
                                    std::string_view context) {
-  try {
-    YAML::Node root = YAML::Load(std::string{yaml});
-    return parseKubeconfigNode(root, base_dir, context);
-  } catch (const YAML::Exception& e) {
-    return makeError(ErrorCode::kInvalidArgument, std::string("kubeconfig: ") + e.what());
-  }
+  MergedKubeconfig merged;
+  C4_RETURN_IF_ERROR(mergeKubeconfigText(merged, yaml, base_dir));
+  return resolveKubeconfig(merged, context);
 }
 
 Result<KubeConfig> loadKubeconfigFile(const std::string& path, std::string_view context) {
   C4_ASSIGN_OR_RETURN(std::string text, readFileToString(path));
   auto config = parseKubeconfig(text, std::filesystem::path(path).parent_path().string(), context);
   if (!config) return std::unexpected(config.error().withContext(path));
+  return config;
+}
+
+std::vector<std::string> splitKubeconfigPaths(std::string_view list) {
+  std::vector<std::string> paths;
+  std::size_t start = 0;
+  while (start <= list.size()) {
+    std::size_t colon = list.find(':', start);
+    if (colon == std::string_view::npos) colon = list.size();
+    std::string path{list.substr(start, colon - start)};
+    if (!path.empty() && std::find(paths.begin(), paths.end(), path) == paths.end()) {
+      paths.push_back(std::move(path));
+    }
+    start = colon + 1;
+  }
+  return paths;
+}
+
+Result<KubeConfig> loadKubeconfigFiles(const std::vector<std::string>& paths,
+                                       std::string_view context) {
+  MergedKubeconfig merged;
+  std::string read;
+  for (const auto& path : paths) {
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) continue;  // client-go skips missing files
+    C4_ASSIGN_OR_RETURN(std::string text, readFileToString(path));
+    auto merged_one =
+        mergeKubeconfigText(merged, text, std::filesystem::path(path).parent_path().string());
+    if (!merged_one) return std::unexpected(merged_one.error().withContext(path));
+    read += read.empty() ? path : ":" + path;
+  }
+  if (read.empty()) {
+    std::string all;
+    for (const auto& path : paths) all += all.empty() ? path : ":" + path;
+    return makeError(ErrorCode::kNotFound, "kubeconfig: none of these files exists: " + all);
+  }
+  auto config = resolveKubeconfig(merged, context);
+  if (!config) return std::unexpected(config.error().withContext(read));
   return config;
 }
 
@@ -208,9 +293,7 @@ Result<KubeConfig> loadDefaultKubeConfig(const std::string& explicit_path,
                                          std::string_view context) {
   if (!explicit_path.empty()) return loadKubeconfigFile(explicit_path, context);
   if (const char* env = std::getenv("KUBECONFIG"); env != nullptr && *env != '\0') {
-    std::string first{env};
-    first = first.substr(0, first.find(':'));
-    return loadKubeconfigFile(first, context);
+    return loadKubeconfigFiles(splitKubeconfigPaths(env), context);
   }
   auto in_cluster = inClusterConfig([](const char* name) -> std::optional<std::string> {
     const char* v = std::getenv(name);

@@ -1,6 +1,7 @@
 // Lease-based leader election.
 #include "operator/manager/leader_election.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace c4::op {
@@ -11,7 +12,32 @@ LeaderElector::LeaderElector(KubeClient& client, Clock& clock, LeaderElectionCon
       config_(std::move(config)),
       log_(Logger("leader-election")
                .with({{"lease", config_.lease_namespace + "/" + config_.lease_name},
-                      {"identity", config_.identity}})) {}
+                      {"identity", config_.identity}})) {
+  if (!config_.random) config_.random = defaultRandomSource();
+}
+
+MonoTime LeaderElector::leaseValidUntil() const {
+  std::lock_guard lock(fence_mu_);
+  return valid_until_;
+}
+
+bool LeaderElector::mayWrite(MonoTime now) const {
+  std::lock_guard lock(fence_mu_);
+  return valid_until_ != MonoTime{} && now < valid_until_;
+}
+
+void LeaderElector::setValidUntil(MonoTime t) {
+  std::lock_guard lock(fence_mu_);
+  valid_until_ = t;
+}
+
+Duration LeaderElector::callTimeout(bool renewing) const {
+  MonoTime valid_until = leaseValidUntil();
+  MonoTime now = clock_.monoNow();
+  if (renewing) return valid_until - now;  // zero or less: the deadline has passed
+  if (valid_until != MonoTime{} && valid_until > now) return valid_until - now;
+  return config_.renew_deadline;
+}
 
 Json LeaderElector::newLeaseSpec(const Json& old_spec, bool acquiring) const {
   Json spec = old_spec.is_object() ? old_spec : Json::object();
@@ -21,12 +47,16 @@ Json LeaderElector::newLeaseSpec(const Json& old_spec, bool acquiring) const {
       std::ceil(std::chrono::duration<double>(config_.lease_duration).count()));
   spec["renewTime"] = now;
   if (acquiring) {
+    // A new term: the holder was someone else or nobody (released). client-go counts every
+    // acquisition from a holder that was not this candidate, an empty one included (a lease
+    // created from nothing starts at 0, see attempt()). Renewals and releases keep the count.
     spec["acquireTime"] = now;
-    std::int64_t transitions = spec.value("leaseTransitions", std::int64_t{0});
-    std::string previous =
-        old_spec.is_object() ? old_spec.value("holderIdentity", std::string{}) : std::string{};
-    if (!previous.empty() && previous != config_.identity) ++transitions;
-    spec["leaseTransitions"] = transitions;
+    std::int64_t transitions = 0;
+    if (old_spec.is_object() && old_spec.contains("leaseTransitions") &&
+        old_spec["leaseTransitions"].is_number_integer()) {
+      transitions = old_spec["leaseTransitions"].get<std::int64_t>();
+    }
+    spec["leaseTransitions"] = transitions + 1;
   }
   return spec;
 }
@@ -39,26 +69,44 @@ void LeaderElector::recordOwnLease(const Json& lease, MonoTime now) {
 }
 
 bool LeaderElector::tryAcquireOrRenew() {
+  return attempt(false) == Attempt::kHeld;
+}
+
+LeaderElector::Attempt LeaderElector::attempt(bool renewing) {
   const auto& leases = resources::leases();
+  if (!renewing && leaseValidUntil() != MonoTime{} && !mayWrite(clock_.monoNow())) {
+    setValidUntil(MonoTime{});  // our term lapsed: this is an acquisition again
+  }
+  Duration timeout = callTimeout(renewing);
+  if (timeout <= Duration::zero()) return Attempt::kFailed;  // past the deadline: no write
+  GetOptions get_options;
+  get_options.cancel = &stop_token_;
+  get_options.timeout = timeout;
+  auto current = client_.get(leases, config_.lease_namespace, config_.lease_name, get_options);
   MonoTime now = clock_.monoNow();
-  auto current = client_.get(leases, config_.lease_namespace, config_.lease_name);
+  WriteOptions write_options;
   if (!current) {
     if (current.error().code != ErrorCode::kNotFound) {
       log_.warn("Lease read failed", {{"error", current.error()}});
-      return false;
+      return Attempt::kFailed;
     }
     Json lease = {
         {"apiVersion", "coordination.k8s.io/v1"},
         {"kind", "Lease"},
         {"metadata", {{"name", config_.lease_name}, {"namespace", config_.lease_namespace}}},
         {"spec", newLeaseSpec(Json::object(), true)}};
-    auto created = client_.create(leases, config_.lease_namespace, lease);
+    lease["spec"]["leaseTransitions"] = 0;  // the first term
+    write_options.timeout = callTimeout(renewing);
+    if (write_options.timeout <= Duration::zero()) return Attempt::kFailed;
+    MonoTime sent = clock_.monoNow();
+    auto created = client_.create(leases, config_.lease_namespace, lease, write_options);
     if (!created) {
       log_.info("Lease create lost", {{"error", created.error()}});
-      return false;
+      return Attempt::kFailed;
     }
-    recordOwnLease(*created, now);
-    return true;
+    recordOwnLease(*created, clock_.monoNow());
+    setValidUntil(sent + config_.renew_deadline);
+    return Attempt::kHeld;
   }
   const Json& spec = (*current)["spec"];
   std::string holder = spec.is_object() ? spec.value("holderIdentity", std::string{}) : "";
@@ -77,71 +125,108 @@ bool LeaderElector::tryAcquireOrRenew() {
     duration = std::chrono::seconds{spec["leaseDurationSeconds"].get<std::int64_t>()};
   }
   bool held_by_other = !holder.empty() && holder != config_.identity;
-  if (held_by_other && observed_time_ + duration > now) return false;  // not expired yet
+  if (held_by_other) setValidUntil(MonoTime{});  // whatever we thought, it is not ours now
+  if (held_by_other && observed_time_ + duration > now) return Attempt::kHeldByOther;
 
   Json updated = *current;
   updated["spec"] = newLeaseSpec(spec, holder != config_.identity);
-  auto result = client_.update(leases, config_.lease_namespace, updated);
+  write_options.timeout = callTimeout(renewing);
+  if (write_options.timeout <= Duration::zero()) return Attempt::kFailed;
+  MonoTime sent = clock_.monoNow();
+  auto result = client_.update(leases, config_.lease_namespace, updated, write_options);
   if (!result) {
     log_.info("Lease update failed", {{"error", result.error()}});
-    return false;
+    return Attempt::kFailed;
   }
-  recordOwnLease(*result, now);
-  return true;
+  recordOwnLease(*result, clock_.monoNow());
+  setValidUntil(sent + config_.renew_deadline);
+  return Attempt::kHeld;
 }
 
 Status LeaderElector::release() {
+  setValidUntil(MonoTime{});  // giving up: nothing guarded by the lease may be written now
   const auto& leases = resources::leases();
-  C4_ASSIGN_OR_RETURN(Json current,
-                      client_.get(leases, config_.lease_namespace, config_.lease_name));
+  GetOptions get_options;
+  get_options.timeout = config_.renew_deadline;
+  C4_ASSIGN_OR_RETURN(
+      Json current, client_.get(leases, config_.lease_namespace, config_.lease_name, get_options));
   if (current["spec"].value("holderIdentity", std::string{}) != config_.identity) return okStatus();
   current["spec"]["holderIdentity"] = "";
   current["spec"]["leaseDurationSeconds"] = 1;
   current["spec"]["renewTime"] = formatRfc3339Micro(clock_.wallNow());
-  auto result = client_.update(leases, config_.lease_namespace, current);
+  WriteOptions write_options;
+  write_options.timeout = config_.renew_deadline;
+  auto result = client_.update(leases, config_.lease_namespace, current, write_options);
   if (!result) return std::unexpected(result.error());
   leader_ = false;
   return okStatus();
 }
 
 void LeaderElector::stop() {
-  std::lock_guard lock(mu_);
-  stop_ = true;
-  cv_.notify_all();
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+    cv_.notify_all();
+  }
+  stop_token_.cancel();
 }
 
 bool LeaderElector::run(const std::function<void()>& on_started,
-                        const std::function<void()>& on_stopped) {
-  auto waitRetry = [this] {
+                        const std::function<void()>& on_stopped,
+                        const std::function<void()>& on_lost) {
+  auto waitUntil = [this](MonoTime deadline) {
     std::unique_lock lock(mu_);
-    clock_.waitUntil(lock, cv_, clock_.monoNow() + config_.retry_period,
-                     [this] { return stop_.load(); });
+    clock_.waitUntil(lock, cv_, deadline, [this] { return stop_.load(); });
   };
+  // Acquire: at once, then after every failed attempt retryPeriod * (1 + 1.2 * random())
+  // (client-go: wait.JitterUntil, sliding).
   while (!stop_.load()) {
     if (tryAcquireOrRenew()) break;
-    waitRetry();
+    waitUntil(clock_.monoNow() + jitter(config_.retry_period, kAcquireJitter, config_.random));
   }
-  if (stop_.load()) return true;
+  if (stop_.load()) {
+    setValidUntil(MonoTime{});
+    return true;
+  }
   leader_ = true;
   log_.info("Became leader");
   on_started();
-  MonoTime last_renew = clock_.monoNow();
   bool lost = false;
+  const char* why = "";
+  MonoTime next_renew = clock_.monoNow() + config_.retry_period;
   while (!stop_.load()) {
-    waitRetry();
+    // Wake for the next renewal, or at the deadline if that comes first.
+    waitUntil(std::min(next_renew, leaseValidUntil()));
     if (stop_.load()) break;
-    if (tryAcquireOrRenew()) {
-      last_renew = clock_.monoNow();
-    } else if (clock_.monoNow() - last_renew >= config_.renew_deadline) {
+    if (clock_.monoNow() >= leaseValidUntil()) {
       lost = true;
+      why = "not renewed within the renew deadline";
       break;
     }
+    if (clock_.monoNow() < next_renew) continue;
+    Attempt result = attempt(/*renewing=*/true);
+    if (result == Attempt::kHeldByOther) {
+      lost = true;
+      why = "another candidate holds the lease";
+      break;
+    }
+    if (clock_.monoNow() >= leaseValidUntil()) {
+      lost = true;
+      why = "not renewed within the renew deadline";
+      break;
+    }
+    next_renew = clock_.monoNow() + config_.retry_period;
   }
   leader_ = false;
-  if (lost) log_.error("Lost leadership: could not renew the lease within the renew deadline");
+  if (lost) {
+    setValidUntil(MonoTime{});
+    log_.error("Lost leadership", {{"reason", why}});
+    if (on_lost) on_lost();
+  }
   // The guarded work stops first; only then may another instance take the lease (client-go's
   // ReleaseOnCancel contract), so two leaders never reconcile at the same time.
   on_stopped();
+  setValidUntil(MonoTime{});
   if (lost) {
     // Nothing to release: someone else may already hold it.
   } else if (!config_.release_on_stop) {

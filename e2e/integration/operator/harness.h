@@ -197,8 +197,8 @@ class StatusWriteCounter final : public KubeClient {
     return writes_[job];
   }
   Result<Json> get(const ResourceType& t, std::string_view ns, std::string_view name,
-                   std::string_view sub) override {
-    return real_.get(t, ns, name, sub);
+                   const GetOptions& o) override {
+    return real_.get(t, ns, name, o);
   }
   Result<Json> list(const ResourceType& t, std::string_view ns, const ListOptions& o) override {
     return real_.list(t, ns, o);

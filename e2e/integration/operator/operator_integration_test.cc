@@ -43,10 +43,26 @@ TEST_F(OperatorIT, ClientVerbsAndErrorMappingAgainstTheRealServer) {
   ASSERT_FALSE(again);
   EXPECT_EQ(again.error().code, ErrorCode::kAlreadyExists);
   EXPECT_NE(again.error().message.find("already exists"), std::string::npos);
+  EXPECT_NE(again.error().message.find("HTTP 409 AlreadyExists"), std::string::npos)
+      << again.error().message;
 
   auto missing = client_->get(cms, ns_, "nope");
   ASSERT_FALSE(missing);
   EXPECT_EQ(missing.error().code, ErrorCode::kNotFound);
+  EXPECT_NE(missing.error().message.find("NotFound"), std::string::npos);
+  // A PUT of an object that does not exist: 404 NotFound, not a conflict.
+  Json ghost = configMap("ghost");
+  ghost["metadata"]["resourceVersion"] = "1";
+  auto ghost_update = client_->update(cms, ns_, ghost);
+  ASSERT_FALSE(ghost_update);
+  EXPECT_EQ(ghost_update.error().code, ErrorCode::kNotFound) << ghost_update.error().toString();
+  // 422 Invalid keeps the server's explanation.
+  auto invalid = client_->create(cms, ns_, configMap("Not_A_DNS_Name"));
+  ASSERT_FALSE(invalid);
+  EXPECT_EQ(invalid.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(invalid.error().message.find("HTTP 422 Invalid"), std::string::npos)
+      << invalid.error().message;
+  EXPECT_NE(invalid.error().message.find("Not_A_DNS_Name"), std::string::npos);
 
   ListOptions paged;
   paged.label_selector = "bench=verbs";
@@ -64,6 +80,8 @@ TEST_F(OperatorIT, ClientVerbsAndErrorMappingAgainstTheRealServer) {
   auto conflict = client_->update(cms, ns_, stale);
   ASSERT_FALSE(conflict);
   EXPECT_EQ(conflict.error().code, ErrorCode::kConflict);
+  EXPECT_NE(conflict.error().message.find("HTTP 409 Conflict"), std::string::npos)
+      << conflict.error().message;
 
   ASSERT_TRUE(client_->patch(cms, ns_, "a", PatchType::kMerge, {{"data", {{"m", "1"}}}}));
   ASSERT_TRUE(client_->patch(cms, ns_, "a", PatchType::kJson,
@@ -113,6 +131,124 @@ TEST_F(OperatorIT, ClientVerbsAndErrorMappingAgainstTheRealServer) {
   auto nowhere = createCurlKubeClient(*config, realClock(), nullptr);
   ASSERT_TRUE(nowhere);
   EXPECT_EQ((*nowhere)->get(cms, ns_, "b").error().code, ErrorCode::kUnavailable);
+}
+
+TEST_F(OperatorIT, ClientSpeaksHttp2ToTheRealServerWatchesIncluded) {
+  auto config = loadKubeconfigFile(testenvDir() + "/kubeconfig");
+  ASSERT_TRUE(config);
+  metrics::Registry registry;
+  auto created = createCurlKubeClient(*config, realClock(), &registry);
+  ASSERT_TRUE(created) << created.error().toString();
+  KubeClient& client = **created;
+  const auto& cms = resources::configMaps();
+  Json cm = {{"apiVersion", "v1"}, {"kind", "ConfigMap"}, {"metadata", {{"name", "h2"}}}};
+  ASSERT_TRUE(client.create(cms, ns_, cm));
+  ASSERT_TRUE(client.get(cms, ns_, "h2"));
+  auto list = client.list(cms, ns_);
+  ASSERT_TRUE(list) << list.error().toString();
+  // A watch from the list's resourceVersion sees a change made after it started.
+  std::string rv = (*list)["metadata"]["resourceVersion"];
+  std::thread writer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds{300});
+    EXPECT_TRUE(client.patch(cms, ns_, "h2", PatchType::kMerge, {{"data", {{"k", "v"}}}}));
+  });
+  WatchOptions options;
+  options.resource_version = rv;
+  options.timeout_seconds = 10;
+  bool seen = false;
+  auto watched = client.watch(cms, ns_, options, [&](WatchEvent&& e) {
+    seen = e.type == WatchEventType::kModified && objectName(e.object) == "h2";
+    return !seen;
+  });
+  writer.join();
+  ASSERT_TRUE(watched) << watched.error().toString();
+  EXPECT_TRUE(seen);
+  std::string text = registry.expose();
+  EXPECT_NE(text.find(R"(c4_operator_api_responses_by_protocol_total{protocol="HTTP/2"} 5)"),
+            std::string::npos)
+      << "create, get, list, patch and the watch over HTTP/2:\n"
+      << text;
+  EXPECT_EQ(text.find(R"(protocol="HTTP/1.1")"), std::string::npos) << text;
+}
+
+TEST_F(OperatorIT, ARequestRefusedByTheGateNeverReachesTheServer) {
+  auto config = loadKubeconfigFile(testenvDir() + "/kubeconfig");
+  ASSERT_TRUE(config);
+  std::atomic<int> asked{0};
+  config->before_send = [&](std::string_view method, std::string_view) -> Status {
+    ++asked;
+    if (method != "GET") return makeError(ErrorCode::kFailedPrecondition, "lease lost: no writes");
+    return okStatus();
+  };
+  auto gated = createCurlKubeClient(*config, realClock(), nullptr);
+  ASSERT_TRUE(gated);
+  const auto& cms = resources::configMaps();
+  Json cm = {{"apiVersion", "v1"}, {"kind", "ConfigMap"}, {"metadata", {{"name", "fenced"}}}};
+  auto refused = (*gated)->create(cms, ns_, cm);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::kFailedPrecondition);
+  EXPECT_EQ(refused.error().message, "lease lost: no writes");
+  // Reads still go through, and show that nothing was created.
+  auto absent = (*gated)->get(cms, ns_, "fenced");
+  ASSERT_FALSE(absent);
+  EXPECT_EQ(absent.error().code, ErrorCode::kNotFound);
+  EXPECT_EQ(asked.load(), 2);
+  EXPECT_EQ(client_->get(cms, ns_, "fenced").error().code, ErrorCode::kNotFound);
+}
+
+TEST_F(OperatorIT, TlsServerNameIsWhatTheCertificateIsVerifiedAgainst) {
+  auto config = loadKubeconfigFile(testenvDir() + "/kubeconfig");
+  ASSERT_TRUE(config);
+  ASSERT_EQ(config->server.rfind("https://127.0.0.1:", 0), 0u) << config->server;
+  // A DNS name in the API server certificate's SANs (e2e/testenv/testenv.sh): requests to
+  // 127.0.0.1 verify against it and succeed.
+  config->tls_server_name = "kubernetes.default.svc";
+  auto named = createCurlKubeClient(*config, realClock(), nullptr);
+  ASSERT_TRUE(named) << named.error().toString();
+  auto ns = (*named)->get(resources::namespaces(), "", ns_);
+  ASSERT_TRUE(ns) << ns.error().toString();
+  EXPECT_EQ(objectName(*ns), ns_);
+  // A name the certificate does not carry: the TLS handshake fails, nothing is sent.
+  config->tls_server_name = "not-in-the-certificate.example";
+  auto wrong = createCurlKubeClient(*config, realClock(), nullptr);
+  ASSERT_TRUE(wrong);
+  auto refused = (*wrong)->get(resources::namespaces(), "", ns_);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::kUnavailable);
+  EXPECT_NE(refused.error().message.find("not-in-the-certificate.example"), std::string::npos)
+      << refused.error().message;
+  EXPECT_NE(refused.error().message.find("SSL"), std::string::npos) << refused.error().message;
+}
+
+TEST_F(OperatorIT, InformerFieldSelectorCachesOnlyMatchingObjects) {
+  const auto& cms = resources::configMaps();
+  for (const char* name : {"wanted", "unwanted"}) {
+    Json cm = {{"apiVersion", "v1"}, {"kind", "ConfigMap"}, {"metadata", {{"name", name}}}};
+    ASSERT_TRUE(client_->create(cms, ns_, cm));
+  }
+  Informer informer(*client_, realClock(), cms, ns_, "", "metadata.name=wanted");
+  informer.setWatchTimeoutSeconds(5);
+  std::atomic<int> updates{0};
+  informer.addHandler([&](InformerEvent e, const Json*, const Json& o) {
+    if (e == InformerEvent::kUpdate) {
+      EXPECT_EQ(objectName(o), "wanted");
+      ++updates;
+    }
+  });
+  informer.start();
+  ASSERT_TRUE(informer.waitForSync(realClock().monoNow() + std::chrono::seconds{30}));
+  EXPECT_EQ(informer.store().size(), 1u);
+  EXPECT_TRUE(informer.store().get(ns_ + "/wanted").has_value());
+  // Only changes of matching objects arrive through the watch.
+  ASSERT_TRUE(client_->patch(cms, ns_, "unwanted", PatchType::kMerge, {{"data", {{"k", "1"}}}}));
+  ASSERT_TRUE(client_->patch(cms, ns_, "wanted", PatchType::kMerge, {{"data", {{"k", "1"}}}}));
+  EXPECT_TRUE(waitFor([&] { return updates.load() == 1; }));
+  auto cached = informer.store().get(ns_ + "/wanted");
+  ASSERT_TRUE(cached);
+  EXPECT_EQ((*cached)["data"]["k"], "1");
+  EXPECT_FALSE((*cached)["metadata"].contains("managedFields")) << "stripped from the cache";
+  EXPECT_EQ(informer.store().size(), 1u);
+  informer.stop();
 }
 
 TEST_F(OperatorIT, JobGetsChildrenWithEnvironmentAndOwners) {
@@ -601,8 +737,8 @@ class InformerFirstClient final : public KubeClient {
   explicit InformerFirstClient(KubeClient& real) : real_(real) {}
   std::function<bool(const std::string& key)> cached;  // set once the controller exists
   Result<Json> get(const ResourceType& t, std::string_view ns, std::string_view name,
-                   std::string_view sub) override {
-    return real_.get(t, ns, name, sub);
+                   const GetOptions& o) override {
+    return real_.get(t, ns, name, o);
   }
   Result<Json> list(const ResourceType& t, std::string_view ns, const ListOptions& o) override {
     return real_.list(t, ns, o);

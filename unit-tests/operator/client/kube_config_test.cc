@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -138,6 +139,161 @@ TEST(KubeConfigTest, InClusterReadsServiceAccountFiles) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(KubeConfigTest, TlsServerNameIsRead) {
+  std::string yaml = kubeconfig("    token: t");
+  yaml.replace(
+      yaml.find("    server: https://127.0.0.1:6443/\n"),
+      std::string("    server: https://127.0.0.1:6443/\n").size(),
+      "    server: https://127.0.0.1:6443/\n    tls-server-name: kubernetes.default.svc\n");
+  auto config = parseKubeconfig(yaml, "");
+  ASSERT_TRUE(config) << config.error().toString();
+  EXPECT_EQ(config->tls_server_name, "kubernetes.default.svc");
+}
+
+// A directory of kubeconfig files, removed afterwards.
+class KubeconfigFiles {
+ public:
+  KubeconfigFiles()
+      : dir_(std::filesystem::temp_directory_path() /
+             ("c4-kubeconfigs-" +
+              std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "-" +
+              ::testing::UnitTest::GetInstance()->current_test_info()->name())) {
+    std::filesystem::create_directories(dir_);
+  }
+  ~KubeconfigFiles() { std::filesystem::remove_all(dir_); }
+  std::string write(const std::string& relative, const std::string& text) {
+    auto path = dir_ / relative;
+    std::filesystem::create_directories(path.parent_path());
+    std::ofstream(path) << text;
+    return path.string();
+  }
+  std::string path(const std::string& relative) const { return (dir_ / relative).string(); }
+
+ private:
+  std::filesystem::path dir_;
+};
+
+TEST(KubeConfigTest, SeveralFilesMergeLikeClientGo) {
+  KubeconfigFiles files;
+  // The first file sets no current-context; it defines cluster c1 and user u1 (whose token
+  // file is relative to *its* directory).
+  std::string first = files.write("a/config", R"(apiVersion: v1
+kind: Config
+clusters:
+- name: c1
+  cluster: {server: "https://first:6443"}
+users:
+- name: u1
+  user: {tokenFile: token}
+)");
+  files.write("a/token", "first-token\n");
+  // The second defines c1 again (ignored: the first file wins the name), c2, u1 again (ignored),
+  // u2, two contexts, and the first current-context.
+  std::string second = files.write("b/config", R"(apiVersion: v1
+kind: Config
+current-context: ctx
+clusters:
+- name: c1
+  cluster: {server: "https://second:6443"}
+- name: c2
+  cluster: {server: "https://only-second:6443"}
+users:
+- name: u1
+  user: {token: second-token}
+- name: u2
+  user: {token: u2-token}
+contexts:
+- name: ctx
+  context: {cluster: c1, user: u1, namespace: team}
+- name: other
+  context: {cluster: c2, user: u2}
+)");
+  // The third sets a current-context too late to matter.
+  std::string third = files.write("c/config", R"(current-context: other
+contexts:
+- name: ctx
+  context: {cluster: c2, user: u2}
+)");
+  auto config = loadKubeconfigFiles({first, files.path("missing/config"), second, third});
+  ASSERT_TRUE(config) << config.error().toString();
+  EXPECT_EQ(config->context_name, "ctx") << "current-context of the first file that sets one";
+  EXPECT_EQ(config->server, "https://first:6443") << "the first file defining c1 wins";
+  EXPECT_EQ(config->token_file, files.path("a/token")) << "resolved against its own file";
+  EXPECT_EQ(config->token, "");
+  EXPECT_EQ(config->default_namespace, "team");
+
+  auto other = loadKubeconfigFiles({first, second, third}, "other");
+  ASSERT_TRUE(other) << other.error().toString();
+  EXPECT_EQ(other->server, "https://only-second:6443");
+  EXPECT_EQ(other->token, "u2-token");
+
+  // Order matters: with the second file first, its c1 and u1 win.
+  auto reversed = loadKubeconfigFiles({second, first});
+  ASSERT_TRUE(reversed) << reversed.error().toString();
+  EXPECT_EQ(reversed->server, "https://second:6443");
+  EXPECT_EQ(reversed->token, "second-token");
+}
+
+TEST(KubeConfigTest, SeveralFilesClearErrors) {
+  KubeconfigFiles files;
+  auto none = loadKubeconfigFiles({files.path("x"), files.path("y")});
+  ASSERT_FALSE(none);
+  EXPECT_EQ(none.error().code, ErrorCode::kNotFound);
+  EXPECT_NE(none.error().message.find(files.path("y")), std::string::npos);
+
+  std::string good = files.write("good", kubeconfig("    token: t"));
+  std::string broken = files.write("broken", "clusters: [unclosed");
+  auto bad = loadKubeconfigFiles({good, broken});
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(bad.error().message.find(broken), std::string::npos) << "names the broken file";
+
+  std::string not_a_list = files.write("notalist", "clusters: {c1: x}\n");
+  auto malformed = loadKubeconfigFiles({not_a_list, good});
+  ASSERT_FALSE(malformed);
+  EXPECT_NE(malformed.error().message.find("'clusters' is not a list"), std::string::npos);
+
+  std::string no_context = files.write("nocontext", "clusters: []\n");
+  auto missing = loadKubeconfigFiles({no_context});
+  ASSERT_FALSE(missing);
+  EXPECT_NE(missing.error().message.find("no current-context"), std::string::npos);
+}
+
+TEST(KubeConfigTest, DefaultLoadingReadsEveryFileInKubeconfig) {
+  KubeconfigFiles files;
+  // The cluster and user are in the first file; the context that uses them in the second.
+  std::string first = files.write("first", R"(clusters:
+- name: c1
+  cluster: {server: "https://first:6443"}
+users:
+- name: u1
+  user: {token: t1}
+)");
+  std::string second = files.write("second", R"(current-context: ctx
+contexts:
+- name: ctx
+  context: {cluster: c1, user: u1}
+)");
+  const char* saved = std::getenv("KUBECONFIG");
+  std::string restore = saved != nullptr ? saved : "";
+  ::setenv("KUBECONFIG", (first + ":" + second).c_str(), 1);
+  auto config = loadDefaultKubeConfig("");
+  if (saved != nullptr) {
+    ::setenv("KUBECONFIG", restore.c_str(), 1);
+  } else {
+    ::unsetenv("KUBECONFIG");
+  }
+  ASSERT_TRUE(config) << config.error().toString();
+  EXPECT_EQ(config->server, "https://first:6443");
+  EXPECT_EQ(config->token, "t1");
+}
+
+TEST(KubeConfigTest, KubeconfigPathListSplitsLikeClientGo) {
+  EXPECT_EQ(splitKubeconfigPaths("/a:/b::/c:/a:"), (std::vector<std::string>{"/a", "/b", "/c"}));
+  EXPECT_EQ(splitKubeconfigPaths("/only"), (std::vector<std::string>{"/only"}));
+  EXPECT_TRUE(splitKubeconfigPaths("").empty());
+}
+
 TEST(Base64Test, DecodesAndRejects) {
   EXPECT_EQ(*base64Decode("aGVsbG8="), "hello");
   EXPECT_EQ(*base64Decode("aGVs\nbG8h"), "hello!");
@@ -151,7 +307,8 @@ TEST(ApiErrorTest, HttpStatusesMapOnceKeepingTheStatusMessage) {
   Error created = mapApiError(409, "POST", body);
   EXPECT_EQ(created.code, ErrorCode::kAlreadyExists);
   EXPECT_NE(created.message.find("pods \"a\" already exists"), std::string::npos);
-  EXPECT_EQ(mapApiError(409, "PUT", body).code, ErrorCode::kConflict);
+  EXPECT_EQ(mapApiError(409, "PUT", body).code, ErrorCode::kAlreadyExists) << "the reason decides";
+  EXPECT_EQ(mapApiError(409, "PUT", "").code, ErrorCode::kConflict) << "no reason: the verb";
   EXPECT_EQ(mapApiError(404, "GET", "").code, ErrorCode::kNotFound);
   EXPECT_EQ(mapApiError(410, "GET", "").code, ErrorCode::kGone);
   EXPECT_EQ(mapApiError(422, "POST", "").code, ErrorCode::kInvalidArgument);

@@ -225,8 +225,8 @@ class RacingClient final : public KubeClient {
   RacingClient(testing::FakeKubeClient& real, std::function<void()> before_update)
       : real_(real), before_update_(std::move(before_update)) {}
   Result<Json> get(const ResourceType& t, std::string_view ns, std::string_view name,
-                   std::string_view sub) override {
-    return real_.get(t, ns, name, sub);
+                   const GetOptions& o) override {
+    return real_.get(t, ns, name, o);
   }
   Result<Json> list(const ResourceType& t, std::string_view ns, const ListOptions& o) override {
     return real_.list(t, ns, o);

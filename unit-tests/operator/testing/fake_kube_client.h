@@ -4,7 +4,9 @@
 // client itself (that runs against a real kube-apiserver in the integration tier).
 #pragma once
 
+#include <algorithm>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -18,19 +20,22 @@ namespace c4::op::testing {
 class FakeKubeClient final : public KubeClient {
  public:
   Result<Json> get(const ResourceType& type, std::string_view ns, std::string_view name,
-                   std::string_view) override {
+                   const GetOptions& options) override {
     std::lock_guard lock(mu_);
     ++calls_;
     ++gets_[type.resource];
-    if (fail_next_) return takeFailure();
+    timeouts_.push_back(options.timeout);
+    if (fail_next_ || fail_always_) return takeFailure();
     auto it = objects_.find(key(type, ns, name));
     if (it == objects_.end()) return makeError(ErrorCode::kNotFound, "not found");
     return it->second;
   }
-  Result<Json> list(const ResourceType& type, std::string_view ns, const ListOptions&) override {
+  Result<Json> list(const ResourceType& type, std::string_view ns,
+                    const ListOptions& options) override {
     std::lock_guard lock(mu_);
     ++calls_;
-    if (fail_next_) return takeFailure();
+    list_options_.push_back(options);
+    if (fail_next_ || fail_always_) return takeFailure();
     Json items = Json::array();
     std::string prefix = type.resource + "|" + std::string(type.namespaced ? ns : "") + "|";
     for (const auto& [k, v] : objects_) {
@@ -41,10 +46,11 @@ class FakeKubeClient final : public KubeClient {
     return Json{{"items", items}, {"metadata", {{"resourceVersion", std::to_string(rv_)}}}};
   }
   Result<Json> create(const ResourceType& type, std::string_view ns, const Json& object,
-                      const WriteOptions&) override {
+                      const WriteOptions& options) override {
     std::lock_guard lock(mu_);
     ++calls_;
-    if (fail_next_) return takeFailure();
+    timeouts_.push_back(options.timeout);
+    if (fail_next_ || fail_always_) return takeFailure();
     std::string k = key(type, ns, objectName(object));
     if (objects_.contains(k)) return makeError(ErrorCode::kAlreadyExists, "exists");
     Json stored = object;
@@ -55,10 +61,11 @@ class FakeKubeClient final : public KubeClient {
     return stored;
   }
   Result<Json> update(const ResourceType& type, std::string_view ns, const Json& object,
-                      const WriteOptions&) override {
+                      const WriteOptions& options) override {
     std::lock_guard lock(mu_);
     ++calls_;
-    if (fail_next_) return takeFailure();
+    timeouts_.push_back(options.timeout);
+    if (fail_next_ || fail_always_) return takeFailure();
     std::string k = key(type, ns, objectName(object));
     auto it = objects_.find(k);
     if (it == objects_.end()) return makeError(ErrorCode::kNotFound, "not found");
@@ -102,9 +109,12 @@ class FakeKubeClient final : public KubeClient {
                const WatchHandler& handler) override {
     std::deque<Json> events;
     std::optional<Error> result;
+    std::function<void()> hook;
     {
       std::lock_guard lock(mu_);
       watch_rvs_.push_back(options.resource_version);
+      watch_options_.push_back(options);
+      hook = watch_hook_;
       if (!watch_script_.empty()) {
         auto [evts, res] = std::move(watch_script_.front());
         watch_script_.pop_front();
@@ -114,6 +124,7 @@ class FakeKubeClient final : public KubeClient {
         result = Error{ErrorCode::kUnavailable, "no scripted watch"};
       }
     }
+    if (hook) hook();
     for (auto& e : events) {
       WatchEvent event;
       std::string t = e["type"];
@@ -146,9 +157,34 @@ class FakeKubeClient final : public KubeClient {
     std::lock_guard lock(mu_);
     watch_script_.emplace_back(std::move(events), std::move(error));
   }
+  // The next get/list/create/update fails with `e`.
   void failNext(Error e) {
     std::lock_guard lock(mu_);
     fail_next_ = std::move(e);
+  }
+  // Every get/list/create/update fails with `e` until failAlways(nullopt).
+  void failAlways(std::optional<Error> e) {
+    std::lock_guard lock(mu_);
+    fail_always_ = std::move(e);
+  }
+  // Runs at the start of every watch call, on the watching thread (e.g. to move a simulated
+  // clock as if the watch had lasted a while).
+  void setWatchHook(std::function<void()> hook) {
+    std::lock_guard lock(mu_);
+    watch_hook_ = std::move(hook);
+  }
+  std::vector<ListOptions> listOptions() {
+    std::lock_guard lock(mu_);
+    return list_options_;
+  }
+  std::vector<WatchOptions> watchOptions() {
+    std::lock_guard lock(mu_);
+    return watch_options_;
+  }
+  // The timeout of every get/create/update, in call order.
+  std::vector<Duration> timeouts() {
+    std::lock_guard lock(mu_);
+    return timeouts_;
   }
   std::vector<Json> createdOfKind(const std::string& kind) {
     std::lock_guard lock(mu_);
@@ -207,6 +243,7 @@ class FakeKubeClient final : public KubeClient {
     return type.resource + "|" + std::string(type.namespaced ? ns : "") + "|" + std::string(name);
   }
   std::unexpected<Error> takeFailure() {
+    if (fail_always_) return std::unexpected(*fail_always_);
     Error e = *fail_next_;
     fail_next_.reset();
     return std::unexpected(e);
@@ -220,6 +257,11 @@ class FakeKubeClient final : public KubeClient {
   int calls_ = 0;
   std::map<std::string, int> gets_;
   std::optional<Error> fail_next_;
+  std::optional<Error> fail_always_;
+  std::function<void()> watch_hook_;
+  std::vector<ListOptions> list_options_;
+  std::vector<WatchOptions> watch_options_;
+  std::vector<Duration> timeouts_;
   std::deque<std::pair<std::deque<Json>, std::optional<Error>>> watch_script_;
   std::vector<std::string> watch_rvs_;
 };
