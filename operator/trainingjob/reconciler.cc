@@ -9,10 +9,10 @@
 
 namespace c4::op {
 namespace {
-const char* kPodsByJob = "job";
+const char* kPodsByJob = "trainingjob.byJob";
 // How soon a job whose children have a problem someone must fix is looked at again.
 constexpr Duration kProblemRecheck = std::chrono::seconds{10};
-const char* kPodsByNode = "node";
+const char* kPodsByNode = "trainingjob.byNode";
 
 // Identity and generation of a child for creation expectations.
 std::string childId(const Json& object) {
@@ -58,7 +58,8 @@ bool isTerminal(ErrorCode code) {
 }  // namespace
 
 TrainingJobController::TrainingJobController(KubeClient& client, Clock& clock,
-                                             ControllerConfig config, metrics::Registry& registry)
+                                             SharedInformers& informers, ControllerConfig config,
+                                             metrics::Registry& registry)
     : client_(client),
       clock_(clock),
       config_(std::move(config)),
@@ -82,17 +83,11 @@ TrainingJobController::TrainingJobController(KubeClient& client, Clock& clock,
   restarts_.get();
   pods_created_.get();
   const std::string& ns = config_.watch_namespace;
-  jobs_ = std::make_unique<Informer>(client, clock, resources::trainingJobs(), ns);
-  pods_ = std::make_unique<Informer>(client, clock, resources::pods(), ns, labels::kJobName);
-  nodes_ = std::make_unique<Informer>(client, clock, resources::nodes(), "");
-  services_ =
-      std::make_unique<Informer>(client, clock, resources::services(), ns, labels::kJobName);
-  config_maps_ =
-      std::make_unique<Informer>(client, clock, resources::configMaps(), ns, labels::kJobName);
-  for (Informer* informer :
-       {jobs_.get(), pods_.get(), nodes_.get(), services_.get(), config_maps_.get()}) {
-    informer->setWatchTimeoutSeconds(config_.watch_timeout_seconds);
-  }
+  jobs_ = &informers.informerFor(resources::trainingJobs(), ns);
+  pods_ = &informers.informerFor(resources::pods(), ns, labels::kJobName);
+  nodes_ = &informers.informerFor(resources::nodes());
+  services_ = &informers.informerFor(resources::services(), ns, labels::kJobName);
+  config_maps_ = &informers.informerFor(resources::configMaps(), ns, labels::kJobName);
   pods_->store().addIndex(kPodsByJob, [](const Json& pod) {
     std::string job = labelOf(pod, labels::kJobName);
     if (job.empty()) return std::vector<std::string>{};
@@ -166,44 +161,25 @@ void TrainingJobController::trackPod(InformerEvent event, const Json& pod) {
 }
 
 Status TrainingJobController::start() {
-  std::vector<Informer*> informers = {jobs_.get(), pods_.get(), nodes_.get(), services_.get(),
-                                      config_maps_.get()};
-  {
-    std::lock_guard lock(lifecycle_mu_);
-    if (stopped_) return makeError(ErrorCode::kCancelled, "controller stopped before it started");
-    for (Informer* informer : informers) informer->start();
-  }
-  MonoTime deadline = clock_.monoNow() + config_.cache_sync_timeout;
-  for (Informer* informer : informers) {
-    if (!informer->waitForSync(deadline)) {
-      if (stopped_) return makeError(ErrorCode::kCancelled, "controller stopped while starting");
-      return makeError(ErrorCode::kDeadlineExceeded,
-                       "cache of " + informer->type().resource + " did not sync in time");
-    }
-  }
   std::lock_guard lock(lifecycle_mu_);
-  if (stopped_) return makeError(ErrorCode::kCancelled, "controller stopped while starting");
-  log_.info("Caches synced; starting workers", {{"workers", config_.workers}});
+  if (stopped_) return makeError(ErrorCode::kCancelled, "controller stopped before it started");
+  if (!workers_.empty()) return okStatus();
+  log_.info("Starting workers", {{"workers", config_.workers}});
   for (int i = 0; i < config_.workers; ++i) workers_.emplace_back([this] { worker(); });
   ready_ = true;
   return okStatus();
 }
 
 void TrainingJobController::stop() {
-  const std::vector<Informer*> informers = {jobs_.get(), pods_.get(), nodes_.get(), services_.get(),
-                                            config_maps_.get()};
   {
     std::lock_guard lock(lifecycle_mu_);
     if (stopped_.exchange(true)) return;
     ready_ = false;
     queue_.shutDown();
-    // A start() waiting for the caches wakes at once.
-    for (Informer* informer : informers) informer->requestStop();
   }
   for (auto& t : workers_) {
     if (t.joinable()) t.join();
   }
-  for (Informer* informer : informers) informer->stop();
 }
 
 void TrainingJobController::worker() {
@@ -371,10 +347,10 @@ Result<ReconcileResult> TrainingJobController::reconcile(const std::string& key)
   std::optional<Error> retry;
   auto spec = parseTrainingJobSpec(job);
   if (spec) {
-    for (auto [type, cache, desired] : {std::tuple{&resources::services(), services_.get(),
-                                                   buildHeadlessService(job, config_.pod_settings)},
-                                        std::tuple{&resources::configMaps(), config_maps_.get(),
-                                                   buildPlanConfigMap(job, *spec)}}) {
+    for (auto [type, cache, desired] :
+         {std::tuple{&resources::services(), services_,
+                     buildHeadlessService(job, config_.pod_settings)},
+          std::tuple{&resources::configMaps(), config_maps_, buildPlanConfigMap(job, *spec)}}) {
       ChildOutcome outcome = ensureChild(*type, *cache, desired, job);
       if (outcome.problem && !context.child_problem) context.child_problem = outcome.problem;
       if (outcome.retry && !retry) retry = outcome.retry;

@@ -1,5 +1,6 @@
-// The TrainingJob controller: informers (TrainingJobs, Pods by job, Nodes, Services,
-// ConfigMaps), the rate-limited queue, workers that start after the caches synced, and the
+// The TrainingJob controller: its informers from the manager's shared caches (TrainingJobs,
+// Pods by job, Nodes, Services, ConfigMaps), the rate-limited queue, workers that the manager
+// starts once the caches synced, and the
 // reconciler that applies planReconcile()'s plan in an order that is safe to crash in at any
 // point: children (Service, ConfigMap), node cordons, one status write through /status (always,
 // even when a child could not be created), Events, pod deletions, pod creations.
@@ -20,6 +21,7 @@
 #include "c4/common/log.h"
 #include "c4/common/metrics.h"
 #include "operator/cache/informer.h"
+#include "operator/cache/shared_informers.h"
 #include "operator/client/kube_client.h"
 #include "operator/controller/events.h"
 #include "operator/controller/expectations.h"
@@ -38,8 +40,6 @@ struct ControllerConfig {
   int workers = 4;
   PodSettings pod_settings;
   std::string identity = "c4-operator";
-  Duration cache_sync_timeout = std::chrono::minutes{2};
-  int watch_timeout_seconds = 300;
   // A status change that gates nothing (job Pending or Running, no restart starting) is
   // written this long after it was first seen, so quick successive changes cost one write
   // (kube-controller-manager's Job controller batches its syncs by 1 s). Zero: write at once.
@@ -62,17 +62,18 @@ struct ControllerConfig {
 
 class TrainingJobController {
  public:
-  TrainingJobController(KubeClient& client, Clock& clock, ControllerConfig config,
-                        metrics::Registry& registry);
+  // Asks `informers` for the informers it reads and adds its handlers and indexes to them:
+  // construct every controller before the manager starts the informers.
+  TrainingJobController(KubeClient& client, Clock& clock, SharedInformers& informers,
+                        ControllerConfig config, metrics::Registry& registry);
   ~TrainingJobController();
   TrainingJobController(const TrainingJobController&) = delete;
   TrainingJobController& operator=(const TrainingJobController&) = delete;
 
-  // Starts the informers, waits for their sync (kDeadlineExceeded after cache_sync_timeout,
-  // kCancelled when stop() was called meanwhile), then starts the workers.
+  // Starts the workers; the manager calls it once the shared caches have synced. kCancelled
+  // after stop().
   Status start();
-  // Stops workers and informers; may be called from another thread while start() waits for
-  // the caches (start() then returns kCancelled promptly). Idempotent.
+  // Stops and joins the workers (the manager stops the informers). Idempotent.
   void stop();
   [[nodiscard]] bool ready() const { return ready_.load(); }
 
@@ -115,11 +116,12 @@ class TrainingJobController {
   ControllerConfig config_;
   Logger log_;
   EventRecorder events_;
-  std::unique_ptr<Informer> jobs_;
-  std::unique_ptr<Informer> pods_;
-  std::unique_ptr<Informer> nodes_;
-  std::unique_ptr<Informer> services_;
-  std::unique_ptr<Informer> config_maps_;
+  // Owned by the manager's SharedInformers.
+  Informer* jobs_;
+  Informer* pods_;
+  Informer* nodes_;
+  Informer* services_;
+  Informer* config_maps_;
   WorkQueue queue_;
   std::mutex lifecycle_mu_;  // start() vs stop()
   std::vector<std::thread> workers_;

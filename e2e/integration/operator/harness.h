@@ -162,28 +162,43 @@ inline Json trainingJob(const std::string& ns, const std::string& name, int repl
                 {"tolerations", Json::array({{{"operator", "Exists"}}})}}}}}}}};
 }
 
-// One operator (controller only; leader election is tested separately) on the real clock.
+// One operator (the controller on shared informers, as the manager wires it; leader election
+// is tested separately) on the real clock.
 class OperatorInstance {
  public:
   OperatorInstance(KubeClient& client, const std::string& ns,
                    std::function<bool(std::string_view, const std::string&)> hook = nullptr,
-                   std::function<void(ControllerConfig&)> configure = nullptr) {
+                   std::function<void(ControllerConfig&)> configure = nullptr)
+      : informers_(client, realClock()) {
     ControllerConfig config;
     config.watch_namespace = ns;
     config.workers = 4;
     config.identity = uniqueName("it-operator");
     config.fault_hook = std::move(hook);
-    config.cache_sync_timeout = std::chrono::seconds{30};
     if (configure) configure(config);
-    controller_ = std::make_unique<TrainingJobController>(client, realClock(), config, registry_);
+    controller_ =
+        std::make_unique<TrainingJobController>(client, realClock(), informers_, config, registry_);
   }
-  Status start() { return controller_->start(); }
-  void stop() { controller_->stop(); }
+  ~OperatorInstance() { stop(); }
+  Status start() {
+    informers_.start();
+    if (!informers_.waitForSync(realClock().monoNow() + std::chrono::seconds{30})) {
+      return makeError(ErrorCode::kDeadlineExceeded, "caches did not sync");
+    }
+    return controller_->start();
+  }
+  void stop() {
+    informers_.requestStop();
+    controller_->stop();
+    informers_.stop();
+  }
   TrainingJobController& controller() { return *controller_; }
+  SharedInformers& informers() { return informers_; }
   metrics::Registry& registry() { return registry_; }
 
  private:
   metrics::Registry registry_;
+  SharedInformers informers_;
   std::unique_ptr<TrainingJobController> controller_;
 };
 

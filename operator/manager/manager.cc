@@ -1,0 +1,200 @@
+// The manager (see manager.h).
+#include "operator/manager/manager.h"
+
+#include <unistd.h>
+
+#include "operator/client/curl_kube_client.h"
+
+namespace c4::op {
+namespace {
+
+Duration seconds(double s) {
+  return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(s));
+}
+
+}  // namespace
+
+KubeConfig fencedConfig(KubeConfig config, const LeaderElector& elector, Clock& clock) {
+  config.before_send = [&elector, &clock](std::string_view method, std::string_view) -> Status {
+    if (method == "GET") return okStatus();  // reads and watches change nothing
+    if (elector.mayWrite(clock.monoNow())) return okStatus();
+    return makeError(ErrorCode::kFailedPrecondition,
+                     "not sent: this process no longer holds a valid lease");
+  };
+  return config;
+}
+
+Manager::Manager(const OperatorOptions& options, Clock& clock, ManagerHooks hooks)
+    : options_(options), clock_(clock), hooks_(std::move(hooks)), log_("manager") {}
+
+Manager::~Manager() {
+  stop();
+  stopWork();
+  server_.stop();
+}
+
+Result<std::unique_ptr<Manager>> Manager::create(const OperatorOptions& options, Clock& clock,
+                                                 ManagerHooks hooks) {
+  auto kube_config = loadDefaultKubeConfig(options.kubeconfig, options.context);
+  if (!kube_config) {
+    return std::unexpected(kube_config.error().withContext("load the Kubernetes configuration"));
+  }
+  kube_config->qps = options.kube_api_qps;
+  kube_config->burst = options.kube_api_burst;
+  std::unique_ptr<Manager> manager(new Manager(options, clock, std::move(hooks)));
+  C4_RETURN_IF_ERROR(manager->build(*kube_config));
+  return manager;
+}
+
+Status Manager::build(const KubeConfig& kube_config) {
+  identity_ = options_.identity;
+  if (identity_.empty()) {
+    char host[256] = {0};
+    ::gethostname(host, sizeof(host) - 1);
+    identity_ = std::string(host) + "_" + std::to_string(::getpid());
+  }
+  // Lease renewals have a client of their own: a throttled burst of pod creations must never
+  // delay a renewal past the renew deadline. It is never fenced.
+  C4_ASSIGN_OR_RETURN(election_client_, createCurlKubeClient(kube_config, clock_, nullptr));
+  LeaderElectionConfig election;
+  election.lease_namespace = options_.lease_namespace;
+  election.lease_name = options_.lease_name;
+  election.identity = identity_;
+  election.lease_duration = seconds(options_.lease_duration_seconds);
+  election.renew_deadline = seconds(options_.renew_deadline_seconds);
+  election.retry_period = seconds(options_.retry_period_seconds);
+  elector_ = std::make_unique<LeaderElector>(*election_client_, clock_, election);
+
+  // Everything else writes only while the lease is valid.
+  const KubeConfig fenced =
+      options_.leader_elect ? fencedConfig(kube_config, *elector_, clock_) : kube_config;
+  C4_ASSIGN_OR_RETURN(client_, createCurlKubeClient(fenced, clock_, &registry_));
+  // Events have their own client and rate limit, so they never delay pod creation.
+  C4_ASSIGN_OR_RETURN(event_client_, createCurlKubeClient(fenced, clock_, nullptr));
+
+  informers_ = std::make_unique<SharedInformers>(*client_, clock_);
+  informers_->setWatchTimeoutSeconds(300);
+  Informer& nodes = informers_->informerFor(resources::nodes());
+
+  // Node actions read nodes from the shared cache and keep the circuit breaker's state next
+  // to the lease. c4.dev/cordoned-by names the operator ("c4-operator"), not this process, so
+  // a successor may undo what it did.
+  node_events_ =
+      std::make_unique<EventRecorder>(*event_client_, clock_, "c4-operator", identity_, &registry_);
+  NodeActionConfig node_actions = options_.node_actions;
+  node_actions.state_namespace = options_.lease_namespace;
+  remediator_ = std::make_unique<NodeRemediator>(
+      *client_, clock_, *node_events_, node_actions,
+      [&nodes](const std::string& name) { return nodes.store().get(name); },
+      [&nodes] { return nodes.store().list(); }, &registry_);
+
+  ControllerConfig controller;
+  controller.watch_namespace = options_.watch_namespace;
+  controller.workers = options_.workers;
+  controller.pod_settings = options_.pod;
+  controller.identity = identity_;
+  controller.status_batch_period = seconds(options_.status_batch_seconds);
+  controller.event_client = event_client_.get();
+  controller.remediator = remediator_.get();
+  controller.fault_hook = hooks_.fault_hook;
+  controller_ =
+      std::make_unique<TrainingJobController>(*client_, clock_, *informers_, controller, registry_);
+
+  server_.handle("/metrics", [this] {
+    return HttpReply{200, "text/plain; version=0.0.4; charset=utf-8", registry_.expose()};
+  });
+  server_.handle("/healthz", [] { return HttpReply{200, "text/plain", "ok\n"}; });
+  server_.handle("/readyz", [this] {
+    bool standby = options_.leader_elect && !elector_->isLeader();
+    if (standby || controller_->ready()) return HttpReply{200, "text/plain", "ok\n"};
+    return HttpReply{503, "text/plain", "caches not synced\n"};
+  });
+  return okStatus();
+}
+
+void Manager::requestStop(int code) {
+  {
+    std::lock_guard lock(mu_);
+    if (!stopping_) exit_code_ = code;
+    stopping_ = true;
+    cv_.notify_all();
+  }
+  elector_->stop();
+  informers_->requestStop();  // a start-up waiting for the caches wakes at once
+}
+
+void Manager::stop() {
+  requestStop(0);
+}
+
+void Manager::startWork() {
+  std::lock_guard lock(mu_);
+  if (stopping_ || starter_.joinable()) return;
+  starter_ = std::thread([this] {
+    informers_->start();
+    MonoTime deadline =
+        clock_.monoNow() + std::chrono::duration_cast<Duration>(std::chrono::minutes{2});
+    if (!informers_->waitForSync(deadline)) {
+      std::lock_guard inner(mu_);
+      if (stopping_) return;  // stopped while starting: nothing to report
+      log_.error("Caches did not sync within 2 minutes; exiting");
+      exit_code_ = 1;
+      stopping_ = true;
+      cv_.notify_all();
+      elector_->stop();
+      return;
+    }
+    if (auto started = controller_->start(); !started) {
+      log_.info("Controller not started", {{"error", started.error()}});
+      return;
+    }
+    log_.info("Caches synced; controller started");
+  });
+}
+
+void Manager::stopWork() {
+  informers_->requestStop();
+  controller_->stop();
+  {
+    std::unique_lock lock(mu_);
+    stopping_ = true;  // no start after this
+  }
+  if (starter_.joinable()) starter_.join();
+  informers_->stop();
+}
+
+int Manager::run() {
+  auto port = server_.start(options_.metrics_address, options_.metrics_port);
+  if (!port) {
+    log_.error("Cannot start the metrics server", {{"error", port.error()}});
+    return 1;
+  }
+  metrics_port_ = *port;
+  log_.info("Starting", {{"version", C4_VERSION},
+                         {"identity", identity_},
+                         {"metricsPort", *port},
+                         {"leaderElect", options_.leader_elect}});
+  int code = 0;
+  if (options_.leader_elect) {
+    bool voluntary = elector_->run([this] { startWork(); }, [this] { stopWork(); },
+                                   [this] {
+                                     log_.error("Lost the lease; stopping at once");
+                                     if (hooks_.on_lease_lost) hooks_.on_lease_lost();
+                                   });
+    std::lock_guard lock(mu_);
+    code = voluntary ? exit_code_ : 1;  // lost: exit so a fresh process campaigns again
+  } else {
+    startWork();
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [this] { return stopping_; });
+      code = exit_code_;
+    }
+    stopWork();
+  }
+  server_.stop();
+  log_.info("Stopped", {{"exitCode", code}});
+  return code;
+}
+
+}  // namespace c4::op
