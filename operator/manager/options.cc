@@ -215,6 +215,16 @@ Result<OperatorOptions> parseOperatorOptions(const std::vector<std::string>& arg
     auto status = findOption(name)->set(options, value);
     if (!status) return std::unexpected(status.error().withContext("--" + name));
   }
+  // client-go's rules: a leader must give up (renew deadline) before others may take over
+  // (lease duration), and must try to renew more than once before giving up.
+  if (options.leader_elect && options.renew_deadline_seconds >= options.lease_duration_seconds) {
+    return makeError(ErrorCode::kInvalidArgument,
+                     "renew-deadline must be shorter than lease-duration");
+  }
+  if (options.leader_elect && options.retry_period_seconds >= options.renew_deadline_seconds) {
+    return makeError(ErrorCode::kInvalidArgument,
+                     "retry-period must be shorter than renew-deadline");
+  }
   return options;
 }
 

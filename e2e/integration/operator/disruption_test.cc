@@ -7,7 +7,9 @@
 #include <filesystem>
 
 #include "harness.h"
+#include "operator/client/curl_kube_client.h"
 #include "operator/manager/leader_election.h"
+#include "operator/manager/manager.h"
 
 namespace c4::op::it {
 namespace {
@@ -104,6 +106,179 @@ TEST_F(DisruptionIT, OperatorRecoversFromAnApiServerRestart) {
   std::cout << "pod informer after API server restart: lists " << lists_before << " -> "
             << stats.lists << ", 410s " << stats.gone << ", errors " << stats.errors << "\n";
   op.stop();
+}
+
+// Forwards to a real client. partition(): every later call fails at once, as if this client's
+// connection to the API server were cut (the lease client of a leader that can still reach the
+// API server on its other connections: the asymmetric failure fencing exists for). Successful
+// writes are recorded with the time their answer came back (the write has landed by then) and
+// the time they were sent.
+class Recorder final : public KubeClient {
+ public:
+  explicit Recorder(KubeClient& real) : real_(real) {}
+  void partition() { cut_ = true; }
+  struct Write {
+    std::chrono::steady_clock::time_point sent, answered;
+    std::string what;
+  };
+  std::vector<Write> writes() {
+    std::lock_guard lock(mu_);
+    return writes_;
+  }
+  Result<Json> get(const ResourceType& t, std::string_view ns, std::string_view name,
+                   const GetOptions& o) override {
+    if (cut_) return makeError(ErrorCode::kUnavailable, "partitioned");
+    return real_.get(t, ns, name, o);
+  }
+  Result<Json> list(const ResourceType& t, std::string_view ns, const ListOptions& o) override {
+    if (cut_) return makeError(ErrorCode::kUnavailable, "partitioned");
+    return real_.list(t, ns, o);
+  }
+  Result<Json> create(const ResourceType& t, std::string_view ns, const Json& obj,
+                      const WriteOptions& o) override {
+    return record("create " + t.kind + " " + objectName(obj),
+                  [&] { return real_.create(t, ns, obj, o); });
+  }
+  Result<Json> update(const ResourceType& t, std::string_view ns, const Json& obj,
+                      const WriteOptions& o) override {
+    return record("update " + t.kind + " " + objectName(obj),
+                  [&] { return real_.update(t, ns, obj, o); });
+  }
+  Result<Json> patch(const ResourceType& t, std::string_view ns, std::string_view name,
+                     PatchType pt, const Json& body, const PatchOptions& o) override {
+    return record("patch " + t.kind + " " + std::string(name),
+                  [&] { return real_.patch(t, ns, name, pt, body, o); });
+  }
+  Status remove(const ResourceType& t, std::string_view ns, std::string_view name,
+                const DeleteOptions& o) override {
+    auto result = record("delete " + t.kind + " " + std::string(name), [&]() -> Result<Json> {
+      auto removed = real_.remove(t, ns, name, o);
+      if (!removed) return std::unexpected(removed.error());
+      return Json::object();
+    });
+    if (!result) return std::unexpected(result.error());
+    return okStatus();
+  }
+  Status watch(const ResourceType& t, std::string_view ns, const WatchOptions& o,
+               const WatchHandler& h) override {
+    if (cut_) return makeError(ErrorCode::kUnavailable, "partitioned");
+    return real_.watch(t, ns, o, h);
+  }
+
+ private:
+  template <typename Call>
+  Result<Json> record(const std::string& what, Call&& call) {
+    if (cut_) return makeError(ErrorCode::kUnavailable, "partitioned");
+    auto sent = std::chrono::steady_clock::now();
+    Result<Json> result = call();
+    if (result) {
+      std::lock_guard lock(mu_);
+      writes_.push_back({sent, std::chrono::steady_clock::now(), what});
+    }
+    return result;
+  }
+  KubeClient& real_;
+  std::atomic<bool> cut_{false};
+  std::mutex mu_;
+  std::vector<Write> writes_;
+};
+
+// One leader-elected operator as the manager wires it: the elector on a client of its own, the
+// controller's clients fenced by the lease (fencedConfig).
+struct FencedOperator {
+  std::unique_ptr<KubeClient> election_real;
+  std::unique_ptr<Recorder> election;
+  std::unique_ptr<LeaderElector> elector;
+  std::unique_ptr<KubeClient> fenced_real;
+  std::unique_ptr<Recorder> writes;
+  std::unique_ptr<OperatorInstance> op;
+  std::thread thread;
+  std::thread starter;
+  std::atomic<bool> leading{false};
+  std::atomic<bool> lost{false};
+  std::chrono::steady_clock::time_point lost_at;
+
+  FencedOperator(const KubeConfig& config, const std::string& ns, const std::string& id)
+      : election_real(std::move(*createCurlKubeClient(config, realClock(), nullptr))),
+        election(std::make_unique<Recorder>(*election_real)) {
+    LeaderElectionConfig c;
+    c.lease_namespace = ns;
+    c.lease_name = "c4-operator";
+    c.identity = id;
+    c.lease_duration = std::chrono::seconds{4};
+    c.renew_deadline = std::chrono::seconds{3};
+    c.retry_period = std::chrono::milliseconds{500};
+    elector = std::make_unique<LeaderElector>(*election, realClock(), c);
+    KubeConfig slow = config;
+    slow.qps = 4;  // a long create loop
+    slow.burst = 1;
+    fenced_real = std::move(
+        *createCurlKubeClient(fencedConfig(slow, *elector, realClock()), realClock(), nullptr));
+    writes = std::make_unique<Recorder>(*fenced_real);
+    op = std::make_unique<OperatorInstance>(*writes, ns, nullptr, [](ControllerConfig& cc) {
+      cc.status_batch_period = Duration::zero();
+    });
+    thread = std::thread([this] {
+      elector->run(
+          [this] {
+            leading = true;
+            starter = std::thread([this] { (void)op->start(); });
+          },
+          [this] {
+            leading = false;
+            op->stop();
+            if (starter.joinable()) starter.join();
+          },
+          [this] {
+            lost_at = std::chrono::steady_clock::now();
+            lost = true;
+          });
+    });
+  }
+  ~FencedOperator() {
+    elector->stop();
+    if (thread.joinable()) thread.join();
+    op->stop();
+    if (starter.joinable()) starter.join();
+  }
+};
+
+// A leader cut off from its lease in the middle of a long pod-create loop stops writing at the
+// lease's renew deadline: no write of the old leader lands after the new leader's first write.
+TEST_F(DisruptionIT, ALeaderCutOffFromItsLeaseWritesNothingAfterItsSuccessorStarts) {
+  auto config = loadKubeconfigFile(testenvDir() + "/kubeconfig");
+  ASSERT_TRUE(config) << config.error().toString();
+  auto a = std::make_unique<FencedOperator>(*config, ns_, "operator-a");
+  ASSERT_TRUE(waitFor([&] { return a->leading.load(); }, std::chrono::seconds{10}));
+  auto b = std::make_unique<FencedOperator>(*config, ns_, "operator-b");
+
+  auto tj = trainingJob(ns_, "big", 60);
+  ASSERT_TRUE(client_->create(resources::trainingJobs(), ns_, tj));
+  ASSERT_TRUE(waitFor([&] { return listPods(*client_, ns_, "big").size() >= 6; },
+                      std::chrono::seconds{30}));
+  a->election->partition();  // renewals fail; a's other connections still work
+  auto cut_at = std::chrono::steady_clock::now();
+  ASSERT_TRUE(waitFor([&] { return b->leading.load(); }, std::chrono::seconds{20}));
+  ASSERT_TRUE(a->lost.load()) << "the old leader knows it lost before the successor leads";
+  EXPECT_LE(a->lost_at - cut_at, std::chrono::milliseconds{3600})
+      << "loss declared at the renew deadline (3 s) after the last renewal";
+  ASSERT_TRUE(waitFor([&] { return listPods(*client_, ns_, "big").size() == 60; },
+                      std::chrono::seconds{60}));
+  ASSERT_TRUE(waitFor([&] { return !b->writes->writes().empty(); }));
+
+  auto old_writes = a->writes->writes();
+  auto new_writes = b->writes->writes();
+  ASSERT_FALSE(old_writes.empty());
+  auto last_old = std::max_element(old_writes.begin(), old_writes.end(),
+                                   [](auto& x, auto& y) { return x.answered < y.answered; });
+  auto first_new = std::min_element(new_writes.begin(), new_writes.end(),
+                                    [](auto& x, auto& y) { return x.sent < y.sent; });
+  EXPECT_LT(last_old->answered, first_new->sent)
+      << "old leader's last write (" << last_old->what << ") answered "
+      << std::chrono::duration_cast<std::chrono::milliseconds>(last_old->answered - first_new->sent)
+             .count()
+      << " ms after the new leader sent its first (" << first_new->what << ")";
+  EXPECT_LT(old_writes.size(), 60u) << "the old leader did not finish the loop";
 }
 
 }  // namespace

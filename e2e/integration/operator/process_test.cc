@@ -19,6 +19,7 @@
 
 #include "harness.h"
 #include "operator/trainingjob/planner.h"
+#include "tcp_proxy.h"
 
 extern char** environ;
 
@@ -426,6 +427,92 @@ TEST_F(ProcessIT, NodeActionFlagsDecideWhatTheBinaryDoesToAFaultyNode) {
     op->signal(SIGTERM);
     EXPECT_TRUE(op->waitExit(10s));
   }
+}
+
+// A copy of the test cluster's kubeconfig whose server is 127.0.0.1:<port> (a proxy); the
+// apiserver certificate names 127.0.0.1, so TLS verifies through the proxy.
+std::string kubeconfigVia(int port, const std::string& path) {
+  std::ifstream in(testenvDir() + "/kubeconfig");
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string out =
+      std::regex_replace(text.str(), std::regex("server: https://127\\.0\\.0\\.1:[0-9]+"),
+                         "server: https://127.0.0.1:" + std::to_string(port));
+  std::ofstream(path) << out;
+  return path;
+}
+
+int apiServerPort() {
+  std::ifstream in(testenvDir() + "/kubeconfig");
+  std::stringstream text;
+  text << in.rdbuf();
+  std::smatch m;
+  std::string t = text.str();
+  if (!std::regex_search(t, m, std::regex("server: https://127\\.0\\.0\\.1:([0-9]+)"))) return 0;
+  return std::stoi(m[1]);
+}
+
+// SIGTERM while the API server cannot be reached (its packets swallowed, so every call would
+// wait for its timeout): the binary exits within 10 s, with and without leader election.
+TEST_F(ProcessIT, SigtermDuringStartUpWithTheApiServerUnreachableExitsPromptly) {
+  TcpProxy blackhole(1);  // nothing listens on port 1; the proxy swallows everything anyway
+  blackhole.cut();
+  std::string kubeconfig =
+      kubeconfigVia(blackhole.port(), ::testing::TempDir() + "/" + ns_ + "-blackhole.kubeconfig");
+  for (bool elect : {false, true}) {
+    SCOPED_TRACE(elect ? "leader election" : "no leader election");
+    std::vector<std::string> args = {"--kubeconfig=" + kubeconfig,
+                                     "--namespace=" + ns_,
+                                     "--metrics-address=127.0.0.1",
+                                     "--metrics-port=0",
+                                     std::string("--leader-elect=") + (elect ? "true" : "false"),
+                                     "--lease-namespace=" + ns_};
+    OperatorProcess op(args, {}, ::testing::TempDir() + "/" + ns_ + "-startup.log");
+    ASSERT_NE(op.metricsPort(), 0) << op.log();
+    std::this_thread::sleep_for(1500ms);  // inside its first list or lease read
+    ASSERT_TRUE(op.running()) << op.log();
+    auto signalled = std::chrono::steady_clock::now();
+    op.signal(SIGTERM);
+    auto status = op.waitExit(10s);
+    ASSERT_TRUE(status) << "still running 10 s after SIGTERM\n" << op.log();
+    std::cerr << "SIGTERM to exit during start-up: "
+              << std::chrono::duration_cast<std::chrono::milliseconds>(
+                     std::chrono::steady_clock::now() - signalled)
+                     .count()
+              << " ms\n";
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << describeStatus(status);
+  }
+}
+
+// A leader whose connection to the API server is cut (a partition) exits non-zero at its renew
+// deadline, in the middle of a long pod-create loop, without waiting for anything in flight.
+TEST_F(ProcessIT, ALeaderCutOffFromTheApiServerExitsNonZeroAtItsRenewDeadline) {
+  int port = apiServerPort();
+  ASSERT_NE(port, 0);
+  TcpProxy proxy(port);
+  std::string kubeconfig =
+      kubeconfigVia(proxy.port(), ::testing::TempDir() + "/" + ns_ + "-proxy.kubeconfig");
+  std::vector<std::string> args = {
+      "--kubeconfig=" + kubeconfig, "--namespace=" + ns_, "--metrics-address=127.0.0.1",
+      "--metrics-port=0",           "--kube-api-qps=4",   "--kube-api-burst=1"};
+  auto election = leaderArgs("cut-off");
+  args.insert(args.end(), election.begin(), election.end());
+  OperatorProcess op(args, {}, ::testing::TempDir() + "/" + ns_ + "-cutoff.log");
+  ASSERT_TRUE(waitFor([&] { return leaseHolder() == "cut-off"; }, 20s)) << op.log();
+  ASSERT_TRUE(createJob(trainingJob(ns_, "long", 60)));
+  ASSERT_TRUE(waitFor([&] { return listPods(*client_, ns_, "long").size() >= 4; }, 30s))
+      << op.log();
+  proxy.cut();
+  auto cut_at = std::chrono::steady_clock::now();
+  auto status = op.waitExit(10s);
+  ASSERT_TRUE(status) << "still running 10 s after the partition\n" << op.log();
+  auto took = std::chrono::steady_clock::now() - cut_at;
+  std::cerr << "partition to exit: "
+            << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms\n";
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 1) << describeStatus(status);
+  EXPECT_LE(took, 5s) << "renew deadline 3 s after the last renewal";
+  EXPECT_NE(op.log().find("Leader election lost"), std::string::npos) << op.log();
+  EXPECT_LT(listPods(*client_, ns_, "long").size(), 60u) << "the create loop was not finished";
 }
 
 }  // namespace

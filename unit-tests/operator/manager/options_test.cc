@@ -56,5 +56,16 @@ TEST(OptionsTest, YamlAppliesSameKeysAndRejectsUnknown) {
   EXPECT_FALSE(applyOptionsYaml(o, "workers: {\n"));
 }
 
+TEST(OptionsTest, LeaderElectionTimesMustNest) {
+  auto bad = parseOperatorOptions({"--lease-duration=5", "--renew-deadline=5"});
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("renew-deadline must be shorter"), std::string::npos);
+  bad = parseOperatorOptions({"--renew-deadline=2", "--retry-period=2"});
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("retry-period must be shorter"), std::string::npos);
+  EXPECT_TRUE(parseOperatorOptions({"--leader-elect=false", "--renew-deadline=20"}))
+      << "irrelevant without leader election";
+}
+
 }  // namespace
 }  // namespace c4::op
