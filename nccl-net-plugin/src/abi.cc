@@ -485,6 +485,10 @@ __attribute__((destructor)) void unloadLegacyContext() {
     c = std::move(g.legacy);
   }
   c.reset();
+  // Nothing of the plugin may outlive dlclose: NCCL unloads it when its last communicator goes
+  // and loads it again for the next one. The log configuration lives on in static storage of
+  // this library; drop our sink from it.
+  setLogSink(nullptr);
   delete std::exchange(globalsPtr(), nullptr);
 }
 
