@@ -1,7 +1,8 @@
 // The exported NCCL ABI: ncclNetPlugin_v11 (native) and v10/v9/v8 adapters over the same
 // functions. Every entry point is an error firewall: noexcept, arguments checked, exceptions
 // caught, c4::Error mapped once to ncclResult_t (README "Error codes": SystemError for network and
-// OS failures, InternalError for misuse of the API by the caller, InvalidUsage for configuration).
+// OS failures, InternalError for misuse of the API by the caller, InvalidUsage for configuration
+// and for user errors such as a message larger than its receive buffer).
 // Only the four tables are visible outside the library (-fvisibility=hidden).
 #include <cstdarg>
 #include <cstdio>
@@ -79,8 +80,8 @@ C4NcclResult toNccl(const Error& e, const char* what) {
   switch (e.code) {
     case ErrorCode::kInvalidArgument:
     case ErrorCode::kInternal:
-    case ErrorCode::kFailedPrecondition:
       return C4_NCCL_INTERNAL_ERROR;
+    case ErrorCode::kFailedPrecondition:  // e.g. a message larger than its receive buffer
     case ErrorCode::kPermissionDenied:
     case ErrorCode::kUnauthenticated:
       return C4_NCCL_INVALID_USAGE;

@@ -17,6 +17,7 @@
 #include <optional>
 #include <random>
 #include <thread>
+#include <unordered_map>
 
 #include "c4/common/log.h"
 #include "c4/common/unix_socket.h"
@@ -34,7 +35,7 @@ constexpr std::uint32_t kHandleMagic = 0x48433443u;  // "C4CH"
 constexpr std::uint32_t kHelloMagic = 0x4c483443u;   // "C4HL"
 constexpr std::uint32_t kAckMagic = 0x4b413443u;     // "C4AK"
 constexpr std::uint32_t kFrameMagic = 0x46443443u;   // "C4DF"
-constexpr std::uint16_t kWireVersion = 1;
+constexpr std::uint16_t kWireVersion = 2;  // 2: frames carry (tag, tagSeq) instead of a seq
 
 // The handle NCCL ships from the listener to the connector (fits NCCL_NET_HANDLE_MAXSIZE).
 struct WireHandle {
@@ -76,11 +77,14 @@ struct AckFixed {
 };
 static_assert(sizeof(AckFixed) == 16);
 
+// A message is identified by (tag, tagSeq): tagSeq counts the connection's earlier messages with
+// the same tag. The receiver gives the k-th message of a tag to the k-th receive buffer posted
+// with that tag, whatever the interleaving of tags (NCCL shares a connection among senders that
+// progress independently, tag = sender's rank), and never reorders the messages of one tag.
 struct FrameHeader {
   std::uint32_t magic;
-  std::uint32_t seq;
   std::int32_t tag;
-  std::uint32_t reserved;
+  std::uint64_t tagSeq;
   std::uint64_t total;
   std::uint64_t offset;
   std::uint64_t len;
@@ -150,14 +154,11 @@ struct Request {
   char* data[kMaxRecvs] = {};
   std::size_t cap[kMaxRecvs] = {};
   int tags[kMaxRecvs] = {};
-  std::uint32_t seqBase = 0;
+  std::uint64_t tagSeq = 0;  // send: index of this message among the comm's sends with its tag
   std::int64_t postedNs = 0;
   // Progress thread only.
   std::int64_t firstByteNs = 0;
   std::size_t framesLeft = 0;
-  std::size_t got[kMaxRecvs] = {};
-  std::int64_t expect[kMaxRecvs] = {};  // -1: no frame seen yet for this buffer
-  int slotOf[kMaxRecvs] = {};           // message index -> buffer index (-1 unbound)
   int slotsDone = 0;
   // Result, published by state=kDone (release).
   int sizes[kMaxRecvs] = {};
@@ -237,24 +238,26 @@ class DataComm : public CommBase {
   void post(Request* r) {
     {
       std::lock_guard lock(inboxMu_);
-      if (r->kind != ReqKind::kFlush) {
-        r->seqBase = nextSeq_;
-        nextSeq_ += static_cast<std::uint32_t>(r->n);
-      }
+      if (r->kind == ReqKind::kSend) r->tagSeq = sendSeq_[r->tags[0]]++;
       inbox_.push_back(r);
     }
     if (idle_.exchange(false)) wakeThread();
   }
 
   [[nodiscard]] bool failed() const { return tel_->failed.load(std::memory_order_acquire); }
-  [[nodiscard]] std::string failure() const { return failed() ? tel_->failure : std::string(); }
+  // The error every request of a failed connection reports.
+  [[nodiscard]] Error failure() const {
+    if (!failed()) return Error(ErrorCode::kInternal, "connection has not failed");
+    return Error(tel_->failureCode, tel_->failure);
+  }
 
   // Progress thread: marks the connection failed and fails every op in flight.
-  void fail(std::string why, bool peerClosed = false) {
+  void fail(std::string why, bool peerClosed = false, ErrorCode code = ErrorCode::kUnavailable) {
     if (!failed()) {
       bool busy = false;
       for (auto& r : pool_) busy = busy || r.state.load(std::memory_order_acquire) == kPending;
       tel_->failure = why;
+      tel_->failureCode = code;
       tel_->peerClosed.store(peerClosed, std::memory_order_relaxed);
       tel_->failed.store(true, std::memory_order_release);
       // A peer that closes an idle connection is normal teardown; anything else is a fault.
@@ -312,7 +315,7 @@ class DataComm : public CommBase {
   std::atomic<std::size_t> hint_{0};
   std::mutex inboxMu_;
   std::vector<Request*> inbox_;
-  std::uint32_t nextSeq_ = 0;
+  std::unordered_map<std::int32_t, std::uint64_t> sendSeq_;  // next tagSeq per tag (inboxMu_)
   std::thread thread_;
 
   // Waits for socket events or a wake-up. Returns false on stop.
@@ -372,7 +375,7 @@ class SendComm final : public DataComm {
     auto push = [&](std::size_t sf, std::size_t off, std::size_t len) {
       Frame f{};
       f.req = r;
-      f.hdr = FrameHeader{kFrameMagic, r->seqBase, r->tags[0], 0, size, off, len};
+      f.hdr = FrameHeader{kFrameMagic, r->tags[0], r->tagSeq, size, off, len};
       f.data = r->data[0] + off;
       f.done = 0;
       queues_[sf].push_back(f);
@@ -509,72 +512,146 @@ class RecvComm final : public DataComm {
   ~RecvComm() override { stopThread(); }
 
  private:
+  using MessageKey = std::pair<std::int32_t, std::uint64_t>;  // (tag, tagSeq)
+
+  // A message whose first frame arrived and whose last has not been delivered yet.
+  struct Message {
+    std::uint64_t total = 0;
+    std::uint64_t got = 0;           // payload bytes received so far
+    char* base = nullptr;            // where frames land: the receive buffer or `staged`
+    std::unique_ptr<char[]> staged;  // arrived before its receive was posted
+    Request* req = nullptr;          // the receive buffer it belongs to (nullptr: not posted yet)
+    int buf = -1;
+  };
+  // Per tag: how many receive buffers were posted with it, and those not yet given a message.
+  struct TagQueue {
+    std::uint64_t posted = 0;
+    std::map<std::uint64_t, std::pair<Request*, int>> open;  // tagSeq -> (request, buffer)
+  };
   struct Rx {
     FrameHeader hdr{};
     std::size_t hdrGot = 0;
     bool inData = false;
-    Request* req = nullptr;
-    int buf = 0;
+    Message* msg = nullptr;
+    MessageKey key{};
     std::size_t left = 0;
     char* dst = nullptr;
-    bool parked = false;  // header read, the matching irecv is not posted yet
+    bool parked = false;  // header read; the message can be neither delivered nor staged yet
     bool eof = false;
   };
   std::vector<Rx> rx_;
-  std::deque<Request*> posted_;  // in seq order; completed ones are popped from the front
+  std::map<MessageKey, Message> messages_;
+  std::unordered_map<std::int32_t, TagQueue> tags_;
+  std::uint64_t staged_ = 0;  // bytes held in Message::staged
+  bool unparked_ = false;     // a posted receive or freed staging may let a parked subflow on
 
-  Request* findRequest(std::uint32_t seq) {
-    for (Request* r : posted_) {
-      if (seq >= r->seqBase && seq < r->seqBase + static_cast<std::uint32_t>(r->n)) return r;
-    }
-    return nullptr;
+  void bufferDone(Request* r, int b, std::uint64_t size, std::int64_t now) {
+    r->sizes[b] = static_cast<int>(size);
+    if (++r->slotsDone == r->n) complete(r, now);
   }
 
-  // Binds a complete header to a receive buffer. false: parked (not posted yet) or failed.
+  // The k-th buffer posted with tag t is the destination of the k-th message sent with tag t.
+  // A message larger than its buffer is the caller's error (ncclInvalidUsage, as in NCCL's
+  // socket transport); the connection is torn down because its byte stream is no longer usable.
+  bool checkFits(const Message& m, const Request* r, int b) {
+    if (m.total <= r->cap[b]) return true;
+    fail("message of " + std::to_string(m.total) + " bytes with tag " + std::to_string(r->tags[b]) +
+             " is larger than the receive buffer (" + std::to_string(r->cap[b]) + " bytes)",
+         false, ErrorCode::kFailedPrecondition);
+    return false;
+  }
+
+  // A new receive: each buffer takes the next index of its tag; a message that already arrived
+  // (staged) for that index is delivered now.
+  void postReceive(Request* r, std::int64_t now) {
+    for (int i = 0; i < r->n && !failed(); ++i) {
+      TagQueue& q = tags_[r->tags[i]];
+      std::uint64_t k = q.posted++;
+      auto it = messages_.find({r->tags[i], k});
+      if (it == messages_.end()) {
+        q.open.emplace(k, std::make_pair(r, i));
+        continue;
+      }
+      Message& m = it->second;
+      if (!checkFits(m, r, i)) return;
+      m.req = r;
+      m.buf = i;
+      if (r->firstByteNs == 0) r->firstByteNs = now;
+      if (m.got == m.total) deliverStaged(it, now);
+    }
+    unparked_ = true;
+  }
+
+  void deliverStaged(std::map<MessageKey, Message>::iterator it, std::int64_t now) {
+    Message& m = it->second;
+    if (m.total > 0) std::memcpy(m.req->data[m.buf], m.staged.get(), m.total);
+    staged_ -= m.total;
+    unparked_ = true;
+    Request* r = m.req;
+    int b = m.buf;
+    std::uint64_t total = m.total;
+    messages_.erase(it);
+    bufferDone(r, b, total, now);
+  }
+
+  // More than one tag on this connection: a message that arrives before its receive may block
+  // messages of other tags behind it on the same subflow, which NCCL may need before it posts that
+  // receive. Such messages are staged in memory (up to C4_MAX_STAGED_BYTES). With a single tag the
+  // receives come in message order, so waiting (not reading the subflow) is safe and saves a copy.
+  [[nodiscard]] bool sharedByTags(std::int32_t tag) const {
+    return tags_.size() > 1 || (tags_.size() == 1 && !tags_.contains(tag));
+  }
+
+  // A complete header on subflow `sf`: finds or creates its message. false: parked or failed.
   bool bindHeader(std::size_t sf, Rx& x, std::int64_t now) {
     const FrameHeader& h = x.hdr;
     if (h.magic != kFrameMagic) {
       fail("protocol error: bad frame magic on subflow " + std::to_string(sf));
       return false;
     }
-    Request* r = findRequest(h.seq);
-    if (r == nullptr) {
-      x.parked = true;
-      return false;
-    }
-    int idx = static_cast<int>(h.seq - r->seqBase);
-    int b = r->slotOf[idx];
-    if (b < 0) {
-      for (int i = 0; i < r->n; ++i) {
-        bool taken = false;
-        for (int k = 0; k < r->n; ++k) taken = taken || r->slotOf[k] == i;
-        if (!taken && r->tags[i] == h.tag) {
-          b = i;
-          break;
-        }
-      }
-      if (b < 0) {
-        fail("protocol error: message with tag " + std::to_string(h.tag) +
-             " matches no receive buffer");
-        return false;
-      }
-      r->slotOf[idx] = b;
-      if (h.total > r->cap[b]) {
-        fail("message of " + std::to_string(h.total) +
-             " bytes is larger than the receive buffer (" + std::to_string(r->cap[b]) + " bytes)");
-        return false;
-      }
-      r->expect[b] = static_cast<std::int64_t>(h.total);
-    }
-    if (static_cast<std::uint64_t>(r->expect[b]) != h.total || h.offset > h.total ||
-        h.len > h.total - h.offset) {
+    if (h.offset > h.total || h.len > h.total - h.offset || h.total > kMaxMessageBytes) {
       fail("protocol error: inconsistent frame on subflow " + std::to_string(sf));
       return false;
     }
-    if (r->firstByteNs == 0) r->firstByteNs = now;
-    x.req = r;
-    x.buf = b;
-    x.dst = r->data[b] + h.offset;
+    MessageKey key{h.tag, h.tagSeq};
+    auto it = messages_.find(key);
+    if (it == messages_.end()) {
+      bool shared = sharedByTags(h.tag);  // before this tag is recorded
+      TagQueue& q = tags_[h.tag];
+      auto open = q.open.find(h.tagSeq);
+      Message m;
+      m.total = h.total;
+      if (open != q.open.end()) {
+        auto [r, b] = open->second;
+        if (!checkFits(m, r, b)) return false;
+        q.open.erase(open);
+        m.req = r;
+        m.buf = b;
+        m.base = r->data[b];
+      } else if (h.tagSeq < q.posted) {
+        fail("protocol error: message " + std::to_string(h.tagSeq) + " of tag " +
+             std::to_string(h.tag) + " arrived twice");
+        return false;
+      } else if (!shared || staged_ + h.total > ctx->config().maxStagedBytes) {
+        x.parked = true;
+        return false;
+      } else {
+        m.staged = std::make_unique_for_overwrite<char[]>(std::max<std::uint64_t>(h.total, 1));
+        m.base = m.staged.get();
+        staged_ += h.total;
+      }
+      it = messages_.emplace(key, std::move(m)).first;
+    }
+    Message& m = it->second;
+    if (m.total != h.total) {
+      fail("protocol error: frames of one message disagree on its size (subflow " +
+           std::to_string(sf) + ")");
+      return false;
+    }
+    if (m.req != nullptr && m.req->firstByteNs == 0) m.req->firstByteNs = now;
+    x.msg = &m;
+    x.key = key;
+    x.dst = m.base + h.offset;
     x.left = h.len;
     x.inData = true;
     x.parked = false;
@@ -582,18 +659,22 @@ class RecvComm final : public DataComm {
   }
 
   void frameDone(Rx& x, std::int64_t now) {
-    Request* r = x.req;
-    int b = x.buf;
-    r->got[b] += x.hdr.len;
-    if (r->got[b] == static_cast<std::size_t>(r->expect[b])) {
-      r->sizes[b] = static_cast<int>(r->expect[b]);
-      if (++r->slotsDone == r->n) {
-        // Forget the request before publishing it: once test() sees it done, NCCL may reuse it.
-        posted_.erase(std::find(posted_.begin(), posted_.end(), r));
-        complete(r, now);
-      }
-    }
+    Message& m = *x.msg;
+    m.got += x.hdr.len;
+    MessageKey key = x.key;
     x = Rx{};
+    if (m.got != m.total) return;
+    auto it = messages_.find(key);
+    if (m.req == nullptr) return;  // staged; delivered when its receive is posted
+    if (m.staged) {
+      deliverStaged(it, now);
+      return;
+    }
+    Request* r = m.req;
+    int b = m.buf;
+    std::uint64_t total = m.total;
+    messages_.erase(it);
+    bufferDone(r, b, total, now);
   }
 
   // Reads what subflow `sf` has. false on fatal error.
@@ -655,33 +736,29 @@ class RecvComm final : public DataComm {
     std::vector<pollfd> pfds(nsf + 1, pollfd{wake_.get(), POLLIN, 0});
     while (!stop_.load()) {
       std::int64_t now = nanos(ctx->clock());
-      bool fresh = false;
       for (Request* r : drain()) {
         if (r->kind == ReqKind::kFlush) continue;  // completed at post time
         r->firstByteNs = 0;
         r->slotsDone = 0;
-        for (int i = 0; i < kMaxRecvs; ++i) {
-          r->got[i] = 0;
-          r->expect[i] = -1;
-          r->slotOf[i] = -1;
-          r->sizes[i] = 0;
-        }
+        for (int i = 0; i < kMaxRecvs; ++i) r->sizes[i] = 0;
         if (failed()) {
           r->state.store(kFailed, std::memory_order_release);
           continue;
         }
-        posted_.push_back(r);
-        fresh = true;
+        postReceive(r, now);
       }
+      bool retryParked = unparked_;
+      unparked_ = false;
       for (std::size_t i = 0; i < nsf && !failed(); ++i) {
         if (rx_[i].eof) continue;
-        if (rx_[i].parked && !fresh) continue;
+        if (rx_[i].parked && !retryParked) continue;
         if (!readSubflow(i, now)) break;
       }
       for (std::size_t i = 0; i < nsf; ++i) {
         bool watch = !failed() && !rx_[i].eof && !rx_[i].parked;
         pfds[i + 1] = {watch ? fds_[i].get() : -1, POLLIN, 0};
       }
+      if (unparked_) continue;  // staging was freed while reading: try the parked subflows
       if (!waitEvents(pfds)) break;
       now = nanos(ctx->clock());
       for (std::size_t i = 0; i < nsf && !failed(); ++i) {
@@ -1382,7 +1459,7 @@ Result<Request*> isend(CommBase* base, const void* data, std::size_t size, int t
   }
   if (data == nullptr && size > 0)
     return makeError(ErrorCode::kInvalidArgument, "isend: null data");
-  if (sc->failed()) return makeError(ErrorCode::kUnavailable, sc->failure());
+  if (sc->failed()) return std::unexpected(sc->failure());
   Request* r = sc->claim();
   if (r == nullptr) return nullptr;  // all 32 x maxRecvs in flight: NCCL retries
   r->kind = ReqKind::kSend;
@@ -1414,7 +1491,7 @@ Result<Request*> irecv(CommBase* base, int n, void* const* data, const std::size
       return makeError(ErrorCode::kInvalidArgument, "irecv: null buffer");
     }
   }
-  if (rc->failed()) return makeError(ErrorCode::kUnavailable, rc->failure());
+  if (rc->failed()) return std::unexpected(rc->failure());
   Request* r = rc->claim();
   if (r == nullptr) return nullptr;
   r->kind = ReqKind::kRecv;
@@ -1450,7 +1527,7 @@ Result<bool> test(Request* r, int* sizes) {
   int s = r->state.load(std::memory_order_acquire);
   if (s == kPending) return false;
   auto* dc = static_cast<DataComm*>(r->comm);
-  if (s == kFailed) return makeError(ErrorCode::kUnavailable, dc->failure());
+  if (s == kFailed) return std::unexpected(dc->failure());
   if (s != kDone) return makeError(ErrorCode::kInvalidArgument, "test: request is not in flight");
   if (sizes != nullptr) {
     for (int i = 0; i < r->n; ++i) sizes[i] = r->sizes[i];

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "c4/common/error.h"
 #include "c4/common/report.h"
 #include "c4/plugin/plan.h"
 
@@ -101,7 +102,8 @@ struct ConnTelemetry {
   std::uint64_t peerNodeHash = 0;
   std::vector<SubflowTelemetry> subflows;
   std::vector<InflightSlot> inflight;
-  std::string failure;  // set once before `failed` is stored (release)
+  std::string failure;  // set once before `failed` is stored (release), with its code
+  ErrorCode failureCode = ErrorCode::kUnavailable;
 
   std::atomic<std::uint64_t> postedOps{0};     // NCCL thread
   std::atomic<std::uint64_t> completedOps{0};  // progress thread
