@@ -180,8 +180,7 @@ TEST_F(PlanFileTest, SubflowsBindPlannedPortsAndFollowWeightChanges) {
     auto r = irecv(p.recv, 1, d, s, t);
     auto w = isend(p.send, src.data(), n, 0);
     ASSERT_TRUE(r && *r && w && *w);
-    ASSERT_EQ(waitRequest(*w), "");
-    ASSERT_EQ(waitRequest(*r), "");
+    ASSERT_EQ(waitAll({{*w, nullptr}, {*r, nullptr}}), "");
   };
   transfer(4 << 20);
   EXPECT_EQ(tel->subflows[0].bytes.load(), 4u << 20);

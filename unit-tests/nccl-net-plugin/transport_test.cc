@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <random>
 #include <thread>
@@ -42,8 +43,7 @@ void roundTrip(const Pair& p, std::size_t size, unsigned seed, int tag = 3) {
   ASSERT_NE(*sr, nullptr);
   int sendSize = -1;
   int recvSize[kMaxRecvs] = {-1};
-  ASSERT_EQ(waitRequest(*sr, &sendSize), "");
-  ASSERT_EQ(waitRequest(*rr, recvSize), "");
+  ASSERT_EQ(waitAll({{*sr, &sendSize}, {*rr, recvSize}}), "");
   EXPECT_EQ(sendSize, static_cast<int>(size));
   EXPECT_EQ(recvSize[0], static_cast<int>(size));
   EXPECT_TRUE(std::equal(src.begin(), src.end(), dst.begin())) << "size " << size;
@@ -112,11 +112,16 @@ TEST_F(TransportTest, ManyOutstandingRequestsWithinNcclLimit) {
     ASSERT_TRUE(r && *r != nullptr);
     sends.push_back(*r);
   }
+  Proxy proxy;
+  std::vector<std::array<int, kMaxRecvs>> sz(kN);
   for (int i = 0; i < kN; ++i) {
-    ASSERT_EQ(waitRequest(sends[static_cast<std::size_t>(i)]), "");
-    int sz[kMaxRecvs];
-    ASSERT_EQ(waitRequest(recvs[static_cast<std::size_t>(i)], sz), "");
-    EXPECT_EQ(sz[0], static_cast<int>(src[static_cast<std::size_t>(i)].size()));
+    proxy.track(sends[static_cast<std::size_t>(i)]);
+    proxy.track(recvs[static_cast<std::size_t>(i)], sz[static_cast<std::size_t>(i)].data());
+  }
+  ASSERT_EQ(proxy.waitAll(), "");
+  for (int i = 0; i < kN; ++i) {
+    EXPECT_EQ(sz[static_cast<std::size_t>(i)][0],
+              static_cast<int>(src[static_cast<std::size_t>(i)].size()));
     EXPECT_EQ(src[static_cast<std::size_t>(i)], dst[static_cast<std::size_t>(i)]);
   }
   // Slots are released by test(): posting works again.
@@ -150,9 +155,11 @@ TEST_F(TransportTest, GroupedReceiveMatchesTags) {
     ASSERT_TRUE(s && *s != nullptr);
     sends.push_back(*s);
   }
-  for (auto* s : sends) ASSERT_EQ(waitRequest(s), "");
+  Proxy proxy;
+  for (auto* s : sends) proxy.track(s);
   int got[kMaxRecvs] = {};
-  ASSERT_EQ(waitRequest(*r, got), "");
+  proxy.track(*r, got);
+  ASSERT_EQ(proxy.waitAll(), "");
   for (int i = 0; i < kN; ++i) {
     auto ui = static_cast<std::size_t>(i);
     EXPECT_EQ(got[i], static_cast<int>(src[ui].size()));
@@ -190,10 +197,12 @@ TEST_F(TransportTest, SharedConnectionGroupedReceivesTakeSendsInAnyTagOrder) {
     ASSERT_TRUE(sr && *sr != nullptr);
     sends.push_back(*sr);
   }
-  for (auto* s : sends) ASSERT_EQ(waitRequest(s), "");
+  Proxy proxy;
+  for (auto* s : sends) proxy.track(s);
   int got0[kMaxRecvs] = {}, got1[kMaxRecvs] = {};
-  ASSERT_EQ(waitRequest(recvs[0], got0), "");
-  ASSERT_EQ(waitRequest(recvs[1], got1), "");
+  proxy.track(recvs[0], got0);
+  proxy.track(recvs[1], got1);
+  ASSERT_EQ(proxy.waitAll(), "");
   EXPECT_EQ(got0[0], 1000);
   EXPECT_EQ(got0[1], 1200);
   EXPECT_EQ(got1[0], 1100);
@@ -220,13 +229,10 @@ TEST_F(TransportTest, SingleReceivesTakeTheSendWithTheirTag) {
   ASSERT_TRUE(ra && *ra && rb && *rb);
   auto sb = isend(p.send, srcB.data(), srcB.size(), tagB);
   ASSERT_TRUE(sb && *sb);
-  ASSERT_EQ(waitRequest(*sb), "");
   auto sa = isend(p.send, srcA.data(), srcA.size(), tagA);
   ASSERT_TRUE(sa && *sa);
-  ASSERT_EQ(waitRequest(*sa), "");
   int gotA[kMaxRecvs] = {}, gotB[kMaxRecvs] = {};
-  ASSERT_EQ(waitRequest(*rb, gotB), "");
-  ASSERT_EQ(waitRequest(*ra, gotA), "");
+  ASSERT_EQ(waitAll({{*sb, nullptr}, {*sa, nullptr}, {*rb, gotB}, {*ra, gotA}}), "");
   EXPECT_EQ(gotA[0], 3000);
   EXPECT_EQ(gotB[0], 5000);
   EXPECT_TRUE(std::equal(srcA.begin(), srcA.end(), dstA.begin()));
@@ -298,13 +304,14 @@ TEST_P(TagInterleavingTest, EverySendLandsInTheReceiveOfItsTag) {
     }
     std::shuffle(sendOrder.begin(), sendOrder.end(), rng);
     std::vector<std::size_t> nextSend(static_cast<std::size_t>(nTags), 0);
-    std::vector<Request*> sends;
+    Proxy proxy;  // tests every request in flight, sends included, like NCCL's proxy
+    std::vector<std::array<int, kMaxRecvs>> got(recvs.size());
     auto postSend = [&](std::size_t i) {
       int t = sendOrder[i];
       auto& m = msgs[static_cast<std::size_t>(t)][nextSend[static_cast<std::size_t>(t)]++];
       auto s = isend(p.send, m.data(), m.size(), 100 + t);
       ASSERT_TRUE(s && *s != nullptr);
-      sends.push_back(*s);
+      proxy.track(*s);
     };
     auto postRecv = [&](Recv& r) {
       void* data[kMaxRecvs];
@@ -318,13 +325,14 @@ TEST_P(TagInterleavingTest, EverySendLandsInTheReceiveOfItsTag) {
       auto q = irecv(p.recv, static_cast<int>(r.tags.size()), data, sizes, tags);
       ASSERT_TRUE(q && *q != nullptr);
       r.req = *q;
+      proxy.track(r.req, got[static_cast<std::size_t>(&r - recvs.data())].data());
     };
     auto check = [&](Recv& r) {
-      int got[kMaxRecvs] = {};
-      ASSERT_EQ(waitRequest(r.req, got), "");
+      ASSERT_EQ(proxy.waitFor(r.req), "");
+      const auto& sizes = got[static_cast<std::size_t>(&r - recvs.data())];
       for (std::size_t i = 0; i < r.tags.size(); ++i) {
         const auto& m = msgs[static_cast<std::size_t>(r.tags[i])][r.index[i]];
-        EXPECT_EQ(got[i], static_cast<int>(m.size()));
+        EXPECT_EQ(sizes[i], static_cast<int>(m.size()));
         EXPECT_TRUE(std::equal(m.begin(), m.end(), r.bufs[i].begin()))
             << "tag " << r.tags[i] << " message " << r.index[i];
         EXPECT_EQ(r.bufs[i][m.size()], 0xEE) << "wrote past the message";
@@ -348,7 +356,7 @@ TEST_P(TagInterleavingTest, EverySendLandsInTheReceiveOfItsTag) {
       }
       for (auto& r : recvs) check(r);
     }
-    for (auto* s : sends) ASSERT_EQ(waitRequest(s), "");
+    ASSERT_EQ(proxy.waitAll(), "");
     EXPECT_TRUE(closeComm(p.send, CommKind::kSend));
     EXPECT_TRUE(closeComm(p.recv, CommKind::kRecv));
     EXPECT_TRUE(closeComm(p.listen, CommKind::kListen));
