@@ -4,7 +4,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <sys/eventfd.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -93,7 +93,16 @@ static_assert(sizeof(FrameHeader) == 40);
 
 std::uint64_t randomU64() {
   static std::mutex mu;
-  static std::mt19937_64 gen{std::random_device{}()};
+  // Seeded from getrandom(2) rather than std::random_device, whose libstdc++ (built on glibc 2.36)
+  // calls arc4random: the module would then not load on older C libraries.
+  static std::mt19937_64 gen{[] {
+    std::uint64_t seed = 0;
+    if (::getrandom(&seed, sizeof(seed), 0) != static_cast<ssize_t>(sizeof(seed))) {
+      seed = (static_cast<std::uint64_t>(::getpid()) << 32) ^
+             static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(&seed));
+    }
+    return seed;
+  }()};
   std::lock_guard lock(mu);
   return gen();
 }

@@ -1,4 +1,5 @@
-// Per-connection telemetry (DESIGN.md §3.3), written without locks.
+// Per-connection telemetry (DESIGN.md §3.3): written under the connection's I/O mutex, read without
+// locks.
 //
 // Writers: whichever NCCL thread drives the connection, under the connection's I/O mutex (so each
 // counter has one writer at a time). The reporter thread reads with relaxed atomics and computes
