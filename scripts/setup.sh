@@ -11,7 +11,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-format-16
   iproute2 ethtool procps psmisc openssl
-  iperf3
+  iperf3 python3
 )
 
 missing=()
