@@ -496,9 +496,10 @@ class RecvComm final : public DataComm {
     std::map<std::uint64_t, std::pair<Request*, int>> open;  // tagSeq -> (request, buffer)
   };
   // Bytes read ahead of the current frame: a small message (header and payload) takes one recv.
-  static constexpr std::size_t kAheadBytes = 64 * 1024;
+  // Small, because a process may hold thousands of receive comms (x subflows).
+  static constexpr std::size_t kAheadBytes = 8 * 1024;
   // Payloads at least this large are read straight into the receive buffer (no copy).
-  static constexpr std::size_t kDirectReadBytes = 16 * 1024;
+  static constexpr std::size_t kDirectReadBytes = 4 * 1024;
   struct Rx {
     std::unique_ptr<char[]> ahead = std::make_unique_for_overwrite<char[]>(kAheadBytes);
     std::size_t aheadBeg = 0, aheadEnd = 0;
