@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Where the time of a small allreduce goes: 2 local ranks, ring allreduce of SIZE (1 KiB), over the
-# raw TCP ring, the plugin, and optionally another build of the plugin (OLD_PLUGIN, e.g. one built
-# from an earlier commit) -- all driven by the same c4-netbench. For each: time per allreduce,
+# raw TCP ring (which blocks in poll() when idle), the same ring spinning with sched_yield() when
+# idle (as NCCL's proxy thread does, and as c4-netbench does over a plugin), the plugin, and
+# optionally another build of the plugin (OLD_PLUGIN, e.g. one built from an earlier commit) -- all
+# driven by the same c4-netbench. For each: time per allreduce,
 # context switches and CPU time per allreduce (getrusage over all threads of both ranks), and, when
 # strace is installed, the system calls per allreduce by name (strace -f -c; tracing slows every
 # call, so only the counts are meaningful there, not the times).
@@ -20,11 +22,12 @@ export C4_SOCKET_IFNAME=${C4_SOCKET_IFNAME:-lo}
 export C4_SUBFLOWS=${C4_SUBFLOWS:-4}
 unset C4_AGENT_SOCKET
 
-variants=(ring plugin)
+variants=(ring ring-spin plugin)
 [[ -n ${OLD_PLUGIN:-} ]] && variants+=(old)
 args_of() {
   case $1 in
     ring) echo "--baseline" ;;
+    ring-spin) echo "--baseline --spin" ;;
     plugin) echo "--plugin $PLUGIN" ;;
     old) echo "--plugin $OLD_PLUGIN" ;;
   esac

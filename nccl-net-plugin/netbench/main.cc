@@ -41,6 +41,7 @@ struct Options {
   int iters = 20;
   int warmup = 2;
   bool baseline = false;
+  bool spin = false;
   bool json = false;
   std::string plugin;
   int streams = 0;  // baseline sockets per peer; 0 = C4_SUBFLOWS or 4
@@ -61,6 +62,7 @@ void usage() {
       "  -b/--min-bytes S  -e/--max-bytes S  -f/--step-factor F  (1K, 256M, 2)\n"
       "  -n/--iters N (20)  -w/--warmup N (2)  --slice-bytes S (1M)  --window N (8)\n"
       "  --baseline            plain TCP, no plugin (same ring, same streams)\n"
+      "  --spin                baseline waits by sched_yield (like NCCL's proxy), not poll\n"
       "  --streams N           baseline sockets per peer (default $C4_SUBFLOWS or 4)\n"
       "  --plugin NAME|PATH    (default $NCCL_NET_PLUGIN or the built plugin)\n"
       "  --json                JSON lines instead of the table\n"
@@ -100,6 +102,7 @@ int parseArgs(int argc, char** argv, Options& o) {
     kPort,
     kOp,
     kBaseline,
+    kSpin,
     kJson,
     kPlugin,
     kStreams,
@@ -123,6 +126,7 @@ int parseArgs(int argc, char** argv, Options& o) {
                                  {"iters", required_argument, nullptr, 'n'},
                                  {"warmup", required_argument, nullptr, 'w'},
                                  {"baseline", no_argument, nullptr, kBaseline},
+                                 {"spin", no_argument, nullptr, kSpin},
                                  {"json", no_argument, nullptr, kJson},
                                  {"plugin", required_argument, nullptr, kPlugin},
                                  {"streams", required_argument, nullptr, kStreams},
@@ -173,6 +177,9 @@ int parseArgs(int argc, char** argv, Options& o) {
         break;
       case kBaseline:
         o.baseline = true;
+        break;
+      case kSpin:
+        o.spin = true;
         break;
       case kJson:
         o.json = true;
@@ -292,7 +299,7 @@ int run(Options& o) {
   }
   std::unique_ptr<Net> net;
   if (o.baseline) {
-    net = makeTcpNet(o.rank, o.world, o.streams);
+    net = makeTcpNet(o.rank, o.world, o.streams, o.spin);
   } else {
     std::string err;
     net = makePluginNet(o.plugin, o.rank, o.world, &err);
