@@ -448,10 +448,11 @@ class SendComm final : public DataComm {
       mh.msg_iovlen = iovcnt;
       ssize_t n = ::sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (n < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-        if (errno == EINTR) continue;
-        fail(errnoError("send on subflow " + std::to_string(sf), errno).toString(),
-             errno == EPIPE || errno == ECONNRESET);
+        int err = errno;
+        if (err == EAGAIN || err == EWOULDBLOCK) return;
+        if (err == EINTR) continue;
+        fail(errnoError("send on subflow " + std::to_string(sf), err).toString(),
+             err == EPIPE || err == ECONNRESET);
         return;
       }
       auto left = static_cast<std::size_t>(n);
@@ -735,9 +736,9 @@ class RecvComm final : public DataComm {
   bool received(std::size_t sf, Rx& x, ssize_t n) {
     if (n > 0) return true;
     if (n < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return false;
-      fail(errnoError("recv on subflow " + std::to_string(sf), errno).toString(),
-           errno == ECONNRESET);
+      int err = errno;
+      if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR) return false;
+      fail(errnoError("recv on subflow " + std::to_string(sf), err).toString(), err == ECONNRESET);
       return false;
     }
     if (x.inData || x.haveHdr || x.buffered() > 0) {
