@@ -463,7 +463,7 @@ TEST_F(TransportTest, ReceiveBufferTooSmallIsAnError) {
   EXPECT_NE(err.find("larger than the receive buffer"), std::string::npos) << err;
   // A user error, not a network failure: ncclInvalidUsage at the ABI (kFailedPrecondition).
   EXPECT_EQ(err.rfind("failed_precondition:", 0), 0u) << err;
-  // The send may still be in flight: close (joins the progress thread) before `src` goes away.
+  // The send may still be queued: close it before `src` goes away.
   EXPECT_TRUE(closeComm(p.send, CommKind::kSend));
 }
 
