@@ -10,6 +10,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-format-16
   iproute2 ethtool procps psmisc openssl
+  iperf3 python3
 )
 
 missing=()

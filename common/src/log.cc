@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <new>
 
 #include "c4/common/clock.h"
 
@@ -22,14 +23,24 @@ LogLevel initialLevel() {
 
 struct LogConfig {
   std::mutex mu;
-  std::shared_ptr<LogSink> sink = std::make_shared<StderrLogSink>();
+  std::shared_ptr<LogSink> sink;  // empty: the built-in stderr sink
   std::atomic<LogLevel> level{initialLevel()};
   std::atomic<Clock*> clock{nullptr};
 };
 
+// Both singletons live in static storage, are built on first use and never destroyed: logging
+// works in static destructors, and nothing stays on the heap when a library holding this code
+// (the NCCL plugin) is unloaded with dlclose — as long as it resets a sink it installed.
 LogConfig& config() {
-  static auto* cfg = new LogConfig();  // never destroyed: logging works in static destructors
+  alignas(LogConfig) static unsigned char storage[sizeof(LogConfig)];
+  static LogConfig* cfg = ::new (storage) LogConfig();
   return *cfg;
+}
+
+LogSink& stderrSink() {
+  alignas(StderrLogSink) static unsigned char storage[sizeof(StderrLogSink)];
+  static StderrLogSink* sink = ::new (storage) StderrLogSink();
+  return *sink;
 }
 
 bool needsQuoting(std::string_view v) {
@@ -182,7 +193,7 @@ void CaptureLogSink::clear() {
 void setLogSink(std::shared_ptr<LogSink> sink) {
   auto& cfg = config();
   std::lock_guard lock(cfg.mu);
-  cfg.sink = sink ? std::move(sink) : std::make_shared<StderrLogSink>();
+  cfg.sink = std::move(sink);
 }
 
 void setLogLevel(LogLevel level) {
@@ -219,7 +230,7 @@ void Logger::log(LogLevel level, std::string_view msg,
     std::lock_guard lock(cfg.mu);
     sink = cfg.sink;
   }
-  sink->write(rec);
+  (sink ? *sink : stderrSink()).write(rec);
 }
 
 }  // namespace c4

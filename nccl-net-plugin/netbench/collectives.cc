@@ -131,6 +131,20 @@ Status allToAll(Net& net, int rank, int world, const std::uint32_t* send, std::u
   return runStreams(net, st, rank, o);
 }
 
+Status ringPump(Net& net, int rank, int world, char* send, char* recv, std::size_t bytes,
+                const CollectiveOptions& o) {
+  if (world == 1) return {};
+  std::vector<Stream> st(2);
+  st[0].send = true;
+  st[0].peer = (rank + 1) % world;
+  st[0].ptr = send;
+  st[0].bytes = bytes;
+  st[1].peer = (rank + world - 1) % world;
+  st[1].ptr = recv;
+  st[1].bytes = bytes;
+  return runStreams(net, st, rank, o);
+}
+
 std::uint32_t allreduceInput(int rank, std::size_t i) {
   return static_cast<std::uint32_t>(rank + 1) * (static_cast<std::uint32_t>(i) * 2654435761u + 1u);
 }

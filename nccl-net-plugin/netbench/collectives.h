@@ -26,6 +26,12 @@ Status ringAllreduce(Net& net, int rank, int world, std::uint32_t* data, std::si
 Status allToAll(Net& net, int rank, int world, const std::uint32_t* send, std::uint32_t* recv,
                 std::size_t block, const CollectiveOptions& o);
 
+// Ring pump: every rank sends `bytes` to the next rank and receives `bytes` from the previous one,
+// cut into slices like the collectives, with nothing computed: the data movement a ring
+// allreduce cannot beat over the same transport (the "physical limit" of a ring on it).
+Status ringPump(Net& net, int rank, int world, char* send, char* recv, std::size_t bytes,
+                const CollectiveOptions& o);
+
 // Deterministic test data and their expected results.
 std::uint32_t allreduceInput(int rank, std::size_t i);
 // The value element i has after `k` >= 1 allreduces of allreduceInput over `world` ranks.

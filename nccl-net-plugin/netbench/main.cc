@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <getopt.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -40,6 +41,7 @@ struct Options {
   int iters = 20;
   int warmup = 2;
   bool baseline = false;
+  bool spin = false;
   bool json = false;
   std::string plugin;
   int streams = 0;  // baseline sockets per peer; 0 = C4_SUBFLOWS or 4
@@ -49,20 +51,23 @@ struct Options {
 };
 
 void usage() {
-  std::fprintf(stderr,
-               "usage: c4-netbench [options]\n"
-               "  --rank R --world-size N --master-addr A --master-port P\n"
-               "        (default: $RANK $WORLD_SIZE $MASTER_ADDR $MASTER_PORT)\n"
-               "  --launch N            fork N local ranks on 127.0.0.1 (convenience)\n"
-               "  --op allreduce|alltoall  (default allreduce)\n"
-               "  -b/--min-bytes S  -e/--max-bytes S  -f/--step-factor F  (1K, 256M, 2)\n"
-               "  -n/--iters N (20)  -w/--warmup N (2)  --slice-bytes S (1M)  --window N (8)\n"
-               "  --baseline            plain TCP, no plugin (same ring, same streams)\n"
-               "  --streams N           baseline sockets per peer (default $C4_SUBFLOWS or 4)\n"
-               "  --plugin NAME|PATH    (default $NCCL_NET_PLUGIN or the built plugin)\n"
-               "  --json                JSON lines instead of the table\n"
-               "  --steps N --step-compute-ms M --checkpoint-dir D --checkpoint-every K\n"
-               "  --state-bytes S       training mode (final checksum printed)\n");
+  std::fprintf(
+      stderr,
+      "usage: c4-netbench [options]\n"
+      "  --rank R --world-size N --master-addr A --master-port P\n"
+      "        (default: $RANK $WORLD_SIZE $MASTER_ADDR $MASTER_PORT)\n"
+      "  --launch N            fork N local ranks on 127.0.0.1 (convenience)\n"
+      "  --op allreduce|alltoall|pump  (default allreduce; pump: ring data movement\n"
+      "                        only, no reduction: the limit of a ring on this transport)\n"
+      "  -b/--min-bytes S  -e/--max-bytes S  -f/--step-factor F  (1K, 256M, 2)\n"
+      "  -n/--iters N (20)  -w/--warmup N (2)  --slice-bytes S (1M)  --window N (8)\n"
+      "  --baseline            plain TCP, no plugin (same ring, same streams)\n"
+      "  --spin                baseline waits by sched_yield (like NCCL's proxy), not poll\n"
+      "  --streams N           baseline sockets per peer (default $C4_SUBFLOWS or 4)\n"
+      "  --plugin NAME|PATH    (default $NCCL_NET_PLUGIN or the built plugin)\n"
+      "  --json                JSON lines instead of the table\n"
+      "  --steps N --step-compute-ms M --checkpoint-dir D --checkpoint-every K\n"
+      "  --state-bytes S       training mode (final checksum printed)\n");
 }
 
 bool parseSize(const char* s, std::size_t* out) {
@@ -97,6 +102,7 @@ int parseArgs(int argc, char** argv, Options& o) {
     kPort,
     kOp,
     kBaseline,
+    kSpin,
     kJson,
     kPlugin,
     kStreams,
@@ -120,6 +126,7 @@ int parseArgs(int argc, char** argv, Options& o) {
                                  {"iters", required_argument, nullptr, 'n'},
                                  {"warmup", required_argument, nullptr, 'w'},
                                  {"baseline", no_argument, nullptr, kBaseline},
+                                 {"spin", no_argument, nullptr, kSpin},
                                  {"json", no_argument, nullptr, kJson},
                                  {"plugin", required_argument, nullptr, kPlugin},
                                  {"streams", required_argument, nullptr, kStreams},
@@ -171,6 +178,9 @@ int parseArgs(int argc, char** argv, Options& o) {
       case kBaseline:
         o.baseline = true;
         break;
+      case kSpin:
+        o.spin = true;
+        break;
       case kJson:
         o.json = true;
         break;
@@ -212,7 +222,7 @@ int parseArgs(int argc, char** argv, Options& o) {
         ok = false;
     }
   }
-  if (!ok || optind != argc || (o.op != "allreduce" && o.op != "alltoall")) {
+  if (!ok || optind != argc || (o.op != "allreduce" && o.op != "alltoall" && o.op != "pump")) {
     usage();
     return 2;
   }
@@ -289,7 +299,7 @@ int run(Options& o) {
   }
   std::unique_ptr<Net> net;
   if (o.baseline) {
-    net = makeTcpNet(o.rank, o.world, o.streams);
+    net = makeTcpNet(o.rank, o.world, o.streams, o.spin);
   } else {
     std::string err;
     net = makePluginNet(o.plugin, o.rank, o.world, &err);
@@ -344,6 +354,9 @@ int run(Options& o) {
     data.assign(count, 0);
     if (o.op == "allreduce") {
       for (std::size_t i = 0; i < count; ++i) data[i] = allreduceInput(o.rank, i);
+    } else if (o.op == "pump") {
+      recv.assign(count, 0);
+      for (std::size_t i = 0; i < count; ++i) data[i] = allToAllInput(o.rank, 0, i);
     } else {
       recv.assign(count, 0);
       for (int p = 0; p < o.world; ++p) {
@@ -356,14 +369,31 @@ int run(Options& o) {
       if (o.op == "allreduce") {
         return ringAllreduce(*net, o.rank, o.world, data.data(), count, scratch, o.co);
       }
+      if (o.op == "pump") {
+        return ringPump(*net, o.rank, o.world, reinterpret_cast<char*>(data.data()),
+                        reinterpret_cast<char*>(recv.data()), bytes, o.co);
+      }
       return allToAll(*net, o.rank, o.world, data.data(), recv.data(), block, o.co);
     };
     Status st;
     for (int i = 0; i < o.warmup && st; ++i) st = once();
     if (st) st = bs->barrier();
+    rusage ru0{}, ru1{};
+    ::getrusage(RUSAGE_SELF, &ru0);
     auto t0 = clock.monoNow();
     for (int i = 0; i < o.iters && st; ++i) st = once();
     double us = std::chrono::duration<double, std::micro>(clock.monoNow() - t0).count() / o.iters;
+    ::getrusage(RUSAGE_SELF, &ru1);
+    // Where the time goes, per operation and rank (all threads): context switches and CPU time.
+    auto tvUs = [](const timeval& t) {
+      return static_cast<double>(t.tv_sec) * 1e6 + static_cast<double>(t.tv_usec);
+    };
+    double csw =
+        static_cast<double>((ru1.ru_nvcsw - ru0.ru_nvcsw) + (ru1.ru_nivcsw - ru0.ru_nivcsw)) /
+        o.iters;
+    double cpuUs =
+        (tvUs(ru1.ru_utime) - tvUs(ru0.ru_utime) + tvUs(ru1.ru_stime) - tvUs(ru0.ru_stime)) /
+        o.iters;
     if (!st) {
       std::fprintf(stderr, "c4-netbench rank %d: %s at %zu bytes\n", o.rank,
                    st.error().toString().c_str(), bytes);
@@ -374,6 +404,9 @@ int run(Options& o) {
     if (o.op == "allreduce") {
       int k = o.warmup + o.iters;
       for (std::size_t i = 0; i < count; ++i) wrong += data[i] != allreduceExpected(o.world, i, k);
+    } else if (o.op == "pump") {
+      int prev = (o.rank + o.world - 1) % o.world;
+      for (std::size_t i = 0; i < count; ++i) wrong += recv[i] != allToAllInput(prev, 0, i);
     } else {
       for (int p = 0; p < o.world; ++p) {
         for (std::size_t i = 0; i < block; ++i) {
@@ -381,29 +414,37 @@ int run(Options& o) {
         }
       }
     }
-    char mine[64];
-    std::snprintf(mine, sizeof(mine), "%.3f %" PRIu64, us, wrong);
+    char mine[128];
+    std::snprintf(mine, sizeof(mine), "%.3f %" PRIu64 " %.3f %.3f", us, wrong, csw, cpuUs);
     auto all = bs->allgather(mine);
     if (!all) return 1;
-    double maxUs = 0;
+    double maxUs = 0, totalCsw = 0, totalCpuUs = 0;
     std::uint64_t totalWrong = 0;
     for (const auto& s : *all) {
-      double u = 0;
+      double u = 0, c = 0, cpu = 0;
       std::uint64_t w = 0;
-      std::sscanf(s.c_str(), "%lf %" SCNu64, &u, &w);
+      std::sscanf(s.c_str(), "%lf %" SCNu64 " %lf %lf", &u, &w, &c, &cpu);
       maxUs = std::max(maxUs, u);
       totalWrong += w;
+      totalCsw += c;
+      totalCpuUs += cpu;
     }
     double algbw = static_cast<double>(bytes) / (maxUs * 1e-6) / 1e9;
     double n = o.world;
-    double busbw = o.op == "allreduce" ? algbw * 2 * (n - 1) / n : algbw * (n - 1) / n;
+    // busbw: what each rank sends per second. Ring allreduce moves 2(N-1)/N of the data per rank,
+    // all-to-all (N-1)/N; the pump moves all of it.
+    double busbw = o.op == "allreduce" ? algbw * 2 * (n - 1) / n
+                   : o.op == "pump"    ? algbw
+                                       : algbw * (n - 1) / n;
     if (totalWrong != 0) failures++;
     if (lead) {
       if (o.json) {
         std::printf(
             "{\"op\":\"%s\",\"transport\":\"%s\",\"ranks\":%d,\"size\":%zu,\"count\":%zu,"
-            "\"timeUs\":%.3f,\"algbwGBs\":%.4f,\"busbwGBs\":%.4f,\"wrong\":%" PRIu64 "}\n",
-            o.op.c_str(), transport, o.world, bytes, count, maxUs, algbw, busbw, totalWrong);
+            "\"timeUs\":%.3f,\"algbwGBs\":%.4f,\"busbwGBs\":%.4f,\"wrong\":%" PRIu64
+            ",\"cswPerOp\":%.2f,\"cpuUsPerOp\":%.2f}\n",
+            o.op.c_str(), transport, o.world, bytes, count, maxUs, algbw, busbw, totalWrong,
+            totalCsw, totalCpuUs);
       } else {
         std::printf("  %12zu %12zu %10.1f %10.3f %10.3f %7" PRIu64 "\n", bytes, count, maxUs, algbw,
                     busbw, totalWrong);

@@ -30,6 +30,8 @@ class Net {
 
 std::unique_ptr<Net> makePluginNet(const std::string& pluginName, int rank, int worldSize,
                                    std::string* error);
-std::unique_ptr<Net> makeTcpNet(int rank, int worldSize, int streams);
+// spin: idle() yields the CPU (sched_yield, as NCCL's proxy and PluginNet do) instead of blocking
+// in poll() until a socket is ready.
+std::unique_ptr<Net> makeTcpNet(int rank, int worldSize, int streams, bool spin = false);
 
 }  // namespace c4::netbench

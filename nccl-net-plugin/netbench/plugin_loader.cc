@@ -9,15 +9,6 @@
 namespace c4::netbench {
 namespace {
 
-// Under AddressSanitizer the library is kept mapped at dlclose: libc4-common's process-lifetime
-// singletons (logging configuration) become unreachable when the code that owns them is unmapped,
-// which LeakSanitizer would report. Release builds unload exactly like NCCL.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr int kSanitizerDlopenFlags = RTLD_NODELETE;
-#else
-constexpr int kSanitizerDlopenFlags = 0;
-#endif
-
 void netbenchLogger(C4NcclLogLevel level, unsigned long /*flags*/, const char* /*file*/,
                     int /*line*/, const char* fmt, ...) {
   if (level != C4_NCCL_LOG_WARN) return;  // INFO lines only with NCCL_DEBUG-like verbosity
@@ -46,7 +37,7 @@ Result<std::unique_ptr<LoadedPlugin>> LoadedPlugin::load(const std::string& name
   }
   std::string errors;
   for (const auto& c : candidates) {
-    p->lib_ = ::dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL | kSanitizerDlopenFlags);
+    p->lib_ = ::dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (p->lib_ != nullptr) {
       p->path_ = c;
       break;
@@ -57,7 +48,9 @@ Result<std::unique_ptr<LoadedPlugin>> LoadedPlugin::load(const std::string& name
   if (p->lib_ == nullptr) {
     return makeError(ErrorCode::kNotFound, "cannot load net plugin: " + errors);
   }
-  if ((p->v11_ = static_cast<const C4NcclNetV11*>(::dlsym(p->lib_, "ncclNetPlugin_v11")))) {
+  if ((p->v12_ = static_cast<const C4NcclNetV12*>(::dlsym(p->lib_, "ncclNetPlugin_v12")))) {
+    p->version_ = 12;
+  } else if ((p->v11_ = static_cast<const C4NcclNetV11*>(::dlsym(p->lib_, "ncclNetPlugin_v11")))) {
     p->version_ = 11;
   } else if ((p->v10_ = static_cast<const C4NcclNetV10*>(::dlsym(p->lib_, "ncclNetPlugin_v10")))) {
     p->version_ = 10;
@@ -67,9 +60,22 @@ Result<std::unique_ptr<LoadedPlugin>> LoadedPlugin::load(const std::string& name
     p->version_ = 8;
   } else {
     return makeError(ErrorCode::kNotFound,
-                     p->path_ + " exports no ncclNetPlugin_v11/v10/v9/v8 (unsupported plugin)");
+                     p->path_ + " exports no ncclNetPlugin_v12/v11/v10/v9/v8 (unsupported plugin)");
   }
   switch (p->version_) {
+    case 12: {
+      C4NcclCommConfig cfg{C4_NCCL_NET_TRAFFIC_CLASS_UNDEF};
+      C4_RETURN_IF_ERROR(
+          check(p->v12_->init(&p->ctx_, 0xC4, &cfg, netbenchLogger, nullptr), "init"));
+      p->name_ = p->v12_->name;
+      C4_RETURN_IF_ERROR(check(p->v12_->devices(&p->ndev_), "devices"));
+      C4NcclPropertiesV12 props{};
+      if (p->ndev_ > 0)
+        C4_RETURN_IF_ERROR(check(p->v12_->getProperties(0, &props), "getProperties"));
+      p->maxRecvs_ = props.maxRecvs;
+      p->maxP2pBytes_ = props.maxP2pBytes;
+      break;
+    }
     case 11: {
       C4NcclCommConfig cfg{C4_NCCL_NET_TRAFFIC_CLASS_UNDEF};
       C4_RETURN_IF_ERROR(
@@ -125,14 +131,22 @@ Result<std::unique_ptr<LoadedPlugin>> LoadedPlugin::load(const std::string& name
 }
 
 LoadedPlugin::~LoadedPlugin() {
+  if (version_ == 12 && v12_ != nullptr) v12_->finalize(ctx_);
   if (version_ == 11 && v11_ != nullptr) v11_->finalize(ctx_);
   if (lib_ != nullptr) ::dlclose(lib_);
 }
 
+// v12 and v11 have the same data-path signatures: `call11` is written against `n`, either table.
 #define C4_DISPATCH(what, call11, call10, call9, call8) \
   switch (version_) {                                   \
-    case 11:                                            \
+    case 12: {                                          \
+      const auto* n = v12_;                             \
       return check(call11, what);                       \
+    }                                                   \
+    case 11: {                                          \
+      const auto* n = v11_;                             \
+      return check(call11, what);                       \
+    }                                                   \
     case 10:                                            \
       return check(call10, what);                       \
     case 9:                                             \
@@ -142,38 +156,38 @@ LoadedPlugin::~LoadedPlugin() {
   }
 
 Status LoadedPlugin::listen(int dev, void* handle, void** lc) {
-  C4_DISPATCH("listen", v11_->listen(ctx_, dev, handle, lc), v10_->listen(dev, handle, lc),
+  C4_DISPATCH("listen", n->listen(ctx_, dev, handle, lc), v10_->listen(dev, handle, lc),
               v9_->listen(dev, handle, lc), v8_->listen(dev, handle, lc));
 }
 
 Status LoadedPlugin::connect(int dev, void* handle, void** sc) {
   C4NcclNetDeviceHandle* dh = nullptr;
   C4NcclCommConfig cfg{C4_NCCL_NET_TRAFFIC_CLASS_UNDEF};
-  C4_DISPATCH("connect", v11_->connect(ctx_, dev, handle, sc, &dh),
+  C4_DISPATCH("connect", n->connect(ctx_, dev, handle, sc, &dh),
               v10_->connect(dev, &cfg, handle, sc, &dh), v9_->connect(dev, handle, sc, &dh),
               v8_->connect(dev, handle, sc, &dh));
 }
 
 Status LoadedPlugin::accept(void* lc, void** rc) {
   C4NcclNetDeviceHandle* dh = nullptr;
-  C4_DISPATCH("accept", v11_->accept(lc, rc, &dh), v10_->accept(lc, rc, &dh),
-              v9_->accept(lc, rc, &dh), v8_->accept(lc, rc, &dh));
+  C4_DISPATCH("accept", n->accept(lc, rc, &dh), v10_->accept(lc, rc, &dh), v9_->accept(lc, rc, &dh),
+              v8_->accept(lc, rc, &dh));
 }
 
 Status LoadedPlugin::regMr(void* comm, void* data, std::size_t size, void** mh) {
-  C4_DISPATCH("regMr", v11_->regMr(comm, data, size, C4_NCCL_PTR_HOST, mh),
+  C4_DISPATCH("regMr", n->regMr(comm, data, size, C4_NCCL_PTR_HOST, mh),
               v10_->regMr(comm, data, size, C4_NCCL_PTR_HOST, mh),
               v9_->regMr(comm, data, size, C4_NCCL_PTR_HOST, mh),
               v8_->regMr(comm, data, size, C4_NCCL_PTR_HOST, mh));
 }
 
 Status LoadedPlugin::deregMr(void* comm, void* mh) {
-  C4_DISPATCH("deregMr", v11_->deregMr(comm, mh), v10_->deregMr(comm, mh), v9_->deregMr(comm, mh),
+  C4_DISPATCH("deregMr", n->deregMr(comm, mh), v10_->deregMr(comm, mh), v9_->deregMr(comm, mh),
               v8_->deregMr(comm, mh));
 }
 
 Status LoadedPlugin::isend(void* sc, void* data, std::size_t size, int tag, void* mh, void** req) {
-  C4_DISPATCH("isend", v11_->isend(sc, data, size, tag, mh, nullptr, req),
+  C4_DISPATCH("isend", n->isend(sc, data, size, tag, mh, nullptr, req),
               v10_->isend(sc, data, size, tag, mh, nullptr, req),
               v9_->isend(sc, data, size, tag, mh, req),
               v8_->isend(sc, data, static_cast<int>(size), tag, mh, req));
@@ -186,7 +200,7 @@ Status LoadedPlugin::irecv(void* rc, void* data, std::size_t size, int tag, void
   int t[1] = {tag};
   void* m[1] = {mh};
   void* ph[1] = {nullptr};
-  C4_DISPATCH("irecv", v11_->irecv(rc, 1, d, s, t, m, ph, req),
+  C4_DISPATCH("irecv", n->irecv(rc, 1, d, s, t, m, ph, req),
               v10_->irecv(rc, 1, d, s, t, m, ph, req), v9_->irecv(rc, 1, d, s, t, m, req),
               v8_->irecv(rc, 1, d, small, t, m, req));
 }
@@ -196,6 +210,9 @@ Status LoadedPlugin::test(void* req, bool* done, int* size) {
   int sizes[64] = {};
   Status s;
   switch (version_) {
+    case 12:
+      s = check(v12_->test(req, &d, sizes), "test");
+      break;
     case 11:
       s = check(v11_->test(req, &d, sizes), "test");
       break;
@@ -214,15 +231,15 @@ Status LoadedPlugin::test(void* req, bool* done, int* size) {
 }
 
 Status LoadedPlugin::closeSend(void* c) {
-  C4_DISPATCH("closeSend", v11_->closeSend(c), v10_->closeSend(c), v9_->closeSend(c),
+  C4_DISPATCH("closeSend", n->closeSend(c), v10_->closeSend(c), v9_->closeSend(c),
               v8_->closeSend(c));
 }
 Status LoadedPlugin::closeRecv(void* c) {
-  C4_DISPATCH("closeRecv", v11_->closeRecv(c), v10_->closeRecv(c), v9_->closeRecv(c),
+  C4_DISPATCH("closeRecv", n->closeRecv(c), v10_->closeRecv(c), v9_->closeRecv(c),
               v8_->closeRecv(c));
 }
 Status LoadedPlugin::closeListen(void* c) {
-  C4_DISPATCH("closeListen", v11_->closeListen(c), v10_->closeListen(c), v9_->closeListen(c),
+  C4_DISPATCH("closeListen", n->closeListen(c), v10_->closeListen(c), v9_->closeListen(c),
               v8_->closeListen(c));
 }
 

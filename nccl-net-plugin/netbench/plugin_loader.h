@@ -1,7 +1,7 @@
-// Loads a NCCL net plugin the way NCCL 2.28 does (research/nccl-plugin-abi.md §1): dlopen with
-// RTLD_NOW|RTLD_LOCAL, name resolution (as given, then libnccl-net-<name>.so), probing
-// ncclNetPlugin_v11 -> v10 -> v9 -> v8, then init and devices. One object per communicator-like
-// use; v11 gets its own context, older versions share the plugin's process-wide state.
+// Loads a NCCL net plugin the way NCCL 2.30+ does: dlopen with RTLD_NOW|RTLD_LOCAL, name resolution
+// (as given, then libnccl-net-<name>.so), probing ncclNetPlugin_v12 -> v11 -> v10 -> v9 -> v8,
+// then init and devices. One object per communicator-like use; v12/v11 get their own context,
+// older versions share the plugin's process-wide state.
 #pragma once
 
 #include <cstddef>
@@ -50,6 +50,7 @@ class LoadedPlugin {
   std::string path_;
   std::string name_;
   int version_ = 0;
+  const C4NcclNetV12* v12_ = nullptr;
   const C4NcclNetV11* v11_ = nullptr;
   const C4NcclNetV10* v10_ = nullptr;
   const C4NcclNetV9* v9_ = nullptr;

@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -40,10 +41,12 @@ struct Sock {
 
 class TcpNet final : public Net {
  public:
-  TcpNet(int rank, int world, int streams) : rank_(rank), world_(world), streams_(streams) {}
+  TcpNet(int rank, int world, int streams, bool spin)
+      : rank_(rank), world_(world), streams_(streams), spin_(spin) {}
 
   std::string describe() const override {
-    return "baseline plain TCP (" + std::to_string(streams_) + " sockets per peer and direction)";
+    return "baseline plain TCP (" + std::to_string(streams_) + " sockets per peer and direction" +
+           (spin_ ? ", spinning)" : ")");
   }
 
   Status connectAll(Bootstrap& bs) override {
@@ -140,6 +143,10 @@ class TcpNet final : public Net {
   }
 
   void idle() override {
+    if (spin_) {
+      ::sched_yield();
+      return;
+    }
     std::vector<pollfd> pfds;
     for (Sock* s : all_) {
       if (s->queue.empty()) continue;
@@ -194,14 +201,15 @@ class TcpNet final : public Net {
   }
 
   int rank_, world_, streams_;
+  bool spin_;
   std::vector<std::vector<std::unique_ptr<Sock>>> send_, recv_;
   std::vector<Sock*> all_;
 };
 
 }  // namespace
 
-std::unique_ptr<Net> makeTcpNet(int rank, int worldSize, int streams) {
-  return std::make_unique<TcpNet>(rank, worldSize, streams < 1 ? 1 : streams);
+std::unique_ptr<Net> makeTcpNet(int rank, int worldSize, int streams, bool spin) {
+  return std::make_unique<TcpNet>(rank, worldSize, streams < 1 ? 1 : streams, spin);
 }
 
 }  // namespace c4::netbench

@@ -1,8 +1,10 @@
-// The exported NCCL ABI: ncclNetPlugin_v11 (native) and v10/v9/v8 adapters over the same
+// The exported NCCL ABI: ncclNetPlugin_v12 (native) and v11/v10/v9/v8 adapters over the same
 // functions. Every entry point is an error firewall: noexcept, arguments checked, exceptions
 // caught, c4::Error mapped once to ncclResult_t (README "Error codes": SystemError for network and
-// OS failures, InternalError for misuse of the API by the caller, InvalidUsage for configuration).
-// Only the four tables are visible outside the library (-fvisibility=hidden).
+// OS failures, InternalError for misuse of the API by the caller, InvalidUsage for configuration
+// and for user errors such as a message larger than its receive buffer).
+// Only the five tables are visible outside the library (-fvisibility=hidden).
+#include <algorithm>
 #include <cstdarg>
 #include <cstdio>
 #include <memory>
@@ -11,9 +13,19 @@
 
 #include "c4/common/log.h"
 #include "c4/plugin/nccl_net_abi.h"
+#include "c4/plugin/plan.h"
 #include "c4/plugin/transport.h"
 
 #define C4_EXPORT __attribute__((visibility("default")))
+
+#if C4_PLUGIN_STATIC_RUNTIME
+// libstdc++'s own clean-up (what valgrind calls at exit): frees the emergency exception-handling
+// arena. Our private, statically linked copy allocates one per load (~72 KiB), which nothing
+// would free at dlclose.
+namespace __gnu_cxx {
+void __freeres() noexcept;
+}
+#endif
 
 namespace c4::plugin {
 namespace {
@@ -22,6 +34,8 @@ static_assert(kHandleBytes == C4_NCCL_NET_HANDLE_MAXSIZE);
 static_assert(kMaxRequests == C4_NCCL_NET_MAX_REQUESTS);
 static_assert(kPtrHost == C4_NCCL_PTR_HOST);
 static_assert(kMaxMessageBytes <= C4_NCCL_MAX_NET_SIZE_BYTES);
+static_assert(kPlaneUnknown == C4_NCCL_NET_ID_UNDEF);
+static_assert(kMaxPlaneId <= INT16_MAX);
 
 constexpr const char* kPluginName = "C4";
 
@@ -56,6 +70,7 @@ struct Globals {
   bool configLogged = false;
   std::optional<PluginConfig> config;
   std::optional<std::vector<NetInterface>> devices;
+  int planeId = kPlaneUnknown;      // of every device (v12), from the plan at the first init
   std::unique_ptr<Context> legacy;  // the one context of v8..v10 (process-wide init)
 };
 
@@ -79,8 +94,8 @@ C4NcclResult toNccl(const Error& e, const char* what) {
   switch (e.code) {
     case ErrorCode::kInvalidArgument:
     case ErrorCode::kInternal:
-    case ErrorCode::kFailedPrecondition:
       return C4_NCCL_INTERNAL_ERROR;
+    case ErrorCode::kFailedPrecondition:  // e.g. a message larger than its receive buffer
     case ErrorCode::kPermissionDenied:
     case ErrorCode::kUnauthenticated:
       return C4_NCCL_INVALID_USAGE;
@@ -102,6 +117,28 @@ C4NcclResult guard(const char* what, F&& f) noexcept {
   }
 }
 
+// The network plane NCCL should see for our devices (v12 planeId): the plan's plane of this node
+// when the plan names one for every node of the job, else unknown (NCCL_NET_ID_UNDEF). Read once:
+// NCCL builds its topology at init and would not see a later change.
+int planeFromPlan(const PluginConfig& config) {
+  std::string why = "C4_PLAN_FILE is not set";
+  int plane = kPlaneUnknown;
+  if (!config.planFile.empty()) {
+    auto plan = loadPlanFile(config.planFile);
+    if (!plan) {
+      why = plan.error().toString();
+    } else {
+      plane = plan->planeOf(config.node, &why);
+    }
+  }
+  if (plane == kPlaneUnknown) {
+    log().info("planeId unknown (NCCL_NET_ID_UNDEF)", {{"reason", why}});
+  } else {
+    log().info("planeId from the plan", {{"node", config.node}, {"plane", plane}});
+  }
+  return plane;
+}
+
 // Loads the configuration and the device table once; installs NCCL's logger.
 Result<std::pair<PluginConfig, std::vector<NetInterface>>> setup(C4NcclLogFn logFn) {
   Globals& g = globals();
@@ -117,6 +154,7 @@ Result<std::pair<PluginConfig, std::vector<NetInterface>>> setup(C4NcclLogFn log
   }
   if (!g.configLogged) {
     g.configLogged = true;
+    g.planeId = planeFromPlan(*g.config);
     for (const auto& w : g.config->warnings) log().warn("configuration", {{"problem", w}});
     for (const auto& line : g.config->describe()) log().info("config", {{"setting", line}});
     for (const auto& d : *g.devices) {
@@ -135,6 +173,12 @@ const std::vector<NetInterface>* deviceTable() {
   return g.devices ? &*g.devices : nullptr;
 }
 
+int planeId() {
+  Globals& g = globals();
+  std::lock_guard lock(g.mu);
+  return g.planeId;
+}
+
 C4NcclResult doInit(void** ctx, std::uint64_t commId, C4NcclLogFn logFn) {
   if (ctx == nullptr) return C4_NCCL_INTERNAL_ERROR;
   *ctx = nullptr;
@@ -150,9 +194,9 @@ C4NcclResult doInit(void** ctx, std::uint64_t commId, C4NcclLogFn logFn) {
   return C4_NCCL_SUCCESS;
 }
 
-// ---- v11 (native) ----------------------------------------------------------------------------
+// ---- v12 (native) ----------------------------------------------------------------------------
 
-C4NcclResult initV11(void** ctx, std::uint64_t commId, C4NcclCommConfig* /*config*/,
+C4NcclResult initV12(void** ctx, std::uint64_t commId, C4NcclCommConfig* /*config*/,
                      C4NcclLogFn logFn, C4NcclProfilerFn /*profFn*/) noexcept {
   return guard("init", [&] { return doInit(ctx, commId, logFn); });
 }
@@ -167,7 +211,7 @@ C4NcclResult devices(int* ndev) noexcept {
   });
 }
 
-C4NcclResult getPropertiesV11(int dev, C4NcclPropertiesV11* props) noexcept {
+C4NcclResult getPropertiesV12(int dev, C4NcclPropertiesV12* props) noexcept {
   return guard("getProperties", [&] {
     if (props == nullptr) return C4_NCCL_INTERNAL_ERROR;
     if (auto s = setup(nullptr); !s) return toNccl(s.error(), "getProperties");
@@ -177,7 +221,7 @@ C4NcclResult getPropertiesV11(int dev, C4NcclPropertiesV11* props) noexcept {
       return C4_NCCL_INTERNAL_ERROR;
     }
     const NetInterface& d = (*table)[static_cast<std::size_t>(dev)];
-    *props = C4NcclPropertiesV11{};
+    *props = C4NcclPropertiesV12{};
     props->name = const_cast<char*>(d.name.c_str());
     props->pciPath = d.pciPath.empty() ? nullptr : const_cast<char*>(d.pciPath.c_str());
     props->guid = d.guid;
@@ -196,11 +240,13 @@ C4NcclResult getPropertiesV11(int dev, C4NcclPropertiesV11* props) noexcept {
     props->maxP2pBytes = kMaxMessageBytes;
     props->maxCollBytes = kMaxMessageBytes;
     props->maxMultiRequestSize = 1;
+    props->railId = C4_NCCL_NET_ID_UNDEF;  // rails are not modelled: one device per interface
+    props->planeId = static_cast<std::int16_t>(planeId());
     return C4_NCCL_SUCCESS;
   });
 }
 
-C4NcclResult listenV11(void* ctx, int dev, void* handle, void** listenComm) noexcept {
+C4NcclResult listenFn(void* ctx, int dev, void* handle, void** listenComm) noexcept {
   return guard("listen", [&] {
     if (ctx == nullptr || listenComm == nullptr) return C4_NCCL_INTERNAL_ERROR;
     *listenComm = nullptr;
@@ -211,8 +257,8 @@ C4NcclResult listenV11(void* ctx, int dev, void* handle, void** listenComm) noex
   });
 }
 
-C4NcclResult connectV11(void* ctx, int dev, void* handle, void** sendComm,
-                        C4NcclNetDeviceHandle** /*sendDevComm*/) noexcept {
+C4NcclResult connectFn(void* ctx, int dev, void* handle, void** sendComm,
+                       C4NcclNetDeviceHandle** /*sendDevComm*/) noexcept {
   return guard("connect", [&] {
     if (ctx == nullptr || sendComm == nullptr) return C4_NCCL_INTERNAL_ERROR;
     *sendComm = nullptr;
@@ -263,8 +309,8 @@ C4NcclResult deregMrFn(void* comm, void* mhandle) noexcept {
   });
 }
 
-C4NcclResult isendV11(void* sendComm, void* data, std::size_t size, int tag, void* /*mhandle*/,
-                      void* /*phandle*/, void** request) noexcept {
+C4NcclResult isendFn(void* sendComm, void* data, std::size_t size, int tag, void* /*mhandle*/,
+                     void* /*phandle*/, void** request) noexcept {
   return guard("isend", [&] {
     if (sendComm == nullptr || request == nullptr) return C4_NCCL_INTERNAL_ERROR;
     *request = nullptr;
@@ -275,8 +321,8 @@ C4NcclResult isendV11(void* sendComm, void* data, std::size_t size, int tag, voi
   });
 }
 
-C4NcclResult irecvV11(void* recvComm, int n, void** data, std::size_t* sizes, int* tags,
-                      void** /*mhandles*/, void** /*phandles*/, void** request) noexcept {
+C4NcclResult irecvFn(void* recvComm, int n, void** data, std::size_t* sizes, int* tags,
+                     void** /*mhandles*/, void** /*phandles*/, void** request) noexcept {
   return guard("irecv", [&] {
     if (recvComm == nullptr || request == nullptr) return C4_NCCL_INTERNAL_ERROR;
     // NCCL may preset *request to NCCL_NET_OPTIONAL_RECV_COMPLETION; we always return a real
@@ -334,7 +380,7 @@ C4NcclResult closeListenFn(void* listenComm) noexcept {
   });
 }
 
-C4NcclResult finalizeV11(void* ctx) noexcept {
+C4NcclResult finalizeFn(void* ctx) noexcept {
   return guard("finalize", [&] {
     // Called after a failed init too (ctx may be NULL). Joins every thread of the context.
     delete static_cast<Context*>(ctx);
@@ -342,12 +388,42 @@ C4NcclResult finalizeV11(void* ctx) noexcept {
   });
 }
 
-C4NcclResult setNetAttrV11(void* ctx, C4NcclNetAttr* attr) noexcept {
+C4NcclResult setNetAttrFn(void* ctx, C4NcclNetAttr* attr) noexcept {
   return guard("setNetAttr", [&] {
     // A hint only; the TCP transport's subflow count comes from C4_SUBFLOWS and the plan.
     if (ctx == nullptr || attr == nullptr) return C4_NCCL_INTERNAL_ERROR;
     return C4_NCCL_SUCCESS;
   });
+}
+
+// ---- v11 adapter: v12 without railId/planeId and with 4 devices in vProps -------------------
+
+C4NcclResult getPropertiesV11(int dev, C4NcclPropertiesV11* props) noexcept {
+  if (props == nullptr) return C4_NCCL_INTERNAL_ERROR;
+  C4NcclPropertiesV12 p{};
+  C4NcclResult r = getPropertiesV12(dev, &p);
+  if (r != C4_NCCL_SUCCESS) return r;
+  C4NcclVDeviceProps v{};
+  v.ndevs = std::min(p.vProps.ndevs, C4_NCCL_NET_MAX_DEVS_PER_NIC);
+  for (int i = 0; i < v.ndevs; ++i) v.devs[i] = p.vProps.devs[i];
+  *props = C4NcclPropertiesV11{p.name,
+                               p.pciPath,
+                               p.guid,
+                               p.ptrSupport,
+                               p.regIsGlobal,
+                               p.forceFlush,
+                               p.speed,
+                               p.port,
+                               p.latency,
+                               p.maxComms,
+                               p.maxRecvs,
+                               p.netDeviceType,
+                               p.netDeviceVersion,
+                               v,
+                               p.maxP2pBytes,
+                               p.maxCollBytes,
+                               p.maxMultiRequestSize};
+  return C4_NCCL_SUCCESS;
 }
 
 // ---- v10 / v9 / v8 adapters: one process-wide context ----------------------------------------
@@ -429,37 +505,37 @@ C4NcclResult listenLegacy(int dev, void* handle, void** listenComm) noexcept {
     log().warn("listen before init");
     return C4_NCCL_INTERNAL_ERROR;
   }
-  return listenV11(c, dev, handle, listenComm);
+  return listenFn(c, dev, handle, listenComm);
 }
 
 C4NcclResult connectV10(int dev, C4NcclCommConfig* /*config*/, void* handle, void** sendComm,
                         C4NcclNetDeviceHandle** devComm) noexcept {
   Context* c = legacyContext();
   if (c == nullptr) return C4_NCCL_INTERNAL_ERROR;
-  return connectV11(c, dev, handle, sendComm, devComm);
+  return connectFn(c, dev, handle, sendComm, devComm);
 }
 
 C4NcclResult connectV8(int dev, void* handle, void** sendComm,
                        C4NcclNetDeviceHandle** devComm) noexcept {
   Context* c = legacyContext();
   if (c == nullptr) return C4_NCCL_INTERNAL_ERROR;
-  return connectV11(c, dev, handle, sendComm, devComm);
+  return connectFn(c, dev, handle, sendComm, devComm);
 }
 
 C4NcclResult isendV9(void* sendComm, void* data, std::size_t size, int tag, void* mhandle,
                      void** request) noexcept {
-  return isendV11(sendComm, data, size, tag, mhandle, nullptr, request);
+  return isendFn(sendComm, data, size, tag, mhandle, nullptr, request);
 }
 
 C4NcclResult irecvV9(void* recvComm, int n, void** data, std::size_t* sizes, int* tags,
                      void** mhandles, void** request) noexcept {
-  return irecvV11(recvComm, n, data, sizes, tags, mhandles, nullptr, request);
+  return irecvFn(recvComm, n, data, sizes, tags, mhandles, nullptr, request);
 }
 
 C4NcclResult isendV8(void* sendComm, void* data, int size, int tag, void* mhandle,
                      void** request) noexcept {
   if (size < 0) return C4_NCCL_INTERNAL_ERROR;
-  return isendV11(sendComm, data, static_cast<std::size_t>(size), tag, mhandle, nullptr, request);
+  return isendFn(sendComm, data, static_cast<std::size_t>(size), tag, mhandle, nullptr, request);
 }
 
 C4NcclResult irecvV8(void* recvComm, int n, void** data, int* sizes, int* tags, void** mhandles,
@@ -473,7 +549,7 @@ C4NcclResult irecvV8(void* recvComm, int n, void** data, int* sizes, int* tags, 
     if (sizes[i] < 0) return C4_NCCL_INTERNAL_ERROR;
     wide[i] = static_cast<std::size_t>(sizes[i]);
   }
-  return irecvV11(recvComm, n, data, wide, tags, mhandles, nullptr, request);
+  return irecvFn(recvComm, n, data, wide, tags, mhandles, nullptr, request);
 }
 
 __attribute__((destructor)) void unloadLegacyContext() {
@@ -485,7 +561,14 @@ __attribute__((destructor)) void unloadLegacyContext() {
     c = std::move(g.legacy);
   }
   c.reset();
+  // Nothing of the plugin may outlive dlclose: NCCL unloads it when its last communicator goes
+  // and loads it again for the next one. The log configuration lives on in static storage of
+  // this library; drop our sink from it.
+  setLogSink(nullptr);
   delete std::exchange(globalsPtr(), nullptr);
+#if C4_PLUGIN_STATIC_RUNTIME
+  __gnu_cxx::__freeres();  // only our copy of libstdc++: nothing of this library runs after this
+#endif
 }
 
 }  // namespace
@@ -495,16 +578,23 @@ using namespace c4::plugin;  // NOLINT: the tables below name many functions
 
 extern "C" {
 
-C4_EXPORT C4NcclNetV11 ncclNetPlugin_v11 = {
-    kPluginName, initV11, devices,       getPropertiesV11, listenV11,     connectV11,
-    acceptFn,    regMrFn, regMrDmaBufFn, deregMrFn,        isendV11,      irecvV11,
+C4_EXPORT C4NcclNetV12 ncclNetPlugin_v12 = {
+    kPluginName, initV12, devices,       getPropertiesV12, listenFn,      connectFn,
+    acceptFn,    regMrFn, regMrDmaBufFn, deregMrFn,        isendFn,       irecvFn,
     iflushFn,    testFn,  closeSendFn,   closeRecvFn,      closeListenFn, nullptr,
-    nullptr,     nullptr, finalizeV11,   setNetAttrV11,
+    nullptr,     nullptr, finalizeFn,    setNetAttrFn,
+};
+
+C4_EXPORT C4NcclNetV11 ncclNetPlugin_v11 = {
+    kPluginName, initV12, devices,       getPropertiesV11, listenFn,      connectFn,
+    acceptFn,    regMrFn, regMrDmaBufFn, deregMrFn,        isendFn,       irecvFn,
+    iflushFn,    testFn,  closeSendFn,   closeRecvFn,      closeListenFn, nullptr,
+    nullptr,     nullptr, finalizeFn,    setNetAttrFn,
 };
 
 C4_EXPORT C4NcclNetV10 ncclNetPlugin_v10 = {
     kPluginName, initV10,       devices,       getPropertiesV9, listenLegacy, connectV10, acceptFn,
-    regMrFn,     regMrDmaBufFn, deregMrFn,     isendV11,        irecvV11,     iflushFn,   testFn,
+    regMrFn,     regMrDmaBufFn, deregMrFn,     isendFn,         irecvFn,      iflushFn,   testFn,
     closeSendFn, closeRecvFn,   closeListenFn, nullptr,         nullptr,      nullptr,
 };
 

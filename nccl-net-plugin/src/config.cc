@@ -112,6 +112,7 @@ PluginConfig loadConfig(const std::function<std::optional<std::string>(const cha
   l.integer<std::uint32_t>("C4_PLAN_POLL_MS", cfg.planPollMs, 10, 600 * 1000);
   l.integer<std::uint64_t>("C4_MIN_CHUNK_BYTES", cfg.minChunkBytes, 1, 1ull << 30);
   l.integer<std::uint32_t>("C4_TCP_USER_TIMEOUT_MS", cfg.tcpUserTimeoutMs, 0, 3600 * 1000);
+  l.integer<std::uint64_t>("C4_MAX_STAGED_BYTES", cfg.maxStagedBytes, 0, 1ull << 40);
   for (auto& [line, source] : l.lines) cfg.sources.push_back(line + " (" + source + ")");
   return cfg;
 }

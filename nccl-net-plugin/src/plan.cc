@@ -84,11 +84,27 @@ const PlanPair* Plan::find(std::string_view localNode, std::uint64_t peerHash) c
   return nullptr;
 }
 
+int Plan::planeOf(std::string_view node, std::string* why) const {
+  auto unknown = [&](std::string reason) {
+    if (why != nullptr) *why = std::move(reason);
+    return kPlaneUnknown;
+  };
+  if (planes.empty()) return unknown("the plan names no planes");
+  auto self = planes.find(node);
+  if (self == planes.end()) return unknown("the plan names no plane for node " + std::string(node));
+  for (const auto& p : pairs) {
+    for (const std::string* n : {&p.localNode, &p.peerNode}) {
+      if (!planes.contains(*n)) return unknown("the plan names no plane for node " + *n);
+    }
+  }
+  return self->second;
+}
+
 Result<Plan> parsePlan(std::string_view text) {
   json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return std::unexpected(invalid("$", "not valid JSON"));
   if (!doc.is_object()) return std::unexpected(invalid("$", "must be an object"));
-  C4_RETURN_IF_ERROR(onlyKeys(doc, "$", {"version", "default", "pairs"}));
+  C4_RETURN_IF_ERROR(onlyKeys(doc, "$", {"version", "default", "pairs", "planes"}));
   Plan plan;
   auto v = doc.find("version");
   if (v == doc.end() || !v->is_number_integer() || v->get<std::int64_t>() < 0) {
@@ -135,6 +151,20 @@ Result<Plan> parsePlan(std::string_view text) {
         return std::unexpected(invalid(path + ".subflows", "at least one weight must be > 0"));
       }
       plan.pairs.push_back(std::move(pair));
+    }
+  }
+  if (auto pl = doc.find("planes"); pl != doc.end()) {
+    if (!pl->is_object()) return std::unexpected(invalid("$.planes", "must be an object"));
+    for (auto it = pl->begin(); it != pl->end(); ++it) {
+      std::string path = "$.planes." + it.key();
+      if (it.key().empty() || it.key().size() > 253) {
+        return std::unexpected(invalid(path, "node names are 1..253 bytes"));
+      }
+      if (!it->is_number_integer() || it->get<std::int64_t>() < 0 ||
+          it->get<std::int64_t>() > kMaxPlaneId) {
+        return std::unexpected(invalid(path, "must be an integer in [0, 32767]"));
+      }
+      plan.planes.emplace(it.key(), static_cast<int>(it->get<std::int64_t>()));
     }
   }
   return plan;

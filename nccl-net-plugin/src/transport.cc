@@ -4,7 +4,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <sys/eventfd.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -17,6 +17,7 @@
 #include <optional>
 #include <random>
 #include <thread>
+#include <unordered_map>
 
 #include "c4/common/log.h"
 #include "c4/common/unix_socket.h"
@@ -34,7 +35,7 @@ constexpr std::uint32_t kHandleMagic = 0x48433443u;  // "C4CH"
 constexpr std::uint32_t kHelloMagic = 0x4c483443u;   // "C4HL"
 constexpr std::uint32_t kAckMagic = 0x4b413443u;     // "C4AK"
 constexpr std::uint32_t kFrameMagic = 0x46443443u;   // "C4DF"
-constexpr std::uint16_t kWireVersion = 1;
+constexpr std::uint16_t kWireVersion = 2;  // 2: frames carry (tag, tagSeq) instead of a seq
 
 // The handle NCCL ships from the listener to the connector (fits NCCL_NET_HANDLE_MAXSIZE).
 struct WireHandle {
@@ -76,11 +77,14 @@ struct AckFixed {
 };
 static_assert(sizeof(AckFixed) == 16);
 
+// A message is identified by (tag, tagSeq): tagSeq counts the connection's earlier messages with
+// the same tag. The receiver gives the k-th message of a tag to the k-th receive buffer posted
+// with that tag, whatever the interleaving of tags (NCCL shares a connection among senders that
+// progress independently, tag = sender's rank), and never reorders the messages of one tag.
 struct FrameHeader {
   std::uint32_t magic;
-  std::uint32_t seq;
   std::int32_t tag;
-  std::uint32_t reserved;
+  std::uint64_t tagSeq;
   std::uint64_t total;
   std::uint64_t offset;
   std::uint64_t len;
@@ -89,7 +93,16 @@ static_assert(sizeof(FrameHeader) == 40);
 
 std::uint64_t randomU64() {
   static std::mutex mu;
-  static std::mt19937_64 gen{std::random_device{}()};
+  // Seeded from getrandom(2) rather than std::random_device, whose libstdc++ (built on glibc 2.36)
+  // calls arc4random: the module would then not load on older C libraries.
+  static std::mt19937_64 gen{[] {
+    std::uint64_t seed = 0;
+    if (::getrandom(&seed, sizeof(seed), 0) != static_cast<ssize_t>(sizeof(seed))) {
+      seed = (static_cast<std::uint64_t>(::getpid()) << 32) ^
+             static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(&seed));
+    }
+    return seed;
+  }()};
   std::lock_guard lock(mu);
   return gen();
 }
@@ -150,14 +163,11 @@ struct Request {
   char* data[kMaxRecvs] = {};
   std::size_t cap[kMaxRecvs] = {};
   int tags[kMaxRecvs] = {};
-  std::uint32_t seqBase = 0;
+  std::uint64_t tagSeq = 0;  // send: index of this message among the comm's sends with its tag
   std::int64_t postedNs = 0;
-  // Progress thread only.
+  // Under the comm's I/O lock.
   std::int64_t firstByteNs = 0;
   std::size_t framesLeft = 0;
-  std::size_t got[kMaxRecvs] = {};
-  std::int64_t expect[kMaxRecvs] = {};  // -1: no frame seen yet for this buffer
-  int slotOf[kMaxRecvs] = {};           // message index -> buffer index (-1 unbound)
   int slotsDone = 0;
   // Result, published by state=kDone (release).
   int sizes[kMaxRecvs] = {};
@@ -189,6 +199,25 @@ class ListenComm final : public CommBase {
   std::map<std::uint64_t, Group> groups_;
 };
 
+// The clock read at most once per progress pass, and only when something needs the time (never
+// with telemetry compiled out).
+class LazyNow {
+ public:
+  explicit LazyNow(Clock& c) : clock_(c) {}
+  std::int64_t get() {
+    if (ns_ == 0) ns_ = nanos(clock_);
+    return ns_;
+  }
+
+ private:
+  Clock& clock_;
+  std::int64_t ns_ = 0;
+};
+
+// A send or receive connection. Its sockets are non-blocking and driven by whichever NCCL thread
+// calls isend/irecv/test on it, under `ioMu_`: a small message goes out inside isend and is read
+// inside test, with no hand-off to another thread and no wake-up. NCCL's proxy thread polls test()
+// on every request in flight, which is all the progress a connection needs.
 class DataComm : public CommBase {
  public:
   DataComm(CommKind k, Context* c, std::vector<UniqueFd> fds, std::shared_ptr<ConnTelemetry> tel,
@@ -201,22 +230,6 @@ class DataComm : public CommBase {
       pool_[i].comm = this;
       pool_[i].slot = static_cast<int>(i);
     }
-    wake_ = UniqueFd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  }
-  ~DataComm() override { stopThread(); }
-
-  void startThread() {
-    thread_ = std::thread([this] { run(); });
-  }
-  void stopThread() {
-    if (!thread_.joinable()) return;
-    stop_.store(true);
-    wakeThread();
-    thread_.join();
-  }
-  void wakeThread() {
-    std::uint64_t one = 1;
-    [[maybe_unused]] ssize_t n = ::write(wake_.get(), &one, sizeof(one));
   }
 
   Request* claim() {
@@ -234,27 +247,58 @@ class DataComm : public CommBase {
     return nullptr;
   }
 
+  // Hands a claimed request (state kPending) to the connection and makes what progress the sockets
+  // allow right away.
   void post(Request* r) {
-    {
-      std::lock_guard lock(inboxMu_);
-      if (r->kind != ReqKind::kFlush) {
-        r->seqBase = nextSeq_;
-        nextSeq_ += static_cast<std::uint32_t>(r->n);
-      }
-      inbox_.push_back(r);
+    std::lock_guard lock(ioMu_);
+    LazyNow now(ctx->clock());
+    if (failed()) {
+      r->state.store(kFailed, std::memory_order_release);
+      return;
     }
-    if (idle_.exchange(false)) wakeThread();
+    if constexpr (kTelemetryEnabled) {
+      r->postedNs = now.get();
+      tel_->markPosted(static_cast<std::size_t>(r->slot), r->postedNs);
+      tel_->onPosted();
+    }
+    if (r->kind == ReqKind::kSend) r->tagSeq = sendSeq_[r->tags[0]]++;
+    admit(r, now);
+    progress(now);
+  }
+
+  // Progress on behalf of a test() caller; skipped when another thread is driving this comm.
+  void tryProgress() {
+    std::unique_lock lock(ioMu_, std::try_to_lock);
+    if (!lock.owns_lock() || failed()) return;
+    LazyNow now(ctx->clock());
+    progress(now);
   }
 
   [[nodiscard]] bool failed() const { return tel_->failed.load(std::memory_order_acquire); }
-  [[nodiscard]] std::string failure() const { return failed() ? tel_->failure : std::string(); }
+  // The error every request of a failed connection reports.
+  [[nodiscard]] Error failure() const {
+    if (!failed()) return Error(ErrorCode::kInternal, "connection has not failed");
+    return Error(tel_->failureCode, tel_->failure);
+  }
 
-  // Progress thread: marks the connection failed and fails every op in flight.
-  void fail(std::string why, bool peerClosed = false) {
+  std::vector<UniqueFd> fds_;
+  std::shared_ptr<ConnTelemetry> tel_;
+  std::vector<Request> pool_;
+  PeerInfo peer_;
+  std::mutex mrMu_;
+  std::vector<std::unique_ptr<MemRegion>> regions_;
+
+ protected:
+  virtual void admit(Request* r, LazyNow& now) = 0;
+  virtual void progress(LazyNow& now) = 0;
+
+  // Marks the connection failed and fails every op in flight (under ioMu_).
+  void fail(std::string why, bool peerClosed = false, ErrorCode code = ErrorCode::kUnavailable) {
     if (!failed()) {
       bool busy = false;
       for (auto& r : pool_) busy = busy || r.state.load(std::memory_order_acquire) == kPending;
       tel_->failure = why;
+      tel_->failureCode = code;
       tel_->peerClosed.store(peerClosed, std::memory_order_relaxed);
       tel_->failed.store(true, std::memory_order_release);
       // A peer that closes an idle connection is normal teardown; anything else is a fault.
@@ -276,65 +320,22 @@ class DataComm : public CommBase {
     }
   }
 
-  void complete(Request* r, std::int64_t now) {
-    std::uint64_t payload = 0;
-    for (int i = 0; i < r->n; ++i) payload += static_cast<std::uint64_t>(r->sizes[i]);
-    tel_->onCompleted(payload, r->postedNs, r->firstByteNs == 0 ? now : r->firstByteNs, now);
-    tel_->markDone(static_cast<std::size_t>(r->slot));
+  void complete(Request* r, LazyNow& now) {
+    if constexpr (kTelemetryEnabled) {
+      std::uint64_t payload = 0;
+      for (int i = 0; i < r->n; ++i) payload += static_cast<std::uint64_t>(r->sizes[i]);
+      std::int64_t t = now.get();
+      tel_->onCompleted(payload, r->postedNs, r->firstByteNs == 0 ? t : r->firstByteNs, t);
+      tel_->markDone(static_cast<std::size_t>(r->slot));
+    }
     r->state.store(kDone, std::memory_order_release);
   }
 
-  // Takes new requests out of the inbox (progress thread).
-  std::vector<Request*> drain() {
-    std::vector<Request*> out;
-    std::lock_guard lock(inboxMu_);
-    out.swap(inbox_);
-    return out;
-  }
-  bool inboxEmpty() {
-    std::lock_guard lock(inboxMu_);
-    return inbox_.empty();
-  }
+  std::mutex ioMu_;  // sockets, queues, matching state
 
-  virtual void run() = 0;
-
-  std::vector<UniqueFd> fds_;
-  std::shared_ptr<ConnTelemetry> tel_;
-  std::vector<Request> pool_;
-  PeerInfo peer_;
-  std::mutex mrMu_;
-  std::vector<std::unique_ptr<MemRegion>> regions_;
-
- protected:
-  UniqueFd wake_;
-  std::atomic<bool> stop_{false};
-  std::atomic<bool> idle_{false};
+ private:
   std::atomic<std::size_t> hint_{0};
-  std::mutex inboxMu_;
-  std::vector<Request*> inbox_;
-  std::uint32_t nextSeq_ = 0;
-  std::thread thread_;
-
-  // Waits for socket events or a wake-up. Returns false on stop.
-  bool waitEvents(std::vector<pollfd>& pfds) {
-    idle_.store(true);
-    if (!inboxEmpty()) {
-      idle_.store(false);
-      pfds[0].revents = 0;
-      for (auto& p : pfds) p.revents = 0;
-      return !stop_.load();
-    }
-    int rc = ::poll(pfds.data(), pfds.size(), -1);
-    idle_.store(false);
-    if (rc < 0 && errno != EINTR) {
-      fail(errnoError("poll", errno).toString());
-    }
-    if (pfds[0].revents & POLLIN) {
-      std::uint64_t v = 0;
-      [[maybe_unused]] ssize_t n = ::read(wake_.get(), &v, sizeof(v));
-    }
-    return !stop_.load();
-  }
+  std::unordered_map<std::int32_t, std::uint64_t> sendSeq_;  // next tagSeq per tag
 };
 
 class SendComm final : public DataComm {
@@ -343,7 +344,6 @@ class SendComm final : public DataComm {
       : DataComm(CommKind::kSend, c, std::move(fds), std::move(tel), kMaxSendRequests),
         queues_(fds_.size()),
         credit_(fds_.size(), 0.0) {}
-  ~SendComm() override { stopThread(); }
 
  private:
   struct Frame {
@@ -354,6 +354,19 @@ class SendComm final : public DataComm {
   };
   std::vector<std::deque<Frame>> queues_;
   std::vector<double> credit_;  // smooth weighted round robin for single-frame messages
+
+  void admit(Request* r, LazyNow& /*now*/) override {
+    r->firstByteNs = 0;
+    r->framesLeft = 0;
+    r->sizes[0] = static_cast<int>(r->cap[0]);
+    enqueue(r);
+  }
+
+  void progress(LazyNow& now) override {
+    for (std::size_t i = 0; i < queues_.size() && !failed(); ++i) {
+      if (!queues_[i].empty()) flush(i, now);
+    }
+  }
 
   void enqueue(Request* r) {
     std::size_t nsf = fds_.size();
@@ -372,7 +385,7 @@ class SendComm final : public DataComm {
     auto push = [&](std::size_t sf, std::size_t off, std::size_t len) {
       Frame f{};
       f.req = r;
-      f.hdr = FrameHeader{kFrameMagic, r->seqBase, r->tags[0], 0, size, off, len};
+      f.hdr = FrameHeader{kFrameMagic, r->tags[0], r->tagSeq, size, off, len};
       f.data = r->data[0] + off;
       f.done = 0;
       queues_[sf].push_back(f);
@@ -413,89 +426,48 @@ class SendComm final : public DataComm {
     }
   }
 
-  // Writes as much as the socket takes; false on a fatal error.
-  bool flush(std::size_t sf, std::int64_t now) {
+  // Writes as much of subflow `sf`'s queue as the socket takes, several frames per sendmsg.
+  void flush(std::size_t sf, LazyNow& now) {
+    constexpr std::size_t H = sizeof(FrameHeader);
+    constexpr std::size_t kMaxIov = 64;
     auto& q = queues_[sf];
     int fd = fds_[sf].get();
     while (!q.empty()) {
-      Frame& f = q.front();
-      iovec iov[2];
-      int iovcnt = 0;
-      constexpr std::size_t H = sizeof(FrameHeader);
-      if (f.done < H) {
-        iov[iovcnt++] = {reinterpret_cast<char*>(&f.hdr) + f.done, H - f.done};
-      }
-      std::size_t dataDone = f.done > H ? f.done - H : 0;
-      if (f.hdr.len > dataDone) {
-        iov[iovcnt++] = {const_cast<char*>(f.data) + dataDone, f.hdr.len - dataDone};
+      iovec iov[kMaxIov];
+      std::size_t iovcnt = 0;
+      for (std::size_t k = 0; k < q.size() && iovcnt + 2 <= kMaxIov; ++k) {
+        Frame& f = q[k];
+        if (f.done < H) iov[iovcnt++] = {reinterpret_cast<char*>(&f.hdr) + f.done, H - f.done};
+        std::size_t dataDone = f.done > H ? f.done - H : 0;
+        if (f.hdr.len > dataDone) {
+          iov[iovcnt++] = {const_cast<char*>(f.data) + dataDone, f.hdr.len - dataDone};
+        }
       }
       msghdr mh{};
       mh.msg_iov = iov;
-      mh.msg_iovlen = static_cast<std::size_t>(iovcnt);
+      mh.msg_iovlen = iovcnt;
       ssize_t n = ::sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (n < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
-        if (errno == EINTR) continue;
-        fail(errnoError("send on subflow " + std::to_string(sf), errno).toString(),
-             errno == EPIPE || errno == ECONNRESET);
-        return false;
+        int err = errno;
+        if (err == EAGAIN || err == EWOULDBLOCK) return;
+        if (err == EINTR) continue;
+        fail(errnoError("send on subflow " + std::to_string(sf), err).toString(),
+             err == EPIPE || err == ECONNRESET);
+        return;
       }
-      if (f.req->firstByteNs == 0) f.req->firstByteNs = now;
-      auto un = static_cast<std::size_t>(n);
-      std::size_t hdrPart = f.done < H ? std::min(un, H - f.done) : 0;
-      tel_->onSubflowBytes(sf, un - hdrPart);
-      f.done += un;
-      if (f.done == H + f.hdr.len) {
+      auto left = static_cast<std::size_t>(n);
+      while (left > 0 || (!q.empty() && q.front().done == H + q.front().hdr.len)) {
+        Frame& f = q.front();
+        if (kTelemetryEnabled && f.req->firstByteNs == 0) f.req->firstByteNs = now.get();
+        std::size_t take = std::min(left, H + f.hdr.len - f.done);
+        std::size_t hdrPart = f.done < H ? std::min(take, H - f.done) : 0;
+        tel_->onSubflowBytes(sf, take - hdrPart);
+        f.done += take;
+        left -= take;
+        if (f.done < H + f.hdr.len) return;  // partial write: the socket buffer is full
         Request* r = f.req;
         q.pop_front();
         if (--r->framesLeft == 0) complete(r, now);
-      } else {
-        return true;  // partial write: socket buffer full
-      }
-    }
-    return true;
-  }
-
-  void run() override {
-    std::size_t nsf = fds_.size();
-    std::vector<pollfd> pfds(nsf + 1, pollfd{wake_.get(), POLLIN, 0});
-    while (!stop_.load()) {
-      std::int64_t now = nanos(ctx->clock());
-      for (Request* r : drain()) {
-        r->firstByteNs = 0;
-        r->framesLeft = 0;
-        r->sizes[0] = static_cast<int>(r->cap[0]);
-        if (failed()) {
-          r->state.store(kFailed, std::memory_order_release);
-          continue;
-        }
-        enqueue(r);
-      }
-      if (!failed()) {
-        for (std::size_t i = 0; i < nsf; ++i) {
-          if (!flush(i, now)) break;
-        }
-      }
-      for (std::size_t i = 0; i < nsf; ++i) {
-        short ev = POLLIN;
-        if (!failed() && !queues_[i].empty()) ev = static_cast<short>(ev | POLLOUT);
-        pfds[i + 1] = {failed() ? -1 : fds_[i].get(), ev, 0};
-      }
-      if (!waitEvents(pfds)) break;
-      for (std::size_t i = 0; i < nsf && !failed(); ++i) {
-        short re = pfds[i + 1].revents;
-        if (re & (POLLIN | POLLERR | POLLHUP)) {
-          char b;
-          ssize_t n = ::recv(fds_[i].get(), &b, 1, MSG_DONTWAIT);
-          if (n == 0) {
-            fail("peer closed subflow " + std::to_string(i), true);
-          } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-            fail(errnoError("subflow " + std::to_string(i), errno).toString(), errno == ECONNRESET);
-          } else if (n > 0) {
-            fail("protocol error: unexpected bytes from the receiver on subflow " +
-                 std::to_string(i));
-          }
-        }
       }
     }
   }
@@ -506,190 +478,278 @@ class RecvComm final : public DataComm {
   RecvComm(Context* c, std::vector<UniqueFd> fds, std::shared_ptr<ConnTelemetry> tel)
       : DataComm(CommKind::kRecv, c, std::move(fds), std::move(tel), kMaxRequests),
         rx_(fds_.size()) {}
-  ~RecvComm() override { stopThread(); }
 
  private:
+  using MessageKey = std::pair<std::int32_t, std::uint64_t>;  // (tag, tagSeq)
+
+  // A message whose first frame arrived and whose last has not been delivered yet.
+  struct Message {
+    std::uint64_t total = 0;
+    std::uint64_t got = 0;           // payload bytes received so far
+    char* base = nullptr;            // where frames land: the receive buffer or `staged`
+    std::unique_ptr<char[]> staged;  // arrived before its receive was posted
+    Request* req = nullptr;          // the receive buffer it belongs to (nullptr: not posted yet)
+    int buf = -1;
+  };
+  // Per tag: how many receive buffers were posted with it, and those not yet given a message.
+  struct TagQueue {
+    std::uint64_t posted = 0;
+    std::map<std::uint64_t, std::pair<Request*, int>> open;  // tagSeq -> (request, buffer)
+  };
+  // Bytes read ahead of the current frame: a small message (header and payload) takes one recv.
+  // Small, because a process may hold thousands of receive comms (x subflows).
+  static constexpr std::size_t kAheadBytes = 8 * 1024;
+  // Payloads at least this large are read straight into the receive buffer (no copy).
+  static constexpr std::size_t kDirectReadBytes = 4 * 1024;
   struct Rx {
+    std::unique_ptr<char[]> ahead = std::make_unique_for_overwrite<char[]>(kAheadBytes);
+    std::size_t aheadBeg = 0, aheadEnd = 0;
     FrameHeader hdr{};
-    std::size_t hdrGot = 0;
-    bool inData = false;
-    Request* req = nullptr;
-    int buf = 0;
+    bool haveHdr = false;  // hdr read; the frame's payload is next
+    bool inData = false;   // hdr bound to a message: payload goes to dst
+    Message* msg = nullptr;
+    MessageKey key{};
     std::size_t left = 0;
     char* dst = nullptr;
-    bool parked = false;  // header read, the matching irecv is not posted yet
+    bool parked = false;  // hdr read; its message can be neither delivered nor staged yet
     bool eof = false;
+    [[nodiscard]] std::size_t buffered() const { return aheadEnd - aheadBeg; }
   };
   std::vector<Rx> rx_;
-  std::deque<Request*> posted_;  // in seq order; completed ones are popped from the front
+  std::map<MessageKey, Message> messages_;
+  std::unordered_map<std::int32_t, TagQueue> tags_;
+  std::uint64_t staged_ = 0;  // bytes held in Message::staged
+  bool unparked_ = false;     // a posted receive or freed staging may let a parked subflow on
 
-  Request* findRequest(std::uint32_t seq) {
-    for (Request* r : posted_) {
-      if (seq >= r->seqBase && seq < r->seqBase + static_cast<std::uint32_t>(r->n)) return r;
-    }
-    return nullptr;
+  void admit(Request* r, LazyNow& now) override {
+    r->firstByteNs = 0;
+    r->slotsDone = 0;
+    for (int i = 0; i < kMaxRecvs; ++i) r->sizes[i] = 0;
+    postReceive(r, now);
   }
 
-  // Binds a complete header to a receive buffer. false: parked (not posted yet) or failed.
-  bool bindHeader(std::size_t sf, Rx& x, std::int64_t now) {
+  void progress(LazyNow& now) override {
+    for (bool again = true; again && !failed();) {
+      bool retryParked = unparked_;
+      unparked_ = false;
+      for (std::size_t i = 0; i < rx_.size() && !failed(); ++i) {
+        if (rx_[i].eof || (rx_[i].parked && !retryParked)) continue;
+        readSubflow(i, now);
+      }
+      // A receive completed in this pass may have freed staging a parked subflow waits for.
+      again =
+          unparked_ && std::any_of(rx_.begin(), rx_.end(), [](const Rx& x) { return x.parked; });
+    }
+  }
+
+  void bufferDone(Request* r, int b, std::uint64_t size, LazyNow& now) {
+    r->sizes[b] = static_cast<int>(size);
+    if (++r->slotsDone == r->n) complete(r, now);
+  }
+
+  // The k-th buffer posted with tag t is the destination of the k-th message sent with tag t.
+  // A message larger than its buffer is the caller's error (ncclInvalidUsage, as in NCCL's
+  // socket transport); the connection is torn down because its byte stream is no longer usable.
+  bool checkFits(const Message& m, const Request* r, int b) {
+    if (m.total <= r->cap[b]) return true;
+    fail("message of " + std::to_string(m.total) + " bytes with tag " + std::to_string(r->tags[b]) +
+             " is larger than the receive buffer (" + std::to_string(r->cap[b]) + " bytes)",
+         false, ErrorCode::kFailedPrecondition);
+    return false;
+  }
+
+  // A new receive: each buffer takes the next index of its tag; a message that already arrived
+  // (staged) for that index is delivered now.
+  void postReceive(Request* r, LazyNow& now) {
+    for (int i = 0; i < r->n && !failed(); ++i) {
+      TagQueue& q = tags_[r->tags[i]];
+      std::uint64_t k = q.posted++;
+      auto it = messages_.find({r->tags[i], k});
+      if (it == messages_.end()) {
+        q.open.emplace(k, std::make_pair(r, i));
+        continue;
+      }
+      Message& m = it->second;
+      if (!checkFits(m, r, i)) return;
+      m.req = r;
+      m.buf = i;
+      if (kTelemetryEnabled && r->firstByteNs == 0) r->firstByteNs = now.get();
+      if (m.got == m.total) deliverStaged(it, now);
+    }
+    unparked_ = true;
+  }
+
+  void deliverStaged(std::map<MessageKey, Message>::iterator it, LazyNow& now) {
+    Message& m = it->second;
+    if (m.total > 0) std::memcpy(m.req->data[m.buf], m.staged.get(), m.total);
+    staged_ -= m.total;
+    unparked_ = true;
+    Request* r = m.req;
+    int b = m.buf;
+    std::uint64_t total = m.total;
+    messages_.erase(it);
+    bufferDone(r, b, total, now);
+  }
+
+  // More than one tag on this connection: a message that arrives before its receive may block
+  // messages of other tags behind it on the same subflow, which NCCL may need before it posts that
+  // receive. Such messages are staged in memory (up to C4_MAX_STAGED_BYTES). With a single tag the
+  // receives come in message order, so waiting (not reading the subflow) is safe and saves a copy.
+  [[nodiscard]] bool sharedByTags(std::int32_t tag) const {
+    return tags_.size() > 1 || (tags_.size() == 1 && !tags_.contains(tag));
+  }
+
+  // x.hdr is complete: finds or creates its message. false: parked or failed.
+  bool bindHeader(std::size_t sf, Rx& x, LazyNow& now) {
     const FrameHeader& h = x.hdr;
     if (h.magic != kFrameMagic) {
       fail("protocol error: bad frame magic on subflow " + std::to_string(sf));
       return false;
     }
-    Request* r = findRequest(h.seq);
-    if (r == nullptr) {
-      x.parked = true;
-      return false;
-    }
-    int idx = static_cast<int>(h.seq - r->seqBase);
-    int b = r->slotOf[idx];
-    if (b < 0) {
-      for (int i = 0; i < r->n; ++i) {
-        bool taken = false;
-        for (int k = 0; k < r->n; ++k) taken = taken || r->slotOf[k] == i;
-        if (!taken && r->tags[i] == h.tag) {
-          b = i;
-          break;
-        }
-      }
-      if (b < 0) {
-        fail("protocol error: message with tag " + std::to_string(h.tag) +
-             " matches no receive buffer");
-        return false;
-      }
-      r->slotOf[idx] = b;
-      if (h.total > r->cap[b]) {
-        fail("message of " + std::to_string(h.total) +
-             " bytes is larger than the receive buffer (" + std::to_string(r->cap[b]) + " bytes)");
-        return false;
-      }
-      r->expect[b] = static_cast<std::int64_t>(h.total);
-    }
-    if (static_cast<std::uint64_t>(r->expect[b]) != h.total || h.offset > h.total ||
-        h.len > h.total - h.offset) {
+    if (h.offset > h.total || h.len > h.total - h.offset || h.total > kMaxMessageBytes) {
       fail("protocol error: inconsistent frame on subflow " + std::to_string(sf));
       return false;
     }
-    if (r->firstByteNs == 0) r->firstByteNs = now;
-    x.req = r;
-    x.buf = b;
-    x.dst = r->data[b] + h.offset;
+    MessageKey key{h.tag, h.tagSeq};
+    auto it = messages_.find(key);
+    if (it == messages_.end()) {
+      bool shared = sharedByTags(h.tag);  // before this tag is recorded
+      TagQueue& q = tags_[h.tag];
+      auto open = q.open.find(h.tagSeq);
+      Message m;
+      m.total = h.total;
+      if (open != q.open.end()) {
+        auto [r, b] = open->second;
+        if (!checkFits(m, r, b)) return false;
+        q.open.erase(open);
+        m.req = r;
+        m.buf = b;
+        m.base = r->data[b];
+      } else if (h.tagSeq < q.posted) {
+        fail("protocol error: message " + std::to_string(h.tagSeq) + " of tag " +
+             std::to_string(h.tag) + " arrived twice");
+        return false;
+      } else if (!shared || staged_ + h.total > ctx->config().maxStagedBytes) {
+        x.parked = true;
+        return false;
+      } else {
+        m.staged = std::make_unique_for_overwrite<char[]>(std::max<std::uint64_t>(h.total, 1));
+        m.base = m.staged.get();
+        staged_ += h.total;
+      }
+      it = messages_.emplace(key, std::move(m)).first;
+    }
+    Message& m = it->second;
+    if (m.total != h.total) {
+      fail("protocol error: frames of one message disagree on its size (subflow " +
+           std::to_string(sf) + ")");
+      return false;
+    }
+    if (kTelemetryEnabled && m.req != nullptr && m.req->firstByteNs == 0) {
+      m.req->firstByteNs = now.get();
+    }
+    x.msg = &m;
+    x.key = key;
+    x.dst = m.base + h.offset;
     x.left = h.len;
     x.inData = true;
     x.parked = false;
     return true;
   }
 
-  void frameDone(Rx& x, std::int64_t now) {
-    Request* r = x.req;
-    int b = x.buf;
-    r->got[b] += x.hdr.len;
-    if (r->got[b] == static_cast<std::size_t>(r->expect[b])) {
-      r->sizes[b] = static_cast<int>(r->expect[b]);
-      if (++r->slotsDone == r->n) {
-        // Forget the request before publishing it: once test() sees it done, NCCL may reuse it.
-        posted_.erase(std::find(posted_.begin(), posted_.end(), r));
-        complete(r, now);
-      }
+  void frameDone(Rx& x, LazyNow& now) {
+    Message& m = *x.msg;
+    m.got += x.hdr.len;
+    MessageKey key = x.key;
+    x.haveHdr = x.inData = false;
+    x.msg = nullptr;
+    if (m.got != m.total || m.req == nullptr) return;  // more frames, or staged until posted
+    auto it = messages_.find(key);
+    if (m.staged) {
+      deliverStaged(it, now);
+      return;
     }
-    x = Rx{};
+    Request* r = m.req;
+    int b = m.buf;
+    std::uint64_t total = m.total;
+    messages_.erase(it);
+    bufferDone(r, b, total, now);
   }
 
-  // Reads what subflow `sf` has. false on fatal error.
-  bool readSubflow(std::size_t sf, std::int64_t now) {
+  // Payload bytes arrived for the current frame.
+  void gotPayload(std::size_t sf, Rx& x, std::size_t n, LazyNow& now) {
+    tel_->onSubflowBytes(sf, n);
+    x.dst += n;
+    x.left -= n;
+    if (x.left == 0) frameDone(x, now);
+  }
+
+  // Reads what subflow `sf` has until the socket is empty, the subflow parks, or an error.
+  void readSubflow(std::size_t sf, LazyNow& now) {
     Rx& x = rx_[sf];
     int fd = fds_[sf].get();
     for (;;) {
-      if (x.parked) {
-        if (!bindHeader(sf, x, now)) return !failed();
-        if (x.left == 0) {
+      if (x.inData) {
+        if (x.left == 0) {  // a zero-length frame
           frameDone(x, now);
           continue;
         }
-      }
-      ssize_t n;
-      if (!x.inData) {
-        n = ::recv(fd, reinterpret_cast<char*>(&x.hdr) + x.hdrGot, sizeof(FrameHeader) - x.hdrGot,
-                   MSG_DONTWAIT);
-      } else {
-        n = ::recv(fd, x.dst, x.left, MSG_DONTWAIT);
-      }
-      if (n < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
-        if (errno == EINTR) continue;
-        fail(errnoError("recv on subflow " + std::to_string(sf), errno).toString(),
-             errno == ECONNRESET);
-        return false;
-      }
-      if (n == 0) {
-        if (x.inData || x.hdrGot > 0) {
-          fail("peer closed subflow " + std::to_string(sf) + " in the middle of a frame", true);
-          return false;
+        if (x.buffered() > 0) {
+          std::size_t take = std::min(x.buffered(), x.left);
+          std::memcpy(x.dst, x.ahead.get() + x.aheadBeg, take);
+          x.aheadBeg += take;
+          gotPayload(sf, x, take, now);
+          continue;
         }
-        x.eof = true;
-        bool allEof = std::all_of(rx_.begin(), rx_.end(), [](const Rx& y) { return y.eof; });
-        if (allEof) {
-          fail("peer closed the connection", true);
-          return false;
+        if (x.left >= kDirectReadBytes) {
+          ssize_t n = ::recv(fd, x.dst, x.left, MSG_DONTWAIT);
+          if (!received(sf, x, n)) return;
+          gotPayload(sf, x, static_cast<std::size_t>(n), now);
+          continue;
         }
-        return true;
+      } else if (x.haveHdr) {  // parked: try again
+        if (!bindHeader(sf, x, now)) return;
+        continue;
+      } else if (x.buffered() >= sizeof(FrameHeader)) {
+        std::memcpy(&x.hdr, x.ahead.get() + x.aheadBeg, sizeof(FrameHeader));
+        x.aheadBeg += sizeof(FrameHeader);
+        x.haveHdr = true;
+        if (!bindHeader(sf, x, now)) return;
+        continue;
       }
-      auto un = static_cast<std::size_t>(n);
-      if (!x.inData) {
-        x.hdrGot += un;
-        if (x.hdrGot < sizeof(FrameHeader)) continue;
-        if (!bindHeader(sf, x, now)) return !failed();
-        if (x.left == 0) frameDone(x, now);
-      } else {
-        tel_->onSubflowBytes(sf, un);
-        x.dst += un;
-        x.left -= un;
-        if (x.left == 0) frameDone(x, now);
+      // Read ahead: the next header, and the payload when it is small.
+      if (x.aheadBeg == x.aheadEnd) {
+        x.aheadBeg = x.aheadEnd = 0;
+      } else if (x.aheadBeg > 0) {
+        std::memmove(x.ahead.get(), x.ahead.get() + x.aheadBeg, x.buffered());
+        x.aheadEnd -= x.aheadBeg;
+        x.aheadBeg = 0;
       }
+      ssize_t n = ::recv(fd, x.ahead.get() + x.aheadEnd, kAheadBytes - x.aheadEnd, MSG_DONTWAIT);
+      if (!received(sf, x, n)) return;
+      x.aheadEnd += static_cast<std::size_t>(n);
     }
   }
 
-  void run() override {
-    std::size_t nsf = fds_.size();
-    std::vector<pollfd> pfds(nsf + 1, pollfd{wake_.get(), POLLIN, 0});
-    while (!stop_.load()) {
-      std::int64_t now = nanos(ctx->clock());
-      bool fresh = false;
-      for (Request* r : drain()) {
-        if (r->kind == ReqKind::kFlush) continue;  // completed at post time
-        r->firstByteNs = 0;
-        r->slotsDone = 0;
-        for (int i = 0; i < kMaxRecvs; ++i) {
-          r->got[i] = 0;
-          r->expect[i] = -1;
-          r->slotOf[i] = -1;
-          r->sizes[i] = 0;
-        }
-        if (failed()) {
-          r->state.store(kFailed, std::memory_order_release);
-          continue;
-        }
-        posted_.push_back(r);
-        fresh = true;
-      }
-      for (std::size_t i = 0; i < nsf && !failed(); ++i) {
-        if (rx_[i].eof) continue;
-        if (rx_[i].parked && !fresh) continue;
-        if (!readSubflow(i, now)) break;
-      }
-      for (std::size_t i = 0; i < nsf; ++i) {
-        bool watch = !failed() && !rx_[i].eof && !rx_[i].parked;
-        pfds[i + 1] = {watch ? fds_[i].get() : -1, POLLIN, 0};
-      }
-      if (!waitEvents(pfds)) break;
-      now = nanos(ctx->clock());
-      for (std::size_t i = 0; i < nsf && !failed(); ++i) {
-        if (pfds[i + 1].revents != 0) {
-          if (!readSubflow(i, now)) break;
-        }
-      }
+  // Classifies a recv result: true when n > 0 bytes arrived. Fails the connection on errors and
+  // on a close in the middle of a frame.
+  bool received(std::size_t sf, Rx& x, ssize_t n) {
+    if (n > 0) return true;
+    if (n < 0) {
+      int err = errno;
+      if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR) return false;
+      fail(errnoError("recv on subflow " + std::to_string(sf), err).toString(), err == ECONNRESET);
+      return false;
     }
+    if (x.inData || x.haveHdr || x.buffered() > 0) {
+      fail("peer closed subflow " + std::to_string(sf) + " in the middle of a frame", true);
+      return false;
+    }
+    x.eof = true;
+    if (std::all_of(rx_.begin(), rx_.end(), [](const Rx& y) { return y.eof; })) {
+      fail("peer closed the connection", true);
+    }
+    return false;
   }
 };
 
@@ -1050,7 +1110,6 @@ Result<CommBase*> Context::connect(int dev, void* handle) {
     pending_.erase(handle);
     comms_[sc] = tel;
   }
-  sc->startThread();
   CommBase* out = sc;
   log().info(
       "connected",
@@ -1361,7 +1420,6 @@ Result<CommBase*> accept(CommBase* base) {
     rc->peer_ = PeerInfo{g.first.rank, g.node, g.pod};
     lc->groups_.erase(it);
     ctx->registerComm(rc, tel);
-    rc->startThread();
     log().info("accepted", {{"conn", tel->id},
                             {"peer_rank", rc->peer_.rank},
                             {"peer_node", rc->peer_.node},
@@ -1382,7 +1440,7 @@ Result<Request*> isend(CommBase* base, const void* data, std::size_t size, int t
   }
   if (data == nullptr && size > 0)
     return makeError(ErrorCode::kInvalidArgument, "isend: null data");
-  if (sc->failed()) return makeError(ErrorCode::kUnavailable, sc->failure());
+  if (sc->failed()) return std::unexpected(sc->failure());
   Request* r = sc->claim();
   if (r == nullptr) return nullptr;  // all 32 x maxRecvs in flight: NCCL retries
   r->kind = ReqKind::kSend;
@@ -1390,9 +1448,6 @@ Result<Request*> isend(CommBase* base, const void* data, std::size_t size, int t
   r->data[0] = static_cast<char*>(const_cast<void*>(data));
   r->cap[0] = size;
   r->tags[0] = tag;
-  r->postedNs = kTelemetryEnabled ? nanos(sc->ctx->clock()) : 0;
-  sc->tel_->markPosted(static_cast<std::size_t>(r->slot), r->postedNs);
-  sc->tel_->onPosted();
   r->state.store(kPending, std::memory_order_release);
   sc->post(r);
   return r;
@@ -1414,7 +1469,7 @@ Result<Request*> irecv(CommBase* base, int n, void* const* data, const std::size
       return makeError(ErrorCode::kInvalidArgument, "irecv: null buffer");
     }
   }
-  if (rc->failed()) return makeError(ErrorCode::kUnavailable, rc->failure());
+  if (rc->failed()) return std::unexpected(rc->failure());
   Request* r = rc->claim();
   if (r == nullptr) return nullptr;
   r->kind = ReqKind::kRecv;
@@ -1424,9 +1479,6 @@ Result<Request*> irecv(CommBase* base, int n, void* const* data, const std::size
     r->cap[i] = sizes[i];
     r->tags[i] = tags[i];
   }
-  r->postedNs = kTelemetryEnabled ? nanos(rc->ctx->clock()) : 0;
-  rc->tel_->markPosted(static_cast<std::size_t>(r->slot), r->postedNs);
-  rc->tel_->onPosted();
   r->state.store(kPending, std::memory_order_release);
   rc->post(r);
   return r;
@@ -1448,9 +1500,13 @@ Result<Request*> iflush(CommBase* base) {
 Result<bool> test(Request* r, int* sizes) {
   if (r == nullptr) return makeError(ErrorCode::kInvalidArgument, "test: null request");
   int s = r->state.load(std::memory_order_acquire);
-  if (s == kPending) return false;
+  if (s == kPending) {
+    static_cast<DataComm*>(r->comm)->tryProgress();
+    s = r->state.load(std::memory_order_acquire);
+    if (s == kPending) return false;
+  }
   auto* dc = static_cast<DataComm*>(r->comm);
-  if (s == kFailed) return makeError(ErrorCode::kUnavailable, dc->failure());
+  if (s == kFailed) return std::unexpected(dc->failure());
   if (s != kDone) return makeError(ErrorCode::kInvalidArgument, "test: request is not in flight");
   if (sizes != nullptr) {
     for (int i = 0; i < r->n; ++i) sizes[i] = r->sizes[i];
@@ -1463,9 +1519,8 @@ Status closeComm(CommBase* comm, CommKind expected) {
   if (comm == nullptr || comm->kind != expected) {
     return makeError(ErrorCode::kInvalidArgument, "close: wrong or null comm");
   }
-  if (comm->kind != CommKind::kListen) static_cast<DataComm*>(comm)->stopThread();
   comm->ctx->unregisterComm(comm);
-  delete comm;  // virtual destructor; the progress thread is already joined
+  delete comm;  // virtual destructor
   return {};
 }
 

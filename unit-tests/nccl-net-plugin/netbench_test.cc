@@ -75,6 +75,20 @@ TEST_F(NetbenchTest, AllToAllJson) {
   EXPECT_EQ(r.out.find("\"wrong\":1"), std::string::npos) << r.out;
 }
 
+// The ring pump (the limit a ring allreduce is measured against) verifies what it moves over the
+// plugin and over plain TCP, and every JSON line says where the time went.
+TEST_F(NetbenchTest, PumpVerifiesAndReportsContextSwitchesAndCpu) {
+  for (const char* mode : {"", "--baseline"}) {
+    Outcome r = run(std::string("--launch 3 --op pump -b 1K -e 4M -f 64 -n 3 -w 1 --json ") + mode);
+    EXPECT_EQ(r.rc, 0) << r.out;
+    EXPECT_NE(r.out.find("\"op\":\"pump\""), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("\"size\":4194304"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("\"wrong\":1"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("\"cswPerOp\":"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("\"cpuUsPerOp\":"), std::string::npos) << r.out;
+  }
+}
+
 TEST_F(NetbenchTest, TrainingResumesToTheSameChecksum) {
   std::string common = "--launch 2 --state-bytes 256K --checkpoint-every 3 ";
   Outcome straight = run(common + "--steps 12 --checkpoint-dir " + (dir / "a").string());

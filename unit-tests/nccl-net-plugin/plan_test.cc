@@ -66,6 +66,35 @@ TEST(PlanParse, RejectsBadInputWithTheField) {
   }
 }
 
+// Planes (node label c4.dev/plane) become NCCL's planeId only when the plan is complete for the
+// job: every node the plan mentions has one.
+TEST(PlanParse, PlaneIsReportedOnlyWhenEveryNodeHasOne) {
+  auto p = parsePlan(R"({"version": 1, "planes": {"a": 1, "b": 1, "c": 0},
+    "pairs": [{"localNode": "a", "peerNode": "b", "subflows": [{}]},
+              {"localNode": "b", "peerNode": "c", "subflows": [{}]}]})");
+  ASSERT_TRUE(p.has_value()) << p.error().toString();
+  EXPECT_EQ(p->planeOf("a"), 1);
+  EXPECT_EQ(p->planeOf("c"), 0);
+  std::string why;
+  EXPECT_EQ(p->planeOf("d", &why), kPlaneUnknown);
+  EXPECT_NE(why.find("node d"), std::string::npos) << why;
+  auto partial = parsePlan(R"({"version": 1, "planes": {"a": 1},
+    "pairs": [{"localNode": "a", "peerNode": "b", "subflows": [{}]}]})");
+  ASSERT_TRUE(partial.has_value());
+  EXPECT_EQ(partial->planeOf("a", &why), kPlaneUnknown);
+  EXPECT_NE(why.find("node b"), std::string::npos) << why;
+  auto none = parsePlan(R"({"version": 1})");
+  ASSERT_TRUE(none.has_value());
+  EXPECT_EQ(none->planeOf("a"), kPlaneUnknown);
+  for (const char* bad :
+       {R"({"version": 1, "planes": []})", R"({"version": 1, "planes": {"a": -1}})",
+        R"({"version": 1, "planes": {"a": 32768}})", R"({"version": 1, "planes": {"a": "0"}})"}) {
+    auto q = parsePlan(bad);
+    ASSERT_FALSE(q.has_value()) << bad;
+    EXPECT_NE(q.error().message.find("$.planes"), std::string::npos) << q.error().message;
+  }
+}
+
 struct PlanFileTest : ::testing::Test {
   void SetUp() override {
     dir = fs::temp_directory_path() /
@@ -151,8 +180,7 @@ TEST_F(PlanFileTest, SubflowsBindPlannedPortsAndFollowWeightChanges) {
     auto r = irecv(p.recv, 1, d, s, t);
     auto w = isend(p.send, src.data(), n, 0);
     ASSERT_TRUE(r && *r && w && *w);
-    ASSERT_EQ(waitRequest(*w), "");
-    ASSERT_EQ(waitRequest(*r), "");
+    ASSERT_EQ(waitAll({{*w, nullptr}, {*r, nullptr}}), "");
   };
   transfer(4 << 20);
   EXPECT_EQ(tel->subflows[0].bytes.load(), 4u << 20);

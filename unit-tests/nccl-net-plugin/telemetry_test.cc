@@ -51,8 +51,7 @@ TEST(Telemetry, ReportCarriesCountsPeerAndSubflows) {
     auto r = irecv(p.recv, 1, d, s, t);
     auto w = isend(p.send, src.data(), n, 0);
     ASSERT_TRUE(r && *r && w && *w);
-    ASSERT_EQ(waitRequest(*w), "");
-    ASSERT_EQ(waitRequest(*r), "");
+    ASSERT_EQ(waitAll({{*w, nullptr}, {*r, nullptr}}), "");
     sent += n;
   }
   a->tickNow(true);
@@ -182,8 +181,7 @@ TEST(Telemetry, MissingAgentNeverBlocksAndCountsDrops) {
   auto r = irecv(p.recv, 1, d, s, t);
   auto w = isend(p.send, src.data(), src.size(), 0);
   ASSERT_TRUE(r && *r && w && *w);
-  EXPECT_EQ(waitRequest(*w), "");
-  EXPECT_EQ(waitRequest(*r), "");
+  EXPECT_EQ(waitAll({{*w, nullptr}, {*r, nullptr}}), "");
 }
 
 TEST(Telemetry, ConnectionFailureIsReported) {

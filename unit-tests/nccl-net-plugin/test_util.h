@@ -76,7 +76,8 @@ inline Pair connectPair(Context& sender, Context& receiver) {
   return p;
 }
 
-// Polls test() until done or error; returns the error text or "" on success.
+// Polls test() on one request until done or error; returns the error text or "" on success. Only
+// for a request whose peer is driven elsewhere (another process, or already complete).
 inline std::string waitRequest(Request* r, int* sizes = nullptr,
                                std::chrono::seconds limit = std::chrono::seconds(30)) {
   auto deadline = std::chrono::steady_clock::now() + limit;
@@ -87,6 +88,53 @@ inline std::string waitRequest(Request* r, int* sizes = nullptr,
     std::this_thread::yield();
   }
   return "timeout";
+}
+
+// Stands in for NCCL's proxy thread: it polls test() on every request in flight. A connection
+// makes progress when isend/irecv/test is called on it (as NCCL's own socket transport without
+// helper threads), so a test that waits for a send must keep testing the matching receive too.
+class Proxy {
+ public:
+  void track(Request* r, int* sizes = nullptr) { inflight_.push_back({r, sizes}); }
+  // Tests every tracked request until `target` (tracked) is done or fails; others that complete
+  // meanwhile are released. Returns the error text, "" on success.
+  std::string waitFor(Request* target, std::chrono::seconds limit = std::chrono::seconds(30)) {
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < deadline) {
+      bool targetDone = true;
+      for (auto it = inflight_.begin(); it != inflight_.end();) {
+        auto t = test(it->first, it->second);
+        if (!t) return t.error().toString();
+        if (*t) {
+          it = inflight_.erase(it);
+        } else {
+          targetDone = targetDone && it->first != target;
+          ++it;
+        }
+      }
+      if (targetDone) return "";
+      std::this_thread::yield();
+    }
+    return "timeout";
+  }
+  std::string waitAll(std::chrono::seconds limit = std::chrono::seconds(30)) {
+    while (!inflight_.empty()) {
+      std::string err = waitFor(inflight_.front().first, limit);
+      if (!err.empty()) return err;
+    }
+    return "";
+  }
+
+ private:
+  std::vector<std::pair<Request*, int*>> inflight_;
+};
+
+// Waits for all of them together (see Proxy).
+inline std::string waitAll(std::initializer_list<std::pair<Request*, int*>> reqs,
+                           std::chrono::seconds limit = std::chrono::seconds(30)) {
+  Proxy p;
+  for (auto [r, s] : reqs) p.track(r, s);
+  return p.waitAll(limit);
 }
 
 // Pseudo-random bytes (xorshift64, 8 bytes per step: cheap enough for 256 MiB under sanitizers).

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <random>
 #include <thread>
@@ -42,8 +43,7 @@ void roundTrip(const Pair& p, std::size_t size, unsigned seed, int tag = 3) {
   ASSERT_NE(*sr, nullptr);
   int sendSize = -1;
   int recvSize[kMaxRecvs] = {-1};
-  ASSERT_EQ(waitRequest(*sr, &sendSize), "");
-  ASSERT_EQ(waitRequest(*rr, recvSize), "");
+  ASSERT_EQ(waitAll({{*sr, &sendSize}, {*rr, recvSize}}), "");
   EXPECT_EQ(sendSize, static_cast<int>(size));
   EXPECT_EQ(recvSize[0], static_cast<int>(size));
   EXPECT_TRUE(std::equal(src.begin(), src.end(), dst.begin())) << "size " << size;
@@ -112,11 +112,16 @@ TEST_F(TransportTest, ManyOutstandingRequestsWithinNcclLimit) {
     ASSERT_TRUE(r && *r != nullptr);
     sends.push_back(*r);
   }
+  Proxy proxy;
+  std::vector<std::array<int, kMaxRecvs>> sz(kN);
   for (int i = 0; i < kN; ++i) {
-    ASSERT_EQ(waitRequest(sends[static_cast<std::size_t>(i)]), "");
-    int sz[kMaxRecvs];
-    ASSERT_EQ(waitRequest(recvs[static_cast<std::size_t>(i)], sz), "");
-    EXPECT_EQ(sz[0], static_cast<int>(src[static_cast<std::size_t>(i)].size()));
+    proxy.track(sends[static_cast<std::size_t>(i)]);
+    proxy.track(recvs[static_cast<std::size_t>(i)], sz[static_cast<std::size_t>(i)].data());
+  }
+  ASSERT_EQ(proxy.waitAll(), "");
+  for (int i = 0; i < kN; ++i) {
+    EXPECT_EQ(sz[static_cast<std::size_t>(i)][0],
+              static_cast<int>(src[static_cast<std::size_t>(i)].size()));
     EXPECT_EQ(src[static_cast<std::size_t>(i)], dst[static_cast<std::size_t>(i)]);
   }
   // Slots are released by test(): posting works again.
@@ -150,15 +155,221 @@ TEST_F(TransportTest, GroupedReceiveMatchesTags) {
     ASSERT_TRUE(s && *s != nullptr);
     sends.push_back(*s);
   }
-  for (auto* s : sends) ASSERT_EQ(waitRequest(s), "");
+  Proxy proxy;
+  for (auto* s : sends) proxy.track(s);
   int got[kMaxRecvs] = {};
-  ASSERT_EQ(waitRequest(*r, got), "");
+  proxy.track(*r, got);
+  ASSERT_EQ(proxy.waitAll(), "");
   for (int i = 0; i < kN; ++i) {
     auto ui = static_cast<std::size_t>(i);
     EXPECT_EQ(got[i], static_cast<int>(src[ui].size()));
     EXPECT_TRUE(std::equal(src[ui].begin(), src[ui].end(), dst[ui].begin())) << i;
   }
 }
+
+// NCCL shares one connection among senders that progress independently (p2p with
+// NCCL_NET_SHARED_COMMS=1, PXN), tag = sender's rank, and groups their receives. Two grouped
+// receives {11, 22}, then the sends 11, 11, 22, 22: the second 11 belongs to the second receive.
+TEST_F(TransportTest, SharedConnectionGroupedReceivesTakeSendsInAnyTagOrder) {
+  Pair p = connectPair(*a, *b);
+  ASSERT_NE(p.send, nullptr);
+  std::vector<std::vector<unsigned char>> src(4), dst(4);
+  for (std::size_t i = 0; i < 4; ++i) {
+    src[i].resize(1000 + 100 * i);
+    fillPattern(src[i], static_cast<unsigned>(7 + i));
+    dst[i].assign(4096, 0);
+  }
+  // dst[0], dst[1]: first receive (tags 11, 22); dst[2], dst[3]: second receive.
+  std::vector<Request*> recvs;
+  for (std::size_t r = 0; r < 2; ++r) {
+    void* data[2] = {dst[2 * r].data(), dst[2 * r + 1].data()};
+    std::size_t sizes[2] = {4096, 4096};
+    int tags[2] = {11, 22};
+    auto rr = irecv(p.recv, 2, data, sizes, tags);
+    ASSERT_TRUE(rr && *rr != nullptr);
+    recvs.push_back(*rr);
+  }
+  // src[0]: first 11, src[1]: second 11, src[2]: first 22, src[3]: second 22.
+  std::vector<Request*> sends;
+  const int sendTags[4] = {11, 11, 22, 22};
+  for (std::size_t i = 0; i < 4; ++i) {
+    auto sr = isend(p.send, src[i].data(), src[i].size(), sendTags[i]);
+    ASSERT_TRUE(sr && *sr != nullptr);
+    sends.push_back(*sr);
+  }
+  Proxy proxy;
+  for (auto* s : sends) proxy.track(s);
+  int got0[kMaxRecvs] = {}, got1[kMaxRecvs] = {};
+  proxy.track(recvs[0], got0);
+  proxy.track(recvs[1], got1);
+  ASSERT_EQ(proxy.waitAll(), "");
+  EXPECT_EQ(got0[0], 1000);
+  EXPECT_EQ(got0[1], 1200);
+  EXPECT_EQ(got1[0], 1100);
+  EXPECT_EQ(got1[1], 1300);
+  EXPECT_TRUE(std::equal(src[0].begin(), src[0].end(), dst[0].begin()));
+  EXPECT_TRUE(std::equal(src[2].begin(), src[2].end(), dst[1].begin()));
+  EXPECT_TRUE(std::equal(src[1].begin(), src[1].end(), dst[2].begin()));
+  EXPECT_TRUE(std::equal(src[3].begin(), src[3].end(), dst[3].begin()));
+}
+
+// The same root cause with single receives: receive tag A, receive tag B, the sender posts B first.
+TEST_F(TransportTest, SingleReceivesTakeTheSendWithTheirTag) {
+  Pair p = connectPair(*a, *b);
+  ASSERT_NE(p.send, nullptr);
+  std::vector<unsigned char> srcA(3000), srcB(5000), dstA(8192, 0), dstB(8192, 0);
+  fillPattern(srcA, 1);
+  fillPattern(srcB, 2);
+  int tagA = 4, tagB = 9;
+  void* da[1] = {dstA.data()};
+  void* db[1] = {dstB.data()};
+  std::size_t cap[1] = {8192};
+  auto ra = irecv(p.recv, 1, da, cap, &tagA);
+  auto rb = irecv(p.recv, 1, db, cap, &tagB);
+  ASSERT_TRUE(ra && *ra && rb && *rb);
+  auto sb = isend(p.send, srcB.data(), srcB.size(), tagB);
+  ASSERT_TRUE(sb && *sb);
+  auto sa = isend(p.send, srcA.data(), srcA.size(), tagA);
+  ASSERT_TRUE(sa && *sa);
+  int gotA[kMaxRecvs] = {}, gotB[kMaxRecvs] = {};
+  ASSERT_EQ(waitAll({{*sb, nullptr}, {*sa, nullptr}, {*rb, gotB}, {*ra, gotA}}), "");
+  EXPECT_EQ(gotA[0], 3000);
+  EXPECT_EQ(gotB[0], 5000);
+  EXPECT_TRUE(std::equal(srcA.begin(), srcA.end(), dstA.begin()));
+  EXPECT_TRUE(std::equal(srcB.begin(), srcB.end(), dstB.begin()));
+}
+
+// Every interleaving the ext-net contract allows: several tags (senders), each sending its
+// messages in order; the receiver groups up to 8 tags per receive, in each tag's order. Sends and
+// receives are posted in a random interleaving (sends before their receive included), or the
+// receiver posts its next receive only when the previous one completed while every send is
+// already on the wire (with one subflow, messages of other tags queue behind unreceived ones).
+// Sizes cross the multi-subflow split threshold. Every byte lands in the buffer of its tag.
+struct Interleaving {
+  int subflows;
+  bool laggingReceiver;
+};
+
+class TagInterleavingTest : public ::testing::TestWithParam<Interleaving> {};
+
+TEST_P(TagInterleavingTest, EverySendLandsInTheReceiveOfItsTag) {
+  for (unsigned seed = 1; seed <= 6; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    auto cfgA = baseConfig("node-a", 0);
+    cfgA.subflows = GetParam().subflows;
+    auto a = makeContext(cfgA);
+    auto b = makeContext(baseConfig("node-b", 1));
+    Pair p = connectPair(*a, *b);
+    ASSERT_NE(p.send, nullptr);
+    std::mt19937 rng(seed);
+    const int nTags = 2 + static_cast<int>(rng() % 4);  // 2..5 senders
+    // Messages per tag, sizes up to 600 KiB (split over subflows above 128 KiB).
+    std::vector<std::vector<std::vector<unsigned char>>> msgs(static_cast<std::size_t>(nTags));
+    for (int t = 0; t < nTags; ++t) {
+      int m = 3 + static_cast<int>(rng() % 4);
+      for (int k = 0; k < m; ++k) {
+        std::size_t size = rng() % 4 == 0 ? rng() % (600 << 10) : rng() % 5000;
+        msgs[static_cast<std::size_t>(t)].emplace_back(size);
+        fillPattern(msgs[static_cast<std::size_t>(t)].back(),
+                    static_cast<unsigned>(seed * 1000 + static_cast<unsigned>(t * 100 + k)));
+      }
+    }
+    // Receives: each takes the next message of a random subset of the tags that have some left.
+    struct Recv {
+      std::vector<int> tags;  // tag index per buffer
+      std::vector<std::size_t> index;
+      std::vector<std::vector<unsigned char>> bufs;
+      Request* req = nullptr;
+    };
+    std::vector<Recv> recvs;
+    std::vector<std::size_t> nextRecv(static_cast<std::size_t>(nTags), 0);
+    for (;;) {
+      Recv r;
+      for (int t = 0; t < nTags; ++t) {
+        auto ut = static_cast<std::size_t>(t);
+        if (nextRecv[ut] < msgs[ut].size() && (rng() % 3 != 0 || r.tags.empty())) {
+          r.tags.push_back(t);
+          r.index.push_back(nextRecv[ut]++);
+          r.bufs.emplace_back(msgs[ut][r.index.back()].size() + 1 + rng() % 64, 0xEE);
+        }
+      }
+      if (r.tags.empty()) break;
+      recvs.push_back(std::move(r));
+    }
+    ASSERT_LE(recvs.size(), static_cast<std::size_t>(kMaxRequests));
+    // Sends: a random interleaving of the tags, each tag in its order.
+    std::vector<int> sendOrder;
+    for (int t = 0; t < nTags; ++t) {
+      sendOrder.insert(sendOrder.end(), msgs[static_cast<std::size_t>(t)].size(), t);
+    }
+    std::shuffle(sendOrder.begin(), sendOrder.end(), rng);
+    std::vector<std::size_t> nextSend(static_cast<std::size_t>(nTags), 0);
+    Proxy proxy;  // tests every request in flight, sends included, like NCCL's proxy
+    std::vector<std::array<int, kMaxRecvs>> got(recvs.size());
+    auto postSend = [&](std::size_t i) {
+      int t = sendOrder[i];
+      auto& m = msgs[static_cast<std::size_t>(t)][nextSend[static_cast<std::size_t>(t)]++];
+      auto s = isend(p.send, m.data(), m.size(), 100 + t);
+      ASSERT_TRUE(s && *s != nullptr);
+      proxy.track(*s);
+    };
+    auto postRecv = [&](Recv& r) {
+      void* data[kMaxRecvs];
+      std::size_t sizes[kMaxRecvs];
+      int tags[kMaxRecvs];
+      for (std::size_t i = 0; i < r.tags.size(); ++i) {
+        data[i] = r.bufs[i].data();
+        sizes[i] = r.bufs[i].size();
+        tags[i] = 100 + r.tags[i];
+      }
+      auto q = irecv(p.recv, static_cast<int>(r.tags.size()), data, sizes, tags);
+      ASSERT_TRUE(q && *q != nullptr);
+      r.req = *q;
+      proxy.track(r.req, got[static_cast<std::size_t>(&r - recvs.data())].data());
+    };
+    auto check = [&](Recv& r) {
+      ASSERT_EQ(proxy.waitFor(r.req), "");
+      const auto& sizes = got[static_cast<std::size_t>(&r - recvs.data())];
+      for (std::size_t i = 0; i < r.tags.size(); ++i) {
+        const auto& m = msgs[static_cast<std::size_t>(r.tags[i])][r.index[i]];
+        EXPECT_EQ(sizes[i], static_cast<int>(m.size()));
+        EXPECT_TRUE(std::equal(m.begin(), m.end(), r.bufs[i].begin()))
+            << "tag " << r.tags[i] << " message " << r.index[i];
+        EXPECT_EQ(r.bufs[i][m.size()], 0xEE) << "wrote past the message";
+      }
+    };
+    if (GetParam().laggingReceiver) {
+      for (std::size_t i = 0; i < sendOrder.size(); ++i) postSend(i);
+      for (auto& r : recvs) {
+        postRecv(r);
+        check(r);
+      }
+    } else {
+      std::size_t si = 0, ri = 0;
+      while (si < sendOrder.size() || ri < recvs.size()) {
+        bool send = ri == recvs.size() || (si < sendOrder.size() && rng() % 2 == 0);
+        if (send) {
+          postSend(si++);
+        } else {
+          postRecv(recvs[ri++]);
+        }
+      }
+      for (auto& r : recvs) check(r);
+    }
+    ASSERT_EQ(proxy.waitAll(), "");
+    EXPECT_TRUE(closeComm(p.send, CommKind::kSend));
+    EXPECT_TRUE(closeComm(p.recv, CommKind::kRecv));
+    EXPECT_TRUE(closeComm(p.listen, CommKind::kListen));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Plugin, TagInterleavingTest,
+                         ::testing::Values(Interleaving{4, false}, Interleaving{1, false},
+                                           Interleaving{4, true}, Interleaving{1, true}),
+                         [](const auto& param) {
+                           return std::to_string(param.param.subflows) + "Subflows" +
+                                  (param.param.laggingReceiver ? "LaggingReceiver" : "Interleaved");
+                         });
 
 TEST_F(TransportTest, ManyConcurrentComms) {
   constexpr int kComms = 8;
@@ -250,7 +461,9 @@ TEST_F(TransportTest, ReceiveBufferTooSmallIsAnError) {
   ASSERT_TRUE(r && *r && w && *w);
   std::string err = waitRequest(*r);
   EXPECT_NE(err.find("larger than the receive buffer"), std::string::npos) << err;
-  // The send may still be in flight: close (joins the progress thread) before `src` goes away.
+  // A user error, not a network failure: ncclInvalidUsage at the ABI (kFailedPrecondition).
+  EXPECT_EQ(err.rfind("failed_precondition:", 0), 0u) << err;
+  // The send may still be queued: close it before `src` goes away.
   EXPECT_TRUE(closeComm(p.send, CommKind::kSend));
 }
 

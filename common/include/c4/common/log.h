@@ -82,6 +82,8 @@ class CaptureLogSink final : public LogSink {
 
 // Process-wide configuration. Defaults: StderrLogSink, level from $C4_LOG_LEVEL or info, real
 // clock for timestamps.
+// nullptr: back to the built-in stderr sink (which owns no heap memory; a library that is unloaded
+// resets its sink so nothing of it outlives dlclose).
 void setLogSink(std::shared_ptr<LogSink> sink);
 void setLogLevel(LogLevel level);
 LogLevel logLevel() noexcept;

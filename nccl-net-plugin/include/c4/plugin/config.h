@@ -40,6 +40,10 @@ struct PluginConfig {
   std::uint64_t minChunkBytes = 64 * 1024;
   // C4_TCP_USER_TIMEOUT_MS: unacknowledged data older than this kills a connection (dead host).
   std::uint32_t tcpUserTimeoutMs = 10000;
+  // C4_MAX_STAGED_BYTES: per receiving connection shared by several tags, how many bytes of
+  // messages that arrive before their receive is posted are kept in memory; past it the subflow
+  // is not read until a receive is posted (TCP backpressure).
+  std::uint64_t maxStagedBytes = 64ull << 20;
 
   // One line per setting: "NAME=value (env|default)".
   std::vector<std::string> describe() const;

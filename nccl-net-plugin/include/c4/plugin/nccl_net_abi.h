@@ -1,9 +1,10 @@
-/* The NCCL net plugin ABI, versions 8 to 11, as NCCL 2.20 ... 2.29 load it.
+/* The NCCL net plugin ABI, versions 8 to 12, as NCCL 2.20 ... 2.32 load it.
  *
- * Our own declarations, written from the facts in shared/research/nccl-plugin-abi.md §2 and checked
- * member by member against NVIDIA/nccl `ext-net/example/nccl/net_v8.h ... net_v11.h` and
- * `src/include/plugin/net/net_v11.h` (tag v2.28.7/v2.28.9). Names carry a `C4Nccl` prefix so this
- * header never clashes with an installed nccl.h; the layouts (member order, types) are the ABI.
+ * Our own declarations, checked member by member against NVIDIA/nccl
+ * `ext-net/example/nccl/net_v8.h ... net_v11.h`, `src/include/plugin/net/net_v11.h` (tags
+ * v2.28.7/v2.28.9) and `plugins/net/example/nccl/net_v12.h`, `src/include/plugin/net/net_v12.h`
+ * (tag v2.30.7). Names carry a `C4Nccl` prefix so this header never clashes with an installed
+ * nccl.h; the layouts (member order, types) are the ABI.
  *
  * Plain C11 so the C conformance test can include it.
  */
@@ -58,12 +59,14 @@ typedef C4NcclResult (*C4NcclProfilerFn)(void** eHandle, int type, void* pHandle
 #define C4_NCCL_PTR_DMABUF 0x4
 #define C4_NCCL_NET_OPTIONAL_RECV_COMPLETION 0x1
 #define C4_NCCL_MAX_NET_SIZE_BYTES (1ULL << 40)
-#define C4_NCCL_NET_MAX_DEVS_PER_NIC 4
+#define C4_NCCL_NET_MAX_DEVS_PER_NIC 4 /* v9 ... v11 */
+#define C4_NCCL_NET_MAX_DEVS_PER_NIC_V12 8
+#define C4_NCCL_NET_ID_UNDEF (-1) /* railId / planeId not known (v12) */
 #define C4_NCCL_NET_TRAFFIC_CLASS_UNDEF (-1)
 #define C4_NCCL_NET_DEVICE_HOST 0
 #define C4_NCCL_NET_DEVICE_INVALID_VERSION 0
 
-/* ncclNetDeviceHandle_v7..v11_t */
+/* ncclNetDeviceHandle_v7..v12_t */
 typedef struct {
   int netDeviceType; /* enum, int-sized */
   int netDeviceVersion;
@@ -78,12 +81,18 @@ typedef struct {
   int devs[C4_NCCL_NET_MAX_DEVS_PER_NIC];
 } C4NcclVDeviceProps;
 
-/* ncclNetCommConfig_v10/v11_t */
+/* ncclNetVDeviceProps_v12_t */
+typedef struct {
+  int ndevs;
+  int devs[C4_NCCL_NET_MAX_DEVS_PER_NIC_V12];
+} C4NcclVDevicePropsV12;
+
+/* ncclNetCommConfig_v10/v11/v12_t */
 typedef struct {
   int trafficClass;
 } C4NcclCommConfig;
 
-/* ncclNetCommAttr_v11_t / ncclNetAttr_v11_t (undefined fields are -1 / 0xFFFFFFFF) */
+/* ncclNetCommAttr_v11/v12_t / ncclNetAttr_v11/v12_t (undefined fields are -1 / 0xFFFFFFFF) */
 typedef struct {
   int32_t maxConcurrentPeers;
   int32_t minConcurrentPeers;
@@ -156,7 +165,64 @@ typedef struct {
   int maxMultiRequestSize;
 } C4NcclPropertiesV11;
 
-/* ncclNet_v11_t: symbol ncclNetPlugin_v11 (NCCL 2.28, 2.29). 22 members. */
+/* ncclNetProperties_v12_t: v11 with 8 devices in vProps, then railId and planeId. */
+typedef struct {
+  char* name;
+  char* pciPath;
+  uint64_t guid;
+  int ptrSupport;
+  int regIsGlobal;
+  int forceFlush;
+  int speed;
+  int port;
+  float latency;
+  int maxComms;
+  int maxRecvs;
+  int netDeviceType;
+  int netDeviceVersion;
+  C4NcclVDevicePropsV12 vProps;
+  size_t maxP2pBytes;
+  size_t maxCollBytes;
+  int maxMultiRequestSize;
+  int16_t railId;  /* C4_NCCL_NET_ID_UNDEF when unknown */
+  int16_t planeId; /* C4_NCCL_NET_ID_UNDEF when unknown */
+} C4NcclPropertiesV12;
+
+/* ncclNet_v12_t: symbol ncclNetPlugin_v12 (NCCL 2.30+; probed first). 22 members, the order of
+ * v11; getProperties and makeVDevice take the v12 structs. */
+typedef struct {
+  const char* name;
+  C4NcclResult (*init)(void** ctx, uint64_t commId, C4NcclCommConfig* config, C4NcclLogFn logFn,
+                       C4NcclProfilerFn profFn);
+  C4NcclResult (*devices)(int* ndev);
+  C4NcclResult (*getProperties)(int dev, C4NcclPropertiesV12* props);
+  C4NcclResult (*listen)(void* ctx, int dev, void* handle, void** listenComm);
+  C4NcclResult (*connect)(void* ctx, int dev, void* handle, void** sendComm,
+                          C4NcclNetDeviceHandle** sendDevComm);
+  C4NcclResult (*accept)(void* listenComm, void** recvComm, C4NcclNetDeviceHandle** recvDevComm);
+  C4NcclResult (*regMr)(void* comm, void* data, size_t size, int type, void** mhandle);
+  C4NcclResult (*regMrDmaBuf)(void* comm, void* data, size_t size, int type, uint64_t offset,
+                              int fd, void** mhandle);
+  C4NcclResult (*deregMr)(void* comm, void* mhandle);
+  C4NcclResult (*isend)(void* sendComm, void* data, size_t size, int tag, void* mhandle,
+                        void* phandle, void** request);
+  C4NcclResult (*irecv)(void* recvComm, int n, void** data, size_t* sizes, int* tags,
+                        void** mhandles, void** phandles, void** request);
+  C4NcclResult (*iflush)(void* recvComm, int n, void** data, int* sizes, void** mhandles,
+                         void** request);
+  C4NcclResult (*test)(void* request, int* done, int* sizes);
+  C4NcclResult (*closeSend)(void* sendComm);
+  C4NcclResult (*closeRecv)(void* recvComm);
+  C4NcclResult (*closeListen)(void* listenComm);
+  C4NcclResult (*getDeviceMr)(void* comm, void* mhandle, void** dptr_mhandle);
+  C4NcclResult (*irecvConsumed)(void* recvComm, int n, void* request);
+  C4NcclResult (*makeVDevice)(int* d, C4NcclVDevicePropsV12* props);
+  C4NcclResult (*finalize)(void* ctx);
+  C4NcclResult (*setNetAttr)(void* ctx, C4NcclNetAttr* netAttr);
+} C4NcclNetV12;
+
+/* ncclNet_v11_t: symbol ncclNetPlugin_v11 (NCCL 2.28, 2.29; still accepted by 2.30+). 22 members.
+ */
 typedef struct {
   const char* name;
   C4NcclResult (*init)(void** ctx, uint64_t commId, C4NcclCommConfig* config, C4NcclLogFn logFn,

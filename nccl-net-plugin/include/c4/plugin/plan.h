@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -30,13 +31,23 @@ struct PlanPair {
   std::vector<PlannedSubflow> subflows;
 };
 
+inline constexpr int kPlaneUnknown = -1;   // NCCL_NET_ID_UNDEF
+inline constexpr int kMaxPlaneId = 32767;  // ncclNetProperties_v12_t::planeId is an int16_t
+
 struct Plan {
   std::int64_t version = -1;
   int defaultSubflows = 0;  // 0: C4_SUBFLOWS
   std::vector<PlanPair> pairs;
+  std::map<std::string, int, std::less<>>
+      planes;  // node -> network plane (node label c4.dev/plane)
 
   // Subflows planned for (localNode, peer whose node hashes to peerHash); nullptr when unplanned.
   [[nodiscard]] const PlanPair* find(std::string_view localNode, std::uint64_t peerHash) const;
+  // The plane of `node` as NCCL should see it (planeId of every device), or kPlaneUnknown. NCCL's
+  // topology search never pairs NICs of two different known planes, so a plane is reported only
+  // when the plan is complete for the job: it names a plane for `node` and for every node its
+  // pairs mention. `why` (optional) says what is missing when the answer is kPlaneUnknown.
+  [[nodiscard]] int planeOf(std::string_view node, std::string* why = nullptr) const;
 };
 
 // FNV-1a 64 of a node name; carried in connection handles so the connecting side can look the

@@ -1,9 +1,10 @@
-// Per-connection telemetry (DESIGN.md §3.3), written without locks.
+// Per-connection telemetry (DESIGN.md §3.3): written under the connection's I/O mutex, read without
+// locks.
 //
-// Writers: the NCCL thread counts posted ops; the connection's progress thread is the only writer
-// of everything else. The reporter thread reads with relaxed atomics and computes interval deltas,
-// so no NCCL-calling thread ever waits for telemetry. C4_TELEMETRY=0 at compile time removes the
-// hooks (the benchmark's "compiled out" baseline).
+// Writers: whichever NCCL thread drives the connection, under the connection's I/O mutex (so each
+// counter has one writer at a time). The reporter thread reads with relaxed atomics and computes
+// interval deltas, so no NCCL-calling thread ever waits for telemetry. C4_TELEMETRY=0 at compile
+// time removes the hooks (the benchmark's "compiled out" baseline).
 #pragma once
 
 #include <array>
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "c4/common/error.h"
 #include "c4/common/report.h"
 #include "c4/plugin/plan.h"
 
@@ -101,13 +103,14 @@ struct ConnTelemetry {
   std::uint64_t peerNodeHash = 0;
   std::vector<SubflowTelemetry> subflows;
   std::vector<InflightSlot> inflight;
-  std::string failure;  // set once before `failed` is stored (release)
+  std::string failure;  // set once before `failed` is stored (release), with its code
+  ErrorCode failureCode = ErrorCode::kUnavailable;
 
-  std::atomic<std::uint64_t> postedOps{0};     // NCCL thread
-  std::atomic<std::uint64_t> completedOps{0};  // progress thread
-  std::atomic<std::uint64_t> bytes{0};         // progress thread (payload bytes completed)
-  LatencyHistogram wait;                       // posted -> first byte
-  LatencyHistogram transfer;                   // first byte -> done
+  std::atomic<std::uint64_t> postedOps{0};
+  std::atomic<std::uint64_t> completedOps{0};
+  std::atomic<std::uint64_t> bytes{0};  // payload bytes completed
+  LatencyHistogram wait;                // posted -> first byte
+  LatencyHistogram transfer;            // first byte -> done
   std::atomic<bool> failed{false};
   std::atomic<bool> failureReported{false};
   std::atomic<bool> peerClosed{false};
@@ -115,7 +118,7 @@ struct ConnTelemetry {
   // Hooks, each a handful of relaxed atomics. `nowNs` values come from the injected clock.
   template <bool On = kTelemetryEnabled>
   void onPosted() noexcept {
-    // One NCCL thread drives a comm: a plain load/store, no locked instruction.
+    // Under the connection's I/O mutex: a plain load/store, no locked instruction.
     if constexpr (On) {
       postedOps.store(postedOps.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     }
@@ -148,8 +151,8 @@ struct ConnTelemetry {
       (void)n;
     }
   }
-  // The op in request slot `slot` was posted at `nowNs` (NCCL thread) / is no longer in flight
-  // (progress thread). Feeds the oldest-in-flight age and stall detection.
+  // The op in request slot `slot` was posted at `nowNs` / is no longer in flight. Feeds the
+  // oldest-in-flight age and stall detection.
   template <bool On = kTelemetryEnabled>
   void markPosted(std::size_t slot, std::int64_t nowNs) noexcept {
     if constexpr (On) {

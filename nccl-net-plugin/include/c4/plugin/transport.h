@@ -1,16 +1,20 @@
 // The C4 TCP transport behind the NCCL ABI shell (abi.cc): per-communicator contexts, listen/
-// connect/accept state machines, multi-subflow connections driven by progress threads, request
-// pools within NCCL's limits, telemetry and the traffic plan.
+// connect/accept state machines, multi-subflow connections, request pools within NCCL's limits,
+// telemetry and the traffic plan.
 //
-// Threads: every SendComm/RecvComm owns one progress thread (joined by close); every Context owns
-// one reporter thread (telemetry, stall detection, plan polling; joined by the destructor, which
-// abi.cc calls from finalize). NCCL-calling threads never wait for either beyond a short inbox
-// mutex.
+// Threads: a SendComm/RecvComm has no thread of its own. Its non-blocking sockets are driven by
+// the NCCL thread that calls isend/irecv/test on it (under the comm's I/O mutex): isend writes what
+// the socket takes at once, test reads and writes what is ready. NCCL's proxy polls test() on every
+// request in flight, so that is all the progress a connection needs, and a small message costs no
+// thread hand-off and no wake-up. Every Context owns one reporter thread (telemetry, stall
+// detection, plan polling; joined by the destructor, which abi.cc calls from finalize); it only
+// reads telemetry atomics.
 //
 // Wire format (little-endian hosts): each subflow starts with a Hello (rank/pod/node, connection
 // id, subflow index); the acceptor answers an Ack with its own identity on subflow 0; after that
-// data flows one way as frames {magic, seq, tag, total, offset, len} + payload. A message is split
-// into frames across subflows by weight; the receiver reassembles by (seq, offset).
+// data flows one way as frames {magic, tag, tagSeq, total, offset, len} + payload. A message is
+// split into frames across subflows by weight; the receiver gives the k-th message of a tag to the
+// k-th receive buffer posted with that tag and reassembles it by offset.
 #pragma once
 
 #include <atomic>
