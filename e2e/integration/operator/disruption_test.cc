@@ -8,6 +8,7 @@
 
 #include "harness.h"
 #include "operator/client/curl_kube_client.h"
+#include "operator/client/forwarding_kube_client.h"
 #include "operator/manager/leader_election.h"
 #include "operator/manager/manager.h"
 
@@ -113,9 +114,9 @@ TEST_F(DisruptionIT, OperatorRecoversFromAnApiServerRestart) {
 // API server on its other connections: the asymmetric failure fencing exists for). Successful
 // writes are recorded with the time their answer came back (the write has landed by then) and
 // the time they were sent.
-class Recorder final : public KubeClient {
+class Recorder final : public ForwardingKubeClient {
  public:
-  explicit Recorder(KubeClient& real) : real_(real) {}
+  explicit Recorder(KubeClient& real) : ForwardingKubeClient(real) {}
   void partition() { cut_ = true; }
   struct Write {
     std::chrono::steady_clock::time_point sent, answered;
@@ -128,31 +129,31 @@ class Recorder final : public KubeClient {
   Result<Json> get(const ResourceType& t, std::string_view ns, std::string_view name,
                    const GetOptions& o) override {
     if (cut_) return makeError(ErrorCode::kUnavailable, "partitioned");
-    return real_.get(t, ns, name, o);
+    return target().get(t, ns, name, o);
   }
   Result<Json> list(const ResourceType& t, std::string_view ns, const ListOptions& o) override {
     if (cut_) return makeError(ErrorCode::kUnavailable, "partitioned");
-    return real_.list(t, ns, o);
+    return target().list(t, ns, o);
   }
   Result<Json> create(const ResourceType& t, std::string_view ns, const Json& obj,
                       const WriteOptions& o) override {
     return record("create " + t.kind + " " + objectName(obj),
-                  [&] { return real_.create(t, ns, obj, o); });
+                  [&] { return target().create(t, ns, obj, o); });
   }
   Result<Json> update(const ResourceType& t, std::string_view ns, const Json& obj,
                       const WriteOptions& o) override {
     return record("update " + t.kind + " " + objectName(obj),
-                  [&] { return real_.update(t, ns, obj, o); });
+                  [&] { return target().update(t, ns, obj, o); });
   }
   Result<Json> patch(const ResourceType& t, std::string_view ns, std::string_view name,
                      PatchType pt, const Json& body, const PatchOptions& o) override {
     return record("patch " + t.kind + " " + std::string(name),
-                  [&] { return real_.patch(t, ns, name, pt, body, o); });
+                  [&] { return target().patch(t, ns, name, pt, body, o); });
   }
   Status remove(const ResourceType& t, std::string_view ns, std::string_view name,
                 const DeleteOptions& o) override {
     auto result = record("delete " + t.kind + " " + std::string(name), [&]() -> Result<Json> {
-      auto removed = real_.remove(t, ns, name, o);
+      auto removed = target().remove(t, ns, name, o);
       if (!removed) return std::unexpected(removed.error());
       return Json::object();
     });
@@ -162,7 +163,7 @@ class Recorder final : public KubeClient {
   Status watch(const ResourceType& t, std::string_view ns, const WatchOptions& o,
                const WatchHandler& h) override {
     if (cut_) return makeError(ErrorCode::kUnavailable, "partitioned");
-    return real_.watch(t, ns, o, h);
+    return target().watch(t, ns, o, h);
   }
 
  private:
@@ -177,7 +178,6 @@ class Recorder final : public KubeClient {
     }
     return result;
   }
-  KubeClient& real_;
   std::atomic<bool> cut_{false};
   std::mutex mu_;
   std::vector<Write> writes_;

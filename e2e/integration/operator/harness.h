@@ -18,6 +18,7 @@
 #include "c4/common/clock.h"
 #include "c4/common/metrics.h"
 #include "operator/client/curl_kube_client.h"
+#include "operator/client/forwarding_kube_client.h"
 #include "operator/client/kube_config.h"
 #include "operator/trainingjob/reconciler.h"
 
@@ -204,48 +205,24 @@ class OperatorInstance {
 
 // Forwards every call to the real client and counts TrainingJob status writes (a decorator,
 // not a fake: the API server still answers everything).
-class StatusWriteCounter final : public KubeClient {
+class StatusWriteCounter final : public ForwardingKubeClient {
  public:
-  explicit StatusWriteCounter(KubeClient& real) : real_(real) {}
+  explicit StatusWriteCounter(KubeClient& real) : ForwardingKubeClient(real) {}
   int statusWrites(const std::string& job) {
     std::lock_guard lock(mu_);
     return writes_[job];
   }
-  Result<Json> get(const ResourceType& t, std::string_view ns, std::string_view name,
-                   const GetOptions& o) override {
-    return real_.get(t, ns, name, o);
-  }
-  Result<Json> list(const ResourceType& t, std::string_view ns, const ListOptions& o) override {
-    return real_.list(t, ns, o);
-  }
-  Result<Json> create(const ResourceType& t, std::string_view ns, const Json& obj,
-                      const WriteOptions& o) override {
-    return real_.create(t, ns, obj, o);
-  }
   Result<Json> update(const ResourceType& t, std::string_view ns, const Json& obj,
                       const WriteOptions& o) override {
-    auto result = real_.update(t, ns, obj, o);
+    auto result = target().update(t, ns, obj, o);
     if (result && t.resource == "trainingjobs" && o.subresource == "status") {
       std::lock_guard lock(mu_);
       ++writes_[objectName(obj)];
     }
     return result;
   }
-  Result<Json> patch(const ResourceType& t, std::string_view ns, std::string_view name,
-                     PatchType pt, const Json& body, const PatchOptions& o) override {
-    return real_.patch(t, ns, name, pt, body, o);
-  }
-  Status remove(const ResourceType& t, std::string_view ns, std::string_view name,
-                const DeleteOptions& o) override {
-    return real_.remove(t, ns, name, o);
-  }
-  Status watch(const ResourceType& t, std::string_view ns, const WatchOptions& o,
-               const WatchHandler& h) override {
-    return real_.watch(t, ns, o, h);
-  }
 
  private:
-  KubeClient& real_;
   std::mutex mu_;
   std::map<std::string, int> writes_;
 };

@@ -9,6 +9,7 @@
 
 #include "harness.h"
 #include "operator/cache/informer.h"
+#include "operator/client/forwarding_kube_client.h"
 #include "operator/remediation/node_actions.h"
 
 namespace c4::op::it {
@@ -732,47 +733,23 @@ TEST_F(OperatorIT, ATerminalApiErrorCreatingPodsIsACondition) {
 // Forwards to the real client. The first ConfigMap create returns only after the operator's
 // informer has shown the new object AND its deletion by someone else: the order a fast watch
 // and a quick user produce under load.
-class InformerFirstClient final : public KubeClient {
+class InformerFirstClient final : public ForwardingKubeClient {
  public:
-  explicit InformerFirstClient(KubeClient& real) : real_(real) {}
+  explicit InformerFirstClient(KubeClient& real) : ForwardingKubeClient(real) {}
   std::function<bool(const std::string& key)> cached;  // set once the controller exists
-  Result<Json> get(const ResourceType& t, std::string_view ns, std::string_view name,
-                   const GetOptions& o) override {
-    return real_.get(t, ns, name, o);
-  }
-  Result<Json> list(const ResourceType& t, std::string_view ns, const ListOptions& o) override {
-    return real_.list(t, ns, o);
-  }
   Result<Json> create(const ResourceType& t, std::string_view ns, const Json& obj,
                       const WriteOptions& o) override {
-    auto result = real_.create(t, ns, obj, o);
+    auto result = target().create(t, ns, obj, o);
     if (result && t.resource == "configmaps" && !raced_.exchange(true)) {
       const std::string key = objectKey(*result);
       EXPECT_TRUE(waitFor([&] { return cached(key); }, std::chrono::seconds{10}));
-      EXPECT_TRUE(real_.remove(t, ns, objectName(*result), DeleteOptions{}));
+      EXPECT_TRUE(target().remove(t, ns, objectName(*result), DeleteOptions{}));
       EXPECT_TRUE(waitFor([&] { return !cached(key); }, std::chrono::seconds{10}));
     }
     return result;
   }
-  Result<Json> update(const ResourceType& t, std::string_view ns, const Json& obj,
-                      const WriteOptions& o) override {
-    return real_.update(t, ns, obj, o);
-  }
-  Result<Json> patch(const ResourceType& t, std::string_view ns, std::string_view name,
-                     PatchType pt, const Json& body, const PatchOptions& o) override {
-    return real_.patch(t, ns, name, pt, body, o);
-  }
-  Status remove(const ResourceType& t, std::string_view ns, std::string_view name,
-                const DeleteOptions& o) override {
-    return real_.remove(t, ns, name, o);
-  }
-  Status watch(const ResourceType& t, std::string_view ns, const WatchOptions& o,
-               const WatchHandler& h) override {
-    return real_.watch(t, ns, o, h);
-  }
 
  private:
-  KubeClient& real_;
   std::atomic<bool> raced_{false};
 };
 

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <thread>
 
+#include "operator/client/forwarding_kube_client.h"
 #include "testing/fake_kube_client.h"
 
 namespace c4::op {
@@ -215,42 +216,22 @@ TEST(LeaderElectionTest, AcquireRetriesAreJittered) {
 
 // Forwards to the fake and lets `lag` of simulated time pass while each lease write is in
 // flight, so a write's send time and its answer differ.
-class LaggingClient final : public KubeClient {
+class LaggingClient final : public ForwardingKubeClient {
  public:
   LaggingClient(testing::FakeKubeClient& real, SimulatedClock& clock, Duration lag)
-      : real_(real), clock_(clock), lag_(lag) {}
-  Result<Json> get(const ResourceType& t, std::string_view ns, std::string_view name,
-                   const GetOptions& o) override {
-    return real_.get(t, ns, name, o);
-  }
-  Result<Json> list(const ResourceType& t, std::string_view ns, const ListOptions& o) override {
-    return real_.list(t, ns, o);
-  }
+      : ForwardingKubeClient(real), clock_(clock), lag_(lag) {}
   Result<Json> create(const ResourceType& t, std::string_view ns, const Json& obj,
                       const WriteOptions& o) override {
     clock_.advance(lag_);
-    return real_.create(t, ns, obj, o);
+    return target().create(t, ns, obj, o);
   }
   Result<Json> update(const ResourceType& t, std::string_view ns, const Json& obj,
                       const WriteOptions& o) override {
     clock_.advance(lag_);
-    return real_.update(t, ns, obj, o);
-  }
-  Result<Json> patch(const ResourceType& t, std::string_view ns, std::string_view name,
-                     PatchType pt, const Json& body, const PatchOptions& o) override {
-    return real_.patch(t, ns, name, pt, body, o);
-  }
-  Status remove(const ResourceType& t, std::string_view ns, std::string_view name,
-                const DeleteOptions& o) override {
-    return real_.remove(t, ns, name, o);
-  }
-  Status watch(const ResourceType& t, std::string_view ns, const WatchOptions& o,
-               const WatchHandler& h) override {
-    return real_.watch(t, ns, o, h);
+    return target().update(t, ns, obj, o);
   }
 
  private:
-  testing::FakeKubeClient& real_;
   SimulatedClock& clock_;
   Duration lag_;
 };

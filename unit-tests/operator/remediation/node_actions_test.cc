@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "operator/client/forwarding_kube_client.h"
 #include "testing/fake_kube_client.h"
 
 namespace c4::op {
@@ -220,38 +221,19 @@ TEST(NodeActionsTest, BreakerWindowSurvivesARestartOfTheOperator) {
 
 // Forwards to the fake, but runs `before_update` (once) before the first ConfigMap update: a
 // second worker takes a breaker slot between our read and our write.
-class RacingClient final : public KubeClient {
+class RacingClient final : public ForwardingKubeClient {
  public:
   RacingClient(testing::FakeKubeClient& real, std::function<void()> before_update)
-      : real_(real), before_update_(std::move(before_update)) {}
-  Result<Json> get(const ResourceType& t, std::string_view ns, std::string_view name,
-                   const GetOptions& o) override {
-    return real_.get(t, ns, name, o);
-  }
-  Result<Json> list(const ResourceType& t, std::string_view ns, const ListOptions& o) override {
-    return real_.list(t, ns, o);
-  }
+      : ForwardingKubeClient(real), before_update_(std::move(before_update)) {}
   Result<Json> create(const ResourceType& t, std::string_view ns, const Json& obj,
                       const WriteOptions& o) override {
     race(t);
-    return real_.create(t, ns, obj, o);
+    return target().create(t, ns, obj, o);
   }
   Result<Json> update(const ResourceType& t, std::string_view ns, const Json& obj,
                       const WriteOptions& o) override {
     race(t);
-    return real_.update(t, ns, obj, o);
-  }
-  Result<Json> patch(const ResourceType& t, std::string_view ns, std::string_view name,
-                     PatchType pt, const Json& body, const PatchOptions& o) override {
-    return real_.patch(t, ns, name, pt, body, o);
-  }
-  Status remove(const ResourceType& t, std::string_view ns, std::string_view name,
-                const DeleteOptions& o) override {
-    return real_.remove(t, ns, name, o);
-  }
-  Status watch(const ResourceType& t, std::string_view ns, const WatchOptions& o,
-               const WatchHandler& h) override {
-    return real_.watch(t, ns, o, h);
+    return target().update(t, ns, obj, o);
   }
 
  private:
@@ -261,7 +243,6 @@ class RacingClient final : public KubeClient {
     before_update_ = nullptr;
     run();
   }
-  testing::FakeKubeClient& real_;
   std::function<void()> before_update_;
 };
 
