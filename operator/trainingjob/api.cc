@@ -364,6 +364,14 @@ bool setCondition(Json& status, const std::string& type, const std::string& cond
   return true;
 }
 
+std::optional<std::int64_t> intLabelOf(const Json& object, const char* key) {
+  std::string v = labelOf(object, key);
+  std::int64_t parsed = 0;
+  auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), parsed);
+  if (v.empty() || ec != std::errc{} || ptr != v.data() + v.size()) return std::nullopt;
+  return parsed;
+}
+
 std::optional<WallTime> parseRfc3339(const std::string& text) {
   int y = 0, mo = 0, d = 0, h = 0, mi = 0, s = 0;
   if (std::sscanf(text.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d", &y, &mo, &d, &h, &mi, &s) != 6) {

@@ -138,6 +138,10 @@ bool setCondition(Json& status, const std::string& type, const std::string& cond
 const Json* findCondition(const Json& status, const std::string& type);
 bool isConditionTrue(const Json& status, const std::string& type);
 
+// An integer label (c4.dev/replica-index, c4.dev/restart-attempt); nullopt when absent or not
+// an integer.
+std::optional<std::int64_t> intLabelOf(const Json& object, const char* key);
+
 // RFC 3339 "YYYY-MM-DDTHH:MM:SS[.frac]Z" (fraction ignored); nullopt when malformed.
 std::optional<WallTime> parseRfc3339(const std::string& text);
 

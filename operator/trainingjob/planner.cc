@@ -34,15 +34,6 @@ bool isPodReady(const Json& pod) {
   return false;
 }
 
-std::optional<std::int64_t> intLabel(const Json& object, const char* key) {
-  std::string v = labelOf(object, key);
-  if (v.empty()) return std::nullopt;
-  std::int64_t parsed = 0;
-  auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), parsed);
-  if (ec != std::errc{} || ptr != v.data() + v.size()) return std::nullopt;
-  return parsed;
-}
-
 std::string nodeNameOf(const Json& pod) {
   if (!pod.contains("spec") || !pod["spec"].is_object()) return {};
   return pod["spec"].value("nodeName", std::string{});
@@ -410,8 +401,8 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
   std::map<std::int64_t, const Json*> current;
   bool old_pods = false;
   for (const Json* pod : pods) {
-    auto pod_attempt = intLabel(*pod, labels::kRestartAttempt);
-    auto index = intLabel(*pod, labels::kReplicaIndex);
+    auto pod_attempt = intLabelOf(*pod, labels::kRestartAttempt);
+    auto index = intLabelOf(*pod, labels::kReplicaIndex);
     if (!pod_attempt || *pod_attempt != attempt || !index || *index < 0 ||
         *index >= spec.replicas) {
       old_pods = true;
@@ -610,8 +601,8 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
   if (old_pods) {
     deletePods(
         [&](const Json& pod) {
-          auto a = intLabel(pod, labels::kRestartAttempt);
-          auto i = intLabel(pod, labels::kReplicaIndex);
+          auto a = intLabelOf(pod, labels::kRestartAttempt);
+          auto i = intLabelOf(pod, labels::kReplicaIndex);
           return !a || *a != attempt || !i || *i < 0 || *i >= spec.replicas;
         },
         "pod of an earlier attempt");

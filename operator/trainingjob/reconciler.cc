@@ -23,14 +23,6 @@ std::string childVersion(const Json& object) {
                                                       : std::string{};
 }
 
-std::optional<std::int64_t> intLabel(const Json& object, const char* key) {
-  std::string v = labelOf(object, key);
-  std::int64_t parsed = 0;
-  auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), parsed);
-  if (v.empty() || ec != std::errc{} || ptr != v.data() + v.size()) return std::nullopt;
-  return parsed;
-}
-
 // The uid of the TrainingJob that controls `object`, or "".
 std::string controllerUid(const Json& object) {
   const Json& meta = object["metadata"];
@@ -144,8 +136,8 @@ void TrainingJobController::enqueueJobOf(const Json& object) {
 void TrainingJobController::trackPod(InformerEvent event, const Json& pod) {
   std::string job = labelOf(pod, labels::kJobName);
   std::string uid = controllerUid(pod);
-  auto attempt = intLabel(pod, labels::kRestartAttempt);
-  auto index = intLabel(pod, labels::kReplicaIndex);
+  auto attempt = intLabelOf(pod, labels::kRestartAttempt);
+  auto index = intLabelOf(pod, labels::kReplicaIndex);
   if (job.empty() || uid.empty() || !attempt || !index) return;
   std::lock_guard lock(tracks_mu_);
   PodTrack& track = tracks_[trackKey(objectKey(objectNamespace(pod), job), uid)];
