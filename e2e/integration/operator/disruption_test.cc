@@ -20,18 +20,24 @@ class DisruptionIT : public NamespacedTest {
   DisruptionIT() : NamespacedTest("op-dis") {}
 };
 
+// The lease of these tests: short, so failovers take seconds (4 s lease, 3 s renew deadline).
+LeaderElectionConfig testLease(const std::string& ns, const std::string& id) {
+  LeaderElectionConfig c;
+  c.lease_namespace = ns;
+  c.lease_name = "c4-operator";
+  c.identity = id;
+  c.lease_duration = std::chrono::seconds{4};
+  c.renew_deadline = std::chrono::seconds{3};
+  c.retry_period = std::chrono::milliseconds{500};
+  return c;
+}
+
 struct Candidate {
   std::unique_ptr<LeaderElector> elector;
   std::thread thread;
   std::atomic<bool> leading{false};
   Candidate(KubeClient& client, const std::string& ns, const std::string& id, bool release) {
-    LeaderElectionConfig c;
-    c.lease_namespace = ns;
-    c.lease_name = "c4-operator";
-    c.identity = id;
-    c.lease_duration = std::chrono::seconds{4};
-    c.renew_deadline = std::chrono::seconds{3};
-    c.retry_period = std::chrono::milliseconds{500};
+    LeaderElectionConfig c = testLease(ns, id);
     c.release_on_stop = release;
     elector = std::make_unique<LeaderElector>(client, realClock(), c);
     thread = std::thread(
@@ -201,14 +207,7 @@ struct FencedOperator {
   FencedOperator(const KubeConfig& config, const std::string& ns, const std::string& id)
       : election_real(std::move(*createCurlKubeClient(config, realClock(), nullptr))),
         election(std::make_unique<Recorder>(*election_real)) {
-    LeaderElectionConfig c;
-    c.lease_namespace = ns;
-    c.lease_name = "c4-operator";
-    c.identity = id;
-    c.lease_duration = std::chrono::seconds{4};
-    c.renew_deadline = std::chrono::seconds{3};
-    c.retry_period = std::chrono::milliseconds{500};
-    elector = std::make_unique<LeaderElector>(*election, realClock(), c);
+    elector = std::make_unique<LeaderElector>(*election, realClock(), testLease(ns, id));
     KubeConfig slow = config;
     slow.qps = 4;  // a long create loop
     slow.burst = 1;
