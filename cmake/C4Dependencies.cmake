@@ -1,5 +1,5 @@
 # Finds every third-party dependency once, with a clear message when one is missing.
-# Required: nlohmann/json, yaml-cpp, libcurl, pthreads; GoogleTest when C4_BUILD_TESTS.
+# Required: nlohmann/json, yaml-cpp, libcurl, cpp-httplib, pthreads; GoogleTest when C4_BUILD_TESTS.
 # Optional: Google Benchmark, CUDA Toolkit, NCCL. A dependency is required only once code links
 # it (docs/dependencies.md): rdma-core joins when the verbs transport lands.
 # `scripts/setup.sh` installs all of them on Debian 12.
@@ -36,6 +36,18 @@ if(NOT CURL_FOUND)
   message(FATAL_ERROR "libcurl not found (Debian: libcurl4-openssl-dev). ${C4_SETUP_HINT}")
 endif()
 c4_dep_found("libcurl" "${CURL_VERSION_STRING}")
+
+# cpp-httplib serves HTTP(S): the operator's report endpoint and every component's /metrics,
+# /healthz and /readyz. Debian's package is a compiled library built with OpenSSL (its
+# pkg-config Cflags define CPPHTTPLIB_OPENSSL_SUPPORT), so TLS comes with it.
+pkg_check_modules(C4_HTTPLIB QUIET IMPORTED_TARGET cpp-httplib>=0.11)
+if(NOT C4_HTTPLIB_FOUND)
+  message(FATAL_ERROR "cpp-httplib >= 0.11 not found (Debian: libcpp-httplib-dev). ${C4_SETUP_HINT}")
+endif()
+add_library(c4_httplib INTERFACE)
+target_link_libraries(c4_httplib INTERFACE PkgConfig::C4_HTTPLIB)
+add_library(c4::httplib ALIAS c4_httplib)
+c4_dep_found("cpp-httplib" "${C4_HTTPLIB_VERSION}")
 
 if(C4_BUILD_TESTS)
   find_package(GTest CONFIG QUIET)

@@ -6,7 +6,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git ca-certificates ccache
-  nlohmann-json3-dev libyaml-cpp-dev libcurl4-openssl-dev libssl-dev
+  nlohmann-json3-dev libyaml-cpp-dev libcurl4-openssl-dev libssl-dev libcpp-httplib-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-format-16
   iproute2 ethtool procps psmisc openssl
