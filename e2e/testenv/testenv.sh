@@ -479,7 +479,7 @@ do_down() {
 # their environment (their command lines do not name DIR).
 pod_proc_owned() {  # pod_proc_owned <pid>
   local e
-  e=$(tr '\0' '\n' <"/proc/$1/environ" 2>/dev/null) || return 1
+  e=$({ tr '\0' '\n' <"/proc/$1/environ"; } 2>/dev/null) || return 1
   [[ $'\n'$e$'\n' == *$'\n'"C4_TESTENV_DIR=$DIR"$'\n'* ]]
 }
 

@@ -206,6 +206,41 @@ class Container:
         return st
 
 
+def pick_cgroup_root(prefix):
+    """The folder under which pods get kubelet-style cgroups (cgroupfs driver layout:
+    <root>/kubepods/besteffort/pod<uid>/<container>), so a process's /proc/<pid>/cgroup names its
+    pod the way it does on a real node. Tried in order: a cgroup v2 mount at /sys/fs/cgroup, the
+    v1 `pids` hierarchy, the hybrid v2 mount at /sys/fs/cgroup/unified. None writable (not root,
+    read-only cgroupfs): None, and pods run without a cgroup of their own."""
+    if os.geteuid() != 0:
+        return None
+    candidates = []
+    if os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+        candidates.append("/sys/fs/cgroup")
+    candidates += ["/sys/fs/cgroup/pids", "/sys/fs/cgroup/unified"]
+    for base in candidates:
+        if not os.path.exists(os.path.join(base, "cgroup.procs")):
+            continue
+        root = os.path.join(base, f"{prefix}-testenv")
+        try:
+            os.makedirs(os.path.join(root, "kubepods", "besteffort"), exist_ok=True)
+            return root
+        except OSError:
+            continue
+    return None
+
+
+def remove_cgroup_tree(path):
+    """Removes an (emptied) cgroup folder tree bottom-up; cgroupfs folders only rmdir."""
+    if not path or not os.path.isdir(path):
+        return
+    for d, _, _ in sorted(os.walk(path), key=lambda t: len(t[0]), reverse=True):
+        try:
+            os.rmdir(d)
+        except OSError:
+            pass
+
+
 class PodWorker:
     """One pod's lifecycle, in its own thread."""
 
@@ -489,6 +524,15 @@ class PodWorker:
                 if not os.path.exists(src):
                     os.makedirs(src, exist_ok=True)
             mounts.append({"src": src, "dst": vm.mount_path, "readOnly": bool(vm.read_only)})
+        cgroup = None
+        if self.r.cgroup_root:
+            cgroup = os.path.join(self.r.cgroup_root, "kubepods", "besteffort",
+                                  f"pod{self.uid}", c.name)
+            try:
+                os.makedirs(cgroup, exist_ok=True)
+            except OSError as e:
+                log("no cgroup for container", pod=f"{self.ns}/{self.name}", error=e)
+                cgroup = None
         spec_path = os.path.join(self.dir, f"{c.name}.exec.json")
         with open(spec_path, "w") as f:
             json.dump({"argv": argv, "env": env, "workdir": c.spec.working_dir, "mounts": mounts,
@@ -500,6 +544,11 @@ class PodWorker:
             prefix = ["ip", "netns", "exec", netns]
         elif os.geteuid() == 0:
             prefix = ["unshare", "--mount", "--propagation", "private"]
+        if cgroup:
+            # A shell moves itself into the pod's cgroup and execs the rest, so the container
+            # process is in it from its first instruction (`ip netns exec` remounts /sys, so this
+            # cannot happen inside the namespace).
+            prefix = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', cgroup] + prefix
         logf = open(os.path.join(self.dir, f"{c.name}.log"), "ab")
         c.proc = subprocess.Popen(prefix + [sys.executable, PODEXEC, spec_path], stdout=logf,
                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -602,6 +651,9 @@ class PodWorker:
             if self.deleting.is_set():
                 self.finish_deletion()
         finally:
+            if self.r.cgroup_root:
+                remove_cgroup_tree(os.path.join(self.r.cgroup_root, "kubepods", "besteffort",
+                                                f"pod{self.uid}"))
             self.done.set()
 
     def lifecycle(self):
@@ -680,6 +732,7 @@ class Runner:
         self.leaves = int(ports["LEAVES"])
         self.fabric = os.path.exists(os.path.join(self.dir, "fabric", "plan.env"))
         self.netns_prefix = "c4" + hashlib.sha1(self.dir.encode()).hexdigest()[:6]
+        self.cgroup_root = pick_cgroup_root(self.netns_prefix)
         config.load_kube_config(config_file=os.path.join(self.dir, "podrunner.kubeconfig"))
         self.v1 = client.CoreV1Api()
         self.images = load_image_table()
@@ -844,6 +897,7 @@ class Runner:
         for w in workers:
             w.stop_all(3)
         self.remove_created_paths()
+        remove_cgroup_tree(self.cgroup_root)
         log("stopped")
         os._exit(0)
 
@@ -874,7 +928,7 @@ class Runner:
                 self.proxies.append(NetnsApiProxy(self.netns_of(f"node-{i}"), self.api_port))
         threading.Thread(target=self.refresher, daemon=True).start()
         log("watching pods", annotation=f"{ANNOTATION}={ANNOTATION_VALUE}",
-            fabric=self.fabric, api_port=self.api_port)
+            fabric=self.fabric, api_port=self.api_port, cgroups=self.cgroup_root or "-")
         self.watch_loop()
 
 

@@ -3,7 +3,8 @@
 # fabric and the pod runner; pods annotated c4.dev/runner=process run as local processes.
 #  1. env (literal, fieldRef, configMapKeyRef), configMap volume and the projected service-account
 #     token: the pod sees its files, reaches the API server with its token (in-cluster config),
-#     sees a configMap update, runs in its node's netns with podIP = the node's address;
+#     sees a configMap update, runs in its node's netns with podIP = the node's address and in a
+#     kubelet-style pod cgroup (kubepods/besteffort/pod<uid>/<container>) where one can be made;
 #  2. a failing container's exit code reaches the pod status (Failed, exitCode 3);
 #  3. deletion: SIGTERM reaches the process, the pod object goes away, nothing is left running;
 #     a process that ignores SIGTERM is killed after the grace period;
@@ -105,6 +106,15 @@ pid=$(pid_of app)
 if running "$pid"; then
   [[ $(readlink "/proc/$pid/ns/net") != $(readlink /proc/self/ns/net) ]] \
     || fail "pod process is not in its node's netns"
+  # Kubelet-style cgroup (cgroupfs layout): the node plugin attributes datagrams by it.
+  if ! grep -q 'cgroups=-' "$DIR/logs/podrunner.log"; then
+    uid=$($K get pod app -o jsonpath='{.metadata.uid}')
+    grep -q "/kubepods/besteffort/pod$uid/main\$" "/proc/$pid/cgroup" \
+      || fail "pod process is not in cgroup kubepods/besteffort/pod$uid: $(cat "/proc/$pid/cgroup")"
+    echo "cgroup: $(grep -m1 "pod$uid" "/proc/$pid/cgroup")"
+  else
+    echo "cgroup: no writable cgroup hierarchy here; pods run without pod cgroups"
+  fi
 fi
 for _ in $(seq 100); do grep -q '^started' "$DIR/pods/pt/app/main.log" && break; sleep 0.2; done
 $K create configmap cfg --from-literal=greeting=updated --dry-run=client -o yaml | $K replace -f - >/dev/null
