@@ -5,7 +5,7 @@
 #
 #   testenv.sh build                              build or find the cached binaries; last line = bin dir
 #   testenv.sh up --dir DIR [--nodes N] [--leaves L] [--spines S] [--fabric] [--pods]
-#                 [--link-rate RATE] [--path-mode sport|hash]
+#                 [--link-rate RATE] [--path-mode sport|hash] [--host-ports N]
 #                 [--kcm-api-qps Q --kcm-api-burst B]  (controller-manager client limits;
 #                                                       default its own, 20/30)
 #   testenv.sh down --dir DIR                     stop exactly what `up` started; remove its netns
@@ -16,7 +16,10 @@
 #                                                 signal a runner pod's process (group)
 #
 # --fabric (root only) builds the netns fabric (see fabric.sh); --pods starts the pod runner
-# (podrunner/, pods annotated c4.dev/runner=process run as local processes). See e2e/README.md.
+# (podrunner/, pods annotated c4.dev/runner=process run as local processes). --host-ports N
+# reserves N free loopback ports for services a test runs on the host (C4_TESTENV_HOST_PORTS in
+# DIR/env); with the fabric and the runner, each is forwarded into every node's netns as
+# 127.0.0.1:<port>, like the API server's. See e2e/README.md.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=versions.env
@@ -29,7 +32,7 @@ CMD=${1:-}
 [[ -n $CMD ]] || { sed -n '2,20p' "$0"; exit 2; }
 shift
 POS=()
-DIR="" NODES=4 LEAVES=2 SPINES=2 FABRIC=0 PODS=0 LINK_RATE=1gbit PATH_MODE=sport
+DIR="" NODES=4 LEAVES=2 SPINES=2 FABRIC=0 PODS=0 LINK_RATE=1gbit PATH_MODE=sport HOST_PORTS=0
 KCM_QPS="" KCM_BURST=""
 while (($#)); do
   case "$1" in
@@ -41,6 +44,7 @@ while (($#)); do
     --pods) PODS=1; shift ;;
     --link-rate) LINK_RATE=${2:?}; shift 2 ;;
     --path-mode) PATH_MODE=${2:?}; shift 2 ;;
+    --host-ports) HOST_PORTS=${2:?}; shift 2 ;;
     --kcm-api-qps) KCM_QPS=${2:?}; shift 2 ;;
     --kcm-api-burst) KCM_BURST=${2:?}; shift 2 ;;
     -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
@@ -51,6 +55,7 @@ done
 [[ $NODES =~ ^[1-9][0-9]*$ && $NODES -le 250 ]] || die "--nodes must be 1..250"
 [[ $LEAVES =~ ^[1-9][0-9]*$ && $LEAVES -le 64 ]] || die "--leaves must be 1..64"
 [[ $SPINES =~ ^[1-9][0-9]*$ && $SPINES -le 16 ]] || die "--spines must be 1..16"
+[[ $HOST_PORTS =~ ^[0-9]$ ]] || die "--host-ports must be 0..9"
 
 need_dir() {
   [[ -n $DIR ]] || die "$CMD needs --dir DIR"
@@ -407,12 +412,13 @@ do_up() {
   rm -rf "$DIR/etcd" "$DIR/pids" "$DIR/logs" "$DIR/env" "$DIR/kubeconfig"
   mkdir -p "$DIR/pids" "$DIR/logs"
   local ports
-  read -r -a ports <<<"$(free_ports 7)"
+  read -r -a ports <<<"$(free_ports $((7 + HOST_PORTS)))"
   {
     echo "ETCD_PORT=${ports[0]}"; echo "ETCD_PEER_PORT=${ports[1]}"
     echo "ETCD_METRICS_PORT=${ports[2]}"; echo "API_PORT=${ports[3]}"
     echo "KCM_PORT=${ports[4]}"; echo "SCHED_PORT=${ports[5]}"; echo "KWOK_PORT=${ports[6]}"
     echo "NODES=$NODES"; echo "LEAVES=$LEAVES"; echo "SPINES=$SPINES"; echo "BIN=$BIN"
+    echo "HOST_PORT_LIST=\"${ports[*]:7}\""
   } >"$DIR/ports.env"
   load_ports
   make_pki
@@ -456,6 +462,7 @@ export KUBECONFIG=$DIR/kubeconfig
 export C4_TESTENV_DIR=$DIR
 export C4_TESTENV_BIN=$BIN
 export C4_TESTENV_APISERVER=https://127.0.0.1:$API_PORT
+export C4_TESTENV_HOST_PORTS="$HOST_PORT_LIST"
 export PATH=$BIN:\$PATH
 EOF
   log "up in $((SECONDS - t0))s: $NODES nodes; source $DIR/env"

@@ -55,7 +55,7 @@ def read_env_file(path):
             line = line.strip()
             if line and not line.startswith("#") and "=" in line:
                 k, v = line.split("=", 1)
-                out[k] = v
+                out[k] = v.strip('"')
     return out
 
 
@@ -116,8 +116,9 @@ def write_if_changed(path, data, mode=0o644):
 
 
 class NetnsApiProxy:
-    """Listens on 127.0.0.1:<api port> inside a node's network namespace and forwards every
-    connection to the API server on the host's loopback, so in-cluster configuration works."""
+    """Listens on 127.0.0.1:<port> inside a node's network namespace and forwards every
+    connection to the same port on the host's loopback: the API server's, so in-cluster
+    configuration works, and each of the test's host ports (testenv.sh up --host-ports)."""
 
     def __init__(self, netns, port):
         self.netns, self.port = netns, port
@@ -728,6 +729,8 @@ class Runner:
         self.dir = os.path.abspath(d)
         ports = read_env_file(os.path.join(self.dir, "ports.env"))
         self.api_port = int(ports["API_PORT"])
+        # Loopback ports of services a test runs on the host (testenv.sh up --host-ports).
+        self.host_ports = [int(p) for p in ports.get("HOST_PORT_LIST", "").split()]
         self.nodes = int(ports["NODES"])
         self.leaves = int(ports["LEAVES"])
         self.fabric = os.path.exists(os.path.join(self.dir, "fabric", "plan.env"))
@@ -925,7 +928,8 @@ class Runner:
         os.makedirs(os.path.join(self.dir, "pods"), exist_ok=True)
         if self.fabric:
             for i in range(self.nodes):
-                self.proxies.append(NetnsApiProxy(self.netns_of(f"node-{i}"), self.api_port))
+                for port in [self.api_port] + self.host_ports:
+                    self.proxies.append(NetnsApiProxy(self.netns_of(f"node-{i}"), port))
         threading.Thread(target=self.refresher, daemon=True).start()
         log("watching pods", annotation=f"{ANNOTATION}={ANNOTATION_VALUE}",
             fabric=self.fabric, api_port=self.api_port, cgroups=self.cgroup_root or "-")

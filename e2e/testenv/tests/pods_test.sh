@@ -4,7 +4,8 @@
 #  1. env (literal, fieldRef, configMapKeyRef), configMap volume and the projected service-account
 #     token: the pod sees its files, reaches the API server with its token (in-cluster config),
 #     sees a configMap update, runs in its node's netns with podIP = the node's address and in a
-#     kubelet-style pod cgroup (kubepods/besteffort/pod<uid>/<container>) where one can be made;
+#     kubelet-style pod cgroup (kubepods/besteffort/pod<uid>/<container>) where one can be made,
+#     and reaches a service on the host's loopback through a forwarded host port;
 #  2. a failing container's exit code reaches the pod status (Failed, exitCode 3);
 #  3. deletion: SIGTERM reaches the process, the pod object goes away, nothing is left running;
 #     a process that ignores SIGTERM is killed after the grace period;
@@ -25,9 +26,16 @@ fail() {
   exit 1
 }
 
-"$TESTENV" up --dir "$DIR" --nodes 2 --leaves 2 --fabric --pods
+"$TESTENV" up --dir "$DIR" --nodes 2 --leaves 2 --fabric --pods --host-ports 1
 # shellcheck disable=SC1091
 source "$DIR/env"
+# A service on the host's loopback, reached from the pods through the forwarded host port.
+HOST_PORT=$C4_TESTENV_HOST_PORTS
+mkdir -p "$DIR/hostsvc" && echo "host-service" >"$DIR/hostsvc/hello"
+python3 -m http.server --bind 127.0.0.1 --directory "$DIR/hostsvc" "$HOST_PORT" \
+  >"$DIR/hostsvc.log" 2>&1 &
+HOSTSVC=$!
+cleanup() { kill "$HOSTSVC" 2>/dev/null || true; "$TESTENV" down --dir "$DIR" || true; }
 K="kubectl -n pt"
 kubectl create namespace pt >/dev/null
 for _ in $(seq 100); do $K get serviceaccount default >/dev/null 2>&1 && break; sleep 0.2; done
@@ -55,7 +63,7 @@ pid_of() { cat "$DIR/pods/pt/$1/${2:-main}.pid"; }
 running() { [[ -e /proc/$1 ]] && [[ $(awk '{print $3}' "/proc/$1/stat") != Z ]]; }
 
 # ---- 1. env, configMap, token, in-cluster API access, configMap update, netns --------------
-$K apply -f - >/dev/null <<'YAML'
+sed "s/@HOST_PORT@/$HOST_PORT/" <<'YAML' | $K apply -f - >/dev/null
 apiVersion: v1
 kind: Pod
 metadata: {name: app, annotations: {c4.dev/runner: process}}
@@ -77,6 +85,7 @@ spec:
       echo "forbidden=$(curl -s -o /dev/null -w '%{http_code}' --cacert $SA/ca.crt \
         -H "Authorization: Bearer $(cat $SA/token)" \
         https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/api/v1/nodes)"
+      echo "host=$(curl -s http://127.0.0.1:$HOST_PORT/hello)"
       echo started
       for i in $(seq 150); do
         [ "$(cat /etc/c4cfg/greeting)" = updated ] && { echo "saw update"; exit 0; }
@@ -93,6 +102,7 @@ spec:
     - name: GREETING
       valueFrom: {configMapKeyRef: {name: cfg, key: greeting}}
     - {name: LIT, value: "x-$(MY_NAME)"}
+    - {name: HOST_PORT, value: "@HOST_PORT@"}
     volumeMounts:
     - {name: cfg, mountPath: /etc/c4cfg}
   volumes:
@@ -122,7 +132,7 @@ wait_phase app Succeeded
 log=$("$TESTENV" logs --dir "$DIR" pt/app)
 echo "$log"
 for want in "name=app ip=$node_ip node=node-1 greet=hello lit=x-app" "file=hello" "api=200" \
-            "forbidden=403" "saw update"; do
+            "forbidden=403" "saw update" "host=host-service"; do
   grep -qxF "$want" <<<"$log" || fail "pod log lacks '$want'"
 done
 [[ $($K get pod app -o jsonpath='{.status.containerStatuses[0].state.terminated.exitCode}') == 0 ]] \
