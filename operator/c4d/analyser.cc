@@ -1,0 +1,1014 @@
+#include "operator/c4d/analyser.h"
+
+#include <algorithm>
+#include <cstdarg>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <set>
+#include <utility>
+
+namespace c4::c4d {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+double secs(Duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+std::uint64_t edgeKey(std::int32_t src, std::int32_t dst) {
+  return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(src)) << 32) |
+         static_cast<std::uint32_t>(dst);
+}
+std::int32_t keySrc(std::uint64_t k) {
+  return static_cast<std::int32_t>(k >> 32);
+}
+std::int32_t keyDst(std::uint64_t k) {
+  return static_cast<std::int32_t>(k & 0xffffffffULL);
+}
+
+__attribute__((format(printf, 1, 2))) std::string strf(const char* format, ...) {
+  char buf[512];
+  va_list args;
+  va_start(args, format);
+  const int n = std::vsnprintf(buf, sizeof buf, format, args);
+  va_end(args);
+  if (n < 0) return {};
+  return std::string(buf, std::min(static_cast<std::size_t>(n), sizeof buf - 1));
+}
+
+double median(std::vector<double>& v) {
+  if (v.empty()) return 0.0;
+  const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
+  std::nth_element(v.begin(), mid, v.end());
+  if (v.size() % 2 == 1) return *mid;
+  const double hi = *mid;
+  const double lo = *std::max_element(v.begin(), mid);
+  return (lo + hi) / 2.0;
+}
+
+std::string rankList(const std::vector<std::int32_t>& ranks) {
+  std::string out;
+  const std::size_t shown = std::min<std::size_t>(ranks.size(), 8);
+  for (std::size_t i = 0; i < shown; ++i) {
+    if (i > 0) out += ",";
+    out += std::to_string(ranks[i]);
+  }
+  if (ranks.size() > shown) out += strf(",... (%zu ranks)", ranks.size());
+  return out;
+}
+
+Culprit nodeCulprit(const std::string& node) {
+  Culprit c;
+  c.kind = CulpritKind::kNode;
+  c.node = node;
+  return c;
+}
+
+Culprit rankCulprit(const std::string& node, std::int32_t rank) {
+  Culprit c;
+  c.kind = CulpritKind::kRank;
+  c.node = node;
+  c.rank = rank;
+  return c;
+}
+
+Culprit linkCulprit(const std::string& a, const std::string& b) {
+  Culprit c;
+  c.kind = CulpritKind::kLink;
+  c.node = std::min(a, b);
+  c.peerNode = std::max(a, b);
+  return c;
+}
+
+// One rank's view of its traffic towards one peer in one direction (all its connections to that
+// peer summed), from its newest report, with the bytes moved since its previous report.
+struct Side {
+  std::uint64_t key = 0;  // src << 32 | dst of the data flow
+  bool send = false;
+  std::uint32_t conns = 0;
+  std::uint64_t bytes = 0;
+  std::uint64_t delta = 0;
+  bool hasDelta = false;  // previous report present with the same connections, no reset
+  std::uint32_t inflight = 0;
+  std::uint64_t oldestUs = 0;
+  std::uint64_t waitSumUs = 0;
+  std::uint64_t xferSumUs = 0;
+  double intervalSec = 1.0;
+  WallTime time{};
+  WallTime prevTime{};
+};
+
+struct Agg {
+  std::int32_t peer = -1;
+  bool send = false;
+  std::uint32_t conns = 0;
+  std::uint64_t bytes = 0;
+  std::uint64_t idSum = 0;
+  std::uint32_t inflight = 0;
+  std::uint64_t oldestUs = 0;
+  std::uint64_t waitSumUs = 0;
+  std::uint64_t xferSumUs = 0;
+};
+
+struct ConnRef {
+  std::int32_t peer;
+  bool send;
+  std::uint32_t index;
+};
+
+void aggregate(const ReportSample& r, std::int32_t worldSize, std::int32_t self,
+               std::vector<ConnRef>& scratch, std::vector<Agg>& out) {
+  scratch.clear();
+  out.clear();
+  for (std::size_t i = 0; i < r.connections.size(); ++i) {
+    const ConnSample& c = r.connections[i];
+    if (c.peerRank < 0 || c.peerRank >= worldSize || c.peerRank == self) continue;
+    scratch.push_back(
+        {c.peerRank, c.direction == report::Direction::kSend, static_cast<std::uint32_t>(i)});
+  }
+  std::sort(scratch.begin(), scratch.end(), [](const ConnRef& a, const ConnRef& b) {
+    return a.peer != b.peer ? a.peer < b.peer : a.send < b.send;
+  });
+  for (const ConnRef& ref : scratch) {
+    const ConnSample& c = r.connections[ref.index];
+    if (out.empty() || out.back().peer != ref.peer || out.back().send != ref.send) {
+      out.push_back(Agg{.peer = ref.peer, .send = ref.send});
+    }
+    Agg& a = out.back();
+    ++a.conns;
+    a.bytes += c.bytes;
+    a.idSum += c.id * 0x9e3779b97f4a7c15ULL + 1;
+    a.inflight += c.inflight;
+    a.oldestUs = std::max(a.oldestUs, c.inflight > 0 ? c.oldestInflightUs : 0);
+    a.waitSumUs += c.wait.sumUs;
+    a.xferSumUs += c.transfer.sumUs;
+  }
+}
+
+// Per-window values of one rank->rank edge.
+struct Edge {
+  std::uint64_t key = 0;
+  std::int32_t src = -1;
+  std::int32_t dst = -1;
+  std::int32_t send = -1;  // index into sides, -1: the sender did not report this edge
+  std::int32_t recv = -1;  // index into sides, -1: the receiver did not report this edge
+  double waitAge = 0.0;    // receiver waits with no bytes moving this long (0: not waiting)
+  bool posted = false;     // the sender has ops in flight or bytes in transit towards dst
+  bool moved = false;      // the receiver's bytes moved this window (measurable window)
+  bool measured = false;   // carried >= minMeasureBytes: rate is meaningful
+  double rate = 0.0;       // bytes per second of transfer time
+  double waitShare = 0.0;  // receiver's wait time / window
+  bool slow = false;
+};
+
+// A finding of this tick before confirmation.
+struct Candidate {
+  Verdict verdict;
+  bool relaxed = false;
+};
+
+}  // namespace
+
+void JobAnalyser::reset() {
+  started_ = false;
+  attempt_ = 0;
+  ticksInAttempt_ = 0;
+  lastTick_ = WallTime{};
+  lastPauseSeen_.reset();
+  edges_.clear();
+  peerErrors_.clear();
+  findings_.clear();
+  observations_.clear();
+}
+
+std::vector<Verdict> JobAnalyser::activeVerdicts() const {
+  std::vector<Verdict> out;
+  for (const auto& [key, f] : findings_) {
+    if (f.confirmed) out.push_back(f.verdict);
+  }
+  return out;
+}
+
+Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
+  if (auto st = validate(snap); !st) return std::unexpected(st.error());
+  if (started_ && now < lastTick_) {
+    return makeError(ErrorCode::kInvalidArgument, "now is earlier than the previous tick");
+  }
+  const Thresholds& th = snap.thresholds;
+  TickResult result;
+
+  if (!started_ || snap.attempt != attempt_) {
+    for (const auto& [key, f] : findings_) {
+      if (f.confirmed) result.cleared.push_back(key);
+    }
+    reset();
+    started_ = true;
+    attempt_ = snap.attempt;
+  }
+  lastTick_ = now;
+  ++ticksInAttempt_;
+
+  const std::int32_t n = snap.worldSize;
+  const auto un = static_cast<std::size_t>(n);
+  const auto& nodes = snap.nodes;
+  auto nodeOf = [&](std::int32_t r) {
+    return static_cast<std::size_t>(snap.ranks[static_cast<std::size_t>(r)].node);
+  };
+  auto rankAt = [&](std::int32_t r) -> const RankSnapshot& {
+    return snap.ranks[static_cast<std::size_t>(r)];
+  };
+
+  // --- Liveness, repeat offenders, pauses, warm-up -------------------------------------------
+  std::vector<char> reporting(un, 0), alive(un, 0), finished(un, 0), gone(un, 0);
+  std::vector<double> silentFor(un, kInf);
+  for (std::int32_t r = 0; r < n; ++r) {
+    const RankSnapshot& rs = rankAt(r);
+    const auto ur = static_cast<std::size_t>(r);
+    if (!rs.reports.empty()) silentFor[ur] = std::max(0.0, secs(now - rs.reports.back().time));
+    reporting[ur] = silentFor[ur] <= th.silenceSeconds ? 1 : 0;
+    alive[ur] = rs.podState == PodState::kRunning ? 1 : 0;
+    gone[ur] = rs.podState == PodState::kFailed || rs.podState == PodState::kGone ? 1 : 0;
+    finished[ur] = rs.podState == PodState::kSucceeded ||
+                           (rs.progress && rs.progress->state == report::ProgressState::kFinished)
+                       ? 1
+                       : 0;
+  }
+  std::vector<char> offender(nodes.size(), 0);
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    offender[i] = nodes[i].repeatOffenderScore >= th.repeatOffenderMinScore ? 1 : 0;
+  }
+  const double relax = th.repeatOffenderRelax;
+  auto relaxedIf = [&](bool off, double v) { return off ? v * relax : v; };
+  auto factorIf = [&](bool off, double f) { return off ? 1.0 + (f - 1.0) * relax : f; };
+  auto peersIf = [&](bool off) {
+    return off ? std::max(1, th.minPeersEvidence - 1) : th.minPeersEvidence;
+  };
+
+  bool pausedNow = false;
+  for (const RankSnapshot& rs : snap.ranks) {
+    if (!rs.progress) continue;
+    const auto s = rs.progress->state;
+    if ((s == report::ProgressState::kCheckpointing || s == report::ProgressState::kEvaluating) &&
+        secs(now - rs.progress->time) <= th.maxPauseSeconds) {
+      pausedNow = true;
+      break;
+    }
+  }
+  if (pausedNow) lastPauseSeen_ = now;
+  const bool hangRulesOff =
+      pausedNow || (lastPauseSeen_ && secs(now - *lastPauseSeen_) < th.pauseGraceSeconds);
+  const bool warmup = ticksInAttempt_ <= th.warmupWindows;
+
+  // --- Sides: every rank's newest report per (peer, direction) -------------------------------
+  std::vector<Side> sides;
+  {
+    std::size_t total = 0;
+    for (const RankSnapshot& rs : snap.ranks) {
+      if (!rs.reports.empty()) total += rs.reports.back().connections.size();
+    }
+    sides.reserve(total);
+  }
+  std::vector<ConnRef> scratch;
+  std::vector<Agg> aggNew, aggOld;
+  for (std::int32_t r = 0; r < n; ++r) {
+    const RankSnapshot& rs = rankAt(r);
+    if (rs.reports.empty()) continue;
+    const ReportSample& newest = rs.reports.back();
+    aggregate(newest, n, r, scratch, aggNew);
+    const ReportSample* prev =
+        rs.reports.size() >= 2 ? &rs.reports[rs.reports.size() - 2] : nullptr;
+    if (prev) {
+      aggregate(*prev, n, r, scratch, aggOld);
+    } else {
+      aggOld.clear();
+    }
+    std::size_t j = 0;
+    for (const Agg& a : aggNew) {
+      while (j < aggOld.size() &&
+             (aggOld[j].peer < a.peer || (aggOld[j].peer == a.peer && aggOld[j].send < a.send))) {
+        ++j;
+      }
+      Side s;
+      s.key = a.send ? edgeKey(r, a.peer) : edgeKey(a.peer, r);
+      s.send = a.send;
+      s.conns = a.conns;
+      s.bytes = a.bytes;
+      s.inflight = a.inflight;
+      s.oldestUs = a.oldestUs;
+      s.waitSumUs = a.waitSumUs;
+      s.xferSumUs = a.xferSumUs;
+      s.intervalSec = std::max(1e-3, static_cast<double>(newest.intervalMs) / 1000.0);
+      s.time = newest.time;
+      if (j < aggOld.size() && aggOld[j].peer == a.peer && aggOld[j].send == a.send) {
+        const Agg& o = aggOld[j];
+        s.prevTime = prev->time;
+        if (o.conns == a.conns && o.idSum == a.idSum && a.bytes >= o.bytes) {
+          s.hasDelta = true;
+          s.delta = a.bytes - o.bytes;
+        }
+      }
+      sides.push_back(s);
+    }
+  }
+  std::sort(sides.begin(), sides.end(), [](const Side& a, const Side& b) {
+    return a.key != b.key ? a.key < b.key : a.send < b.send;
+  });
+
+  // --- Edges, joined with their state ---------------------------------------------------------
+  std::vector<Edge> edges;
+  edges.reserve(sides.size() / 2 + 1);
+  for (std::size_t i = 0; i < sides.size(); ++i) {
+    if (edges.empty() || edges.back().key != sides[i].key) {
+      Edge e;
+      e.key = sides[i].key;
+      e.src = keySrc(e.key);
+      e.dst = keyDst(e.key);
+      edges.push_back(e);
+    }
+    (sides[i].send ? edges.back().send : edges.back().recv) = static_cast<std::int32_t>(i);
+  }
+  std::vector<EdgeState> newStates;
+  newStates.reserve(edges.size());
+  std::vector<WallTime> lastProgress(edges.size());
+  {
+    std::size_t j = 0;
+    for (std::size_t i = 0; i < edges.size(); ++i) {
+      const Edge& e = edges[i];
+      while (j < edges_.size() && edges_[j].key < e.key) ++j;
+      const EdgeState* st = j < edges_.size() && edges_[j].key == e.key ? &edges_[j] : nullptr;
+      if (e.recv < 0) {
+        if (st) {
+          newStates.push_back(*st);
+          lastProgress[i] = st->lastProgress;
+        } else {
+          lastProgress[i] = now;
+        }
+        continue;
+      }
+      const Side& rcv = sides[static_cast<std::size_t>(e.recv)];
+      EdgeState ns{.key = e.key, .recvBytes = rcv.bytes, .recvConns = rcv.conns};
+      if (!st) {
+        ns.lastProgress = rcv.hasDelta && rcv.delta == 0 ? rcv.prevTime : rcv.time;
+      } else if (rcv.bytes != st->recvBytes || rcv.conns != st->recvConns) {
+        ns.lastProgress = rcv.time;
+      } else {
+        ns.lastProgress = st->lastProgress;
+      }
+      lastProgress[i] = ns.lastProgress;
+      newStates.push_back(ns);
+    }
+  }
+  edges_ = std::move(newStates);
+
+  const WallTime stallFloor = lastPauseSeen_ ? *lastPauseSeen_ : WallTime::min();
+  std::vector<std::int32_t> outDegree(un, 0);
+  std::vector<double> rates;
+  for (std::size_t i = 0; i < edges.size(); ++i) {
+    Edge& e = edges[i];
+    ++outDegree[static_cast<std::size_t>(e.src)];
+    const Side* rcv = e.recv >= 0 ? &sides[static_cast<std::size_t>(e.recv)] : nullptr;
+    const Side* snd = e.send >= 0 ? &sides[static_cast<std::size_t>(e.send)] : nullptr;
+    if (rcv && reporting[static_cast<std::size_t>(e.dst)]) {
+      if (rcv->inflight > 0) {
+        const double stall = secs(now - std::max(lastProgress[i], stallFloor));
+        const double age = static_cast<double>(rcv->oldestUs) * 1e-6 + secs(now - rcv->time);
+        e.waitAge = std::max(0.0, std::min(stall, age));
+      }
+      if (rcv->hasDelta && rcv->delta > 0) {
+        e.moved = true;
+        e.waitShare = static_cast<double>(rcv->waitSumUs) * 1e-6 / rcv->intervalSec;
+        if (rcv->delta >= th.minMeasureBytes && rcv->xferSumUs > 0) {
+          e.measured = true;
+          e.rate = static_cast<double>(rcv->delta) / (static_cast<double>(rcv->xferSumUs) * 1e-6);
+          rates.push_back(e.rate);
+        }
+      }
+    }
+    if (snd && reporting[static_cast<std::size_t>(e.src)]) {
+      e.posted = snd->inflight > 0 || (rcv && snd->conns == rcv->conns && snd->bytes > rcv->bytes);
+    }
+  }
+
+  std::vector<Candidate> candidates;
+  auto nodeName = [&](std::size_t idx) -> const std::string& { return nodes[idx].name; };
+
+  // --- Crash ----------------------------------------------------------------------------------
+  for (std::int32_t r = 0; r < n; ++r) {
+    for (const AnomalySample& a : rankAt(r).anomalies) {
+      if ((a.kind == report::AnomalyKind::kPeerClosed ||
+           a.kind == report::AnomalyKind::kConnectionError) &&
+          a.peerRank >= 0 && a.peerRank < n && a.peerRank != r) {
+        peerErrors_.push_back({r, a.peerRank, a.time});
+      }
+    }
+  }
+  std::erase_if(peerErrors_,
+                [&](const PeerError& e) { return secs(now - e.time) > th.anomalyMemorySeconds; });
+  std::vector<WallTime> accusedAt(un, WallTime::max());
+  std::vector<std::set<std::int32_t>> accusers(un);
+  for (const PeerError& e : peerErrors_) {
+    const auto t = static_cast<std::size_t>(e.target);
+    accusedAt[t] = std::min(accusedAt[t], e.time);
+    accusers[t].insert(e.reporter);
+  }
+  std::vector<char> crashCand(un, 0);
+  for (std::int32_t r = 0; r < n; ++r) {
+    const auto ur = static_cast<std::size_t>(r);
+    if (finished[ur]) continue;
+    const bool off = offender[nodeOf(r)] != 0;
+    const auto need = static_cast<std::size_t>(
+        std::max(1, std::min(peersIf(off), std::max<std::int32_t>(1, outDegree[ur]))));
+    const bool podEvidence = gone[ur] && silentFor[ur] > th.windowSeconds;
+    const bool peerEvidence = !reporting[ur] && accusers[ur].size() >= need;
+    const bool peerAndPod = gone[ur] && !accusers[ur].empty();
+    if (podEvidence || peerEvidence || peerAndPod) crashCand[ur] = 1;
+  }
+  // A candidate that reported an error towards another candidate before anyone accused it died
+  // of that peer's failure (a cascade): it is a victim, not a culprit.
+  std::vector<char> victim(un, 0);
+  for (const PeerError& e : peerErrors_) {
+    const auto rep = static_cast<std::size_t>(e.reporter);
+    if (crashCand[rep] && crashCand[static_cast<std::size_t>(e.target)] &&
+        e.time < accusedAt[rep]) {
+      victim[rep] = 1;
+    }
+  }
+  for (std::int32_t r = 0; r < n; ++r) {
+    const auto ur = static_cast<std::size_t>(r);
+    if (!crashCand[ur] || victim[ur]) continue;
+    const std::size_t node = nodeOf(r);
+    const NodeSnapshot& ns = nodes[node];
+    const bool hw = ns.hasHardwareFault();
+    const bool off = offender[node] != 0;
+    Candidate c;
+    Verdict& v = c.verdict;
+    v.faultClass = FaultClass::kCrash;
+    v.ranks = {r};
+    v.nodeEvidence = hw;
+    v.repeatOffender = off;
+    c.relaxed = off;
+    if (hw || off) {
+      v.culprit = nodeCulprit(ns.name);
+      v.action = Action::kCordonAndRestart;
+    } else {
+      v.culprit = rankCulprit(ns.name, r);
+      v.action = Action::kRestartOnly;
+    }
+    const double silent = silentFor[ur];
+    v.evidence.message = strf(
+        "rank %d (pod %s on node %s): pod %s, %s; %zu peer(s) reported the connection closed or "
+        "failed within %.0f s",
+        r, rankAt(r).pod.c_str(), ns.name.c_str(),
+        std::string(podStateName(rankAt(r).podState)).c_str(),
+        silent == kInf ? "never reported" : strf("no report for %.1f s", silent).c_str(),
+        accusers[ur].size(), th.anomalyMemorySeconds);
+    if (hw) v.evidence.message += "; node health: " + ns.healthDetail;
+    if (off) v.evidence.message += strf("; repeat offender (score %.0f)", ns.repeatOffenderScore);
+    if (!hw && !off) v.evidence.message += "; no node-level evidence: restart without cordon";
+    v.evidence.numbers = {{"silentSeconds", silent == kInf ? -1.0 : silent},
+                          {"peersReportingErrors", static_cast<double>(accusers[ur].size())},
+                          {"podGone", gone[ur] ? 1.0 : 0.0}};
+    candidates.push_back(std::move(c));
+  }
+
+  // --- Wait-for graph: who waits on whom ------------------------------------------------------
+  std::vector<std::int32_t> waiters(un, 0);
+  std::vector<double> maxWaitOn(un, 0.0);
+  std::vector<char> postsToWaiters(un, 0), waitsOnSomeone(un, 0), anyoneWaits(un, 0);
+  for (const Edge& e : edges) {
+    if (e.waitAge <= 0.0) continue;
+    const auto s = static_cast<std::size_t>(e.src);
+    const bool off = offender[nodeOf(e.src)] != 0;
+    const double need =
+        reporting[s] ? relaxedIf(off, th.hangSeconds) : relaxedIf(off, th.silenceSeconds);
+    if (e.waitAge >= th.silenceSeconds) {
+      waitsOnSomeone[static_cast<std::size_t>(e.dst)] = 1;
+      anyoneWaits[s] = 1;
+    }
+    if (e.waitAge >= need) {
+      ++waiters[s];
+      maxWaitOn[s] = std::max(maxWaitOn[s], e.waitAge);
+      if (e.posted) postsToWaiters[s] = 1;
+    }
+  }
+
+  // --- Non-communication hang -----------------------------------------------------------------
+  std::vector<char> hangRoot(un, 0);
+  if (!hangRulesOff) {
+    std::map<std::size_t, std::vector<std::int32_t>> byNode;
+    for (std::int32_t r = 0; r < n; ++r) {
+      const auto ur = static_cast<std::size_t>(r);
+      if (waiters[ur] == 0 || crashCand[ur] || finished[ur]) continue;
+      const bool off = offender[nodeOf(r)] != 0;
+      const std::int32_t need = std::min(peersIf(off), std::max<std::int32_t>(1, outDegree[ur]));
+      if (waiters[ur] < need) continue;
+      const bool frozen = !reporting[ur] && alive[ur];
+      const bool idleRoot = reporting[ur] && !postsToWaiters[ur] && !waitsOnSomeone[ur];
+      if (!frozen && !idleRoot) continue;
+      hangRoot[ur] = 1;
+      byNode[nodeOf(r)].push_back(r);
+    }
+    for (auto& [node, ranks] : byNode) {
+      const NodeSnapshot& ns = nodes[node];
+      const bool off = offender[node] != 0;
+      Candidate c;
+      Verdict& v = c.verdict;
+      v.faultClass = FaultClass::kNonCommHang;
+      v.culprit = nodeCulprit(ns.name);
+      v.ranks = ranks;
+      v.action = Action::kCordonAndRestart;
+      v.nodeEvidence = ns.hasHardwareFault();
+      v.repeatOffender = off;
+      c.relaxed = off;
+      const std::int32_t r = ranks.front();
+      const auto ur = static_cast<std::size_t>(r);
+      const bool frozen = !reporting[ur];
+      const double threshold =
+          frozen ? relaxedIf(off, th.silenceSeconds) : relaxedIf(off, th.hangSeconds);
+      if (frozen) {
+        v.evidence.message = strf(
+            "rank %d on node %s stopped reporting %.1f s ago while its pod runs; %d of %d peers "
+            "wait on it with no bytes moving (longest %.1f s, threshold silenceSeconds %.1f s)",
+            r, ns.name.c_str(), silentFor[ur], waiters[ur], outDegree[ur], maxWaitOn[ur],
+            threshold);
+      } else {
+        v.evidence.message = strf(
+            "rank %d on node %s posts nothing and waits on no one while %d of %d peers wait on "
+            "it with no bytes moving (longest %.1f s, threshold hangSeconds %.1f s)",
+            r, ns.name.c_str(), waiters[ur], outDegree[ur], maxWaitOn[ur], threshold);
+      }
+      if (ranks.size() > 1) v.evidence.message += "; ranks " + rankList(ranks);
+      if (v.nodeEvidence) v.evidence.message += "; node health: " + ns.healthDetail;
+      v.evidence.numbers = {{"waitingPeers", static_cast<double>(waiters[ur])},
+                            {"peers", static_cast<double>(outDegree[ur])},
+                            {"longestWaitSeconds", maxWaitOn[ur]},
+                            {"thresholdSeconds", threshold},
+                            {"silentSeconds", frozen ? silentFor[ur] : 0.0}};
+      candidates.push_back(std::move(c));
+    }
+  }
+
+  // --- Communication hang ---------------------------------------------------------------------
+  if (!hangRulesOff) {
+    struct PairInfo {
+      std::vector<std::int32_t> ranks;
+      std::size_t edges = 0;
+      double maxAge = 0.0;
+      std::int32_t exampleSrc = -1, exampleDst = -1;
+    };
+    std::map<std::pair<std::size_t, std::size_t>, PairInfo> pairs;
+    for (const Edge& e : edges) {
+      if (e.waitAge <= 0.0 || !e.posted) continue;
+      if (!reporting[static_cast<std::size_t>(e.src)] ||
+          !reporting[static_cast<std::size_t>(e.dst)]) {
+        continue;
+      }
+      const std::size_t a = nodeOf(e.src), b = nodeOf(e.dst);
+      const bool off = offender[a] || offender[b];
+      if (e.waitAge < relaxedIf(off, th.hangSeconds)) continue;
+      PairInfo& p = pairs[{std::min(a, b), std::max(a, b)}];
+      p.ranks.push_back(e.src);
+      p.ranks.push_back(e.dst);
+      ++p.edges;
+      if (e.waitAge > p.maxAge) {
+        p.maxAge = e.waitAge;
+        p.exampleSrc = e.src;
+        p.exampleDst = e.dst;
+      }
+    }
+    auto finishRanks = [](std::vector<std::int32_t>& v) {
+      std::sort(v.begin(), v.end());
+      v.erase(std::unique(v.begin(), v.end()), v.end());
+    };
+    std::optional<std::size_t> common;
+    if (pairs.size() >= 2) {
+      std::set<std::size_t> shared = {pairs.begin()->first.first, pairs.begin()->first.second};
+      for (const auto& [key, p] : pairs) {
+        std::set<std::size_t> next;
+        for (std::size_t x : shared) {
+          if (x == key.first || x == key.second) next.insert(x);
+        }
+        shared = std::move(next);
+      }
+      if (shared.size() == 1) common = *shared.begin();
+    }
+    auto hangCandidate = [&](CulpritKind kind, std::size_t a, std::size_t b,
+                             std::vector<std::int32_t> ranks, std::size_t nEdges, double maxAge,
+                             std::size_t nPairs, std::int32_t exSrc, std::int32_t exDst) {
+      Candidate c;
+      Verdict& v = c.verdict;
+      v.faultClass = FaultClass::kCommHang;
+      finishRanks(ranks);
+      v.ranks = std::move(ranks);
+      const bool off = offender[a] || offender[b];
+      const double threshold = relaxedIf(off, th.hangSeconds);
+      v.repeatOffender = off;
+      c.relaxed = off;
+      std::string where;
+      if (kind == CulpritKind::kNode) {
+        v.culprit = nodeCulprit(nodeName(a));
+        v.action = Action::kCordonAndRestart;
+        v.nodeEvidence = nodes[a].hasHardwareFault();
+        where = nPairs > 1
+                    ? strf("all %zu stalled links share node %s", nPairs, nodeName(a).c_str())
+                    : strf("inside node %s", nodeName(a).c_str());
+      } else {
+        const std::string& na = nodeName(a);
+        const std::string& nb = nodeName(b);
+        v.culprit = linkCulprit(na, nb);
+        v.action = Action::kRestartOnly;
+        where = strf("link %s<->%s", v.culprit.node.c_str(), v.culprit.peerNode.c_str());
+      }
+      v.evidence.message = strf(
+          "%zu connection(s) stalled, %s: ops in flight at both ends and no bytes moving for "
+          "%.1f s (threshold hangSeconds %.1f s), e.g. rank %d -> rank %d",
+          nEdges, where.c_str(), maxAge, threshold, exSrc, exDst);
+      if (v.nodeEvidence) v.evidence.message += "; node health: " + nodes[a].healthDetail;
+      v.evidence.numbers = {{"stalledConnections", static_cast<double>(nEdges)},
+                            {"stalledLinks", static_cast<double>(nPairs)},
+                            {"longestStallSeconds", maxAge},
+                            {"thresholdSeconds", threshold}};
+      candidates.push_back(std::move(c));
+    };
+    if (common) {
+      std::vector<std::int32_t> ranks;
+      std::size_t nEdges = 0;
+      double maxAge = 0.0;
+      std::int32_t exSrc = -1, exDst = -1;
+      for (const auto& [key, p] : pairs) {
+        ranks.insert(ranks.end(), p.ranks.begin(), p.ranks.end());
+        nEdges += p.edges;
+        if (p.maxAge > maxAge) {
+          maxAge = p.maxAge;
+          exSrc = p.exampleSrc;
+          exDst = p.exampleDst;
+        }
+      }
+      hangCandidate(CulpritKind::kNode, *common, *common, std::move(ranks), nEdges, maxAge,
+                    pairs.size(), exSrc, exDst);
+    } else {
+      for (auto& [key, p] : pairs) {
+        const auto [a, b] = key;
+        CulpritKind kind = a == b ? CulpritKind::kNode : CulpritKind::kLink;
+        std::size_t culpritNode = a;
+        // Node evidence decides a link: exactly one end has a NIC/RDMA port down.
+        const bool nicA = nodes[a].nicDown || nodes[a].rdmaPortDown;
+        const bool nicB = nodes[b].nicDown || nodes[b].rdmaPortDown;
+        if (kind == CulpritKind::kLink && nicA != nicB) {
+          kind = CulpritKind::kNode;
+          culpritNode = nicA ? a : b;
+        }
+        hangCandidate(kind, culpritNode, kind == CulpritKind::kNode ? culpritNode : b,
+                      std::move(p.ranks), p.edges, p.maxAge, 1, p.exampleSrc, p.exampleDst);
+      }
+    }
+  }
+
+  // --- Communication slow ---------------------------------------------------------------------
+  double medianRate = 0.0;
+  std::vector<char> touchesSlow(un, 0);
+  std::size_t measuredCount = rates.size();
+  if (!warmup && rates.size() >= 4) {
+    medianRate = median(rates);
+    struct Line {
+      std::size_t measured = 0, slow = 0;
+      std::size_t firstPeer = std::numeric_limits<std::size_t>::max();
+      bool manyPeers = false;
+      double minRatio = kInf;
+    };
+    std::vector<Line> row(nodes.size()), col(nodes.size());
+    auto addLine = [](Line& l, std::size_t peer, bool slow, double ratio) {
+      ++l.measured;
+      if (slow) {
+        ++l.slow;
+        l.minRatio = std::min(l.minRatio, ratio);
+      }
+      if (l.firstPeer == std::numeric_limits<std::size_t>::max()) {
+        l.firstPeer = peer;
+      } else if (l.firstPeer != peer) {
+        l.manyPeers = true;
+      }
+    };
+    for (Edge& e : edges) {
+      if (!e.measured) continue;
+      const std::size_t a = nodeOf(e.src), b = nodeOf(e.dst);
+      const double factor = factorIf(offender[a] || offender[b], th.slowFactor);
+      e.slow = e.rate * factor < medianRate;
+      if (e.slow) {
+        touchesSlow[static_cast<std::size_t>(e.src)] = 1;
+        touchesSlow[static_cast<std::size_t>(e.dst)] = 1;
+      }
+      if (a != b) {
+        const double ratio = e.rate / medianRate;
+        addLine(row[a], b, e.slow, ratio);
+        addLine(col[b], a, e.slow, ratio);
+      }
+    }
+    auto wholeLine = [](const Line& l) {
+      return l.measured >= 2 && l.slow == l.measured && l.manyPeers;
+    };
+    std::vector<char> nicSlow(nodes.size(), 0);
+    for (std::size_t x = 0; x < nodes.size(); ++x) {
+      if (!wholeLine(row[x]) && !wholeLine(col[x])) continue;
+      nicSlow[x] = 1;
+      std::vector<std::int32_t> ranks;
+      for (const Edge& e : edges) {
+        if (e.slow && (nodeOf(e.src) == x || nodeOf(e.dst) == x)) {
+          ranks.push_back(e.src);
+          ranks.push_back(e.dst);
+        }
+      }
+      std::sort(ranks.begin(), ranks.end());
+      ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+      const bool off = offender[x] != 0;
+      const double factor = factorIf(off, th.slowFactor);
+      Candidate c;
+      Verdict& v = c.verdict;
+      v.faultClass = FaultClass::kCommSlow;
+      v.culprit = nodeCulprit(nodes[x].name);
+      v.ranks = std::move(ranks);
+      v.action = Action::kCordonAndRestart;
+      v.nodeEvidence = nodes[x].hasHardwareFault();
+      v.repeatOffender = off;
+      c.relaxed = off;
+      const bool isRow = wholeLine(row[x]);
+      const Line& l = isRow ? row[x] : col[x];
+      v.evidence.message = strf(
+          "all %zu measured connections %s node %s (%s) are slow: down to %.2fx the job median "
+          "transfer rate %.1f MB/s (threshold 1/slowFactor = %.2fx): its NIC",
+          l.measured, isRow ? "out of" : "into", nodes[x].name.c_str(), isRow ? "row" : "column",
+          l.minRatio, medianRate / 1e6, 1.0 / factor);
+      if (isRow && wholeLine(col[x])) v.evidence.message += "; its column is slow too";
+      v.evidence.numbers = {{"slowConnections", static_cast<double>(l.slow)},
+                            {"measuredConnections", static_cast<double>(l.measured)},
+                            {"minRatioToMedian", l.minRatio},
+                            {"medianBytesPerSecond", medianRate},
+                            {"slowFactor", factor}};
+      candidates.push_back(std::move(c));
+    }
+    struct SlowPair {
+      std::vector<std::int32_t> ranks;
+      std::size_t edges = 0;
+      double minRatio = kInf;
+      double minRate = 0.0;
+      std::int32_t exSrc = -1, exDst = -1;
+    };
+    std::map<std::pair<std::size_t, std::size_t>, SlowPair> slowPairs;
+    for (const Edge& e : edges) {
+      if (!e.slow) continue;
+      const std::size_t a = nodeOf(e.src), b = nodeOf(e.dst);
+      if (nicSlow[a] || nicSlow[b]) continue;
+      SlowPair& p = slowPairs[{std::min(a, b), std::max(a, b)}];
+      p.ranks.push_back(e.src);
+      p.ranks.push_back(e.dst);
+      ++p.edges;
+      const double ratio = e.rate / medianRate;
+      if (ratio < p.minRatio) {
+        p.minRatio = ratio;
+        p.minRate = e.rate;
+        p.exSrc = e.src;
+        p.exDst = e.dst;
+      }
+    }
+    for (auto& [key, p] : slowPairs) {
+      const auto [a, b] = key;
+      const bool off = offender[a] || offender[b];
+      const double factor = factorIf(off, th.slowFactor);
+      Candidate c;
+      Verdict& v = c.verdict;
+      v.faultClass = FaultClass::kCommSlow;
+      std::sort(p.ranks.begin(), p.ranks.end());
+      p.ranks.erase(std::unique(p.ranks.begin(), p.ranks.end()), p.ranks.end());
+      v.ranks = std::move(p.ranks);
+      v.repeatOffender = off;
+      c.relaxed = off;
+      const bool nicA = nodes[a].hasHardwareFault();
+      const bool nicB = nodes[b].hasHardwareFault();
+      if (a == b || nicA != nicB) {
+        const std::size_t x = a == b ? a : (nicA ? a : b);
+        v.culprit = nodeCulprit(nodes[x].name);
+        v.action = Action::kCordonAndRestart;
+        v.nodeEvidence = nodes[x].hasHardwareFault();
+      } else {
+        v.culprit = linkCulprit(nodes[a].name, nodes[b].name);
+        v.action = Action::kReplan;
+      }
+      v.evidence.message = strf(
+          "%zu connection(s) between %s and %s slow: rank %d -> rank %d transfers at %.1f MB/s, "
+          "%.2fx the job median %.1f MB/s of %zu measured connections (threshold 1/slowFactor = "
+          "%.2fx)",
+          p.edges, nodes[a].name.c_str(), nodes[b].name.c_str(), p.exSrc, p.exDst, p.minRate / 1e6,
+          p.minRatio, medianRate / 1e6, measuredCount, 1.0 / factor);
+      if (v.nodeEvidence) {
+        v.evidence.message +=
+            "; node health: " +
+            nodes[static_cast<std::size_t>(v.culprit.node == nodes[a].name ? a : b)].healthDetail;
+      }
+      v.evidence.numbers = {{"slowConnections", static_cast<double>(p.edges)},
+                            {"ratioToMedian", p.minRatio},
+                            {"bytesPerSecond", p.minRate},
+                            {"medianBytesPerSecond", medianRate},
+                            {"slowFactor", factor}};
+      candidates.push_back(std::move(c));
+    }
+  }
+
+  // --- Non-communication slow (straggler) -----------------------------------------------------
+  if (!warmup && !hangRulesOff) {
+    // Per rank: median wait share of its peers on it (out-edges) and of it on its peers
+    // (in-edges), over edges whose bytes moved this window.
+    std::vector<std::pair<std::int32_t, double>> outs, ins;
+    for (const Edge& e : edges) {
+      if (!e.moved) continue;
+      outs.emplace_back(e.src, e.waitShare);
+      ins.emplace_back(e.dst, e.waitShare);
+    }
+    auto perRankMedian = [&](std::vector<std::pair<std::int32_t, double>>& v,
+                             std::vector<double>& med, std::vector<std::int32_t>& count) {
+      std::sort(v.begin(), v.end());
+      std::vector<double> tmp;
+      for (std::size_t i = 0; i < v.size();) {
+        std::size_t j = i;
+        tmp.clear();
+        while (j < v.size() && v[j].first == v[i].first) tmp.push_back(v[j++].second);
+        const auto r = static_cast<std::size_t>(v[i].first);
+        count[r] = static_cast<std::int32_t>(tmp.size());
+        med[r] = median(tmp);
+        i = j;
+      }
+    };
+    std::vector<double> outWait(un, 0.0), inWait(un, 0.0);
+    std::vector<std::int32_t> outCount(un, 0), inCount(un, 0);
+    perRankMedian(outs, outWait, outCount);
+    perRankMedian(ins, inWait, inCount);
+    std::vector<double> lateness(un, 0.0), absLate;
+    absLate.reserve(un);
+    for (std::size_t r = 0; r < un; ++r) {
+      if (outCount[r] == 0 || inCount[r] == 0) continue;
+      lateness[r] = outWait[r] - inWait[r];
+      absLate.push_back(std::abs(lateness[r]));
+    }
+    if (absLate.size() >= 4) {
+      const double noise = std::max(0.01, median(absLate));
+      std::map<std::size_t, std::vector<std::int32_t>> byNode;
+      for (std::int32_t r = 0; r < n; ++r) {
+        const auto ur = static_cast<std::size_t>(r);
+        if (outCount[ur] == 0 || inCount[ur] == 0 || touchesSlow[ur] || crashCand[ur] ||
+            !reporting[ur]) {
+          continue;
+        }
+        const bool off = offender[nodeOf(r)] != 0;
+        const std::int32_t need = std::min(peersIf(off), std::max<std::int32_t>(1, outDegree[ur]));
+        if (outCount[ur] < need) continue;
+        const double minShare = relaxedIf(off, th.minLatenessShare);
+        const double factor = factorIf(off, th.stragglerFactor);
+        if (lateness[ur] >= minShare && lateness[ur] >= factor * noise) {
+          byNode[nodeOf(r)].push_back(r);
+        }
+      }
+      for (auto& [node, ranks] : byNode) {
+        const bool off = offender[node] != 0;
+        std::int32_t worst = ranks.front();
+        for (std::int32_t r : ranks) {
+          if (lateness[static_cast<std::size_t>(r)] > lateness[static_cast<std::size_t>(worst)]) {
+            worst = r;
+          }
+        }
+        const auto uw = static_cast<std::size_t>(worst);
+        const double share = std::clamp(lateness[uw], 0.0, 0.95);
+        Candidate c;
+        Verdict& v = c.verdict;
+        v.faultClass = FaultClass::kNonCommSlow;
+        v.culprit = nodeCulprit(nodes[node].name);
+        v.ranks = ranks;
+        v.action = Action::kEventOnly;
+        v.nodeEvidence = nodes[node].hasHardwareFault();
+        v.repeatOffender = off;
+        v.slowdown = 1.0 / (1.0 - share);
+        c.relaxed = off;
+        v.evidence.message = strf(
+            "straggler rank %d on node %s: its %d peers wait on it %.0f%% of the window and it "
+            "waits on them %.0f%%: lateness %.2f vs job noise %.3f (thresholds stragglerFactor "
+            "%.1fx, minLatenessShare %.2f); transfers normal; estimated slowdown %.2fx",
+            worst, nodes[node].name.c_str(), outCount[uw], outWait[uw] * 100.0, inWait[uw] * 100.0,
+            lateness[uw], noise, factorIf(off, th.stragglerFactor),
+            relaxedIf(off, th.minLatenessShare), v.slowdown);
+        if (ranks.size() > 1) v.evidence.message += "; ranks " + rankList(ranks);
+        v.evidence.numbers = {{"lateness", lateness[uw]},
+                              {"peersWaitShare", outWait[uw]},
+                              {"ownWaitShare", inWait[uw]},
+                              {"jobNoise", noise},
+                              {"slowdown", v.slowdown}};
+        candidates.push_back(std::move(c));
+      }
+    }
+  }
+
+  // --- Missing telemetry (an observation, never a verdict) ------------------------------------
+  {
+    std::map<std::size_t, std::vector<std::int32_t>> byNode;
+    for (std::int32_t r = 0; r < n; ++r) {
+      const auto ur = static_cast<std::size_t>(r);
+      if (reporting[ur] || !alive[ur] || crashCand[ur] || hangRoot[ur] || anyoneWaits[ur]) continue;
+      if (rankAt(r).reports.empty() && ticksInAttempt_ <= th.warmupWindows) continue;
+      byNode[nodeOf(r)].push_back(r);
+    }
+    for (auto& state : observations_) state.second.seenThisTick = false;
+    for (auto& [node, ranks] : byNode) {
+      const std::string key = "telemetryMissing/" + nodes[node].name;
+      auto [it, inserted] = observations_.try_emplace(key, ObservationState{.firstSeen = now});
+      it->second.seenThisTick = true;
+      std::size_t onNode = 0;
+      for (const RankSnapshot& rs : snap.ranks) {
+        if (static_cast<std::size_t>(rs.node) == node) ++onNode;
+      }
+      double longest = 0.0;
+      for (std::int32_t r : ranks) {
+        const double s = silentFor[static_cast<std::size_t>(r)];
+        if (s != kInf) longest = std::max(longest, s);
+      }
+      Observation o;
+      o.kind = ObservationKind::kTelemetryMissing;
+      o.node = nodes[node].name;
+      o.message = strf(
+          "%zu of %zu ranks on node %s silent (up to %.1f s, threshold silenceSeconds %.1f s) "
+          "while their pods run and no peer waits on them; node telemetry %s: not a fault",
+          ranks.size(), onNode, nodes[node].name.c_str(), longest, th.silenceSeconds,
+          nodes[node].telemetryArriving ? "arriving" : "missing");
+      o.ranks = std::move(ranks);
+      o.firstSeen = it->second.firstSeen;
+      o.isNew = inserted;
+      result.observations.push_back(std::move(o));
+    }
+    std::erase_if(observations_, [](const auto& kv) { return !kv.second.seenThisTick; });
+  }
+
+  // --- Confirmation and deduplication ---------------------------------------------------------
+  for (auto& [key, f] : findings_) f.seenThisTick = false;
+  for (Candidate& c : candidates) {
+    const std::string key = c.verdict.key();
+    auto it = findings_.find(key);
+    if (it == findings_.end()) {
+      Finding f;
+      f.verdict = std::move(c.verdict);
+      f.verdict.firstSeen = now;
+      it = findings_.emplace(key, std::move(f)).first;
+    } else if (it->second.seenThisTick) {
+      continue;  // the same culprit found twice in one tick: keep the first
+    } else {
+      const WallTime firstSeen = it->second.verdict.firstSeen;
+      const WallTime confirmedAt = it->second.verdict.confirmedAt;
+      it->second.verdict = std::move(c.verdict);
+      it->second.verdict.firstSeen = firstSeen;
+      it->second.verdict.confirmedAt = confirmedAt;
+    }
+    Finding& f = it->second;
+    f.seenThisTick = true;
+    f.missing = 0;
+    ++f.consecutive;
+    const int required =
+        c.relaxed ? std::max(1, th.confirmationWindows - 1) : th.confirmationWindows;
+    if (!f.confirmed && f.consecutive >= required) {
+      f.confirmed = true;
+      f.verdict.confirmedAt = now;
+      result.verdicts.push_back(f.verdict);
+    }
+  }
+  std::size_t pending = 0;
+  for (auto it = findings_.begin(); it != findings_.end();) {
+    Finding& f = it->second;
+    if (!f.seenThisTick) {
+      if (!f.confirmed) {
+        it = findings_.erase(it);
+        continue;
+      }
+      if (++f.missing >= th.clearWindows) {
+        result.cleared.push_back(it->first);
+        it = findings_.erase(it);
+        continue;
+      }
+    }
+    if (f.confirmed) {
+      result.active.push_back(f.verdict);
+    } else {
+      ++pending;
+    }
+    ++it;
+  }
+
+  std::size_t reportingCount = 0;
+  for (char c : reporting) reportingCount += c ? 1 : 0;
+  result.stats.reportingRanks = reportingCount;
+  result.stats.silentRanks = un - reportingCount;
+  result.stats.edges = edges.size();
+  result.stats.measuredEdges = measuredCount;
+  result.stats.medianRateBytesPerSec = medianRate;
+  result.stats.paused = hangRulesOff;
+  result.stats.warmup = warmup;
+  result.stats.pendingFindings = pending;
+  return result;
+}
+
+}  // namespace c4::c4d

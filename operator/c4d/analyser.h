@@ -1,0 +1,86 @@
+// The C4D analyser: finds a fault in a training job from its communication syndrome.
+//
+// One JobAnalyser per TrainingJob, owned by the caller. Every window (Thresholds::windowSeconds,
+// default 1 s) the caller builds a JobSnapshot from the report store and calls tick(snapshot,
+// now). The analyser
+//   1. aggregates every rank's newest report per (peer, direction) and joins both ends of each
+//      rank->rank connection into an edge: bytes moved this window (cumulative counters, a
+//      decrease or a changed connection set = a reset, not measured), ops in flight and their
+//      age, receive wait and transfer time;
+//   2. derives per-window matrices (sparse, existing edges only): transfer rate
+//      (bytes / transfer time), wait share (receive wait / window), in-flight age, and per-rank
+//      liveness (silent = no report for silenceSeconds);
+//   3. applies the rules of the five classes (crash, communication hang, non-communication hang,
+//      communication slow, non-communication slow) and the telemetry-missing observation;
+//   4. confirms a finding after it persisted for confirmationWindows consecutive ticks, emits it
+//      once as a Verdict, and clears it after clearWindows ticks without it.
+// The rules, formulas and defaults are in docs/c4d.md.
+//
+// Pure: no I/O, no threads, no clock of its own (time is the `now` argument and the snapshot's
+// report times). Not thread-safe: one caller at a time per JobAnalyser. A tick with invalid input
+// returns kInvalidArgument and leaves the state untouched.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "c4/common/clock.h"
+#include "c4/common/error.h"
+#include "operator/c4d/snapshot.h"
+#include "operator/c4d/verdict.h"
+
+namespace c4::c4d {
+
+class JobAnalyser {
+ public:
+  JobAnalyser() = default;
+
+  // Analyses one window of `snapshot` at time `now`. `now` must not go backwards.
+  Result<TickResult> tick(const JobSnapshot& snapshot, WallTime now);
+
+  // Forgets everything (as after construction).
+  void reset();
+
+  // Confirmed verdicts that have not cleared.
+  std::vector<Verdict> activeVerdicts() const;
+
+ private:
+  // Per rank->rank edge, kept between ticks.
+  struct EdgeState {
+    std::uint64_t key = 0;  // src << 32 | dst
+    std::uint64_t recvBytes = 0;
+    std::uint32_t recvConns = 0;
+    WallTime lastProgress{};  // the last time the receiver's bytes moved (or the edge appeared)
+  };
+  struct PeerError {
+    std::int32_t reporter = -1;
+    std::int32_t target = -1;
+    WallTime time{};
+  };
+  struct Finding {
+    Verdict verdict;
+    int consecutive = 0;
+    int missing = 0;
+    bool confirmed = false;
+    bool seenThisTick = false;
+  };
+  struct ObservationState {
+    WallTime firstSeen{};
+    bool seenThisTick = false;
+  };
+
+  bool started_ = false;
+  std::uint32_t attempt_ = 0;
+  std::int64_t ticksInAttempt_ = 0;
+  WallTime lastTick_{};
+  std::optional<WallTime> lastPauseSeen_;
+  std::vector<EdgeState> edges_;  // sorted by key
+  std::vector<PeerError> peerErrors_;
+  std::map<std::string, Finding> findings_;
+  std::map<std::string, ObservationState> observations_;
+};
+
+}  // namespace c4::c4d

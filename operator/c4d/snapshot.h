@@ -1,0 +1,148 @@
+// The analyser's input: an immutable picture of one TrainingJob at one moment, built by the
+// caller (the ingest report store) every window, and the detection thresholds.
+//
+// Everything is plain data so the store can fill it cheaply: ranks are indexed 0..worldSize-1,
+// nodes are referenced by index into JobSnapshot::nodes, connections are compact copies of
+// report::ConnectionStats (no names, no subflows). Times are wall time (the senders' Unix time,
+// as carried by the reports); `now` is given to the analyser with each snapshot.
+//
+// Contract for the filler:
+//   - reports: the newest RankReports of the rank for the current attempt, oldest first, newest
+//     last (the analyser uses the newest two; more are allowed, fewer mean "not measurable yet").
+//     A report split into parts is merged into one sample. Empty = never reported.
+//   - anomalies: AnomalyNotices received since the previous tick (the analyser remembers them).
+//   - progress: the rank's newest ProgressNotice, if any.
+//   - nodes[i]: one entry per node that hosts a rank, with its health summary and whether the
+//     node plugin's batches are arriving.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "c4/common/clock.h"
+#include "c4/common/error.h"
+#include "c4/common/report.h"
+
+namespace c4::c4d {
+
+// Detection thresholds (TrainingJob spec `faultTolerance`; the defaults below are the documented
+// ones, see docs/c4d.md).
+struct Thresholds {
+  double windowSeconds = 1.0;     // the analysis window (one tick)
+  double silenceSeconds = 3.0;    // a rank whose newest report is older than this is silent
+  double hangSeconds = 10.0;      // ops waiting with no byte progress this long = hang
+  double slowFactor = 4.0;        // a connection slower than median / slowFactor is slow
+  double stragglerFactor = 3.0;   // a rank's lateness above this x the job's noise = straggler
+  double minLatenessShare = 0.1;  // ... and above this share of the window
+  int confirmationWindows = 2;    // consecutive windows a finding must persist
+  int clearWindows = 3;           // consecutive windows without it before a verdict clears
+  int warmupWindows = 3;          // windows after an attempt starts with no rate-based rules
+  int minPeersEvidence = 2;       // peers that must show the syndrome (capped at the degree)
+  std::uint64_t minMeasureBytes = 1 << 20;  // bytes a connection must carry to be measured
+  double pauseGraceSeconds = 2.0;           // hang rules stay off this long after a pause
+  double maxPauseSeconds = 600.0;           // an announced pause older than this no longer suspends
+  double anomalyMemorySeconds = 30.0;       // how long peer connection errors count as evidence
+  // Repeat offenders: a node whose score >= repeatOffenderMinScore gets thresholds relaxed by
+  // repeatOffenderRelax (0 < relax <= 1; see docs/c4d.md for the exact formulas).
+  double repeatOffenderMinScore = 1.0;
+  double repeatOffenderRelax = 0.5;
+
+  friend bool operator==(const Thresholds&, const Thresholds&) = default;
+};
+
+// kInvalidArgument naming the first bad field.
+Status validate(const Thresholds& t);
+
+// A pod's state as the API server shows it.
+enum class PodState {
+  kUnknown,    // not known (yet)
+  kPending,    // created, not running
+  kRunning,    // alive
+  kSucceeded,  // exited 0: the rank finished
+  kFailed,     // exited non-zero, evicted, or its node is lost
+  kGone,       // deleted / not found
+};
+
+// One connection of one RankReport (compact report::ConnectionStats).
+struct ConnSample {
+  std::uint64_t id = 0;  // unique within the reporting process
+  report::Direction direction = report::Direction::kSend;
+  std::int32_t peerRank = -1;  // -1: unknown (ignored)
+  std::uint64_t bytes = 0;     // cumulative since the connection opened
+  std::uint64_t ops = 0;       // cumulative
+  std::uint32_t inflight = 0;
+  std::uint64_t oldestInflightUs = 0;
+  report::LatencySummary wait;      // ops completed in the report's interval
+  report::LatencySummary transfer;  // ops completed in the report's interval
+
+  static ConnSample from(const report::ConnectionStats& c);
+};
+
+struct ReportSample {
+  WallTime time{};  // the report's timeUnixNs
+  std::uint32_t intervalMs = 1000;
+  std::vector<ConnSample> connections;
+
+  static ReportSample from(const report::RankReport& r);
+};
+
+struct ProgressSample {
+  report::ProgressState state = report::ProgressState::kTraining;
+  std::int64_t step = 0;
+  WallTime time{};
+};
+
+struct AnomalySample {
+  report::AnomalyKind kind = report::AnomalyKind::kStall;
+  std::int32_t peerRank = -1;
+  report::Direction direction = report::Direction::kSend;
+  std::uint64_t ageUs = 0;
+  WallTime time{};
+};
+
+struct RankSnapshot {
+  std::int32_t node = -1;  // index into JobSnapshot::nodes
+  std::string pod;
+  PodState podState = PodState::kUnknown;
+  std::vector<ReportSample> reports;  // oldest first, newest last; current attempt only
+  std::optional<ProgressSample> progress;
+  std::vector<AnomalySample> anomalies;  // since the previous tick
+};
+
+// What the node plugin says about a node, reduced to the facts the rules use.
+struct NodeSnapshot {
+  std::string name;
+  bool telemetryArriving = true;  // the node plugin's batches arrive
+  bool nicDown = false;           // a NIC carrying job traffic is down
+  bool rdmaPortDown = false;      // an RDMA port is not ACTIVE/LinkUp
+  bool gpuFault = false;          // a GPU is unhealthy (XID, uncorrected ECC, ...)
+  std::string healthDetail;       // one line naming the faulty devices ("" when none)
+  // Times this node was implicated in a fault (any job) within the caller's repeat-offender
+  // window; >= Thresholds::repeatOffenderMinScore relaxes the thresholds for it.
+  double repeatOffenderScore = 0.0;
+
+  bool hasHardwareFault() const { return nicDown || rdmaPortDown || gpuFault; }
+};
+
+// Fills the health fields of `out` from a NodeHealth batch: NIC down = an interface with
+// up == false; GPU fault = a GPU with healthy == false. Devices that are absent are never faults.
+void applyNodeHealth(const report::NodeHealth& health, NodeSnapshot& out);
+
+struct JobSnapshot {
+  std::string ns;
+  std::string name;
+  std::int32_t worldSize = 0;
+  std::uint32_t attempt = 0;        // restart attempt; a change resets the analyser's state
+  std::vector<RankSnapshot> ranks;  // size == worldSize
+  std::vector<NodeSnapshot> nodes;
+  Thresholds thresholds;
+};
+
+// kInvalidArgument naming the first inconsistency (sizes, indices, thresholds).
+Status validate(const JobSnapshot& s);
+
+std::string_view podStateName(PodState s) noexcept;
+
+}  // namespace c4::c4d
