@@ -425,15 +425,20 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
     const bool peerAndPod = gone[ur] && !accusers[ur].empty();
     if (podEvidence || peerEvidence || peerAndPod) crashCand[ur] = 1;
   }
-  // A candidate that reported an error towards another candidate before anyone accused it died
-  // of that peer's failure (a cascade): it is a victim, not a culprit.
+  // A candidate that reported an error towards another candidate no later than anyone accused it
+  // died of that peer's failure (a cascade): it is a victim, not a culprit.
   std::vector<char> victim(un, 0);
   for (const PeerError& e : peerErrors_) {
     const auto rep = static_cast<std::size_t>(e.reporter);
     if (crashCand[rep] && crashCand[static_cast<std::size_t>(e.target)] &&
-        e.time < accusedAt[rep]) {
+        e.time <= accusedAt[rep]) {
       victim[rep] = 1;
     }
+  }
+  {
+    bool anyRoot = false;
+    for (std::size_t r = 0; r < un; ++r) anyRoot = anyRoot || (crashCand[r] && !victim[r]);
+    if (!anyRoot) std::fill(victim.begin(), victim.end(), 0);  // cannot tell: report them all
   }
   for (std::int32_t r = 0; r < n; ++r) {
     const auto ur = static_cast<std::size_t>(r);
@@ -843,15 +848,17 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
     std::vector<std::int32_t> outCount(un, 0), inCount(un, 0);
     perRankMedian(outs, outWait, outCount);
     perRankMedian(ins, inWait, inCount);
-    std::vector<double> lateness(un, 0.0), absLate;
+    std::vector<double> lateness(un, 0.0), absLate, outs1;
     absLate.reserve(un);
     for (std::size_t r = 0; r < un; ++r) {
       if (outCount[r] == 0 || inCount[r] == 0) continue;
       lateness[r] = outWait[r] - inWait[r];
       absLate.push_back(std::abs(lateness[r]));
+      outs1.push_back(outWait[r]);
     }
     if (absLate.size() >= 4) {
       const double noise = std::max(0.01, median(absLate));
+      const double typicalWait = median(outs1);
       std::map<std::size_t, std::vector<std::int32_t>> byNode;
       for (std::int32_t r = 0; r < n; ++r) {
         const auto ur = static_cast<std::size_t>(r);
@@ -864,7 +871,7 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
         if (outCount[ur] < need) continue;
         const double minShare = relaxedIf(off, th.minLatenessShare);
         const double factor = factorIf(off, th.stragglerFactor);
-        if (lateness[ur] >= minShare && lateness[ur] >= factor * noise) {
+        if (outWait[ur] - typicalWait >= minShare && lateness[ur] >= factor * noise) {
           byNode[nodeOf(r)].push_back(r);
         }
       }
@@ -877,7 +884,8 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
           }
         }
         const auto uw = static_cast<std::size_t>(worst);
-        const double share = std::clamp(lateness[uw], 0.0, 0.95);
+        const double excess = outWait[uw] - typicalWait;
+        const double share = std::clamp(excess, 0.0, 0.95);
         Candidate c;
         Verdict& v = c.verdict;
         v.faultClass = FaultClass::kNonCommSlow;
@@ -889,17 +897,17 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
         v.slowdown = 1.0 / (1.0 - share);
         c.relaxed = off;
         v.evidence.message = strf(
-            "straggler rank %d on node %s: its %d peers wait on it %.0f%% of the window and it "
-            "waits on them %.0f%%: lateness %.2f vs job noise %.3f (thresholds stragglerFactor "
-            "%.1fx, minLatenessShare %.2f); transfers normal; estimated slowdown %.2fx",
-            worst, nodes[node].name.c_str(), outCount[uw], outWait[uw] * 100.0, inWait[uw] * 100.0,
-            lateness[uw], noise, factorIf(off, th.stragglerFactor),
-            relaxedIf(off, th.minLatenessShare), v.slowdown);
+            "straggler rank %d on node %s: its %d peers wait on it %.0f%% of the window, the job's "
+            "typical wait is %.0f%% and it waits on them %.0f%%: excess %.2f (minLatenessShare "
+            "%.2f), lateness %.2f vs job noise %.3f (stragglerFactor %.1fx); transfers normal; "
+            "estimated slowdown %.2fx",
+            worst, nodes[node].name.c_str(), outCount[uw], outWait[uw] * 100.0, typicalWait * 100.0,
+            inWait[uw] * 100.0, excess, relaxedIf(off, th.minLatenessShare), lateness[uw], noise,
+            factorIf(off, th.stragglerFactor), v.slowdown);
         if (ranks.size() > 1) v.evidence.message += "; ranks " + rankList(ranks);
-        v.evidence.numbers = {{"lateness", lateness[uw]},
-                              {"peersWaitShare", outWait[uw]},
-                              {"ownWaitShare", inWait[uw]},
-                              {"jobNoise", noise},
+        v.evidence.numbers = {{"excessWaitShare", excess},       {"lateness", lateness[uw]},
+                              {"typicalWaitShare", typicalWait}, {"peersWaitShare", outWait[uw]},
+                              {"ownWaitShare", inWait[uw]},      {"jobNoise", noise},
                               {"slowdown", v.slowdown}};
         candidates.push_back(std::move(c));
       }

@@ -1,0 +1,474 @@
+#include "operator/c4d/analyser.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "harness.h"
+
+namespace c4::c4d::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int kWarm = 6;  // windows to run before injecting a fault (start + warm-up)
+
+JobSpec spec(std::uint64_t seed = 1, int nodes = 8, int ranksPerNode = 2, int extraRings = 0) {
+  JobSpec s;
+  s.seed = seed;
+  s.nodes = nodes;
+  s.ranksPerNode = ranksPerNode;
+  s.extraRings = extraRings;
+  return s;
+}
+
+TEST(C4dAnalyser, HealthyJobWithJitterHasNoVerdictAndNoObservation) {
+  for (std::uint64_t seed = 1; seed <= 5; ++seed) {
+    for (int rings : {0, 3}) {
+      Harness h(spec(seed, 8, 2, rings));
+      const auto v = h.run(180);
+      EXPECT_TRUE(v.empty()) << "seed " << seed << " rings " << rings << ": " << describe(v);
+      EXPECT_TRUE(h.newObservations.empty()) << h.newObservations.front().message;
+      EXPECT_GT(h.last.stats.measuredEdges, 0u);
+      EXPECT_EQ(h.last.stats.silentRanks, 0u);
+    }
+  }
+}
+
+TEST(C4dAnalyser, KilledRankIsACrashRestartedWithoutCordonWithoutNodeEvidence) {
+  Harness h(spec());
+  h.run(kWarm);
+  h.job.crash(5, /*podLagWindows=*/1);
+  const auto v = h.run(15);
+  ASSERT_EQ(v.size(), 1u) << describe(v);
+  EXPECT_EQ(v[0].verdict.faultClass, FaultClass::kCrash);
+  EXPECT_EQ(v[0].verdict.culprit.kind, CulpritKind::kRank);
+  EXPECT_EQ(v[0].verdict.culprit.rank, 5);
+  EXPECT_EQ(v[0].verdict.culprit.node, "node-2");
+  EXPECT_EQ(v[0].verdict.action, Action::kRestartOnly);
+  EXPECT_FALSE(v[0].verdict.nodeEvidence);
+  EXPECT_LE(v[0].window - kWarm, 5);
+  EXPECT_THAT(v[0].verdict.evidence.message, HasSubstr("restart without cordon"));
+  EXPECT_EQ(v[0].verdict.evidence.number("peersReportingErrors"), 2.0);
+}
+
+TEST(C4dAnalyser, CrashOnANodeWithAGpuFaultCordonsTheNode) {
+  Harness h(spec());
+  h.run(kWarm);
+  h.job.setNodeFault(2, false, true, "GPU 0 unhealthy (XID 79)");
+  h.job.crash(5, 0);
+  const auto v = h.run(10);
+  ASSERT_EQ(v.size(), 1u) << describe(v);
+  EXPECT_EQ(v[0].verdict.faultClass, FaultClass::kCrash);
+  EXPECT_EQ(v[0].verdict.culprit.kind, CulpritKind::kNode);
+  EXPECT_EQ(v[0].verdict.culprit.node, "node-2");
+  EXPECT_EQ(v[0].verdict.action, Action::kCordonAndRestart);
+  EXPECT_TRUE(v[0].verdict.nodeEvidence);
+  EXPECT_THAT(v[0].verdict.evidence.message, HasSubstr("XID 79"));
+}
+
+TEST(C4dAnalyser, CrashCascadeNamesOnlyTheFirstRank) {
+  Harness h(spec());
+  h.run(kWarm);
+  h.job.crash(9, 3, /*cascade=*/true);
+  const auto v = h.run(15);
+  ASSERT_EQ(v.size(), 1u) << describe(v);
+  EXPECT_EQ(v[0].verdict.key(), "crash/rank/9");
+}
+
+TEST(C4dAnalyser, FrozenRankIsANonCommunicationHangOnItsNodeWithin15Seconds) {
+  Harness h(spec());
+  h.run(kWarm);
+  h.job.freeze(5);
+  const auto v = h.run(30);
+  ASSERT_EQ(v.size(), 1u) << describe(v);
+  EXPECT_EQ(v[0].verdict.key(), "nonCommHang/node/node-2");
+  EXPECT_EQ(v[0].verdict.ranks, std::vector<std::int32_t>{5});
+  EXPECT_EQ(v[0].verdict.action, Action::kCordonAndRestart);
+  EXPECT_LE(v[0].window - kWarm, 15);
+  EXPECT_THAT(v[0].verdict.evidence.message, HasSubstr("stopped reporting"));
+  EXPECT_THAT(v[0].verdict.evidence.message, HasSubstr("2 of 2 peers wait"));
+}
+
+TEST(C4dAnalyser, BusyHungRankIsANonCommunicationHangAfterHangSeconds) {
+  Harness h(spec());
+  h.run(kWarm);
+  h.job.busyHang(6);
+  const auto v = h.run(30);
+  ASSERT_EQ(v.size(), 1u) << describe(v);
+  EXPECT_EQ(v[0].verdict.key(), "nonCommHang/node/node-3");
+  const int latency = v[0].window - kWarm;
+  EXPECT_GE(latency, 10);      // not before hangSeconds
+  EXPECT_LE(latency, 10 + 2);  // hangSeconds + 2 s
+  EXPECT_THAT(v[0].verdict.evidence.message, HasSubstr("posts nothing"));
+}
+
+TEST(C4dAnalyser, BlackholedLinkIsACommunicationHangOnTheLink) {
+  Harness h(spec());
+  h.run(kWarm);
+  h.job.blackhole(2, 3);
+  const auto v = h.run(30);
+  ASSERT_EQ(v.size(), 1u) << describe(v);
+  EXPECT_EQ(v[0].verdict.key(), "commHang/link/node-2<->node-3");
+  EXPECT_EQ(v[0].verdict.ranks, (std::vector<std::int32_t>{5, 6}));
+  EXPECT_EQ(v[0].verdict.action, Action::kRestartOnly);
+  EXPECT_LE(v[0].window - kWarm, 15);
+  EXPECT_THAT(v[0].verdict.evidence.message, HasSubstr("hangSeconds"));
+}
+
+TEST(C4dAnalyser, NodeEvidenceDecidesWhichEndOfAStalledLinkIsFaulty) {
+  Harness h(spec());
+  h.run(kWarm);
+  h.job.setNodeFault(3, /*nicDown=*/true, false, "NIC eth1 down");
+  h.job.blackhole(2, 3);
+  const auto v = h.run(30);
+  ASSERT_EQ(v.size(), 1u) << describe(v);
+  EXPECT_EQ(v[0].verdict.key(), "commHang/node/node-3");
+  EXPECT_TRUE(v[0].verdict.nodeEvidence);
+}
+
+TEST(C4dAnalyser, DeadNicIsACommunicationHangOnTheNode) {
+  Harness h(spec());
+  h.run(kWarm);
+  h.job.killNic(4);
+  const auto v = h.run(30);
+  ASSERT_EQ(v.size(), 1u) << describe(v);
+  EXPECT_EQ(v[0].verdict.key(), "commHang/node/node-4");
+  EXPECT_EQ(v[0].verdict.evidence.number("stalledLinks"), 2.0);
+  EXPECT_THAT(v[0].verdict.evidence.message, HasSubstr("share node node-4"));
+}
+
+TEST(C4dAnalyser, SlowLinkIsCommunicationSlowOnTheLinkAndReplanned) {
+  Harness h(spec());
+  h.run(kWarm);
+  h.job.slowLink(2, 3, 0.1);
+  const auto v = h.run(20);
+  ASSERT_EQ(v.size(), 1u) << describe(v);
+  EXPECT_EQ(v[0].verdict.key(), "commSlow/link/node-2<->node-3");
+  EXPECT_EQ(v[0].verdict.action, Action::kReplan);
+  EXPECT_LE(v[0].window - kWarm, 3);
+  EXPECT_LT(v[0].verdict.evidence.number("ratioToMedian"), 0.2);
+  EXPECT_THAT(v[0].verdict.evidence.message, HasSubstr("job median"));
+}
+
+TEST(C4dAnalyser, SlowNicIsCommunicationSlowOnTheNodeFromItsRowAndColumn) {
+  for (int rings : {0, 2}) {
+    Harness h(spec(3, 8, 2, rings));
+    h.run(kWarm);
+    h.job.slowNic(4, 0.1);
+    const auto v = h.run(20);
+    ASSERT_EQ(v.size(), 1u) << "rings " << rings << ": " << describe(v);
+    EXPECT_EQ(v[0].verdict.key(), "commSlow/node/node-4");
+    EXPECT_EQ(v[0].verdict.action, Action::kCordonAndRestart);
+    EXPECT_THAT(v[0].verdict.evidence.message, HasSubstr("row"));
+  }
+}
+
+TEST(C4dAnalyser, StragglerIsNonCommunicationSlowWithItsSlowdown) {
+  Harness h(spec(4, 8, 2, 1));
+  h.run(kWarm);
+  h.job.straggler(11, 3.0);
+  const auto v = h.run(20);
+  ASSERT_EQ(v.size(), 1u) << describe(v);
+  EXPECT_EQ(v[0].verdict.key(), "nonCommSlow/node/node-5");
+  EXPECT_EQ(v[0].verdict.ranks, std::vector<std::int32_t>{11});
+  EXPECT_EQ(v[0].verdict.action, Action::kEventOnly);
+  // The model's job runs 2x slower (compute share 0.5, 3x compute): the estimate is in range.
+  EXPECT_GT(v[0].verdict.slowdown, 1.6);
+  EXPECT_LT(v[0].verdict.slowdown, 3.0);
+  EXPECT_LE(v[0].window - kWarm, 3);
+  EXPECT_THAT(v[0].verdict.evidence.message, HasSubstr("estimated slowdown"));
+}
+
+TEST(C4dAnalyser, MildStragglerBelowTheThresholdIsNotFlagged) {
+  Harness h(spec(5));
+  h.run(kWarm);
+  h.job.straggler(3, 1.1);  // 5% slower job: within the noise floor
+  const auto v = h.run(60);
+  EXPECT_TRUE(v.empty()) << describe(v);
+}
+
+TEST(C4dAnalyser, NodePluginOutageIsAnObservationNeverAVerdict) {
+  Harness h(spec());
+  h.run(kWarm);
+  h.job.pluginOutage(3);
+  const auto v = h.run(90);
+  EXPECT_TRUE(v.empty()) << describe(v);
+  ASSERT_EQ(h.newObservations.size(), 1u);
+  EXPECT_EQ(h.newObservations[0].kind, ObservationKind::kTelemetryMissing);
+  EXPECT_EQ(h.newObservations[0].node, "node-3");
+  EXPECT_EQ(h.newObservations[0].ranks, (std::vector<std::int32_t>{6, 7}));
+  EXPECT_THAT(h.newObservations[0].message, HasSubstr("node telemetry missing"));
+  ASSERT_EQ(h.last.observations.size(), 1u);  // still reported every tick, not new
+  EXPECT_FALSE(h.last.observations[0].isNew);
+}
+
+TEST(C4dAnalyser, AnnouncedCheckpointPauseSuspendsHangRules) {
+  Harness h(spec());
+  h.run(kWarm);
+  h.job.pause(report::ProgressState::kCheckpointing);
+  auto v = h.run(45);  // 4.5x hangSeconds
+  h.job.resume();
+  auto after = h.run(30);
+  v.insert(v.end(), after.begin(), after.end());
+  EXPECT_TRUE(v.empty()) << describe(v);
+
+  // The same syndrome without the announcement is a hang (so the test above can fail).
+  Harness control(spec());
+  control.run(kWarm);
+  control.job.busyHang(0);
+  const auto c = control.run(45);
+  ASSERT_EQ(c.size(), 1u) << describe(c);
+  EXPECT_EQ(c[0].verdict.faultClass, FaultClass::kNonCommHang);
+}
+
+TEST(C4dAnalyser, EvaluationPauseSuspendsHangRulesToo) {
+  Harness h(spec(9));
+  h.run(kWarm);
+  h.job.pause(report::ProgressState::kEvaluating);
+  const auto v = h.run(40);
+  EXPECT_TRUE(v.empty()) << describe(v);
+  EXPECT_TRUE(h.last.stats.paused);
+}
+
+TEST(C4dAnalyser, IdleJobIsNotHung) {
+  Harness h(spec());
+  h.run(kWarm);
+  h.job.idle();
+  const auto v = h.run(60);
+  EXPECT_TRUE(v.empty()) << describe(v);
+  EXPECT_TRUE(h.newObservations.empty());
+}
+
+TEST(C4dAnalyser, JobStartWithStaggeredRanksRaisesNothing) {
+  JobSpec s = spec(11);
+  s.startSpreadWindows = 3;
+  Harness h(s);
+  const auto v = h.run(40);
+  EXPECT_TRUE(v.empty()) << describe(v);
+  EXPECT_TRUE(h.newObservations.empty());
+}
+
+TEST(C4dAnalyser, NewAttemptResetsCountersWithoutFalsePositives) {
+  Harness h(spec(12));
+  h.run(30);
+  h.job.newAttempt();
+  const auto v = h.run(60);
+  EXPECT_TRUE(v.empty()) << describe(v);
+  EXPECT_GT(h.last.stats.measuredEdges, 0u);
+}
+
+TEST(C4dAnalyser, NewAttemptClearsActiveVerdicts) {
+  Harness h(spec());
+  h.run(kWarm);
+  h.job.slowLink(1, 2, 0.1);
+  ASSERT_EQ(h.run(10).size(), 1u);
+  ASSERT_EQ(h.analyser.activeVerdicts().size(), 1u);
+  h.job.newAttempt();
+  h.run(1);
+  EXPECT_THAT(h.cleared, ::testing::ElementsAre("commSlow/link/node-1<->node-2"));
+  EXPECT_TRUE(h.analyser.activeVerdicts().empty());
+}
+
+// A connection that reconnects inside an attempt (new id, counters from 0) is not measured for
+// that window and raises nothing.
+TEST(C4dAnalyser, ReconnectionCounterResetIsNotMeasured) {
+  Harness h(spec(13));
+  h.run(kWarm + 4);
+  for (int w = 0; w < 30; ++w) {
+    h.job.step();
+    JobSnapshot snap = h.job.snapshot();
+    if (w % 5 == 0) {  // rank 3 reconnects every 5 windows: ids change, bytes restart low
+      auto& rep = snap.ranks[3].reports.back();
+      for (auto& c : rep.connections) {
+        c.id += 1'000'000;
+        c.bytes /= 1000;
+      }
+    }
+    auto r = h.analyser.tick(snap, h.job.now());
+    ASSERT_TRUE(r.has_value());
+    EXPECT_TRUE(r->verdicts.empty()) << r->verdicts.front().evidence.message;
+  }
+}
+
+TEST(C4dAnalyser, RepeatOffenderCrashCordonsWithoutHardwareEvidence) {
+  Harness h(spec());
+  h.job.setRepeatOffender(2, 1.0);
+  h.run(kWarm);
+  h.job.crash(5, 1);
+  const auto v = h.run(10);
+  ASSERT_EQ(v.size(), 1u) << describe(v);
+  EXPECT_EQ(v[0].verdict.key(), "crash/node/node-2");
+  EXPECT_EQ(v[0].verdict.action, Action::kCordonAndRestart);
+  EXPECT_TRUE(v[0].verdict.repeatOffender);
+  EXPECT_FALSE(v[0].verdict.nodeEvidence);
+}
+
+TEST(C4dAnalyser, RepeatOffenderHangIsConfirmedOnHalfTheHangTime) {
+  Harness plain(spec());
+  plain.run(kWarm);
+  plain.job.busyHang(6);
+  const auto pv = plain.run(30);
+  ASSERT_EQ(pv.size(), 1u);
+
+  Harness off(spec());
+  off.job.setRepeatOffender(3, 2.0);
+  off.run(kWarm);
+  off.job.busyHang(6);
+  const auto ov = off.run(30);
+  ASSERT_EQ(ov.size(), 1u) << describe(ov);
+  EXPECT_EQ(ov[0].verdict.key(), "nonCommHang/node/node-3");
+  EXPECT_TRUE(ov[0].verdict.repeatOffender);
+  EXPECT_LE(ov[0].window - kWarm, 7);  // hangSeconds * 0.5 + 1 confirmation window + slack
+  EXPECT_LT(ov[0].window, pv[0].window - 3);
+}
+
+TEST(C4dAnalyser, RepeatOffenderMakesAModeratelySlowLinkEnough) {
+  // 0.35x the median: above 1/slowFactor (0.25), below the relaxed 1/(1 + 3 * 0.5) = 0.4.
+  Harness plain(spec(21));
+  plain.run(kWarm);
+  plain.job.slowLink(2, 3, 0.35);
+  const auto pv = plain.run(30);
+  EXPECT_TRUE(pv.empty()) << describe(pv);
+
+  Harness off(spec(21));
+  off.job.setRepeatOffender(3, 1.0);
+  off.run(kWarm);
+  off.job.slowLink(2, 3, 0.35);
+  const auto ov = off.run(30);
+  ASSERT_EQ(ov.size(), 1u) << describe(ov);
+  EXPECT_EQ(ov[0].verdict.key(), "commSlow/link/node-2<->node-3");
+  EXPECT_TRUE(ov[0].verdict.repeatOffender);
+}
+
+TEST(C4dAnalyser, AVerdictWaitsForTheConfirmationWindows) {
+  JobSpec s = spec();
+  s.thresholds.confirmationWindows = 5;
+  Harness h(s);
+  h.run(kWarm);
+  h.job.slowLink(2, 3, 0.1);
+  const auto v = h.run(20);
+  ASSERT_EQ(v.size(), 1u) << describe(v);
+  EXPECT_EQ(v[0].verdict.confirmedAt - v[0].verdict.firstSeen, std::chrono::seconds{4});
+  EXPECT_EQ(h.last.stats.pendingFindings, 0u);
+}
+
+TEST(C4dAnalyser, AFindingThatDoesNotPersistIsNeverAVerdict) {
+  JobSpec s = spec();
+  s.thresholds.confirmationWindows = 3;
+  Harness h(s);
+  h.run(kWarm);
+  for (int i = 0; i < 10; ++i) {  // slow for 2 windows, healthy for 1, repeatedly
+    h.job.slowLink(2, 3, 0.1);
+    h.run(2);
+    h.job.healAll();
+    h.run(1);
+  }
+  EXPECT_TRUE(h.all.empty()) << describe(h.all);
+}
+
+TEST(C4dAnalyser, VerdictsAreDeduplicatedUntilTheFaultClears) {
+  Harness h(spec());
+  h.run(kWarm);
+  h.job.slowLink(2, 3, 0.1);
+  auto v = h.run(40);
+  ASSERT_EQ(v.size(), 1u) << describe(v);
+  EXPECT_EQ(h.last.active.size(), 1u);
+  h.job.healAll();
+  v = h.run(5);
+  EXPECT_TRUE(v.empty());
+  EXPECT_THAT(h.cleared, ::testing::ElementsAre("commSlow/link/node-2<->node-3"));
+  EXPECT_TRUE(h.last.active.empty());
+  h.job.slowLink(2, 3, 0.1);  // the same fault again: a new verdict
+  v = h.run(10);
+  ASSERT_EQ(v.size(), 1u) << describe(v);
+  EXPECT_EQ(v[0].verdict.key(), "commSlow/link/node-2<->node-3");
+}
+
+TEST(C4dAnalyser, InvalidInputIsRejectedAndChangesNothing) {
+  Harness h(spec());
+  h.run(kWarm);
+  h.job.slowLink(2, 3, 0.1);
+  h.run(1);  // pending, not confirmed
+  ASSERT_EQ(h.last.stats.pendingFindings, 1u);
+
+  JobSnapshot bad = h.job.snapshot();
+  bad.ranks.pop_back();
+  auto r = h.analyser.tick(bad, h.job.now() + std::chrono::seconds{1});
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_THAT(r.error().message, HasSubstr("worldSize"));
+
+  bad = h.job.snapshot();
+  bad.ranks[0].node = 99;
+  r = h.analyser.tick(bad, h.job.now() + std::chrono::seconds{1});
+  ASSERT_FALSE(r.has_value());
+  EXPECT_THAT(r.error().message, HasSubstr("ranks[0].node"));
+
+  bad = h.job.snapshot();
+  bad.thresholds.slowFactor = 0.5;
+  r = h.analyser.tick(bad, h.job.now() + std::chrono::seconds{1});
+  ASSERT_FALSE(r.has_value());
+  EXPECT_THAT(r.error().message, HasSubstr("slowFactor"));
+
+  r = h.analyser.tick(h.job.snapshot(), h.job.now() - std::chrono::seconds{5});
+  ASSERT_FALSE(r.has_value());
+  EXPECT_THAT(r.error().message, HasSubstr("earlier"));
+
+  // The rejected ticks did not count: the pending finding confirms on the next real window.
+  const auto v = h.run(1);
+  ASSERT_EQ(v.size(), 1u) << describe(v);
+  EXPECT_EQ(v[0].verdict.confirmedAt - v[0].verdict.firstSeen, std::chrono::seconds{1});
+}
+
+TEST(C4dAnalyser, ThresholdValidationNamesTheField) {
+  Thresholds t;
+  EXPECT_TRUE(validate(t).has_value());
+  t.repeatOffenderRelax = 1.5;
+  ASSERT_FALSE(validate(t).has_value());
+  EXPECT_THAT(validate(t).error().message, HasSubstr("repeatOffenderRelax"));
+  t = {};
+  t.confirmationWindows = 0;
+  EXPECT_THAT(validate(t).error().message, HasSubstr("confirmationWindows"));
+}
+
+TEST(C4dAnalyser, ApplyNodeHealthSummarisesNicAndGpuFaults) {
+  report::NodeHealth health;
+  health.nics.push_back({.name = "eth0", .up = true});
+  health.nics.push_back({.name = "eth1", .up = false});
+  health.gpus.push_back({.index = 3, .uuid = "GPU-x", .healthy = false, .detail = "XID 79"});
+  NodeSnapshot ns;
+  applyNodeHealth(health, ns);
+  EXPECT_TRUE(ns.nicDown);
+  EXPECT_TRUE(ns.gpuFault);
+  EXPECT_TRUE(ns.hasHardwareFault());
+  EXPECT_EQ(ns.healthDetail, "NIC eth1 down, GPU 3 unhealthy (XID 79)");
+  applyNodeHealth(report::NodeHealth{}, ns);
+  EXPECT_FALSE(ns.hasHardwareFault());
+}
+
+TEST(C4dAnalyser, ReportSampleCopiesTheConnectionCounters) {
+  report::RankReport r;
+  r.timeUnixNs = 1'700'000'000'123'000'000;
+  r.intervalMs = 500;
+  report::ConnectionStats c;
+  c.id = 7;
+  c.direction = report::Direction::kRecv;
+  c.peerRank = 3;
+  c.bytes = 1000;
+  c.inflight = 2;
+  c.oldestInflightUs = 40;
+  c.wait.sumUs = 11;
+  c.transfer.sumUs = 22;
+  r.connections.push_back(c);
+  const ReportSample s = ReportSample::from(r);
+  EXPECT_EQ(s.time.time_since_epoch(), std::chrono::nanoseconds{r.timeUnixNs});
+  EXPECT_EQ(s.intervalMs, 500u);
+  ASSERT_EQ(s.connections.size(), 1u);
+  EXPECT_EQ(s.connections[0].peerRank, 3);
+  EXPECT_EQ(s.connections[0].bytes, 1000u);
+  EXPECT_EQ(s.connections[0].wait.sumUs, 11u);
+  EXPECT_EQ(s.connections[0].transfer.sumUs, 22u);
+}
+
+}  // namespace
+}  // namespace c4::c4d::testing
