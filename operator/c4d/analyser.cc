@@ -179,6 +179,7 @@ void JobAnalyser::reset() {
   lastPauseSeen_.reset();
   edges_.clear();
   peerErrors_.clear();
+  crashVictims_.clear();
   findings_.clear();
   observations_.clear();
 }
@@ -427,6 +428,7 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
   }
   // A candidate that reported an error towards another candidate no later than anyone accused it
   // died of that peer's failure (a cascade): it is a victim, not a culprit.
+  crashVictims_.resize(un, 0);
   std::vector<char> victim(un, 0);
   for (const PeerError& e : peerErrors_) {
     const auto rep = static_cast<std::size_t>(e.reporter);
@@ -439,6 +441,11 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
     bool anyRoot = false;
     for (std::size_t r = 0; r < un; ++r) anyRoot = anyRoot || (crashCand[r] && !victim[r]);
     if (!anyRoot) std::fill(victim.begin(), victim.end(), 0);  // cannot tell: report them all
+    // Once a victim, always a victim in this attempt (the errors that showed it expire).
+    for (std::size_t r = 0; r < un; ++r) {
+      if (victim[r]) crashVictims_[r] = 1;
+      if (crashVictims_[r]) victim[r] = 1;
+    }
   }
   for (std::int32_t r = 0; r < n; ++r) {
     const auto ur = static_cast<std::size_t>(r);
@@ -857,8 +864,25 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
       outs1.push_back(outWait[r]);
     }
     if (absLate.size() >= 4) {
-      const double noise = std::max(0.01, median(absLate));
       const double typicalWait = median(outs1);
+      // The job's noise around rank r: median |lateness| of the ranks that are neither r nor its
+      // peers (a straggler skews its peers' lateness too; in small jobs they are most ranks).
+      std::vector<double> rankNoise(un, 0.01);
+      std::vector<char> near(un, 0);
+      std::vector<double> tmp;
+      auto noiseFor = [&](std::int32_t r) {
+        std::fill(near.begin(), near.end(), 0);
+        near[static_cast<std::size_t>(r)] = 1;
+        for (const Edge& e : edges) {
+          if (e.src == r) near[static_cast<std::size_t>(e.dst)] = 1;
+          if (e.dst == r) near[static_cast<std::size_t>(e.src)] = 1;
+        }
+        tmp.clear();
+        for (std::size_t x = 0; x < un; ++x) {
+          if (!near[x] && outCount[x] > 0 && inCount[x] > 0) tmp.push_back(std::abs(lateness[x]));
+        }
+        return tmp.size() >= 2 ? std::max(0.01, median(tmp)) : 0.01;
+      };
       std::map<std::size_t, std::vector<std::int32_t>> byNode;
       for (std::int32_t r = 0; r < n; ++r) {
         const auto ur = static_cast<std::size_t>(r);
@@ -871,9 +895,9 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
         if (outCount[ur] < need) continue;
         const double minShare = relaxedIf(off, th.minLatenessShare);
         const double factor = factorIf(off, th.stragglerFactor);
-        if (outWait[ur] - typicalWait >= minShare && lateness[ur] >= factor * noise) {
-          byNode[nodeOf(r)].push_back(r);
-        }
+        if (outWait[ur] - typicalWait < minShare || lateness[ur] < factor * 0.01) continue;
+        rankNoise[ur] = noiseFor(r);
+        if (lateness[ur] >= factor * rankNoise[ur]) byNode[nodeOf(r)].push_back(r);
       }
       for (auto& [node, ranks] : byNode) {
         const bool off = offender[node] != 0;
@@ -885,6 +909,7 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
         }
         const auto uw = static_cast<std::size_t>(worst);
         const double excess = outWait[uw] - typicalWait;
+        const double noise = rankNoise[uw];
         const double share = std::clamp(excess, 0.0, 0.95);
         Candidate c;
         Verdict& v = c.verdict;

@@ -79,6 +79,7 @@ class JobAnalyser {
   std::optional<WallTime> lastPauseSeen_;
   std::vector<EdgeState> edges_;  // sorted by key
   std::vector<PeerError> peerErrors_;
+  std::vector<char> crashVictims_;  // per rank: died of another rank's crash in this attempt
   std::map<std::string, Finding> findings_;
   std::map<std::string, ObservationState> observations_;
 };
