@@ -2,6 +2,7 @@
 #include "operator/ingest/report_server.h"
 
 #include <httplib.h>
+#include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
@@ -33,14 +34,25 @@ struct FileCloser {
 };
 using File = std::unique_ptr<std::FILE, FileCloser>;
 
-std::int64_t mtimeNanos(const std::string& path) {
+// What tells a changed file: modification time, inode (a rename or a Secret's symlink swap)
+// and size; the mtime alone can stay the same for writes within one timestamp tick.
+struct FileVersion {
+  std::int64_t mtime_ns = -1;
+  std::uint64_t inode = 0;
+  std::int64_t size = -1;
+  friend bool operator==(const FileVersion&, const FileVersion&) = default;
+};
+
+FileVersion fileVersion(const std::string& path) {
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return -1;
-  return static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+  if (::stat(path.c_str(), &st) != 0) return {};
+  return FileVersion{
+      static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec,
+      static_cast<std::uint64_t>(st.st_ino), static_cast<std::int64_t>(st.st_size)};
 }
 
-Result<std::shared_ptr<PemPair>> loadPair(const std::string& cert_file,
-                                          const std::string& key_file) {
+Result<std::shared_ptr<PemPair>> loadPairOnce(const std::string& cert_file,
+                                              const std::string& key_file) {
   auto pair = std::make_shared<PemPair>();
   File cf(std::fopen(cert_file.c_str(), "r"));
   if (!cf)
@@ -53,6 +65,10 @@ Result<std::shared_ptr<PemPair>> loadPair(const std::string& cert_file,
   while (X509* extra = PEM_read_X509(cf.get(), nullptr, nullptr, nullptr)) {
     sk_X509_push(pair->chain, extra);
   }
+  // The read that ended the chain left "no start line" on this thread's OpenSSL error queue.
+  // A reload runs inside a handshake (the certificate callback), where a stale error would make
+  // the server's SSL_get_error() fail this and later connections of the thread: clear it.
+  ERR_clear_error();
   File kf(std::fopen(key_file.c_str(), "r"));
   if (!kf) return makeError(ErrorCode::kInvalidArgument, "cannot open TLS key file " + key_file);
   pair->key = PEM_read_PrivateKey(kf.get(), nullptr, nullptr, nullptr);
@@ -63,6 +79,14 @@ Result<std::shared_ptr<PemPair>> loadPair(const std::string& cert_file,
     return makeError(ErrorCode::kInvalidArgument,
                      "the key in " + key_file + " does not match the certificate in " + cert_file);
   }
+  return pair;
+}
+
+// Loads the pair and leaves this thread's OpenSSL error queue empty whatever happened.
+Result<std::shared_ptr<PemPair>> loadPair(const std::string& cert_file,
+                                          const std::string& key_file) {
+  auto pair = loadPairOnce(cert_file, key_file);
+  ERR_clear_error();
   return pair;
 }
 
@@ -79,13 +103,13 @@ class CertificateSource {
         log_("ingest") {}
 
   Status load() {
-    std::int64_t cm = mtimeNanos(cert_file_);
-    std::int64_t km = mtimeNanos(key_file_);
+    FileVersion cm = fileVersion(cert_file_);
+    FileVersion km = fileVersion(key_file_);
     C4_ASSIGN_OR_RETURN(auto pair, loadPair(cert_file_, key_file_));
     std::lock_guard lock(mu_);
     pair_ = std::move(pair);
-    cert_mtime_ = cm;
-    key_mtime_ = km;
+    cert_version_ = cm;
+    key_version_ = km;
     checked_ = clock_.monoNow();
     ++loads_;
     return okStatus();
@@ -98,7 +122,7 @@ class CertificateSource {
       MonoTime now = clock_.monoNow();
       if (now - checked_ >= period_) {
         checked_ = now;
-        check = mtimeNanos(cert_file_) != cert_mtime_ || mtimeNanos(key_file_) != key_mtime_;
+        check = fileVersion(cert_file_) != cert_version_ || fileVersion(key_file_) != key_version_;
       }
     }
     if (check) {
@@ -125,8 +149,8 @@ class CertificateSource {
   Logger log_;
   mutable std::mutex mu_;
   std::shared_ptr<PemPair> pair_;
-  std::int64_t cert_mtime_ = -1;
-  std::int64_t key_mtime_ = -1;
+  FileVersion cert_version_;
+  FileVersion key_version_;
   MonoTime checked_{};
   int loads_ = 0;
 };
