@@ -6,6 +6,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
+#include <thread>
+
 #include "ingest_testing.h"
 
 namespace c4::op::ingest {
@@ -323,6 +327,44 @@ TEST_F(ReportHandlerTest, CheckpointsOfAllRanksAcrossNodesMakeTheJobsCheckpoint)
   ASSERT_TRUE(cp);
   EXPECT_EQ(cp->step, 42);
   EXPECT_EQ(advanced, std::vector<std::string>{"ns1/job"});
+}
+
+TEST_F(ReportHandlerTest, ConcurrentBatchesOfOneNodeNeverAcceptASeqTwiceOrOutOfOrder) {
+  config_.global_limit = {0, 0};
+  config_.node_limit = {0, 0};
+  handler();
+  std::atomic<std::uint64_t> next{1};
+  std::mutex mu;
+  std::vector<std::uint64_t> accepted;
+  int replays = 0;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 50; ++i) {
+        auto b = nodeReport("node-a", next.fetch_add(1), nowNs());
+        auto bytes = report::encodeCbor(b);
+        std::string body(bytes->begin(), bytes->end());
+        IngestRequest req;
+        req.authorization = "Bearer tok-a";
+        req.content_type = "application/cbor";
+        req.body = body;
+        auto r = handler_->handle(req);
+        std::lock_guard lock(mu);
+        if (r.status == 200) {
+          accepted.push_back(b.seq);
+        } else {
+          EXPECT_EQ(r.reason, "replay");
+          ++replays;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_FALSE(accepted.empty());
+  EXPECT_EQ(accepted.size() + static_cast<std::size_t>(replays), 400u);
+  // Every accepted batch reached the store exactly once, and the recorded seq is the highest.
+  EXPECT_EQ(store_.node("node-a")->batches, accepted.size());
+  EXPECT_EQ(handler().lastSeq("node-a"), *std::max_element(accepted.begin(), accepted.end()));
 }
 
 TEST(JobInfoTest, WorldSizeAndAttemptFromTheTrainingJob) {
