@@ -29,6 +29,7 @@ Manager::Manager(const OperatorOptions& options, Clock& clock, ManagerHooks hook
 
 Manager::~Manager() {
   stop();
+  if (ingest_) ingest_->stop();
   stopWork();
   server_.stop();
 }
@@ -88,6 +89,48 @@ Status Manager::build(const KubeConfig& kube_config) {
       [&nodes](const std::string& name) { return nodes.store().get(name); },
       [&nodes] { return nodes.store().list(); }, &registry_);
 
+  // Report ingest: its informers are the controller's (shared), its TokenReviews go through a
+  // client of their own (a review creates nothing, so it is not fenced).
+  C4_ASSIGN_OR_RETURN(auto bind, parseBindAddress(options_.report_bind_address));
+  if (bind && options_.tls_cert_file.empty()) {
+    log_.warn("Report endpoint disabled: no --tls-cert-file/--tls-key-file given",
+              {{"reportBindAddress", options_.report_bind_address}});
+    bind.reset();
+  }
+  if (bind) {
+    C4_ASSIGN_OR_RETURN(review_client_, createCurlKubeClient(kube_config, clock_, nullptr));
+    ingest::IngestConfig config;
+    config.watch_namespace = options_.watch_namespace;
+    config.server.address = bind->host;
+    config.server.port = bind->port;
+    config.server.cert_file = options_.tls_cert_file;
+    config.server.key_file = options_.tls_key_file;
+    config.server.threads = options_.report_threads;
+    config.handler.service_account = options_.report_service_account;
+    config.handler.max_body_bytes =
+        static_cast<std::size_t>(options_.report_max_body_mib * 1024 * 1024);
+    config.handler.node_limit = {options_.report_node_qps,
+                                 static_cast<double>(options_.report_node_burst)};
+    config.handler.global_limit = {options_.report_global_qps,
+                                   static_cast<double>(options_.report_global_burst)};
+    config.handler.max_inflight = static_cast<std::size_t>(options_.report_max_inflight);
+    config.handler.max_age = seconds(options_.report_max_age_seconds);
+    config.handler.max_clock_skew = seconds(options_.report_max_clock_skew_seconds);
+    config.review.audience = options_.report_audience;
+    config.review.positive_ttl = seconds(options_.token_review_ttl_seconds);
+    config.review.negative_ttl = seconds(options_.token_review_negative_ttl_seconds);
+    config.review.cache_size = static_cast<std::size_t>(options_.token_review_cache_size);
+    config.store.history = static_cast<std::size_t>(options_.report_history);
+    auto serving = [this] {
+      bool leading = !options_.leader_elect || elector_->isLeader();
+      return leading && controller_ != nullptr && controller_->ready();
+    };
+    auto created = ingest::Ingest::create(std::move(config), *review_client_, *informers_, clock_,
+                                          registry_, serving);
+    if (!created) return std::unexpected(created.error().withContext("report endpoint"));
+    ingest_ = std::move(*created);
+  }
+
   ControllerConfig controller;
   controller.watch_namespace = options_.watch_namespace;
   controller.workers = options_.workers;
@@ -97,8 +140,22 @@ Status Manager::build(const KubeConfig& kube_config) {
   controller.event_client = event_client_.get();
   controller.remediator = remediator_.get();
   controller.fault_hook = hooks_.fault_hook;
+  if (ingest_) {
+    ingest::ReportStore& store = ingest_->store();
+    controller.checkpoint_source =
+        [&store](const std::string& key) -> std::optional<ReportedCheckpointFact> {
+      auto slash = key.find('/');
+      auto cp = store.checkpoint(key.substr(0, slash), key.substr(slash + 1));
+      if (!cp) return std::nullopt;
+      return ReportedCheckpointFact{cp->step, cp->path, cp->time};
+    };
+  }
   controller_ =
       std::make_unique<TrainingJobController>(*client_, clock_, *informers_, controller, registry_);
+  if (ingest_) {
+    ingest_->store().setCheckpointListener(
+        [this](const std::string& key) { controller_->queue().add(key); });
+  }
 
   server_.handle("/metrics", [this] {
     return HttpReply{200, "text/plain; version=0.0.4; charset=utf-8", registry_.expose()};
@@ -108,6 +165,11 @@ Status Manager::build(const KubeConfig& kube_config) {
     bool standby = options_.leader_elect && !elector_->isLeader();
     if (standby || controller_->ready()) return HttpReply{200, "text/plain", "ok\n"};
     return HttpReply{503, "text/plain", "caches not synced\n"};
+  });
+  server_.handle("/debug/reports", [this](const HttpRequest& request) {
+    if (!ingest_) return HttpReply{404, "text/plain", "the report endpoint is disabled\n"};
+    Json summary = ingest_->store().summary(request.param("namespace"), request.param("job"));
+    return HttpReply{200, "application/json", summary.dump(2) + "\n"};
   });
   return okStatus();
 }
@@ -170,9 +232,19 @@ int Manager::run() {
     return 1;
   }
   metrics_port_ = *port;
+  if (ingest_) {
+    auto report_port = ingest_->start();
+    if (!report_port) {
+      log_.error("Cannot start the report endpoint", {{"error", report_port.error()}});
+      server_.stop();
+      return 1;
+    }
+    report_port_ = *report_port;
+  }
   log_.info("Starting", {{"version", C4_VERSION},
                          {"identity", identity_},
                          {"metricsPort", *port},
+                         {"reportPort", report_port_.load()},
                          {"leaderElect", options_.leader_elect}});
   int code = 0;
   if (options_.leader_elect) {
@@ -192,6 +264,7 @@ int Manager::run() {
     }
     stopWork();
   }
+  if (ingest_) ingest_->stop();
   server_.stop();
   log_.info("Stopped", {{"exitCode", code}});
   return code;

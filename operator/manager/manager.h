@@ -1,9 +1,11 @@
 // The manager: everything one c4-operator process runs, wired once (controller-runtime's
 // manager). It owns the Kubernetes clients, the shared informer caches, the metrics registry and
-// the /metrics /healthz /readyz server, the node remediator and the TrainingJob controller, and
+// the /metrics /healthz /readyz /debug/reports server, the node remediator, the TrainingJob
+// controller and report ingest (the HTTPS endpoint POST /v1/reports and the report store), and
 // runs them under leader election:
 //
-//   - While not leading it only serves health and metrics. On becoming leader it starts the
+//   - While not leading it only serves health and metrics (the report endpoint answers 503). On
+//   becoming leader it starts the
 //     informers, waits for their sync and starts the controller's workers.
 //   - Writes are fenced: the clients that reconcile and record Events refuse every request but
 //     reads once the lease is no longer valid (leaseValidUntil: the send time of the last
@@ -30,6 +32,7 @@
 #include "operator/client/kube_client.h"
 #include "operator/client/kube_config.h"
 #include "operator/controller/events.h"
+#include "operator/ingest/ingest.h"
 #include "operator/manager/http_server.h"
 #include "operator/manager/leader_election.h"
 #include "operator/manager/options.h"
@@ -67,6 +70,10 @@ class Manager {
   void stop();
   // The bound metrics port once run() started serving (0 before).
   [[nodiscard]] int metricsPort() const { return metrics_port_.load(); }
+  // The bound report endpoint port once run() started serving (0 before, or when disabled).
+  [[nodiscard]] int reportPort() const { return report_port_.load(); }
+  // Report ingest; null when the endpoint is disabled.
+  ingest::Ingest* reportIngest() { return ingest_.get(); }
 
  private:
   Manager(const OperatorOptions& options, Clock& clock, ManagerHooks hooks);
@@ -91,8 +98,11 @@ class Manager {
   std::unique_ptr<EventRecorder> node_events_;
   std::unique_ptr<NodeRemediator> remediator_;
   std::unique_ptr<TrainingJobController> controller_;
+  std::unique_ptr<KubeClient> review_client_;
+  std::unique_ptr<ingest::Ingest> ingest_;
   HttpServer server_;
   std::atomic<int> metrics_port_{0};
+  std::atomic<int> report_port_{0};
 
   std::mutex mu_;
   std::condition_variable_any cv_;

@@ -119,6 +119,66 @@ const std::vector<Option>& optionTable() {
        C4_INT(node_actions.max_cordons_per_window, "cordon-max-per-hour", 0)},
       {"dry-run", "decide node actions but do not act (default false)",
        C4_BOOL(node_actions.dry_run, "dry-run")},
+      {"report-bind-address",
+       "listen address of the report endpoint POST /v1/reports, HTTPS (default :8443; 0 = off)",
+       [](OperatorOptions& o, const std::string& v) -> Status {
+         C4_RETURN_IF_ERROR(parseBindAddress(v));
+         o.report_bind_address = v;
+         return okStatus();
+       }},
+      {"tls-cert-file", "PEM certificate (chain) of the report endpoint, re-read on change",
+       C4_STR(tls_cert_file)},
+      {"tls-key-file", "PEM private key of the report endpoint, re-read on change",
+       C4_STR(tls_key_file)},
+      {"report-audience", "audience the node plugin's token must carry (default c4-operator)",
+       C4_STR(report_audience)},
+      {"report-serviceaccount",
+       "<namespace>/<name> of the node plugin's ServiceAccount (default "
+       "c4-system/c4-node-plugin)",
+       [](OperatorOptions& o, const std::string& v) -> Status {
+         auto slash = v.find('/');
+         if (slash == std::string::npos || slash == 0 || slash + 1 == v.size() ||
+             v.find('/', slash + 1) != std::string::npos) {
+           return makeError(ErrorCode::kInvalidArgument,
+                            "report-serviceaccount: expected <namespace>/<name>, got '" + v + "'");
+         }
+         o.report_service_account = v;
+         return okStatus();
+       }},
+      {"report-threads", "report server worker threads (default 8)",
+       C4_INT(report_threads, "report-threads", 1)},
+      {"report-max-inflight", "report requests processed at once; more get 429 (default 64)",
+       C4_INT(report_max_inflight, "report-max-inflight", 1)},
+      {"report-max-body-mib", "largest report body in MiB, at most 64 (default 64)",
+       [](OperatorOptions& o, const std::string& v) -> Status {
+         C4_RETURN_IF_ERROR(parseDouble("report-max-body-mib", v, o.report_max_body_mib, 0.001));
+         if (o.report_max_body_mib > 64) {
+           return makeError(ErrorCode::kInvalidArgument,
+                            "report-max-body-mib: at most 64, got '" + v + "'");
+         }
+         return okStatus();
+       }},
+      {"report-node-qps", "report requests per second per node (default 5; 0 = unlimited)",
+       C4_DBL(report_node_qps, "report-node-qps", 0)},
+      {"report-node-burst", "report request burst per node (default 20)",
+       C4_INT(report_node_burst, "report-node-burst", 1)},
+      {"report-global-qps", "report requests per second, all nodes (default 4000; 0 = unlimited)",
+       C4_DBL(report_global_qps, "report-global-qps", 0)},
+      {"report-global-burst", "report request burst, all nodes (default 8000)",
+       C4_INT(report_global_burst, "report-global-burst", 1)},
+      {"report-max-age", "seconds: older batches are refused as replays (default 300)",
+       C4_DBL(report_max_age_seconds, "report-max-age", 1)},
+      {"report-max-clock-skew",
+       "seconds a batch's time may be ahead of the operator's clock (default 60)",
+       C4_DBL(report_max_clock_skew_seconds, "report-max-clock-skew", 0)},
+      {"report-history", "report intervals kept per rank and connection (default 8)",
+       C4_INT(report_history, "report-history", 1)},
+      {"token-review-ttl", "seconds a positive TokenReview is cached (default 60)",
+       C4_DBL(token_review_ttl_seconds, "token-review-ttl", 0)},
+      {"token-review-negative-ttl", "seconds a negative TokenReview is cached (default 10)",
+       C4_DBL(token_review_negative_ttl_seconds, "token-review-negative-ttl", 0)},
+      {"token-review-cache-size", "TokenReview answers cached (default 4096)",
+       C4_INT(token_review_cache_size, "token-review-cache-size", 1)},
   };
   return table;
 }
@@ -131,6 +191,27 @@ const Option* findOption(const std::string& name) {
 }
 
 }  // namespace
+
+Result<std::optional<BindAddress>> parseBindAddress(const std::string& text) {
+  if (text == "0") return std::optional<BindAddress>{};
+  auto colon = text.rfind(':');
+  if (colon == std::string::npos) {
+    return makeError(ErrorCode::kInvalidArgument,
+                     "report-bind-address: expected host:port, :port or 0, got '" + text + "'");
+  }
+  BindAddress out;
+  out.host = text.substr(0, colon);
+  if (out.host.size() >= 2 && out.host.front() == '[' && out.host.back() == ']') {
+    out.host = out.host.substr(1, out.host.size() - 2);
+  }
+  if (out.host.empty()) out.host = "0.0.0.0";
+  C4_RETURN_IF_ERROR(parseInt("report-bind-address port", text.substr(colon + 1), out.port, 0));
+  if (out.port > 65535) {
+    return makeError(ErrorCode::kInvalidArgument,
+                     "report-bind-address: port out of range in '" + text + "'");
+  }
+  return std::optional<BindAddress>(out);
+}
 
 std::string operatorUsage() {
   std::string out =
@@ -214,6 +295,10 @@ Result<OperatorOptions> parseOperatorOptions(const std::vector<std::string>& arg
   for (const auto& [name, value] : flags) {
     auto status = findOption(name)->set(options, value);
     if (!status) return std::unexpected(status.error().withContext("--" + name));
+  }
+  if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
+    return makeError(ErrorCode::kInvalidArgument,
+                     "--tls-cert-file and --tls-key-file go together: set both or neither");
   }
   // client-go's rules: a leader must give up (renew deadline) before others may take over
   // (lease duration), and must try to renew more than once before giving up.

@@ -2,10 +2,12 @@
 // flags (which win). Every option has a default; unknown keys and flags are errors.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "c4/common/error.h"
+#include "operator/ingest/report_handler.h"
 #include "operator/manager/leader_election.h"
 #include "operator/remediation/node_actions.h"
 #include "operator/trainingjob/reconciler.h"
@@ -32,9 +34,37 @@ struct OperatorOptions {
   double status_batch_seconds = 1;
   PodSettings pod;
   NodeActionConfig node_actions;
+  // The report endpoint (POST /v1/reports over HTTPS). "0" disables it; so does leaving both
+  // TLS files unset (with a warning at start-up).
+  std::string report_bind_address = ":8443";
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string report_audience = "c4-operator";
+  std::string report_service_account = "c4-system/c4-node-plugin";
+  int report_threads = 8;
+  int report_max_inflight = 64;
+  double report_max_body_mib = 64;
+  double report_node_qps = 5;
+  int report_node_burst = 20;
+  double report_global_qps = 4000;
+  int report_global_burst = 8000;
+  double report_max_age_seconds = 300;
+  double report_max_clock_skew_seconds = 60;
+  int report_history = 8;
+  double token_review_ttl_seconds = 60;
+  double token_review_negative_ttl_seconds = 10;
+  int token_review_cache_size = 4096;
   bool show_help = false;
   bool show_version = false;
 };
+
+// The report server's listen address from --report-bind-address ("host:port", ":port",
+// "[v6]:port"); nullopt when disabled ("0"). kInvalidArgument when malformed.
+struct BindAddress {
+  std::string host;
+  int port = 0;
+};
+Result<std::optional<BindAddress>> parseBindAddress(const std::string& text);
 
 // Parses argv (flags override the --config file). kInvalidArgument with a clear message on a
 // bad flag, value or file.

@@ -279,6 +279,13 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
   Json status = old_status;
   const std::int64_t generation = job["metadata"].value("generation", std::int64_t{0});
   status["observedGeneration"] = generation;
+  if (const auto& cp = context.reported_checkpoint) {
+    auto recorded = lastCheckpointStep(status);
+    if (!recorded || cp->step > *recorded) {
+      status["lastCheckpoint"] = {
+          {"step", cp->step}, {"path", cp->path}, {"time", formatRfc3339(cp->time)}};
+    }
+  }
   auto event = [&](const char* type, const char* reason, const std::string& message) {
     plan.events.push_back({type, reason, message});
   };

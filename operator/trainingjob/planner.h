@@ -60,6 +60,14 @@ struct ChildProblem {
   bool blocks_pods = false;  // no pod may be created (e.g. the Service is someone else's)
 };
 
+// A checkpoint the job's ranks reported (the report store: the newest step every rank of an
+// attempt wrote).
+struct ReportedCheckpointFact {
+  std::int64_t step = 0;
+  std::string path;
+  WallTime time{};
+};
+
 // What the reconciler knows that the job's objects do not (yet) show.
 struct PlanContext {
   PodSettings settings;
@@ -72,6 +80,9 @@ struct PlanContext {
   // Pods of `observed_attempt` the informer saw deleted: index -> the pod as last seen.
   std::map<std::int64_t, Json> gone_pods;
   std::optional<ChildProblem> child_problem;
+  // Written into status.lastCheckpoint when its step is above the recorded one (the recorded
+  // checkpoint never moves back; a user who clears it lets the next report set it).
+  std::optional<ReportedCheckpointFact> reported_checkpoint;
 };
 
 struct JobPlan {

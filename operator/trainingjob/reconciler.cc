@@ -357,6 +357,7 @@ Result<ReconcileResult> TrainingJobController::reconcile(const std::string& key)
     if (!context.child_problem && it != pod_problems_.end()) context.child_problem = it->second;
   }
 
+  if (config_.checkpoint_source) context.reported_checkpoint = config_.checkpoint_source(key);
   std::vector<Json> pods = pods_->store().byIndex(kPodsByJob, key);
   JobPlan plan = planReconcile(
       job, pods, [this](const std::string& n) { return nodeFacts(n); }, clock_.wallNow(), context);

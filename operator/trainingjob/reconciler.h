@@ -58,6 +58,11 @@ struct ControllerConfig {
   // "after-restart-status"); returning false aborts the reconcile there, as a crash would. The
   // binary sets it only when C4_FAILPOINTS is set. Null in production.
   std::function<bool(std::string_view stage, const std::string& key)> fault_hook;
+  // The checkpoint the job's ranks reported ("<ns>/<name>" -> the report store's newest
+  // complete checkpoint), written into status.lastCheckpoint; null = no report pipeline. Whoever
+  // provides it enqueues the job (queue().add) when it advances.
+  std::function<std::optional<ReportedCheckpointFact>(const std::string& job_key)>
+      checkpoint_source;
 };
 
 class TrainingJobController {

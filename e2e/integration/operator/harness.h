@@ -346,3 +346,60 @@ class NotReadyNode {
 };
 
 }  // namespace c4::op::it
+
+// --- Report ingest (ingest_integration_test.cc) ---
+namespace c4::op::it {
+
+inline const ResourceType& serviceAccounts() {
+  static const ResourceType type{"", "v1", "serviceaccounts", "ServiceAccount", true};
+  return type;
+}
+
+// A CA and a serving certificate for 127.0.0.1 signed by it, made with the openssl CLI in
+// `dir`: ca.crt, tls.crt, tls.key. False when openssl failed.
+inline bool makeServingCertificate(const std::string& dir) {
+  std::string cmd =
+      "set -e; cd '" + dir +
+      "'; "
+      "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 "
+      "-subj /CN=c4-it-ca -keyout ca.key -out ca.crt; "
+      "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
+      "-subj /CN=c4-operator -keyout tls.key -out tls.csr; "
+      "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > san.ext; "
+      "openssl x509 -req -in tls.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 1 "
+      "-extfile san.ext -out tls.crt";
+  cmd = "sh -c \"" + cmd + "\" >/dev/null 2>&1";
+  return std::system(cmd.c_str()) == 0;
+}
+
+// TokenRequest (POST .../serviceaccounts/<sa>/token): a token for `sa`, bound to the pod
+// `bound_pod` when set, for `audiences`. Empty on failure (reported).
+inline std::string requestToken(KubeClient& client, const std::string& ns, const std::string& sa,
+                                const std::string& bound_pod, std::vector<std::string> audiences,
+                                std::int64_t expiration_seconds = 3600) {
+  Json spec = {{"audiences", audiences}, {"expirationSeconds", expiration_seconds}};
+  if (!bound_pod.empty()) {
+    auto pod = client.get(resources::pods(), ns, bound_pod);
+    if (!pod) {
+      ADD_FAILURE() << "pod " << bound_pod << ": " << pod.error().toString();
+      return "";
+    }
+    spec["boundObjectRef"] = {{"apiVersion", "v1"},
+                              {"kind", "Pod"},
+                              {"name", bound_pod},
+                              {"uid", (*pod)["metadata"]["uid"]}};
+  }
+  Json request = {{"apiVersion", "authentication.k8s.io/v1"},
+                  {"kind", "TokenRequest"},
+                  {"metadata", {{"name", sa}, {"namespace", ns}}},
+                  {"spec", spec}};
+  auto answer = client.create(serviceAccounts(), ns, request,
+                              WriteOptions{.subresource = "token", .field_manager = ""});
+  if (!answer) {
+    ADD_FAILURE() << "TokenRequest for " << sa << ": " << answer.error().toString();
+    return "";
+  }
+  return (*answer)["status"].value("token", std::string{});
+}
+
+}  // namespace c4::op::it

@@ -47,8 +47,42 @@ TEST(HttpServerTest, ServesHandlersAndRejectsTheRest) {
   ready = true;
   EXPECT_EQ(httpGet(*port, "GET /readyz?verbose HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 200", 0), 0u);
   EXPECT_EQ(httpGet(*port, "GET /nope HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 404", 0), 0u);
-  EXPECT_EQ(httpGet(*port, "POST /healthz HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 405", 0), 0u);
+  EXPECT_EQ(httpGet(*port, "POST /healthz HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
+                .rfind("HTTP/1.1 405", 0),
+            0u);
   EXPECT_EQ(httpGet(*port, "garbage\r\n\r\n").rfind("HTTP/1.1 400", 0), 0u);
+  server.stop();
+}
+
+TEST(HttpServerTest, HandlersSeeQueryParameters) {
+  HttpServer server;
+  server.handle("/debug/reports", [](const HttpRequest& req) {
+    return HttpReply{200, "application/json", req.param("namespace") + "|" + req.param("job")};
+  });
+  auto port = server.start("127.0.0.1", 0);
+  ASSERT_TRUE(port) << port.error().toString();
+  std::string reply =
+      httpGet(*port, "GET /debug/reports?namespace=ns%2D1&job=j HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_NE(reply.find("\r\n\r\nns-1|j"), std::string::npos) << reply;
+}
+
+TEST(HttpServerTest, OneStalledClientDoesNotBlockTheProbes) {
+  HttpServer server(2);
+  server.handle("/healthz", [] { return HttpReply{200, "text/plain", "ok\n"}; });
+  auto port = server.start("127.0.0.1", 0);
+  ASSERT_TRUE(port) << port.error().toString();
+  // A client that connects and sends half a request, then nothing.
+  int stalled = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(*port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(stalled, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  std::string half = "GET /healthz HTTP/1.1\r\nHo";
+  ::send(stalled, half.data(), half.size(), 0);
+  std::string healthz = httpGet(*port, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(healthz.rfind("HTTP/1.1 200 OK", 0), 0u) << healthz;
+  ::close(stalled);
   server.stop();
 }
 

@@ -67,5 +67,44 @@ TEST(OptionsTest, LeaderElectionTimesMustNest) {
       << "irrelevant without leader election";
 }
 
+TEST(OptionsTest, ReportEndpointOptions) {
+  auto defaults = parseOperatorOptions({});
+  ASSERT_TRUE(defaults) << defaults.error().toString();
+  EXPECT_EQ(defaults->report_bind_address, ":8443");
+  EXPECT_EQ(defaults->report_audience, "c4-operator");
+  EXPECT_EQ(defaults->report_service_account, "c4-system/c4-node-plugin");
+  auto o = parseOperatorOptions({"--report-bind-address=127.0.0.1:9443", "--tls-cert-file=/c",
+                                 "--tls-key-file=/k", "--report-audience=aud",
+                                 "--report-serviceaccount=ops/agent", "--report-node-qps=2",
+                                 "--report-max-body-mib=1", "--report-history=4"});
+  ASSERT_TRUE(o) << o.error().toString();
+  EXPECT_EQ(o->tls_cert_file, "/c");
+  EXPECT_EQ(o->report_service_account, "ops/agent");
+  EXPECT_DOUBLE_EQ(o->report_node_qps, 2);
+  EXPECT_EQ(o->report_history, 4);
+
+  auto bind = parseBindAddress(":8443");
+  ASSERT_TRUE(bind && *bind);
+  EXPECT_EQ((*bind)->host, "0.0.0.0");
+  EXPECT_EQ((*bind)->port, 8443);
+  auto v6 = parseBindAddress("[::1]:0");
+  ASSERT_TRUE(v6 && *v6);
+  EXPECT_EQ((*v6)->host, "::1");
+  auto off = parseBindAddress("0");
+  ASSERT_TRUE(off);
+  EXPECT_FALSE(*off);
+
+  for (const char* bad :
+       {"--report-bind-address=8443", "--report-bind-address=:x", "--report-bind-address=:70000",
+        "--report-serviceaccount=agent", "--report-serviceaccount=a/b/c",
+        "--report-max-body-mib=65", "--report-history=0"}) {
+    auto r = parseOperatorOptions({bad});
+    EXPECT_FALSE(r) << bad;
+  }
+  auto half = parseOperatorOptions({"--tls-cert-file=/c"});
+  ASSERT_FALSE(half);
+  EXPECT_NE(half.error().message.find("go together"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace c4::op

@@ -813,3 +813,42 @@ TEST(PlannerTest, ChildProblemsSetDegradedAndAForeignServiceBlocksPods) {
 
 }  // namespace
 }  // namespace c4::op
+
+namespace c4::op {
+namespace {
+
+TEST(PlannerTest, ReportedCheckpointsAdvanceLastCheckpointAndNeverMoveItBack) {
+  SimulatedClock clock;
+  Json job = makeJob(2);
+  std::vector<Json> pods = {makePod(job, 0, 0, "Running"), makePod(job, 1, 0, "Running")};
+  job = withStatus(job, planReconcile(job, pods, healthyNode, clock.wallNow(), PlanContext{}));
+
+  PlanContext context;
+  context.reported_checkpoint = ReportedCheckpointFact{100, "/ckpt/100", clock.wallNow()};
+  JobPlan plan = planReconcile(job, pods, healthyNode, clock.wallNow(), context);
+  EXPECT_TRUE(plan.status_changed);
+  EXPECT_EQ(plan.status["lastCheckpoint"]["step"], 100);
+  EXPECT_EQ(plan.status["lastCheckpoint"]["path"], "/ckpt/100");
+  EXPECT_EQ(plan.status["lastCheckpoint"]["time"], formatRfc3339(clock.wallNow()));
+  job = withStatus(job, plan);
+
+  // The same or an older step (a new attempt's store starts afresh) changes nothing.
+  context.reported_checkpoint = ReportedCheckpointFact{100, "/ckpt/100", clock.wallNow()};
+  EXPECT_FALSE(planReconcile(job, pods, healthyNode, clock.wallNow(), context).status_changed);
+  context.reported_checkpoint = ReportedCheckpointFact{50, "/ckpt/50", clock.wallNow()};
+  JobPlan older = planReconcile(job, pods, healthyNode, clock.wallNow(), context);
+  EXPECT_FALSE(older.status_changed);
+  EXPECT_EQ(older.status["lastCheckpoint"]["step"], 100);
+
+  // A restart resumes from the reported step.
+  context.reported_checkpoint = ReportedCheckpointFact{200, "/ckpt/200", clock.wallNow()};
+  Json failed = makePod(job, 1, 0, "Failed");
+  JobPlan restart = planReconcile(job, {makePod(job, 0, 0, "Running"), failed}, healthyNode,
+                                  clock.wallNow(), context);
+  EXPECT_TRUE(restart.restart_started);
+  EXPECT_EQ(restart.status["lastCheckpoint"]["step"], 200);
+  EXPECT_TRUE(hasEvent(restart, "RestartingFromCheckpoint"));
+}
+
+}  // namespace
+}  // namespace c4::op

@@ -1,0 +1,356 @@
+// The report store (see report_store.h).
+#include "operator/ingest/report_store.h"
+
+#include <algorithm>
+#include <mutex>
+#include <variant>
+
+namespace c4::op::ingest {
+namespace {
+
+std::string jobKey(std::string_view ns, std::string_view name) {
+  std::string key(ns);
+  key += '/';
+  key += name;
+  return key;
+}
+
+}  // namespace
+
+ReportStore::ReportStore(ReportStoreConfig config, metrics::Registry* registry) : config_(config) {
+  config_.history = std::max<std::size_t>(config_.history, 1);
+  config_.max_checkpoint_steps = std::max<std::size_t>(config_.max_checkpoint_steps, 1);
+  config_.max_nodes = std::max<std::size_t>(config_.max_nodes, 1);
+  if (registry == nullptr) return;
+  auto& jobs = registry->gauge("c4_ingest_store_jobs", "Jobs with data in the report store.").get();
+  auto& ranks =
+      registry->gauge("c4_ingest_store_ranks", "Ranks with data in the report store.").get();
+  auto& connections =
+      registry->gauge("c4_ingest_store_connections", "Connections tracked in the report store.")
+          .get();
+  auto& samples = registry
+                      ->gauge("c4_ingest_store_samples",
+                              "Report headers and connection samples held in the report store.")
+                      .get();
+  auto& nodes =
+      registry->gauge("c4_ingest_store_nodes", "Nodes with data in the report store.").get();
+  hook_ = registry->onCollect([this, &jobs, &ranks, &connections, &samples, &nodes] {
+    StoreStats s = stats();
+    jobs.set(static_cast<double>(s.jobs));
+    ranks.set(static_cast<double>(s.ranks));
+    connections.set(static_cast<double>(s.connections));
+    samples.set(static_cast<double>(s.samples));
+    nodes.set(static_cast<double>(s.nodes));
+  });
+}
+
+void ReportStore::setCheckpointListener(std::function<void(const std::string&)> listener) {
+  std::unique_lock lock(mu_);
+  listener_ = std::move(listener);
+}
+
+JobRecord* ReportStore::jobFor(const std::string& key, const JobFacts& facts) {
+  auto it = jobs_.find(key);
+  if (it != jobs_.end()) {
+    JobRecord& job = it->second;
+    if (job.facts.uid == facts.uid && job.facts.attempt == facts.attempt) {
+      job.facts.world_size = facts.world_size;
+      return &job;
+    }
+    if (job.facts.uid == facts.uid && facts.attempt < job.facts.attempt) return nullptr;  // old
+    jobs_.erase(it);  // recreated or a newer attempt: start afresh
+  }
+  auto slash = key.find('/');
+  JobRecord job;
+  job.ns = key.substr(0, slash);
+  job.name = key.substr(slash + 1);
+  job.facts = facts;
+  return &jobs_.emplace(key, std::move(job)).first->second;
+}
+
+void ReportStore::addRankReport(JobRecord& job, const report::RankReport& r, WallTime received) {
+  RankRecord& rank = job.ranks[r.id.rank];
+  if (!rank.reports.empty() && rank.identity.pid == r.id.pid && rank.identity.pod == r.id.pod &&
+      r.seq <= rank.reports.back().seq) {
+    return;  // a resent batch carried this report already
+  }
+  rank.identity = r.id;
+  rank.last_report = received;
+  ++rank.reports_total;
+  ++job.reports_total;
+  job.last_report = std::max(job.last_report, received);
+  rank.reports.push_back(RankHeader{r.seq, r.timeUnixNs, r.intervalMs, r.planVersion,
+                                    r.droppedMessages,
+                                    static_cast<std::uint32_t>(r.connections.size()), received});
+  while (rank.reports.size() > config_.history) rank.reports.pop_front();
+  std::uint64_t now = rank.reports_total;
+  for (const auto& c : r.connections) {
+    auto it = rank.connections.find(c.id);
+    if (it == rank.connections.end()) {
+      if (rank.connections.size() >= config_.max_connections_per_rank) continue;
+      it = rank.connections.emplace(c.id, ConnectionHistory{}).first;
+    }
+    it->second.samples.push_back(ConnectionSample{r.seq, r.timeUnixNs, c});
+    while (it->second.samples.size() > config_.history) it->second.samples.pop_front();
+    it->second.last_seen_report = now;
+  }
+  std::erase_if(rank.connections, [&](const auto& entry) {
+    return now - entry.second.last_seen_report >= config_.history;
+  });
+}
+
+bool ReportStore::markCheckpoint(JobRecord& job, const report::CheckpointNotice& notice) {
+  const std::int32_t world = job.facts.world_size;
+  if (world <= 0 || notice.id.rank < 0 || notice.id.rank >= world) return false;
+  if (job.checkpoint && notice.step <= job.checkpoint->step) return false;  // nothing newer
+  auto it = job.steps.find(notice.step);
+  if (it == job.steps.end()) {
+    if (job.steps.size() >= config_.max_checkpoint_steps) {
+      if (notice.step < job.steps.begin()->first) return false;  // older than all we track
+      job.steps.erase(job.steps.begin());
+    }
+    it = job.steps.emplace(notice.step, JobRecord::StepMarks{}).first;
+    it->second.ranks.assign(static_cast<std::size_t>(world), false);
+  }
+  auto& marks = it->second;
+  if (marks.ranks.size() != static_cast<std::size_t>(world)) {
+    marks.ranks.resize(static_cast<std::size_t>(world), false);  // world size changed
+  }
+  auto index = static_cast<std::size_t>(notice.id.rank);
+  if (!marks.ranks[index]) {
+    marks.ranks[index] = true;
+    ++marks.count;
+  }
+  if (notice.id.rank == 0 || (!marks.path_from_rank0 && marks.path.empty())) {
+    marks.path = notice.path;
+    marks.path_from_rank0 = notice.id.rank == 0;
+  }
+  marks.newest_ns = std::max(marks.newest_ns, notice.timeUnixNs);
+  if (marks.count < world) return false;
+  job.checkpoint = ReportedCheckpoint{notice.step, marks.path, fromUnixNanos(marks.newest_ns),
+                                      job.facts.attempt};
+  // Steps up to this one are settled.
+  job.steps.erase(job.steps.begin(), job.steps.upper_bound(notice.step));
+  return true;
+}
+
+std::size_t ReportStore::apply(const report::NodeReport& batch,
+                               const std::map<std::string, JobFacts>& jobs, WallTime received,
+                               std::uint64_t operator_dropped) {
+  std::vector<std::string> advanced;
+  std::size_t ignored = 0;
+  std::function<void(const std::string&)> listener;
+  {
+    std::unique_lock lock(mu_);
+    listener = listener_;
+    auto facts_of = [&](const report::RankIdentity& id) -> JobRecord* {
+      std::string key = jobKey(id.ns, id.job);
+      auto f = jobs.find(key);
+      if (f == jobs.end() || f->second.attempt != id.restartAttempt) return nullptr;
+      if (id.rank < 0 || id.rank >= f->second.world_size) return nullptr;
+      return jobFor(key, f->second);
+    };
+    for (const auto& r : batch.reports) {
+      JobRecord* job = facts_of(r.id);
+      if (job == nullptr) {
+        ++ignored;
+        continue;
+      }
+      addRankReport(*job, r, received);
+    }
+    for (const auto& n : batch.notices) {
+      const report::RankIdentity& id = std::visit(
+          [](const auto& notice) -> const report::RankIdentity& { return notice.id; }, n);
+      JobRecord* job = facts_of(id);
+      if (job == nullptr) {
+        ++ignored;
+        continue;
+      }
+      ++job->notices_total;
+      if (const auto* progress = std::get_if<report::ProgressNotice>(&n)) {
+        RankRecord& rank = job->ranks[id.rank];
+        if (rank.reports_total == 0 && rank.identity.rank < 0) rank.identity = id;
+        if (!rank.progress || rank.progress->timeUnixNs <= progress->timeUnixNs) {
+          rank.progress = *progress;
+        }
+        if (!job->progress || job->progress->timeUnixNs <= progress->timeUnixNs) {
+          job->progress = *progress;
+        }
+      } else if (const auto* anomaly = std::get_if<report::AnomalyNotice>(&n)) {
+        job->anomalies.push_back(*anomaly);
+        while (job->anomalies.size() > config_.max_anomalies_per_job) job->anomalies.pop_front();
+      } else if (const auto* cp = std::get_if<report::CheckpointNotice>(&n)) {
+        if (markCheckpoint(*job, *cp)) advanced.push_back(jobKey(job->ns, job->name));
+      }
+    }
+    auto node = nodes_.find(batch.node);
+    if (node == nodes_.end()) {
+      if (nodes_.size() >= config_.max_nodes) {
+        auto oldest = std::min_element(
+            nodes_.begin(), nodes_.end(),
+            [](const auto& a, const auto& b) { return a.second.last_batch < b.second.last_batch; });
+        nodes_.erase(oldest);
+      }
+      node = nodes_.emplace(batch.node, NodeRecord{}).first;
+      node->second.name = batch.node;
+    }
+    NodeRecord& n = node->second;
+    n.health = batch.health;
+    n.last_batch = received;
+    n.last_seq = batch.seq;
+    ++n.batches;
+    n.plugin_dropped = batch.droppedMessages;
+    n.plugin_rejected = batch.rejectedMessages;
+    n.operator_dropped += operator_dropped + ignored;
+  }
+  if (listener) {
+    std::sort(advanced.begin(), advanced.end());
+    advanced.erase(std::unique(advanced.begin(), advanced.end()), advanced.end());
+    for (const auto& key : advanced) listener(key);
+  }
+  return ignored;
+}
+
+void ReportStore::observeJob(const std::string& ns, const std::string& name,
+                             const JobFacts& facts) {
+  std::unique_lock lock(mu_);
+  auto it = jobs_.find(jobKey(ns, name));
+  if (it == jobs_.end()) return;
+  JobRecord& job = it->second;
+  if (job.facts.uid != facts.uid || facts.attempt > job.facts.attempt) {
+    jobs_.erase(it);
+    return;
+  }
+  if (job.facts.world_size != facts.world_size) {
+    // Resized: ranks beyond the new world go, checkpoint marks restart.
+    job.facts.world_size = facts.world_size;
+    std::erase_if(job.ranks, [&](const auto& r) { return r.first >= facts.world_size; });
+    job.steps.clear();
+  }
+}
+
+void ReportStore::dropJob(const std::string& ns, const std::string& name) {
+  std::unique_lock lock(mu_);
+  jobs_.erase(jobKey(ns, name));
+}
+
+std::vector<std::string> ReportStore::jobKeys() const {
+  std::shared_lock lock(mu_);
+  std::vector<std::string> keys;
+  keys.reserve(jobs_.size());
+  for (const auto& [key, job] : jobs_) keys.push_back(key);
+  return keys;
+}
+
+bool ReportStore::readJob(std::string_view ns, std::string_view name,
+                          const std::function<void(const JobRecord&)>& read) const {
+  std::shared_lock lock(mu_);
+  auto it = jobs_.find(jobKey(ns, name));
+  if (it == jobs_.end()) return false;
+  read(it->second);
+  return true;
+}
+
+void ReportStore::forEachJob(const std::function<void(const JobRecord&)>& read) const {
+  std::shared_lock lock(mu_);
+  for (const auto& [key, job] : jobs_) read(job);
+}
+
+std::optional<ReportedCheckpoint> ReportStore::checkpoint(std::string_view ns,
+                                                          std::string_view name) const {
+  std::shared_lock lock(mu_);
+  auto it = jobs_.find(jobKey(ns, name));
+  if (it == jobs_.end()) return std::nullopt;
+  return it->second.checkpoint;
+}
+
+std::optional<NodeRecord> ReportStore::node(std::string_view name) const {
+  std::shared_lock lock(mu_);
+  auto it = nodes_.find(name);
+  if (it == nodes_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<NodeRecord> ReportStore::nodes() const {
+  std::shared_lock lock(mu_);
+  std::vector<NodeRecord> out;
+  out.reserve(nodes_.size());
+  for (const auto& [name, node] : nodes_) out.push_back(node);
+  return out;
+}
+
+StoreStats ReportStore::stats() const {
+  std::shared_lock lock(mu_);
+  StoreStats s;
+  s.jobs = jobs_.size();
+  s.nodes = nodes_.size();
+  for (const auto& [key, job] : jobs_) {
+    s.ranks += job.ranks.size();
+    for (const auto& [r, rank] : job.ranks) {
+      s.connections += rank.connections.size();
+      s.samples += rank.reports.size();
+      for (const auto& [id, c] : rank.connections) s.samples += c.samples.size();
+    }
+  }
+  return s;
+}
+
+Json ReportStore::summary(std::string_view ns, std::string_view job_name) const {
+  std::shared_lock lock(mu_);
+  Json jobs = Json::array();
+  for (const auto& [key, job] : jobs_) {
+    if (!ns.empty() && job.ns != ns) continue;
+    if (!job_name.empty() && job.name != job_name) continue;
+    Json ranks = Json::array();
+    std::int64_t reporting = 0;
+    for (const auto& [r, rank] : job.ranks) {
+      if (rank.reports_total > 0) ++reporting;
+      std::size_t samples = 0;
+      for (const auto& [id, c] : rank.connections) samples += c.samples.size();
+      ranks.push_back(
+          {{"rank", r},
+           {"pod", rank.identity.pod},
+           {"node", rank.identity.node},
+           {"lastReport",
+            rank.reports_total > 0 ? formatRfc3339Micro(rank.last_report) : std::string{}},
+           {"reports", rank.reports_total},
+           {"history", rank.reports.size()},
+           {"connections", rank.connections.size()},
+           {"connectionSamples", samples},
+           {"progressStep", rank.progress ? Json(rank.progress->step) : Json(nullptr)}});
+    }
+    Json entry = {
+        {"namespace", job.ns},
+        {"job", job.name},
+        {"uid", job.facts.uid},
+        {"attempt", job.facts.attempt},
+        {"worldSize", job.facts.world_size},
+        {"ranksReporting", reporting},
+        {"reports", job.reports_total},
+        {"notices", job.notices_total},
+        {"anomalies", job.anomalies.size()},
+        {"lastReport", job.reports_total > 0 ? formatRfc3339Micro(job.last_report) : std::string{}},
+        {"ranks", ranks}};
+    if (job.checkpoint) {
+      entry["checkpoint"] = {{"step", job.checkpoint->step},
+                             {"path", job.checkpoint->path},
+                             {"time", formatRfc3339(job.checkpoint->time)}};
+    }
+    jobs.push_back(std::move(entry));
+  }
+  Json nodes = Json::array();
+  for (const auto& [name, node] : nodes_) {
+    nodes.push_back({{"node", name},
+                     {"lastBatch", formatRfc3339Micro(node.last_batch)},
+                     {"lastSeq", node.last_seq},
+                     {"batches", node.batches},
+                     {"nics", node.health.nics.size()},
+                     {"gpus", node.health.gpus.size()},
+                     {"pluginDropped", node.plugin_dropped},
+                     {"pluginRejected", node.plugin_rejected},
+                     {"operatorDropped", node.operator_dropped}});
+  }
+  return Json{{"jobs", jobs}, {"nodes", nodes}};
+}
+
+}  // namespace c4::op::ingest

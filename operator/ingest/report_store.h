@@ -1,0 +1,212 @@
+// The report store: what the node plugins delivered, per TrainingJob and per rank, in memory,
+// for the C4D analyser (which reads it) and for status.lastCheckpoint.
+//
+// Layout (all bounded; `history` = ReportStoreConfig::history report intervals):
+//
+//   job "<ns>/<name>"  (uid, attempt, worldSize from the TrainingJob)
+//     rank r in [0, worldSize)
+//       identity            as last reported (pod, node, pid, attempt)
+//       lastReport          operator wall time of the last RankReport
+//       reports             the last `history` RankReport headers (seq, sender time, interval,
+//                           plan version, dropped messages, number of connections), oldest first
+//       connections[id]     the last `history` samples of each connection (cumulative counters,
+//                           latency summaries, subflows) with the report seq and sender time;
+//                           a connection absent from the last `history` reports is forgotten;
+//                           at most `max_connections_per_rank`
+//       progress            the newest ProgressNotice
+//     anomalies             the last `max_anomalies_per_job` AnomalyNotices, oldest first
+//     progress              the newest ProgressNotice of any rank
+//     checkpoint            the newest step every rank 0..worldSize-1 has reported (see below)
+//   node "<name>"           latest NodeHealth, last batch time and seq, batches, counters of
+//                           messages the node plugin dropped/rejected and of reports the operator
+//                           dropped; at most `max_nodes` (the longest silent goes first)
+//
+// Memory bound per rank: history × (sizeof(RankHeader) + C × (sizeof(ConnectionSample) +
+// S × sizeof(SubflowStats) + peer names)) for C connections of S subflows, plus one
+// ProgressNotice and the checkpoint marks (max_checkpoint_steps bits). With the defaults (history
+// 8) and 8 connections of 4 subflows a rank costs about 25 KiB.
+//
+// Attempts: a job's data belongs to one (uid, attempt). Data of a newer attempt (or of a job
+// recreated under the same name) replaces everything held for the job, checkpoint marks
+// included; reports of an older attempt never reach the store (the endpoint drops them).
+// dropJob() forgets a job (its TrainingJob was deleted).
+//
+// Checkpoints: for each step the store records which ranks reported it (path of rank 0, or of
+// the first rank when rank 0 has not reported yet, and the newest notice time). The job's
+// checkpoint is the newest step all worldSize ranks reported. It never moves back within an
+// attempt. When it advances the checkpoint listener is called with "<ns>/<name>" (outside the
+// store's lock): the TrainingJob controller enqueues the job and writes status.lastCheckpoint.
+//
+// Thread-safety: one shared_mutex. apply() and the other writers hold it exclusively for the
+// time it takes to copy a batch in; readers hold it shared while their callback runs (the
+// callback must not call back into the store and should be quick: copy what it needs).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "c4/common/clock.h"
+#include "c4/common/metrics.h"
+#include "c4/common/report.h"
+#include "operator/client/kube_client.h"
+
+namespace c4::op::ingest {
+
+// What the TrainingJob informer says of a job.
+struct JobFacts {
+  std::string uid;
+  std::uint32_t attempt = 0;    // status.attempt
+  std::int32_t world_size = 0;  // spec.replicas × processes per pod
+  friend bool operator==(const JobFacts&, const JobFacts&) = default;
+};
+
+struct ReportedCheckpoint {
+  std::int64_t step = 0;
+  std::string path;
+  WallTime time{};  // the newest notice time (sender clock) among the ranks for this step
+  std::uint32_t attempt = 0;
+  friend bool operator==(const ReportedCheckpoint&, const ReportedCheckpoint&) = default;
+};
+
+// A RankReport without its connections.
+struct RankHeader {
+  std::uint64_t seq = 0;
+  std::int64_t time_unix_ns = 0;  // sender clock
+  std::uint32_t interval_ms = 0;
+  std::int64_t plan_version = -1;
+  std::uint64_t dropped_messages = 0;
+  std::uint32_t connections = 0;
+  WallTime received{};  // operator clock
+};
+
+struct ConnectionSample {
+  std::uint64_t report_seq = 0;
+  std::int64_t time_unix_ns = 0;
+  report::ConnectionStats stats;
+};
+
+struct ConnectionHistory {
+  std::deque<ConnectionSample> samples;  // oldest first, at most `history`
+  std::uint64_t last_seen_report = 0;    // internal: the rank's report count when last seen
+};
+
+struct RankRecord {
+  report::RankIdentity identity;
+  WallTime last_report{};
+  std::deque<RankHeader> reports;                          // oldest first, at most `history`
+  std::map<std::uint64_t, ConnectionHistory> connections;  // by connection id
+  std::optional<report::ProgressNotice> progress;
+  std::uint64_t reports_total = 0;  // RankReports stored for this rank (this attempt)
+};
+
+struct JobRecord {
+  std::string ns;
+  std::string name;
+  JobFacts facts;
+  std::map<std::int32_t, RankRecord> ranks;
+  std::deque<report::AnomalyNotice> anomalies;  // oldest first
+  std::optional<report::ProgressNotice> progress;
+  std::optional<ReportedCheckpoint> checkpoint;
+  WallTime last_report{};
+  std::uint64_t reports_total = 0;
+  std::uint64_t notices_total = 0;
+
+  // Internal: per checkpoint step, which ranks reported it.
+  struct StepMarks {
+    std::vector<bool> ranks;
+    std::int32_t count = 0;
+    std::string path;
+    bool path_from_rank0 = false;
+    std::int64_t newest_ns = 0;
+  };
+  std::map<std::int64_t, StepMarks> steps;
+};
+
+struct NodeRecord {
+  std::string name;
+  report::NodeHealth health;
+  WallTime last_batch{};  // operator clock
+  std::uint64_t last_seq = 0;
+  std::uint64_t batches = 0;
+  std::uint64_t plugin_dropped = 0;    // NodeReport.droppedMessages, latest value
+  std::uint64_t plugin_rejected = 0;   // NodeReport.rejectedMessages, latest value
+  std::uint64_t operator_dropped = 0;  // rank reports/notices the endpoint dropped, cumulative
+};
+
+struct ReportStoreConfig {
+  std::size_t history = 8;
+  std::size_t max_connections_per_rank = report::kMaxConnectionsPerReport;
+  std::size_t max_anomalies_per_job = 256;
+  std::size_t max_checkpoint_steps = 16;
+  std::size_t max_nodes = 100000;
+};
+
+struct StoreStats {
+  std::size_t jobs = 0;
+  std::size_t ranks = 0;
+  std::size_t connections = 0;
+  std::size_t samples = 0;  // connection samples + report headers
+  std::size_t nodes = 0;
+};
+
+class ReportStore {
+ public:
+  // `registry` may be null (no c4_ingest_store_* gauges).
+  explicit ReportStore(ReportStoreConfig config = {}, metrics::Registry* registry = nullptr);
+  ReportStore(const ReportStore&) = delete;
+  ReportStore& operator=(const ReportStore&) = delete;
+
+  // Called with "<ns>/<name>" when a job's checkpoint advanced. Set before the first apply().
+  void setCheckpointListener(std::function<void(const std::string& job_key)> listener);
+
+  // --- Writers (the endpoint, the TrainingJob informer) ---
+  // Stores an accepted batch. Every rank report and notice in it must be attributed (the
+  // endpoint checked pod, node, job and rank) and its job named in `jobs` ("<ns>/<job>" ->
+  // facts); items of a job not in `jobs` or of another attempt are ignored (counted in the
+  // return value). `operator_dropped`: items the endpoint dropped from this batch.
+  std::size_t apply(const report::NodeReport& batch, const std::map<std::string, JobFacts>& jobs,
+                    WallTime received, std::uint64_t operator_dropped);
+  // The TrainingJob changed: a new uid or a newer attempt drops what is held for the job.
+  void observeJob(const std::string& ns, const std::string& name, const JobFacts& facts);
+  // The TrainingJob was deleted.
+  void dropJob(const std::string& ns, const std::string& name);
+
+  // --- Readers (the C4D analyser, the controller, the debug endpoint) ---
+  [[nodiscard]] std::vector<std::string> jobKeys() const;
+  // Runs `read` under the shared lock with the job's record; false when the job is unknown.
+  bool readJob(std::string_view ns, std::string_view name,
+               const std::function<void(const JobRecord&)>& read) const;
+  void forEachJob(const std::function<void(const JobRecord&)>& read) const;
+  [[nodiscard]] std::optional<ReportedCheckpoint> checkpoint(std::string_view ns,
+                                                             std::string_view name) const;
+  [[nodiscard]] std::optional<NodeRecord> node(std::string_view name) const;
+  [[nodiscard]] std::vector<NodeRecord> nodes() const;
+  [[nodiscard]] StoreStats stats() const;
+  // The debug summary (GET /debug/reports): for one job (ns and job set) or every job in `ns`
+  // (or everything when both are empty): ranks reporting, last seen, counts, checkpoint.
+  [[nodiscard]] Json summary(std::string_view ns, std::string_view job) const;
+  [[nodiscard]] const ReportStoreConfig& config() const { return config_; }
+
+ private:
+  JobRecord* jobFor(const std::string& key, const JobFacts& facts);
+  // Returns true when the job's checkpoint advanced.
+  bool markCheckpoint(JobRecord& job, const report::CheckpointNotice& notice);
+  void addRankReport(JobRecord& job, const report::RankReport& r, WallTime received);
+
+  ReportStoreConfig config_;
+  mutable std::shared_mutex mu_;
+  std::map<std::string, JobRecord, std::less<>> jobs_;  // "<ns>/<name>"
+  std::map<std::string, NodeRecord, std::less<>> nodes_;
+  std::function<void(const std::string&)> listener_;
+  metrics::CollectHook hook_;
+};
+
+}  // namespace c4::op::ingest
