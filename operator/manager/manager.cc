@@ -150,8 +150,24 @@ Status Manager::build(const KubeConfig& kube_config) {
       return ReportedCheckpointFact{cp->step, cp->path, cp->time};
     };
   }
+  if (ingest_) {
+    // C4D: the detector reads the store every window; its diagnoses reach the controller.
+    const std::string& ns = options_.watch_namespace;
+    detector_events_ =
+        std::make_unique<EventRecorder>(*event_client_, clock_, "c4-operator", identity_, nullptr);
+    detector_ = std::make_unique<Detector>(
+        ingest_->store(), informers_->informerFor(resources::trainingJobs(), ns),
+        informers_->informerFor(resources::pods(), ns, labels::kJobName), nodes, *client_,
+        *detector_events_, clock_, DetectorConfig{}, registry_);
+    controller.diagnosis_source = [this](const std::string& key) {
+      return detector_->diagnosis(key);
+    };
+  }
   controller_ =
       std::make_unique<TrainingJobController>(*client_, clock_, *informers_, controller, registry_);
+  if (detector_) {
+    detector_->setEnqueue([this](const std::string& key) { controller_->queue().add(key); });
+  }
   if (ingest_) {
     ingest_->store().setCheckpointListener(
         [this](const std::string& key) { controller_->queue().add(key); });
@@ -210,12 +226,14 @@ void Manager::startWork() {
       log_.info("Controller not started", {{"error", started.error()}});
       return;
     }
+    if (detector_) detector_->start();
     log_.info("Caches synced; controller started");
   });
 }
 
 void Manager::stopWork() {
   informers_->requestStop();
+  if (detector_) detector_->stop();
   controller_->stop();
   {
     std::unique_lock lock(mu_);

@@ -32,6 +32,7 @@
 #include "operator/client/kube_client.h"
 #include "operator/client/kube_config.h"
 #include "operator/controller/events.h"
+#include "operator/detection/detector.h"
 #include "operator/ingest/ingest.h"
 #include "operator/manager/http_server.h"
 #include "operator/manager/leader_election.h"
@@ -100,6 +101,8 @@ class Manager {
   std::unique_ptr<TrainingJobController> controller_;
   std::unique_ptr<KubeClient> review_client_;
   std::unique_ptr<ingest::Ingest> ingest_;
+  std::unique_ptr<EventRecorder> detector_events_;
+  std::unique_ptr<Detector> detector_;
   HttpServer server_;
   std::atomic<int> metrics_port_{0};
   std::atomic<int> report_port_{0};

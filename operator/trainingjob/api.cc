@@ -153,8 +153,8 @@ Status parseFaultTolerance(const Json& spec, FaultTolerance& ft) {
   }
   C4_ASSIGN_OR_RETURN(ft.cordon_faulty_nodes, boolField(j, "cordonFaultyNodes", true, p));
   C4_ASSIGN_OR_RETURN(ft.dry_run, boolField(j, "dryRun", false, p));
-  C4_ASSIGN_OR_RETURN(ft.hang_seconds, intField(j, "hangSeconds", 60, 1, 86400, p));
-  C4_ASSIGN_OR_RETURN(ft.window_seconds, intField(j, "windowSeconds", 10, 1, 3600, p));
+  C4_ASSIGN_OR_RETURN(ft.hang_seconds, intField(j, "hangSeconds", 10, 1, 86400, p));
+  C4_ASSIGN_OR_RETURN(ft.window_seconds, intField(j, "windowSeconds", 2, 1, 600, p));
   if (auto it = j.find("slowFactor"); it != j.end() && !it->is_null()) {
     if (!it->is_number()) {
       return makeError(ErrorCode::kInvalidArgument, p + ".slowFactor must be a number");

@@ -55,6 +55,7 @@ inline constexpr const char* kSuspended = "Suspended";
 inline constexpr const char* kControllerName = "c4.dev/trainingjob-controller";
 inline constexpr const char* kMultiKueueManager = "kueue.x-k8s.io/multikueue";
 inline constexpr std::size_t kMaxFaults = 16;
+inline constexpr std::size_t kMaxAvoidNodes = 16;  // status.avoidNodes
 // An attempt that ran this long before it failed resets the exponential restart backoff
 // (the kubelet resets CrashLoopBackOff after the same time).
 inline constexpr std::int64_t kBackoffResetSeconds = 600;
@@ -91,9 +92,12 @@ struct FaultTolerance {
   std::int64_t max_restart_backoff_seconds = 300;
   bool cordon_faulty_nodes = true;
   bool dry_run = false;
-  std::int64_t hang_seconds = 60;
-  double slow_factor = 3.0;
-  std::int64_t window_seconds = 10;
+  // C4D thresholds (docs/c4d.md): ops waiting this long with no byte moving are a hang; a
+  // connection slower than the job's median / slow_factor is slow; a finding must persist for
+  // window_seconds analysis windows (1 s each) before C4 acts.
+  std::int64_t hang_seconds = 10;
+  double slow_factor = 4.0;
+  std::int64_t window_seconds = 2;
   std::vector<FailurePolicyRule> pod_failure_policy;
 };
 

@@ -105,9 +105,48 @@ Json buildPlanConfigMap(const Json& job, const TrainingJobSpec& spec) {
           {"data", {{"plan.json", plan.dump()}}}};
 }
 
+namespace {
+
+// Adds `metadata.name NotIn nodes` to every required node selector term of `pod_spec` (a term
+// is an AND of its expressions; the terms are ORed), or makes it the only term.
+void avoidNodes(Json& pod_spec, const std::vector<std::string>& nodes) {
+  if (nodes.empty()) return;
+  Json values = Json::array();
+  for (const auto& n : nodes) values.push_back(n);
+  Json expr = Json::object();
+  expr["key"] = "metadata.name";
+  expr["operator"] = "NotIn";
+  expr["values"] = std::move(values);
+
+  Json affinity = pod_spec.value("affinity", Json::object());
+  if (!affinity.is_object()) affinity = Json::object();
+  Json node_affinity = affinity.value("nodeAffinity", Json::object());
+  if (!node_affinity.is_object()) node_affinity = Json::object();
+  Json required =
+      node_affinity.value("requiredDuringSchedulingIgnoredDuringExecution", Json::object());
+  if (!required.is_object()) required = Json::object();
+  Json terms = required.value("nodeSelectorTerms", Json::array());
+  if (!terms.is_array() || terms.empty()) terms = Json::array({Json::object()});
+  Json out_terms = Json::array();
+  for (const auto& term : terms) {
+    Json t = term.is_object() ? term : Json::object();
+    Json fields = t.value("matchFields", Json::array());
+    if (!fields.is_array()) fields = Json::array();
+    fields.push_back(expr);
+    t["matchFields"] = std::move(fields);
+    out_terms.push_back(std::move(t));
+  }
+  required["nodeSelectorTerms"] = std::move(out_terms);
+  node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = std::move(required);
+  affinity["nodeAffinity"] = std::move(node_affinity);
+  pod_spec["affinity"] = std::move(affinity);
+}
+
+}  // namespace
+
 Json buildPod(const Json& job, const TrainingJobSpec& spec, std::int64_t index,
               std::int64_t attempt, const std::optional<std::int64_t>& resume_step,
-              const PodSettings& settings) {
+              const PodSettings& settings, const std::vector<std::string>& avoid_nodes) {
   std::string job_name = objectName(job);
   std::string ns = objectNamespace(job);
   Json tmpl = spec.pod_template;
@@ -176,6 +215,7 @@ Json buildPod(const Json& job, const TrainingJobSpec& spec, std::int64_t index,
              {"hostPath", {{"path", settings.plugin_host_dir}, {"type", "DirectoryOrCreate"}}}});
   addVolume(pod_spec, {{"name", "c4-plan"},
                        {"configMap", {{"name", planConfigMapName(job_name)}, {"optional", true}}}});
+  avoidNodes(pod_spec, avoid_nodes);
   return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta}, {"spec", pod_spec}};
 }
 

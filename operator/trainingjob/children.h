@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "operator/trainingjob/api.h"
 
@@ -23,9 +24,12 @@ struct PodSettings {
   int master_port = 29500;
 };
 
+// The pod of replica `index` of `attempt`. `avoid_nodes`: nodes that failed the job (status
+// avoidNodes); the pod gets a required node affinity `metadata.name NotIn avoid_nodes`, added to
+// every node selector term of the template (or as the only term).
 Json buildPod(const Json& job, const TrainingJobSpec& spec, std::int64_t index,
               std::int64_t attempt, const std::optional<std::int64_t>& resume_step,
-              const PodSettings& settings);
+              const PodSettings& settings, const std::vector<std::string>& avoid_nodes = {});
 Json buildHeadlessService(const Json& job, const PodSettings& settings);
 Json buildPlanConfigMap(const Json& job, const TrainingJobSpec& spec);
 std::string planConfigMapName(const std::string& job_name);

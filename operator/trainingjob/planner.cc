@@ -470,9 +470,15 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
   status["succeeded"] = succeeded;
   status["failed"] = static_cast<std::int64_t>(stopped.size());
 
-  // A fault in this attempt: pods stopped, or a restart requested for exactly this attempt.
+  // A fault in this attempt: pods stopped, a restart requested for exactly this attempt, or a
+  // C4D verdict for it (dry run: the detector only records what it would do).
   const bool requested = annotationOf(job, annotations::kRestartRequest) == std::to_string(attempt);
-  if (!stopped.empty() || requested) {
+  const DiagnosedFault* diagnosis =
+      context.diagnosis && context.diagnosis->attempt == attempt && !ft.dry_run &&
+              status.value("phase", std::string{}) != phases::kRestarting
+          ? &*context.diagnosis
+          : nullptr;
+  if (!stopped.empty() || requested || diagnosis != nullptr) {
     Json fault = {{"time", formatRfc3339(now)}, {"attempt", attempt}};
     std::string summary;
     FailureAction action = FailureAction::kIgnore;
@@ -516,10 +522,35 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
                                   ft.dry_run});
         }
       }
+    } else if (diagnosis != nullptr) {
+      summary = diagnosis->summary;
+      fault["class"] = diagnosis->fault_class;
+      if (!diagnosis->nodes.empty()) fault["node"] = diagnosis->nodes.front();
+      if (diagnosis->rank >= 0) fault["rank"] = diagnosis->rank;
     } else {
       std::string reason = annotationOf(job, annotations::kRestartReason);
       summary = "restart requested" + (reason.empty() ? std::string{} : ": " + reason);
       fault["class"] = "requested";
+    }
+    if (diagnosis != nullptr) {
+      // The next attempt avoids the culprits (also where policy does not cordon them).
+      Json& avoid = status["avoidNodes"];
+      if (!avoid.is_array()) avoid = Json::array();
+      for (const auto& n : diagnosis->nodes) {
+        if (std::find(avoid.begin(), avoid.end(), Json(n)) == avoid.end()) avoid.push_back(n);
+      }
+      while (avoid.size() > kMaxAvoidNodes) avoid.erase(avoid.begin());
+      if (diagnosis->cordon && ft.cordon_faulty_nodes) {
+        for (const auto& n : diagnosis->nodes) {
+          if (std::none_of(plan.cordons.begin(), plan.cordons.end(),
+                           [&](const NodeCordon& c) { return c.node == n; })) {
+            plan.cordons.push_back({n,
+                                    "C4D " + diagnosis->fault_class + " in TrainingJob " +
+                                        objectKey(job) + ": " + diagnosis->summary,
+                                    false});
+          }
+        }
+      }
     }
     fault["summary"] = summary;
     fault["counted"] = counted;
@@ -590,9 +621,10 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
     status["ready"] = 0;
     status["succeeded"] = 0;
     status["failed"] = 0;
-    const char* reason = requested && stopped.empty() ? "RestartRequested"
-                         : fault["class"] == "crash"  ? "PodFailed"
-                                                      : "PodDisrupted";
+    const char* reason = !stopped.empty()
+                             ? (fault["class"] == "crash" ? "PodFailed" : "PodDisrupted")
+                         : diagnosis != nullptr ? "FaultDiagnosed"
+                                                : "RestartRequested";
     event("Warning", reason, summary);
     event("Normal", "RestartingFromCheckpoint", message);
     cond(conditions::kRestarting, true, reason, message);
@@ -630,9 +662,16 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
 
   if (!context.child_problem || !context.child_problem->blocks_pods) {
     auto resume = lastCheckpointStep(status);
+    std::vector<std::string> avoid_nodes;
+    if (auto avoid = status.find("avoidNodes"); avoid != status.end() && avoid->is_array()) {
+      for (const auto& n : *avoid) {
+        if (n.is_string()) avoid_nodes.push_back(n.get<std::string>());
+      }
+    }
     for (std::int64_t i = 0; i < spec.replicas; ++i) {
       if (!current.contains(i)) {
-        plan.pods_to_create.push_back(buildPod(job, spec, i, attempt, resume, context.settings));
+        plan.pods_to_create.push_back(
+            buildPod(job, spec, i, attempt, resume, context.settings, avoid_nodes));
       }
     }
   }

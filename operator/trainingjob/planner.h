@@ -68,6 +68,21 @@ struct ReportedCheckpointFact {
   WallTime time{};
 };
 
+// A fault the C4D analyser confirmed in the job's current attempt (operator/detection): the
+// planner restarts the job from its checkpoint, away from the culprit nodes, and cordons them
+// when the evidence names a node. Not counted against maxRestarts (C4 diagnosed it); counted
+// against maxInfrastructureRestarts, the loop breaker.
+struct DiagnosedFault {
+  std::int64_t attempt = 0;
+  std::string fault_class;         // crash | commHang | nonCommHang | commSlow | nonCommSlow
+  std::string key;                 // the verdict's identity ("commHang/link/node-1<->node-2")
+  std::string summary;             // one line with the evidence (Events, status.faults)
+  std::vector<std::string> nodes;  // culprit nodes: the next attempt avoids them
+  bool cordon = false;             // cordon + taint `nodes` (if the job allows it)
+  std::int64_t rank = -1;
+  friend bool operator==(const DiagnosedFault&, const DiagnosedFault&) = default;
+};
+
 // What the reconciler knows that the job's objects do not (yet) show.
 struct PlanContext {
   PodSettings settings;
@@ -83,6 +98,9 @@ struct PlanContext {
   // Written into status.lastCheckpoint when its step is above the recorded one (the recorded
   // checkpoint never moves back; a user who clears it lets the next report set it).
   std::optional<ReportedCheckpointFact> reported_checkpoint;
+  // A confirmed C4D verdict that calls for a restart (ignored unless it is for the current
+  // attempt, and when the job's faultTolerance.dryRun is set).
+  std::optional<DiagnosedFault> diagnosis;
 };
 
 struct JobPlan {

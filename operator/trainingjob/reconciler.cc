@@ -358,6 +358,7 @@ Result<ReconcileResult> TrainingJobController::reconcile(const std::string& key)
   }
 
   if (config_.checkpoint_source) context.reported_checkpoint = config_.checkpoint_source(key);
+  if (config_.diagnosis_source) context.diagnosis = config_.diagnosis_source(key);
   std::vector<Json> pods = pods_->store().byIndex(kPodsByJob, key);
   JobPlan plan = planReconcile(
       job, pods, [this](const std::string& n) { return nodeFacts(n); }, clock_.wallNow(), context);

@@ -63,6 +63,9 @@ struct ControllerConfig {
   // provides it enqueues the job (queue().add) when it advances.
   std::function<std::optional<ReportedCheckpointFact>(const std::string& job_key)>
       checkpoint_source;
+  // The C4D diagnosis of the job's current attempt ("<ns>/<name>" -> a confirmed verdict that
+  // calls for a restart; operator/detection); null = no detection.
+  std::function<std::optional<DiagnosedFault>(const std::string& key)> diagnosis_source;
 };
 
 class TrainingJobController {

@@ -852,3 +852,115 @@ TEST(PlannerTest, ReportedCheckpointsAdvanceLastCheckpointAndNeverMoveItBack) {
 
 }  // namespace
 }  // namespace c4::op
+
+namespace c4::op {
+namespace {
+
+DiagnosedFault linkHang(std::int64_t attempt) {
+  DiagnosedFault d;
+  d.attempt = attempt;
+  d.fault_class = "nonCommHang";
+  d.key = "nonCommHang/node/node-b";
+  d.summary = "nonCommHang of node node-b: peers 0,2 wait on rank 1 for 12.0 s";
+  d.nodes = {"node-b"};
+  d.cordon = true;
+  d.rank = 1;
+  return d;
+}
+
+TEST(PlannerDiagnosisTest, AConfirmedVerdictRestartsAwayFromTheCulpritWithoutSpendingTheBudget) {
+  SimulatedClock clock;
+  Json job = makeJob(2);
+  job["status"] = {{"phase", "Running"},
+                   {"attempt", 0},
+                   {"startedIndexes", "0-1"},
+                   {"lastCheckpoint", {{"step", 300}, {"path", "/ckpt/300"}}}};
+  std::vector<Json> pods = {makePod(job, 0, 0, "Running", "node-a"),
+                            makePod(job, 1, 0, "Running", "node-b")};
+  PlanContext context;
+  context.diagnosis = linkHang(0);
+  JobPlan plan = planReconcile(job, pods, healthyNode, clock.wallNow(), context);
+  ASSERT_TRUE(plan.restart_started);
+  EXPECT_TRUE(hasEvent(plan, "FaultDiagnosed"));
+  EXPECT_EQ(plan.status["attempt"], 1);
+  EXPECT_EQ(plan.status["restartsCountTowardsMax"], 0) << "C4 diagnosed it: not the trainer's";
+  EXPECT_EQ(plan.status["infrastructureRestarts"], 1);
+  EXPECT_EQ(plan.status["avoidNodes"], Json::array({"node-b"}));
+  ASSERT_EQ(plan.cordons.size(), 1u);
+  EXPECT_EQ(plan.cordons[0].node, "node-b");
+  EXPECT_NE(plan.cordons[0].reason.find("peers 0,2 wait on rank 1"), std::string::npos);
+  const Json& fault = plan.status["faults"].back();
+  EXPECT_EQ(fault["class"], "nonCommHang");
+  EXPECT_EQ(fault["node"], "node-b");
+  EXPECT_EQ(fault["rank"], 1);
+  EXPECT_EQ(plan.pods_to_delete.size(), 2u);
+
+  // The next attempt's pods avoid node-b and resume from the checkpoint.
+  Json restarted = withStatus(job, plan);
+  restarted["status"]["nextAttemptTime"] = formatRfc3339(clock.wallNow());
+  JobPlan next = planReconcile(restarted, {}, healthyNode, clock.wallNow(), PlanContext{});
+  ASSERT_EQ(next.pods_to_create.size(), 2u);
+  const Json& terms =
+      next.pods_to_create[0]["spec"]["affinity"]["nodeAffinity"]
+                         ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"];
+  ASSERT_EQ(terms.size(), 1u);
+  EXPECT_EQ(terms[0]["matchFields"][0],
+            Json({{"key", "metadata.name"}, {"operator", "NotIn"}, {"values", {"node-b"}}}));
+  EXPECT_EQ(envOf(next.pods_to_create[0], "C4_RESUME_STEP"), "300");
+}
+
+TEST(PlannerDiagnosisTest, StaleDryRunAndNoCordonPolicyAreRespected) {
+  SimulatedClock clock;
+  Json job = makeJob(2);
+  job["status"] = {{"phase", "Running"}, {"attempt", 1}, {"startedIndexes", "0-1"}};
+  std::vector<Json> pods = {makePod(job, 0, 1, "Running", "node-a"),
+                            makePod(job, 1, 1, "Running", "node-b")};
+  PlanContext stale;
+  stale.diagnosis = linkHang(0);  // for the previous attempt
+  EXPECT_FALSE(planReconcile(job, pods, healthyNode, clock.wallNow(), stale).restart_started);
+
+  PlanContext current;
+  current.diagnosis = linkHang(1);
+  Json dry = makeJob(2, {{"faultTolerance", {{"dryRun", true}}}});
+  dry["status"] = job["status"];
+  JobPlan dry_plan = planReconcile(dry, pods, healthyNode, clock.wallNow(), current);
+  EXPECT_FALSE(dry_plan.restart_started) << "dry run: the detector only reports";
+  EXPECT_TRUE(dry_plan.cordons.empty());
+
+  Json no_cordon = makeJob(2, {{"faultTolerance", {{"cordonFaultyNodes", false}}}});
+  no_cordon["status"] = job["status"];
+  JobPlan plan = planReconcile(no_cordon, pods, healthyNode, clock.wallNow(), current);
+  EXPECT_TRUE(plan.restart_started);
+  EXPECT_TRUE(plan.cordons.empty());
+  EXPECT_EQ(plan.status["avoidNodes"], Json::array({"node-b"}))
+      << "the job avoids the culprit even where policy does not cordon it";
+}
+
+TEST(BuildPodTest, AvoidedNodesJoinEveryNodeSelectorTermOfTheTemplate) {
+  Json job = makeJob(1);
+  job["spec"]["template"]["spec"]["affinity"] = {
+      {"nodeAffinity",
+       {{"requiredDuringSchedulingIgnoredDuringExecution",
+         {{"nodeSelectorTerms",
+           Json::array(
+               {{{"matchExpressions",
+                  Json::array({{{"key", "gpu"}, {"operator", "In"}, {"values", {"h100"}}}})}},
+                {{"matchExpressions",
+                  Json::array(
+                      {{{"key", "gpu"}, {"operator", "In"}, {"values", {"h200"}}}})}}})}}}}}};
+  Json pod = buildPod(job, *parseTrainingJobSpec(job), 0, 1, std::nullopt, PodSettings{},
+                      {"bad-1", "bad-2"});
+  const Json& terms = pod["spec"]["affinity"]["nodeAffinity"]
+                         ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"];
+  ASSERT_EQ(terms.size(), 2u);
+  for (const auto& term : terms) {
+    EXPECT_EQ(term["matchExpressions"].size(), 1u) << "the user's terms are kept";
+    EXPECT_EQ(term["matchFields"][0]["values"], Json::array({"bad-1", "bad-2"}));
+  }
+  Json plain = buildPod(job, *parseTrainingJobSpec(job), 0, 1, std::nullopt, PodSettings{});
+  EXPECT_EQ(plain["spec"]["affinity"], job["spec"]["template"]["spec"]["affinity"])
+      << "nothing to avoid: the template's affinity as it is";
+}
+
+}  // namespace
+}  // namespace c4::op
