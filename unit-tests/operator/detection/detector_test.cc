@@ -1,0 +1,215 @@
+// The detector: the synthetic ring job of the analyser's tests, delivered through the real
+// report store as node batches, analysed every window on simulated time; what the detector
+// records (Events, node fault history) lands in an in-memory API (the component under test is
+// the detector, not the API server).
+#include "operator/detection/detector.h"
+
+#include <gtest/gtest.h>
+
+#include "synthetic_job.h"
+#include "testing/fake_kube_client.h"
+
+namespace c4::op {
+namespace {
+
+using c4d::testing::JobSpec;
+using c4d::testing::SyntheticJob;
+
+class DetectorTest : public ::testing::Test {
+ protected:
+  void SetUp() override { build({}); }
+
+  void build(Json fault_tolerance) {
+    JobSpec spec;
+    spec.nodes = 4;
+    spec.ranksPerNode = 1;
+    spec.seed = 7;
+    synth_ = std::make_unique<SyntheticJob>(spec);
+    clock_.setWall(synth_->now());
+    job_ = {{"apiVersion", "c4.dev/v1alpha1"},
+            {"kind", "TrainingJob"},
+            {"metadata", {{"name", "llm"}, {"namespace", "team"}, {"uid", "job-uid"}}},
+            {"spec",
+             {{"replicas", 4},
+              {"faultTolerance", fault_tolerance},
+              {"template", {{"spec", {{"containers", {{{"name", "t"}, {"image", "i"}}}}}}}}}},
+            {"status", {{"phase", "Running"}, {"attempt", 0}}}};
+    jobs_.store().upsert(job_);
+    for (int r = 0; r < 4; ++r) {
+      std::string node = SyntheticJob::nodeName(synth_->nodeOfRank(r));
+      nodes_.store().upsert(
+          {{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", node}}}});
+      client_.put(resources::nodes(),
+                  {{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", node}}}});
+      pods_.store().upsert({{"metadata",
+                             {{"namespace", "team"},
+                              {"name", "llm-" + std::to_string(r)},
+                              {"labels",
+                               {{"c4.dev/job-name", "llm"},
+                                {"c4.dev/replica-index", std::to_string(r)},
+                                {"c4.dev/restart-attempt", "0"}}}}},
+                            {"spec", {{"nodeName", node}}},
+                            {"status", {{"phase", "Running"}}}});
+    }
+    store_.observeJob("team", "llm", facts());
+    detector_ = std::make_unique<Detector>(store_, jobs_, pods_, nodes_, client_, events_, clock_,
+                                           DetectorConfig{}, registry_);
+    detector_->setEnqueue([this](const std::string& key) { enqueued_.push_back(key); });
+  }
+
+  ingest::JobFacts facts() const { return {"job-uid", 0, 4}; }
+
+  // One window: the synthetic job's newest reports become one batch per node.
+  void step() {
+    synth_->step();
+    clock_.setWall(synth_->now());
+    const c4d::JobSnapshot& snap = synth_->snapshot();
+    for (int r = 0; r < synth_->worldSize(); ++r) {
+      const auto& rank = snap.ranks[static_cast<std::size_t>(r)];
+      if (rank.reports.empty()) continue;
+      const c4d::ReportSample& newest = rank.reports.back();
+      if (newest.time <= last_sent_[r]) continue;  // the rank did not report this window
+      last_sent_[r] = newest.time;
+      std::string node = SyntheticJob::nodeName(synth_->nodeOfRank(r));
+      report::NodeReport batch;
+      batch.node = node;
+      batch.seq = ++seq_;
+      batch.timeUnixNs = toUnixNanos(clock_.wallNow());
+      report::RankReport rr;
+      rr.id = {"team", "llm", "llm-" + std::to_string(r), node, r, 4, 0, 100};
+      rr.seq = ++report_seq_[r];
+      rr.timeUnixNs = toUnixNanos(newest.time);
+      rr.intervalMs = newest.intervalMs;
+      for (const auto& c : newest.connections) {
+        report::ConnectionStats s;
+        s.id = c.id;
+        s.direction = c.direction;
+        s.peerRank = c.peerRank;
+        s.bytes = c.bytes;
+        s.ops = c.ops;
+        s.inflight = c.inflight;
+        s.oldestInflightUs = c.oldestInflightUs;
+        s.wait = c.wait;
+        s.transfer = c.transfer;
+        rr.connections.push_back(s);
+      }
+      batch.reports.push_back(std::move(rr));
+      store_.apply(batch, {{"team/llm", facts()}}, clock_.wallNow(), 0);
+    }
+    detector_->tick();
+  }
+
+  std::vector<Json> eventsWithReason(const std::string& reason) {
+    std::vector<Json> out;
+    for (const auto& e : client_.stored(resources::events())) {
+      if (e.value("reason", std::string{}) == reason) out.push_back(e);
+    }
+    return out;
+  }
+
+  SimulatedClock clock_;
+  testing::FakeKubeClient client_;
+  metrics::Registry registry_;
+  EventRecorder events_{client_, clock_, "c4-operator", "test", nullptr};
+  ingest::ReportStore store_;
+  Informer jobs_{client_, clock_, resources::trainingJobs(), ""};
+  Informer pods_{client_, clock_, resources::pods(), ""};
+  Informer nodes_{client_, clock_, resources::nodes(), ""};
+  std::unique_ptr<SyntheticJob> synth_;
+  std::unique_ptr<Detector> detector_;
+  Json job_;
+  std::vector<std::string> enqueued_;
+  std::map<int, WallTime> last_sent_;
+  std::map<int, std::uint64_t> report_seq_;
+  std::uint64_t seq_ = 0;
+};
+
+TEST_F(DetectorTest, AHealthyJobGetsNoDiagnosis) {
+  for (int i = 0; i < 30; ++i) step();
+  EXPECT_FALSE(detector_->diagnosis("team/llm"));
+  EXPECT_TRUE(eventsWithReason("FaultDetected").empty());
+  EXPECT_TRUE(enqueued_.empty());
+}
+
+TEST_F(DetectorTest, AFrozenRankIsDiagnosedOnItsNodeWithEventsAndHistory) {
+  for (int i = 0; i < 8; ++i) step();
+  synth_->freeze(2);
+  const std::string culprit = SyntheticJob::nodeName(synth_->nodeOfRank(2));
+  int windows = 0;
+  while (!detector_->diagnosis("team/llm") && windows < 30) {
+    step();
+    ++windows;
+  }
+  auto d = detector_->diagnosis("team/llm");
+  ASSERT_TRUE(d) << "no diagnosis within 30 windows";
+  EXPECT_LE(windows, 20);
+  EXPECT_EQ(d->attempt, 0);
+  EXPECT_EQ(d->fault_class, "nonCommHang");
+  EXPECT_EQ(d->nodes, std::vector<std::string>{culprit});
+  EXPECT_TRUE(d->cordon);
+  EXPECT_EQ(enqueued_, std::vector<std::string>{"team/llm"});
+
+  auto detected = eventsWithReason("FaultDetected");
+  ASSERT_EQ(detected.size(), 1u);
+  EXPECT_NE(detected[0]["message"].get<std::string>().find(culprit), std::string::npos);
+  ASSERT_EQ(eventsWithReason("FaultSuspected").size(), 1u);
+  // The node's history, in the cluster.
+  bool patched = false;
+  for (const auto& p : client_.patches()) {
+    if (p.resource == "nodes" && p.name == culprit) {
+      Json node = {{"metadata", {{"annotations", p.body["metadata"]["annotations"]}}}};
+      auto history = faultHistoryOf(node);
+      ASSERT_EQ(history.size(), 1u);
+      EXPECT_EQ(history[0].fault_class, "nonCommHang");
+      EXPECT_EQ(history[0].job, "team/llm");
+      patched = true;
+    }
+  }
+  EXPECT_TRUE(patched);
+
+  // More windows of the same fault: one verdict, one diagnosis.
+  for (int i = 0; i < 5; ++i) step();
+  EXPECT_EQ(eventsWithReason("FaultDetected").size(), 1u);
+  EXPECT_EQ(enqueued_.size(), 1u);
+
+  // A new attempt clears the diagnosis.
+  job_["status"]["attempt"] = 1;
+  jobs_.store().upsert(job_);
+  detector_->tick();
+  EXPECT_FALSE(detector_->diagnosis("team/llm"));
+}
+
+TEST_F(DetectorTest, DryRunReportsButDiagnosesNothing) {
+  build({{"dryRun", true}});
+  for (int i = 0; i < 8; ++i) step();
+  synth_->freeze(1);
+  for (int i = 0; i < 25; ++i) step();
+  EXPECT_FALSE(detector_->diagnosis("team/llm"));
+  auto detected = eventsWithReason("FaultDetected");
+  ASSERT_EQ(detected.size(), 1u);
+  EXPECT_NE(detected[0]["message"].get<std::string>().find("dry run"), std::string::npos);
+  EXPECT_TRUE(enqueued_.empty());
+}
+
+TEST(FaultHistoryTest, AppendsBoundedAndSkipsMalformedEntries) {
+  Json node = {{"metadata", {{"name", "n"}}}};
+  WallTime t0{std::chrono::seconds{1'800'000'000}};
+  for (int i = 0; i < 12; ++i) {
+    node["metadata"]["annotations"][kFaultHistoryAnnotation] = appendFaultHistory(
+        node, {t0 + std::chrono::seconds{i}, "crash", "ns/job-" + std::to_string(i)}, 10);
+  }
+  auto history = faultHistoryOf(node);
+  ASSERT_EQ(history.size(), 10u);
+  EXPECT_EQ(history.front().job, "ns/job-2");
+  EXPECT_EQ(history.back().job, "ns/job-11");
+  node["metadata"]["annotations"][kFaultHistoryAnnotation] =
+      R"([{"time":"garbage"},{"time":"2027-01-15T08:00:00Z","class":"commHang","job":"a/b"},7])";
+  history = faultHistoryOf(node);
+  ASSERT_EQ(history.size(), 1u);
+  EXPECT_EQ(history[0].fault_class, "commHang");
+  node["metadata"]["annotations"][kFaultHistoryAnnotation] = "not json";
+  EXPECT_TRUE(faultHistoryOf(node).empty());
+}
+
+}  // namespace
+}  // namespace c4::op
