@@ -500,13 +500,46 @@ json nodeReportJson(const NodeReport& r) {
                         {"up", n.up},
                         {"rdma", n.rdma},
                         {"speedMbps", n.speedMbps},
-                        {"errors", n.errors}});
+                        {"errors", n.errors},
+                        {"operstate", n.operstate},
+                        {"carrier", n.carrier},
+                        {"carrierChanges", n.carrierChanges},
+                        {"rxErrors", n.rxErrors},
+                        {"txErrors", n.txErrors},
+                        {"rxDropped", n.rxDropped},
+                        {"txDropped", n.txDropped}});
+  }
+  json ports = json::array();
+  for (const auto& p : r.health.rdmaPorts) {
+    ports.push_back(json{{"device", p.device},
+                         {"port", p.port},
+                         {"netdev", p.netdev},
+                         {"state", p.state},
+                         {"physState", p.physState},
+                         {"rateMbps", p.rateMbps},
+                         {"active", p.active},
+                         {"symbolErrors", p.symbolErrors},
+                         {"linkDowned", p.linkDowned},
+                         {"linkErrorRecovery", p.linkErrorRecovery},
+                         {"rcvErrors", p.rcvErrors},
+                         {"xmitDiscards", p.xmitDiscards}});
   }
   json gpus = json::array();
   for (const auto& g : r.health.gpus) {
-    gpus.push_back(
-        json{{"index", g.index}, {"uuid", g.uuid}, {"healthy", g.healthy}, {"detail", g.detail}});
+    gpus.push_back(json{{"index", g.index},
+                        {"uuid", g.uuid},
+                        {"healthy", g.healthy},
+                        {"detail", g.detail},
+                        {"eccVolatileUncorrected", g.eccVolatileUncorrected},
+                        {"retiredPagesPending", g.retiredPagesPending},
+                        {"lastXid", g.lastXid},
+                        {"throttleReasons", g.throttleReasons}});
   }
+  json health{{"nics", std::move(nics)},           {"gpus", std::move(gpus)},
+              {"rdmaPorts", std::move(ports)},     {"nicsAvailable", r.health.nicsAvailable},
+              {"nicsReason", r.health.nicsReason}, {"rdmaAvailable", r.health.rdmaAvailable},
+              {"rdmaReason", r.health.rdmaReason}, {"gpusAvailable", r.health.gpusAvailable},
+              {"gpusReason", r.health.gpusReason}};
   json reports = json::array();
   for (const auto& rr : r.reports) reports.push_back(bodyJson(rr));
   json notices = json::array();
@@ -516,7 +549,7 @@ json nodeReportJson(const NodeReport& r) {
               {"node", r.node},
               {"seq", r.seq},
               {"timeUnixNs", r.timeUnixNs},
-              {"health", json{{"nics", std::move(nics)}, {"gpus", std::move(gpus)}}},
+              {"health", std::move(health)},
               {"reports", std::move(reports)},
               {"notices", std::move(notices)},
               {"droppedMessages", r.droppedMessages},
@@ -732,6 +765,13 @@ Result<NodeReport> decodeNodeReport(const json& j) {
       C4_ASSIGN_OR_RETURN(nic.rdma, n.boolean("rdma"));
       C4_ASSIGN_OR_RETURN(nic.speedMbps, n.u64("speedMbps"));
       C4_ASSIGN_OR_RETURN(nic.errors, n.u64("errors"));
+      C4_ASSIGN_OR_RETURN(nic.operstate, n.str("operstate", 32));
+      C4_ASSIGN_OR_RETURN(nic.carrier, n.boolean("carrier"));
+      C4_ASSIGN_OR_RETURN(nic.carrierChanges, n.u64("carrierChanges"));
+      C4_ASSIGN_OR_RETURN(nic.rxErrors, n.u64("rxErrors"));
+      C4_ASSIGN_OR_RETURN(nic.txErrors, n.u64("txErrors"));
+      C4_ASSIGN_OR_RETURN(nic.rxDropped, n.u64("rxDropped"));
+      C4_ASSIGN_OR_RETURN(nic.txDropped, n.u64("txDropped"));
       C4_RETURN_IF_ERROR(n.finish());
       out.health.nics.push_back(std::move(nic));
     }
@@ -746,9 +786,40 @@ Result<NodeReport> decodeNodeReport(const json& j) {
       C4_ASSIGN_OR_RETURN(gpu.uuid, g.str("uuid", kMaxNameBytes));
       C4_ASSIGN_OR_RETURN(gpu.healthy, g.boolean("healthy"));
       C4_ASSIGN_OR_RETURN(gpu.detail, g.str("detail", kMaxTextBytes));
+      C4_ASSIGN_OR_RETURN(gpu.eccVolatileUncorrected, g.u64("eccVolatileUncorrected"));
+      C4_ASSIGN_OR_RETURN(gpu.retiredPagesPending, g.boolean("retiredPagesPending"));
+      C4_ASSIGN_OR_RETURN(gpu.lastXid, g.u64("lastXid"));
+      C4_ASSIGN_OR_RETURN(gpu.throttleReasons, g.u64("throttleReasons"));
       C4_RETURN_IF_ERROR(g.finish());
       out.health.gpus.push_back(std::move(gpu));
     }
+    C4_ASSIGN_OR_RETURN(const json* ports, h.array("rdmaPorts", kMaxDevicesPerNode));
+    for (std::size_t i = 0; i < ports->size(); ++i) {
+      C4_ASSIGN_OR_RETURN(Reader p, Reader::open((*ports)[i], h.field("rdmaPorts") + "[" +
+                                                                  std::to_string(i) + "]"));
+      RdmaPortHealth port;
+      C4_ASSIGN_OR_RETURN(port.device, p.str("device", kMaxNameBytes));
+      C4_ASSIGN_OR_RETURN(auto num, p.u64("port", 255));
+      port.port = static_cast<std::uint32_t>(num);
+      C4_ASSIGN_OR_RETURN(port.netdev, p.str("netdev", kMaxNameBytes));
+      C4_ASSIGN_OR_RETURN(port.state, p.str("state", 32));
+      C4_ASSIGN_OR_RETURN(port.physState, p.str("physState", 32));
+      C4_ASSIGN_OR_RETURN(port.rateMbps, p.u64("rateMbps"));
+      C4_ASSIGN_OR_RETURN(port.active, p.boolean("active"));
+      C4_ASSIGN_OR_RETURN(port.symbolErrors, p.u64("symbolErrors"));
+      C4_ASSIGN_OR_RETURN(port.linkDowned, p.u64("linkDowned"));
+      C4_ASSIGN_OR_RETURN(port.linkErrorRecovery, p.u64("linkErrorRecovery"));
+      C4_ASSIGN_OR_RETURN(port.rcvErrors, p.u64("rcvErrors"));
+      C4_ASSIGN_OR_RETURN(port.xmitDiscards, p.u64("xmitDiscards"));
+      C4_RETURN_IF_ERROR(p.finish());
+      out.health.rdmaPorts.push_back(std::move(port));
+    }
+    C4_ASSIGN_OR_RETURN(out.health.nicsAvailable, h.boolean("nicsAvailable"));
+    C4_ASSIGN_OR_RETURN(out.health.nicsReason, h.str("nicsReason", kMaxTextBytes));
+    C4_ASSIGN_OR_RETURN(out.health.rdmaAvailable, h.boolean("rdmaAvailable"));
+    C4_ASSIGN_OR_RETURN(out.health.rdmaReason, h.str("rdmaReason", kMaxTextBytes));
+    C4_ASSIGN_OR_RETURN(out.health.gpusAvailable, h.boolean("gpusAvailable"));
+    C4_ASSIGN_OR_RETURN(out.health.gpusReason, h.str("gpusReason", kMaxTextBytes));
     C4_RETURN_IF_ERROR(h.finish());
   }
   C4_ASSIGN_OR_RETURN(const json* reports, r.array("reports", kMaxReportsPerBatch));
@@ -901,7 +972,8 @@ Status validate(const Message& m) {
 Status validate(const NodeReport& r) {
   C4_RETURN_IF_ERROR(checkName(r.node, "NodeReport.node", true));
   C4_RETURN_IF_ERROR(checkTime(r.timeUnixNs, "NodeReport.timeUnixNs"));
-  if (r.health.nics.size() > kMaxDevicesPerNode || r.health.gpus.size() > kMaxDevicesPerNode) {
+  if (r.health.nics.size() > kMaxDevicesPerNode || r.health.gpus.size() > kMaxDevicesPerNode ||
+      r.health.rdmaPorts.size() > kMaxDevicesPerNode) {
     return std::unexpected(invalid("NodeReport.health", "too many devices"));
   }
   for (std::size_t i = 0; i < r.health.nics.size(); ++i) {
@@ -920,6 +992,31 @@ Status validate(const NodeReport& r) {
     C4_RETURN_IF_ERROR(checkText(g.uuid, p + ".uuid"));
     C4_RETURN_IF_ERROR(checkText(g.detail, p + ".detail"));
   }
+  for (std::size_t i = 0; i < r.health.nics.size(); ++i) {
+    const std::string p = "NodeReport.health.nics[" + std::to_string(i) + "].operstate";
+    if (r.health.nics[i].operstate.size() > 32) return std::unexpected(invalid(p, "too long"));
+    C4_RETURN_IF_ERROR(checkText(r.health.nics[i].operstate, p));
+  }
+  for (std::size_t i = 0; i < r.health.rdmaPorts.size(); ++i) {
+    const auto& port = r.health.rdmaPorts[i];
+    const std::string p = "NodeReport.health.rdmaPorts[" + std::to_string(i) + "]";
+    if (port.device.empty() || port.device.size() > kMaxNameBytes || !validUtf8(port.device)) {
+      return std::unexpected(
+          invalid(p + ".device", "must be a non-empty UTF-8 name of at most 253 bytes"));
+    }
+    if (port.port > 255) return std::unexpected(invalid(p + ".port", "must be <= 255"));
+    if (port.netdev.size() > kMaxNameBytes || !validUtf8(port.netdev)) {
+      return std::unexpected(invalid(p + ".netdev", "must be UTF-8 of at most 253 bytes"));
+    }
+    if (port.state.size() > 32 || port.physState.size() > 32) {
+      return std::unexpected(invalid(p + ".state", "too long"));
+    }
+    C4_RETURN_IF_ERROR(checkText(port.state, p + ".state"));
+    C4_RETURN_IF_ERROR(checkText(port.physState, p + ".physState"));
+  }
+  C4_RETURN_IF_ERROR(checkText(r.health.nicsReason, "NodeReport.health.nicsReason"));
+  C4_RETURN_IF_ERROR(checkText(r.health.rdmaReason, "NodeReport.health.rdmaReason"));
+  C4_RETURN_IF_ERROR(checkText(r.health.gpusReason, "NodeReport.health.gpusReason"));
   if (r.reports.size() > kMaxReportsPerBatch) {
     return std::unexpected(invalid("NodeReport.reports", "too many reports"));
   }

@@ -1,25 +1,58 @@
-// c4-node-plugin entry point. The controller itself lands with a later issue; until then this
-// binary only answers --help/--version and refuses to pretend it runs.
+// c4-node-plugin entry point: flags/config, logging, signals. Everything else is NodePlugin.
+#include <csignal>
 #include <cstdio>
-#include <cstring>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "c4/common/clock.h"
+#include "c4/common/log.h"
+#include "c4/node_plugin/node_plugin.h"
+#include "c4/node_plugin/options.h"
 
 int main(int argc, char** argv) {
-  const char* usage =
-      "usage: c4-node-plugin [--help] [--version]\n"
-      "The C4 node plugin (DaemonSet: rank reports, node health, /metrics). Not built yet in this "
-      "version.\n";
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
-      std::fputs(usage, stdout);
-      return 0;
-    }
-    if (std::strcmp(argv[i], "--version") == 0) {
-      std::puts("c4-node-plugin " C4_VERSION);
-      return 0;
-    }
-    std::fprintf(stderr, "c4-node-plugin: unknown flag \"%s\"\n%s", argv[i], usage);
+  std::vector<std::string> args(argv + 1, argv + argc);
+  auto options = c4::node::parseNodePluginOptions(args, [](const char* name) {
+    const char* v = std::getenv(name);
+    return v != nullptr ? std::optional<std::string>(v) : std::nullopt;
+  });
+  if (!options) {
+    std::fprintf(stderr, "c4-node-plugin: %s\n%s", options.error().message.c_str(),
+                 c4::node::nodePluginUsage().c_str());
     return 2;
   }
-  std::fputs("c4-node-plugin: the node plugin is not implemented in this version\n", stderr);
-  return 1;
+  if (options->show_help) {
+    std::fputs(c4::node::nodePluginUsage().c_str(), stdout);
+    return 0;
+  }
+  if (options->show_version) {
+    std::puts("c4-node-plugin " C4_VERSION);
+    return 0;
+  }
+  c4::setLogLevel(*c4::parseLogLevel(options->log_level));
+  c4::Logger log("node-plugin");
+
+  // Signals are taken by sigwait on this thread; every thread started later inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  auto plugin = c4::node::NodePlugin::create(*options, c4::realClock(), nullptr);
+  if (!plugin) {
+    log.error("cannot create the node plugin", {{"error", plugin.error()}});
+    return 1;
+  }
+  if (auto s = (*plugin)->start(); !s) {
+    log.error("cannot start the node plugin", {{"error", s.error()}});
+    (*plugin)->stop();
+    return 1;
+  }
+  int sig = 0;
+  sigwait(&signals, &sig);
+  log.info("signal received; flushing and exiting", {{"signal", sig}});
+  (*plugin)->stop();
+  return 0;
 }

@@ -60,8 +60,50 @@ NodeReport sampleNodeReport() {
   n.node = "node-7";
   n.seq = 9;
   n.timeUnixNs = 1'764'673'210'000'000'000LL;
-  n.health.nics = {{"eth0", true, false, 100000, 0}, {"mlx5_0", false, true, 400000, 17}};
-  n.health.gpus = {{0, "GPU-1234", true, ""}, {1, "GPU-5678", false, "Xid 79"}};
+  n.health.nics.resize(2);
+  n.health.nics[0].name = "eth0";
+  n.health.nics[0].up = true;
+  n.health.nics[0].speedMbps = 100000;
+  n.health.nics[1].name = "mlx5_0";
+  n.health.nics[1].rdma = true;
+  n.health.nics[1].speedMbps = 400000;
+  n.health.nics[1].errors = 17;
+  n.health.gpus.resize(2);
+  n.health.gpus[0].uuid = "GPU-1234";
+  n.health.gpus[1].index = 1;
+  n.health.gpus[1].uuid = "GPU-5678";
+  n.health.gpus[1].healthy = false;
+  n.health.gpus[1].detail = "Xid 79";
+  n.health.nics[0].operstate = "up";
+  n.health.nics[0].carrier = true;
+  n.health.nics[0].carrierChanges = 4;
+  n.health.nics[1].operstate = "down";
+  n.health.nics[1].rxErrors = 10;
+  n.health.nics[1].txErrors = 7;
+  n.health.nics[1].rxDropped = 3;
+  n.health.nics[1].txDropped = 2;
+  n.health.nicsAvailable = true;
+  RdmaPortHealth port;
+  port.device = "mlx5_0";
+  port.port = 1;
+  port.netdev = "ib0";
+  port.state = "ACTIVE";
+  port.physState = "LinkUp";
+  port.rateMbps = 400000;
+  port.active = true;
+  port.symbolErrors = 1;
+  port.linkDowned = 2;
+  port.linkErrorRecovery = 3;
+  port.rcvErrors = 4;
+  port.xmitDiscards = 5;
+  n.health.rdmaPorts = {port};
+  n.health.rdmaAvailable = true;
+  n.health.gpus[1].eccVolatileUncorrected = 2;
+  n.health.gpus[1].retiredPagesPending = true;
+  n.health.gpus[1].lastXid = 79;
+  n.health.gpus[1].throttleReasons = 0x40;
+  n.health.gpusAvailable = true;
+  n.health.gpusReason = "";
   n.reports = {sampleReport()};
   n.notices = {ProgressNotice{identity(), 1'764'673'209'000'000'001LL, 7, ProgressState::kTraining},
                AnomalyNotice{identity(1), 1'764'673'209'000'000'003LL, AnomalyKind::kPeerClosed, 5,
@@ -299,6 +341,53 @@ TEST(ReportTest, NodeReportRejectsNestedRankReportOfOtherKind) {
   auto r3 = decodeNodeReportJson(k.dump());
   ASSERT_FALSE(r3.has_value());
   EXPECT_NE(r3.error().message.find("not a notice"), std::string::npos);
+}
+
+TEST(ReportTest, NodeHealthIsStrict) {
+  const auto bytes = encodeJson(sampleNodeReport());
+  ASSERT_TRUE(bytes.has_value());
+  auto mutateAndDecode = [&](const std::function<void(json&)>& mutate) {
+    json j = json::parse(*bytes);
+    mutate(j);
+    return decodeNodeReportJson(j.dump());
+  };
+  // Every new field is required.
+  for (const char* key : {"nicsAvailable", "nicsReason", "rdmaAvailable", "rdmaReason",
+                          "gpusAvailable", "gpusReason", "rdmaPorts"}) {
+    auto r = mutateAndDecode([&](json& j) { j["health"].erase(key); });
+    ASSERT_FALSE(r.has_value()) << key;
+    EXPECT_NE(r.error().message.find(key), std::string::npos) << r.error().message;
+  }
+  for (const char* key : {"operstate", "carrier", "carrierChanges", "rxErrors", "txDropped"}) {
+    auto r = mutateAndDecode([&](json& j) { j["health"]["nics"][0].erase(key); });
+    ASSERT_FALSE(r.has_value()) << key;
+    EXPECT_NE(r.error().message.find(key), std::string::npos) << r.error().message;
+  }
+  for (const char* key :
+       {"eccVolatileUncorrected", "retiredPagesPending", "lastXid", "throttleReasons"}) {
+    auto r = mutateAndDecode([&](json& j) { j["health"]["gpus"][0].erase(key); });
+    ASSERT_FALSE(r.has_value()) << key;
+  }
+  for (const char* key : {"device", "port", "state", "physState", "active", "xmitDiscards"}) {
+    auto r = mutateAndDecode([&](json& j) { j["health"]["rdmaPorts"][0].erase(key); });
+    ASSERT_FALSE(r.has_value()) << key;
+  }
+  EXPECT_FALSE(mutateAndDecode([](json& j) { j["health"]["rdmaPorts"][0]["port"] = 256; }));
+  EXPECT_FALSE(mutateAndDecode([](json& j) { j["health"]["rdmaPorts"][0]["device"] = ""; }));
+  EXPECT_FALSE(mutateAndDecode([](json& j) { j["health"]["gpusAvailable"] = "yes"; }));
+  EXPECT_FALSE(mutateAndDecode([](json& j) { j["health"]["extra"] = 1; }));
+  EXPECT_FALSE(mutateAndDecode([](json& j) { j["health"]["rdmaPorts"][0]["x"] = 1; }));
+  // An unavailable class round-trips with its reason.
+  NodeReport n = sampleNodeReport();
+  n.health.gpus.clear();
+  n.health.gpusAvailable = false;
+  n.health.gpusReason = "libnvidia-ml.so.1 not found";
+  auto cbor = encodeCbor(n);
+  ASSERT_TRUE(cbor.has_value());
+  auto back = decodeNodeReportCbor(*cbor);
+  ASSERT_TRUE(back.has_value()) << back.error().toString();
+  EXPECT_FALSE(back->health.gpusAvailable);
+  EXPECT_EQ(back->health.gpusReason, "libnvidia-ml.so.1 not found");
 }
 
 TEST(ReportTest, DnsSubdomain) {

@@ -145,26 +145,67 @@ using Notice = std::variant<ProgressNotice, CheckpointNotice, AnomalyNotice>;
 // Everything a plugin (or trainer) sends to the node plugin.
 using Message = std::variant<RankReport, ProgressNotice, CheckpointNotice, AnomalyNotice>;
 
+// One network interface (/sys/class/net/<name>). The first five fields keep their meaning from
+// the first schema; the rest are the raw readings they summarise.
 struct NicHealth {
-  std::string name;  // interface or RDMA device name
-  bool up = false;
-  bool rdma = false;
-  std::uint64_t speedMbps = 0;
-  std::uint64_t errors = 0;  // cumulative error counters summed
+  std::string name;             // interface name
+  bool up = false;              // operstate == "up" and carrier present
+  bool rdma = false;            // an RDMA device (/sys/class/infiniband) sits on this interface
+  std::uint64_t speedMbps = 0;  // 0: unknown (no link, or the driver does not say)
+  std::uint64_t errors = 0;     // rxErrors + txErrors
+  std::string operstate;        // "up", "down", "dormant", "lowerlayerdown", "unknown", ...
+  bool carrier = false;
+  std::uint64_t carrierChanges = 0;  // cumulative since the driver loaded
+  std::uint64_t rxErrors = 0;
+  std::uint64_t txErrors = 0;
+  std::uint64_t rxDropped = 0;
+  std::uint64_t txDropped = 0;
   friend bool operator==(const NicHealth&, const NicHealth&) = default;
+};
+
+// One port of an RDMA device (/sys/class/infiniband/<device>/ports/<port>).
+struct RdmaPortHealth {
+  std::string device;  // e.g. "mlx5_0"
+  std::uint32_t port = 1;
+  std::string netdev;     // the network interface on this port ("" when none is known)
+  std::string state;      // "ACTIVE", "DOWN", "INIT", "ARMED", ... (the name without its number)
+  std::string physState;  // "LinkUp", "Polling", "Disabled", ...
+  std::uint64_t rateMbps = 0;  // 0: unknown
+  bool active = false;         // state == "ACTIVE" and physState == "LinkUp"
+  // Cumulative error counters (counters/*; 0 where the device does not have one).
+  std::uint64_t symbolErrors = 0;
+  std::uint64_t linkDowned = 0;
+  std::uint64_t linkErrorRecovery = 0;
+  std::uint64_t rcvErrors = 0;
+  std::uint64_t xmitDiscards = 0;
+  friend bool operator==(const RdmaPortHealth&, const RdmaPortHealth&) = default;
 };
 
 struct GpuHealth {
   std::int32_t index = 0;
   std::string uuid;
   bool healthy = true;
-  std::string detail;
+  std::string detail;                        // why not healthy ("" when healthy)
+  std::uint64_t eccVolatileUncorrected = 0;  // uncorrected ECC errors since the driver loaded
+  bool retiredPagesPending = false;          // pages retired but not yet blacklisted (reset due)
+  std::uint64_t lastXid = 0;                 // the newest XID event seen (0: none)
+  std::uint64_t throttleReasons = 0;         // NVML clocks-throttle-reasons bitmask
   friend bool operator==(const GpuHealth&, const GpuHealth&) = default;
 };
 
+// Node health. Each class of hardware is either available (its list holds every device found,
+// healthy or not) or unavailable (its list is empty and `*Reason` says why: no such hardware, no
+// driver, no NVML library). Absent hardware is never reported as healthy or faulty.
 struct NodeHealth {
   std::vector<NicHealth> nics;
   std::vector<GpuHealth> gpus;
+  std::vector<RdmaPortHealth> rdmaPorts;
+  bool nicsAvailable = false;
+  std::string nicsReason;
+  bool rdmaAvailable = false;
+  std::string rdmaReason;
+  bool gpusAvailable = false;
+  std::string gpusReason;
   friend bool operator==(const NodeHealth&, const NodeHealth&) = default;
 };
 

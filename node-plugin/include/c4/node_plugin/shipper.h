@@ -1,0 +1,220 @@
+// Shipper: batches what the receiver and the health monitor hand it into one NodeReport every
+// interval and POSTs it to the operator's /v1/reports (the wire contract in docs/node-plugin.md):
+//
+//   200        sent; the batch is done.
+//   400, 415   the operator refuses the body: the batch is dropped and counted.
+//   401, 403   the token is re-read at once; the batch is kept; backoff.
+//   409        next seq = max(own, C4-Last-Seq + 1); the batch is resent once at once with the
+//              new seq (a second 409 drops it, counted).
+//   413        the batch is halved and each half sent; a batch of one item is dropped.
+//   429, 503   the buffer is coalesced (the latest RankReport per (namespace, pod, rank); notices
+//              kept, oldest dropped past max_notices) and nothing is sent before Retry-After
+//              (or the backoff delay when the answer has none).
+//   other 5xx, connection errors: exponential backoff with jitter, data kept.
+//
+// Backoff: the n-th consecutive failure waits d = min(cap, base * 2^(n-1)) stretched by a jitter
+// draw to a uniform value in [d/2, d]. Memory is bounded by max_buffer_bytes (an estimate of the
+// encoded size): past it the oldest items go first, counted. `seq` starts at the start time in
+// Unix microseconds and grows by one per POST. Notices (anomaly, checkpoint) and health
+// anomalies ask for an immediate send (not earlier than the backoff allows).
+//
+// Thread-safe: add*() from any thread; run() on one thread; stop() from another.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <variant>
+#include <vector>
+
+#include "c4/common/clock.h"
+#include "c4/common/log.h"
+#include "c4/common/metrics.h"
+#include "c4/common/report.h"
+#include "operator/client/random.h"
+
+namespace c4::node {
+
+struct HttpResponse {
+  long status = 0;
+  std::string body;
+  std::optional<Duration> retry_after;    // Retry-After in seconds
+  std::optional<std::uint64_t> last_seq;  // C4-Last-Seq
+};
+
+// One POST of an encoded NodeReport. An error means no HTTP answer (connection refused, TLS
+// failure, timeout): kUnavailable / kDeadlineExceeded.
+class ReportTransport {
+ public:
+  virtual ~ReportTransport() = default;
+  virtual Result<HttpResponse> post(const std::vector<std::uint8_t>& cbor_body,
+                                    const std::string& bearer_token, Duration timeout) = 0;
+};
+
+// libcurl over HTTPS (or HTTP for tests that want it). `ca_file` empty = the system trust store.
+struct CurlTransportConfig {
+  std::string url;  // e.g. https://c4-operator.c4-system.svc:8443/v1/reports
+  std::string ca_file;
+  Duration connect_timeout = std::chrono::seconds{5};
+};
+Result<std::unique_ptr<ReportTransport>> createCurlTransport(CurlTransportConfig config);
+
+// The bearer token from a file, re-read when the file changes (inode, size or mtime) or when
+// asked to (after a 401/403). The kubelet rotates projected tokens by replacing the file.
+class TokenSource {
+ public:
+  explicit TokenSource(std::string path) : path_(std::move(path)) {}
+  // The current token (trailing whitespace trimmed); an error when the file cannot be read or
+  // is empty.
+  Result<std::string> token();
+  void invalidate();
+  [[nodiscard]] std::uint64_t reads() const { return reads_; }
+
+ private:
+  std::string path_;
+  std::mutex mu_;
+  bool valid_ = false;
+  std::uint64_t ino_ = 0;
+  std::int64_t size_ = -1;
+  std::int64_t mtime_ns_ = 0;
+  std::string token_;
+  std::uint64_t reads_ = 0;
+};
+
+struct ShipperConfig {
+  std::string node;
+  Duration interval = std::chrono::seconds{1};
+  std::size_t max_buffer_bytes = 32u << 20;
+  std::size_t max_notices = 8192;
+  Duration backoff_base = std::chrono::milliseconds{500};
+  Duration backoff_cap = std::chrono::seconds{30};
+  Duration request_timeout = std::chrono::seconds{10};
+  Duration shutdown_deadline = std::chrono::seconds{5};
+};
+
+// Outcome of one POST (the `outcome` label of c4_node_plugin_batches_total).
+enum class SendOutcome {
+  kAccepted,
+  kBadRequest,
+  kUnauthorized,
+  kForbidden,
+  kConflict,
+  kTooLarge,
+  kUnsupported,
+  kRateLimited,
+  kUnavailable,
+  kServerError,
+  kOtherStatus,
+  kConnectionError,
+  kNoToken,
+};
+std::string_view sendOutcomeName(SendOutcome o) noexcept;
+
+class Shipper {
+ public:
+  Shipper(ShipperConfig config, Clock& clock, ReportTransport& transport, TokenSource& tokens,
+          metrics::Registry& registry, op::RandomSource random = op::defaultRandomSource());
+  ~Shipper();
+  Shipper(const Shipper&) = delete;
+  Shipper& operator=(const Shipper&) = delete;
+
+  // Adds an attributed message; notices other than progress ask for an immediate send.
+  // Returns false only if the message alone exceeds the buffer bound.
+  bool add(report::Message message);
+  // The latest node health; `anomaly` asks for an immediate send.
+  void setHealth(report::NodeHealth health, bool anomaly);
+  // Cumulative counters carried in NodeReport.droppedMessages / rejectedMessages.
+  void setMessageCounters(std::uint64_t dropped, std::uint64_t rejected);
+  void requestFlush();
+
+  // Sends one batch now (whatever the schedule), handling the answer as described above.
+  // Returns the outcome of the last POST made.
+  SendOutcome sendNow();
+  // The loop: waits for the interval or a flush request, respecting backoff; returns after
+  // stop(), having tried to send what it holds until shutdown_deadline.
+  void run();
+  void start();  // run() on a thread
+  void stop();   // asks run() to flush and return; joins the thread if start() made it
+
+  // Introspection (tests, metrics, readiness).
+  [[nodiscard]] std::uint64_t nextSeq() const;
+  [[nodiscard]] std::size_t bufferedBytes() const;
+  [[nodiscard]] std::size_t bufferedReports() const;
+  [[nodiscard]] std::size_t bufferedNotices() const;
+  [[nodiscard]] int consecutiveFailures() const;
+  // When the next send may happen (backoff / Retry-After); monoNow() or earlier when free.
+  [[nodiscard]] MonoTime notBefore() const;
+  [[nodiscard]] Duration lastBackoff() const;
+  // When the last POST was accepted (nullopt: never); when failures began (nullopt: none).
+  [[nodiscard]] std::optional<MonoTime> lastSuccess() const;
+  [[nodiscard]] std::optional<MonoTime> failingSince() const;
+  [[nodiscard]] std::uint64_t droppedItems() const;
+  [[nodiscard]] MonoTime lastLoop() const;
+
+ private:
+  struct Item {
+    std::variant<report::RankReport, report::Notice> value;
+    std::size_t bytes = 0;
+  };
+  struct Batch {
+    std::vector<Item> items;
+  };
+
+  SendOutcome sendBatchLocked(std::unique_lock<std::mutex>& lock, Batch batch, int depth);
+  Result<std::vector<std::uint8_t>> encodeLocked(const Batch& batch, std::uint64_t seq);
+  void requeueLocked(Batch batch);
+  void coalesceLocked();
+  void enforceBoundLocked();
+  void dropItemLocked(const Item& item, const char* why);
+  void failureLocked(std::optional<Duration> retry_after);
+  void successLocked();
+  void updateGaugesLocked();
+  Batch takeBatchLocked();
+
+  ShipperConfig config_;
+  Clock& clock_;
+  ReportTransport& transport_;
+  TokenSource& tokens_;
+  op::RandomSource random_;
+  Logger log_;
+
+  mutable std::mutex mu_;
+  std::condition_variable_any cv_;
+  std::deque<Item> buffer_;
+  std::size_t buffer_bytes_ = 0;
+  std::size_t notices_ = 0;
+  report::NodeHealth health_;
+  std::uint64_t dropped_messages_ = 0;
+  std::uint64_t rejected_messages_ = 0;
+  std::uint64_t next_seq_ = 0;
+  bool flush_requested_ = false;
+  bool stopping_ = false;
+  int failures_ = 0;
+  MonoTime not_before_{};
+  Duration last_backoff_{};
+  std::optional<MonoTime> last_success_;
+  std::optional<MonoTime> failing_since_;
+  MonoTime shutdown_deadline_{};
+  std::uint64_t dropped_items_ = 0;
+  std::atomic<std::int64_t> last_loop_ns_{0};
+  std::thread thread_;
+
+  metrics::Family<metrics::Counter>& batches_;
+  metrics::Counter& bytes_sent_;
+  metrics::Family<metrics::Counter>& buffer_dropped_;
+  metrics::Counter& coalesced_;
+  metrics::Counter& splits_;
+  metrics::Gauge& buffer_bytes_gauge_;
+  metrics::Gauge& buffer_items_gauge_;
+  metrics::Gauge& backoff_gauge_;
+  metrics::Gauge& failures_gauge_;
+  metrics::Histogram& send_seconds_;
+};
+
+}  // namespace c4::node

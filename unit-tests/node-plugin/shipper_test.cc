@@ -1,0 +1,463 @@
+#include "c4/node_plugin/shipper.h"
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <deque>
+#include <thread>
+
+#include "test_util.h"
+
+namespace c4::node {
+namespace {
+
+using testing::identityOf;
+using testing::rankReport;
+using testing::TempDir;
+using testing::writeFile;
+
+struct Posted {
+  report::NodeReport report;
+  std::string token;
+};
+
+// Answers POSTs from a script (then 200) and records what was sent. The shipper's logic is under
+// test here; the real HTTPS path is tested below with an SSLServer.
+class ScriptedTransport final : public ReportTransport {
+ public:
+  Result<HttpResponse> post(const std::vector<std::uint8_t>& body, const std::string& token,
+                            Duration) override {
+    std::lock_guard lock(mu_);
+    auto decoded = report::decodeNodeReportCbor(body);
+    EXPECT_TRUE(decoded.has_value()) << decoded.error().toString();
+    if (decoded) posted.push_back({*decoded, token});
+    if (script.empty()) return HttpResponse{200, "{\"accepted\":1}", {}, {}};
+    auto next = script.front();
+    script.pop_front();
+    return next;
+  }
+  std::size_t count() {
+    std::lock_guard lock(mu_);
+    return posted.size();
+  }
+  std::mutex mu_;
+  std::deque<Result<HttpResponse>> script;
+  std::vector<Posted> posted;
+};
+
+HttpResponse status(long s, std::optional<Duration> retry_after = {},
+                    std::optional<std::uint64_t> last_seq = {}) {
+  return HttpResponse{s, "{\"error\":\"x\"}", retry_after, last_seq};
+}
+
+class ShipperTest : public ::testing::Test {
+ protected:
+  ShipperTest() {
+    writeFile(dir_ / "token", "token-1\n");
+    config_.node = "node-a";
+  }
+  std::unique_ptr<Shipper> make(double draw = 1.0) {
+    tokens_ = std::make_unique<TokenSource>(dir_ / "token");
+    return std::make_unique<Shipper>(config_, clock_, transport_, *tokens_, registry_,
+                                     [draw] { return draw; });
+  }
+  static report::RankReport report(int rank, std::uint64_t seq) {
+    return rankReport(identityOf("team", "job-1", "node-a", "job", rank, 0), seq);
+  }
+  static report::AnomalyNotice anomaly() {
+    report::AnomalyNotice n;
+    n.id = identityOf("team", "job-1", "node-a", "job", 0, 0);
+    n.timeUnixNs = 1'764'673'209'000'000'000LL;
+    n.detail = "stall";
+    return n;
+  }
+
+  SimulatedClock clock_;
+  metrics::Registry registry_;
+  ScriptedTransport transport_;
+  TempDir dir_;
+  ShipperConfig config_;
+  std::unique_ptr<TokenSource> tokens_;
+};
+
+TEST_F(ShipperTest, BatchesEverythingIntoOneReportWithGrowingSeq) {
+  auto s = make();
+  const std::uint64_t seq0 = s->nextSeq();
+  EXPECT_EQ(seq0, static_cast<std::uint64_t>(toUnixNanos(clock_.wallNow()) / 1000));
+  report::NodeHealth h;
+  h.gpusReason = "no NVML";
+  s->setHealth(h, false);
+  s->setMessageCounters(3, 4);
+  ASSERT_TRUE(s->add(report(0, 1)));
+  ASSERT_TRUE(s->add(report(1, 1)));
+  ASSERT_TRUE(s->add(anomaly()));
+  EXPECT_EQ(s->sendNow(), SendOutcome::kAccepted);
+  ASSERT_EQ(transport_.posted.size(), 1u);
+  const auto& nr = transport_.posted[0].report;
+  EXPECT_EQ(nr.node, "node-a");
+  EXPECT_EQ(nr.seq, seq0);
+  EXPECT_EQ(nr.reports.size(), 2u);
+  EXPECT_EQ(nr.notices.size(), 1u);
+  EXPECT_EQ(nr.health.gpusReason, "no NVML");
+  EXPECT_EQ(nr.droppedMessages, 3u);
+  EXPECT_EQ(nr.rejectedMessages, 4u);
+  EXPECT_EQ(transport_.posted[0].token, "token-1");
+  EXPECT_EQ(s->bufferedReports(), 0u);
+  // An empty batch still carries health (a heartbeat) and the next seq.
+  EXPECT_EQ(s->sendNow(), SendOutcome::kAccepted);
+  EXPECT_EQ(transport_.posted[1].report.seq, seq0 + 1);
+  EXPECT_TRUE(transport_.posted[1].report.reports.empty());
+}
+
+TEST_F(ShipperTest, BackoffGrowsWithinJitterBoundsUpToTheCap) {
+  for (double draw : {0.0, 1.0, 0.5}) {
+    auto s = make(draw);
+    std::vector<double> waits;
+    for (int i = 0; i < 10; ++i) {
+      transport_.script.push_back(status(500));
+      EXPECT_EQ(s->sendNow(), SendOutcome::kServerError);
+      waits.push_back(std::chrono::duration<double>(s->lastBackoff()).count());
+      EXPECT_EQ(s->notBefore(), clock_.monoNow() + s->lastBackoff());
+    }
+    for (std::size_t i = 0; i < 10; ++i) {
+      const double d = std::min(30.0, 0.5 * std::pow(2.0, static_cast<double>(i)));
+      EXPECT_GE(waits[i], d / 2 - 1e-9) << i;
+      EXPECT_LE(waits[i], d + 1e-9) << i;
+      EXPECT_NEAR(waits[i], d / 2 + d / 2 * draw, 1e-6) << i;
+    }
+    EXPECT_EQ(s->consecutiveFailures(), 10);
+    EXPECT_TRUE(s->failingSince().has_value());
+    EXPECT_EQ(s->sendNow(), SendOutcome::kAccepted);
+    EXPECT_EQ(s->consecutiveFailures(), 0);
+    EXPECT_FALSE(s->failingSince().has_value());
+  }
+}
+
+TEST_F(ShipperTest, ConnectionErrorsKeepTheData) {
+  auto s = make();
+  s->add(report(0, 1));
+  transport_.script.push_back(makeError(ErrorCode::kUnavailable, "refused"));
+  EXPECT_EQ(s->sendNow(), SendOutcome::kConnectionError);
+  EXPECT_EQ(s->bufferedReports(), 1u);
+  EXPECT_EQ(s->sendNow(), SendOutcome::kAccepted);
+  EXPECT_EQ(transport_.posted.back().report.reports.size(), 1u);
+}
+
+TEST_F(ShipperTest, RateLimitedCoalescesAndHonoursRetryAfter) {
+  auto s = make();
+  for (std::uint64_t seq = 1; seq <= 3; ++seq) {
+    s->add(report(0, seq));
+    s->add(report(1, seq));
+  }
+  s->add(anomaly());
+  s->add(anomaly());
+  transport_.script.push_back(status(429, std::chrono::seconds{7}));
+  EXPECT_EQ(s->sendNow(), SendOutcome::kRateLimited);
+  EXPECT_EQ(s->bufferedReports(), 2u);  // the latest per rank
+  EXPECT_EQ(s->bufferedNotices(), 2u);  // notices are all kept
+  EXPECT_EQ(s->notBefore(), clock_.monoNow() + std::chrono::seconds{7});
+  transport_.script.push_back(status(503, std::chrono::seconds{3}));
+  EXPECT_EQ(s->sendNow(), SendOutcome::kUnavailable);
+  EXPECT_EQ(s->notBefore(), clock_.monoNow() + std::chrono::seconds{3});
+  EXPECT_EQ(s->sendNow(), SendOutcome::kAccepted);
+  const auto& nr = transport_.posted.back().report;
+  ASSERT_EQ(nr.reports.size(), 2u);
+  for (const auto& r : nr.reports) EXPECT_EQ(r.seq, 3u);
+  EXPECT_EQ(nr.notices.size(), 2u);
+}
+
+TEST_F(ShipperTest, RunLoopWaitsForRetryAfter) {
+  config_.interval = std::chrono::seconds{1};
+  auto s = make();
+  transport_.script.push_back(status(429, std::chrono::seconds{5}));
+  s->start();
+  ASSERT_TRUE(clock_.awaitWaiters(1));
+  clock_.advance(std::chrono::seconds{1});
+  for (int i = 0; i < 500 && transport_.count() < 1; ++i) ::usleep(2000);
+  ASSERT_EQ(transport_.count(), 1u);
+  // Interval ticks inside the Retry-After window send nothing.
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(clock_.awaitWaiters(1));
+    clock_.advance(std::chrono::seconds{1});
+  }
+  ::usleep(20'000);
+  EXPECT_EQ(transport_.count(), 1u);
+  ASSERT_TRUE(clock_.awaitWaiters(1));
+  clock_.advance(std::chrono::seconds{1});
+  for (int i = 0; i < 500 && transport_.count() < 2; ++i) ::usleep(2000);
+  EXPECT_EQ(transport_.count(), 2u);
+  s->stop();
+}
+
+TEST_F(ShipperTest, ConflictJumpsSeqAndResendsOnce) {
+  auto s = make();
+  s->add(report(0, 1));
+  const std::uint64_t own = s->nextSeq();
+  transport_.script.push_back(status(409, {}, own + 1000));
+  EXPECT_EQ(s->sendNow(), SendOutcome::kAccepted);
+  ASSERT_EQ(transport_.posted.size(), 2u);
+  EXPECT_EQ(transport_.posted[0].report.seq, own);
+  EXPECT_EQ(transport_.posted[1].report.seq, own + 1001);
+  EXPECT_EQ(transport_.posted[1].report.reports.size(), 1u);
+  EXPECT_EQ(s->nextSeq(), own + 1002);
+  // A second 409 for the resend drops the batch.
+  s->add(report(0, 2));
+  transport_.script.push_back(status(409, {}, 1));
+  transport_.script.push_back(status(409));
+  EXPECT_EQ(s->sendNow(), SendOutcome::kConflict);
+  EXPECT_EQ(s->bufferedReports(), 0u);
+  EXPECT_EQ(s->droppedItems(), 1u);
+}
+
+TEST_F(ShipperTest, UnauthorizedRereadsTheToken) {
+  auto s = make();
+  s->add(report(0, 1));
+  ASSERT_EQ(s->sendNow(), SendOutcome::kAccepted);
+  EXPECT_EQ(tokens_->reads(), 1u);
+  s->add(report(0, 2));
+  // The kubelet rotated the token; the operator refuses the old one.
+  transport_.script.push_back(status(401));
+  std::string next = dir_ / "token.new";
+  writeFile(next, "token-2");
+  ASSERT_EQ(::rename(next.c_str(), (dir_ / "token").c_str()), 0);
+  EXPECT_EQ(s->sendNow(), SendOutcome::kUnauthorized);
+  EXPECT_EQ(s->bufferedReports(), 1u);  // kept
+  EXPECT_EQ(s->sendNow(), SendOutcome::kAccepted);
+  EXPECT_EQ(transport_.posted.back().token, "token-2");
+  EXPECT_EQ(transport_.posted.back().report.reports.size(), 1u);
+  transport_.script.push_back(status(403));
+  EXPECT_EQ(s->sendNow(), SendOutcome::kForbidden);
+  EXPECT_EQ(s->consecutiveFailures(), 1);
+}
+
+TEST_F(ShipperTest, MissingTokenSendsNothing) {
+  auto s = make();
+  ::unlink((dir_ / "token").c_str());
+  s->add(report(0, 1));
+  EXPECT_EQ(s->sendNow(), SendOutcome::kNoToken);
+  EXPECT_TRUE(transport_.posted.empty());
+  EXPECT_EQ(s->bufferedReports(), 1u);
+}
+
+TEST_F(ShipperTest, TooLargeSplitsInHalves) {
+  auto s = make();
+  for (int r = 0; r < 4; ++r) s->add(report(r, 1));
+  transport_.script.push_back(status(413));
+  EXPECT_EQ(s->sendNow(), SendOutcome::kAccepted);
+  ASSERT_EQ(transport_.posted.size(), 3u);
+  EXPECT_EQ(transport_.posted[1].report.reports.size(), 2u);
+  EXPECT_EQ(transport_.posted[2].report.reports.size(), 2u);
+  EXPECT_EQ(transport_.posted[1].report.reports[0].id.rank, 0);
+  EXPECT_EQ(transport_.posted[2].report.reports[0].id.rank, 2);
+  // One item that is still too large is dropped.
+  s->add(report(0, 2));
+  transport_.script.push_back(status(413));
+  EXPECT_EQ(s->sendNow(), SendOutcome::kTooLarge);
+  EXPECT_EQ(s->bufferedReports(), 0u);
+  EXPECT_EQ(s->droppedItems(), 1u);
+}
+
+TEST_F(ShipperTest, SplitHalfThatFailsKeepsBothHalvesInOrder) {
+  auto s = make();
+  for (int r = 0; r < 4; ++r) s->add(report(r, 1));
+  transport_.script.push_back(status(413));
+  transport_.script.push_back(status(500));
+  EXPECT_EQ(s->sendNow(), SendOutcome::kServerError);
+  EXPECT_EQ(s->bufferedReports(), 4u);
+  EXPECT_EQ(s->sendNow(), SendOutcome::kAccepted);
+  const auto& nr = transport_.posted.back().report;
+  ASSERT_EQ(nr.reports.size(), 4u);
+  for (std::size_t r = 0; r < 4; ++r) EXPECT_EQ(nr.reports[r].id.rank, static_cast<int>(r));
+}
+
+TEST_F(ShipperTest, BadRequestDropsTheBatch) {
+  auto s = make();
+  s->add(report(0, 1));
+  transport_.script.push_back(status(400));
+  EXPECT_EQ(s->sendNow(), SendOutcome::kBadRequest);
+  EXPECT_EQ(s->bufferedReports(), 0u);
+  EXPECT_EQ(s->droppedItems(), 1u);
+  EXPECT_EQ(s->consecutiveFailures(), 0);
+  EXPECT_NE(registry_.expose().find("c4_node_plugin_batches_total{outcome=\"bad_request\"} 1"),
+            std::string::npos);
+}
+
+TEST_F(ShipperTest, BufferBoundDropsOldestFirst) {
+  config_.max_buffer_bytes = 4000;
+  auto s = make();
+  for (std::uint64_t seq = 1; seq <= 40; ++seq) s->add(report(0, seq));
+  EXPECT_LE(s->bufferedBytes(), 4000u);
+  EXPECT_GT(s->droppedItems(), 0u);
+  const std::size_t kept = s->bufferedReports();
+  EXPECT_EQ(s->droppedItems() + kept, 40u);
+  ASSERT_EQ(s->sendNow(), SendOutcome::kAccepted);
+  const auto& nr = transport_.posted.back().report;
+  ASSERT_EQ(nr.reports.size(), kept);
+  EXPECT_EQ(nr.reports.front().seq, 40 - kept + 1);  // the newest survived
+  EXPECT_EQ(nr.reports.back().seq, 40u);
+}
+
+TEST_F(ShipperTest, NoticeBound) {
+  config_.max_notices = 3;
+  auto s = make();
+  for (int i = 0; i < 5; ++i) s->add(anomaly());
+  EXPECT_EQ(s->bufferedNotices(), 3u);
+  EXPECT_EQ(s->droppedItems(), 2u);
+}
+
+TEST_F(ShipperTest, AnomalyAndHealthFlushAtOnce) {
+  config_.interval = std::chrono::seconds{60};
+  auto s = make();
+  s->start();
+  ASSERT_TRUE(clock_.awaitWaiters(1));
+  s->add(report(0, 1));  // a plain report waits for the interval
+  ::usleep(20'000);
+  EXPECT_EQ(transport_.count(), 0u);
+  s->add(anomaly());
+  for (int i = 0; i < 500 && transport_.count() < 1; ++i) ::usleep(2000);
+  ASSERT_EQ(transport_.count(), 1u);
+  s->setHealth(report::NodeHealth{}, true);
+  for (int i = 0; i < 500 && transport_.count() < 2; ++i) ::usleep(2000);
+  EXPECT_EQ(transport_.count(), 2u);
+  s->stop();
+}
+
+TEST_F(ShipperTest, StopFlushesWhatItHolds) {
+  config_.interval = std::chrono::seconds{60};
+  auto s = make();
+  s->start();
+  ASSERT_TRUE(clock_.awaitWaiters(1));
+  s->add(report(0, 1));
+  s->add(report(1, 1));
+  s->stop();
+  ASSERT_EQ(transport_.count(), 1u);
+  EXPECT_EQ(transport_.posted[0].report.reports.size(), 2u);
+}
+
+TEST_F(ShipperTest, StopGivesUpAtTheDeadline) {
+  config_.interval = std::chrono::seconds{60};
+  config_.shutdown_deadline = std::chrono::seconds{5};
+  auto s = make();
+  s->add(report(0, 1));
+  transport_.script.push_back(status(503, std::chrono::seconds{30}));
+  s->start();
+  ASSERT_TRUE(clock_.awaitWaiters(1));
+  std::thread stopper([&] { s->stop(); });
+  stopper.join();  // Retry-After past the deadline: no second attempt, no wait
+  EXPECT_EQ(transport_.count(), 1u);
+  EXPECT_EQ(s->bufferedReports(), 1u);
+}
+
+// ---- Real HTTPS --------------------------------------------------------------------------------
+
+class HttpsShipperTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string d = dir_.path();
+    const std::string cmd =
+        "cd " + d +
+        " && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
+        "-keyout ca.key -out ca.crt -days 1 -subj /CN=c4-test-ca >/dev/null 2>&1"
+        " && openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
+        "-keyout srv.key -out srv.csr -subj /CN=localhost >/dev/null 2>&1"
+        " && printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > ext.cnf"
+        " && openssl x509 -req -in srv.csr -CA ca.crt -CAkey ca.key -CAcreateserial "
+        "-out srv.crt -days 1 -extfile ext.cnf >/dev/null 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0);
+    server_ = std::make_unique<httplib::SSLServer>((dir_ / "srv.crt").c_str(),
+                                                   (dir_ / "srv.key").c_str());
+    ASSERT_TRUE(server_->is_valid());
+    server_->Post("/v1/reports", [this](const httplib::Request& req, httplib::Response& res) {
+      std::lock_guard lock(mu_);
+      auth_.push_back(req.get_header_value("Authorization"));
+      type_.push_back(req.get_header_value("Content-Type"));
+      auto decoded = report::decodeNodeReportCbor(
+          std::span(reinterpret_cast<const std::uint8_t*>(req.body.data()), req.body.size()));
+      EXPECT_TRUE(decoded.has_value());
+      if (decoded) seqs_.push_back(decoded->seq);
+      const int step = calls_++;
+      if (step == 0) {
+        res.status = 503;
+        res.set_header("Retry-After", "2");
+        res.set_content("{\"error\":\"not leader\"}", "application/json");
+      } else if (step == 1) {
+        res.status = 409;
+        res.set_header("C4-Last-Seq", std::to_string(last_seq_));
+        res.set_content("{\"error\":\"replay\"}", "application/json");
+      } else {
+        res.status = 200;
+        res.set_content("{\"accepted\":1}", "application/json");
+      }
+    });
+    port_ = server_->bind_to_any_port("127.0.0.1");
+    ASSERT_GT(port_, 0);
+    thread_ = std::thread([this] { server_->listen_after_bind(); });
+    for (int i = 0; i < 500 && !server_->is_running(); ++i) ::usleep(2000);
+    writeFile(dir_ / "token", "secret-token\n");
+  }
+  void TearDown() override {
+    if (server_) server_->stop();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  TempDir dir_;
+  std::unique_ptr<httplib::SSLServer> server_;
+  std::thread thread_;
+  int port_ = 0;
+  std::mutex mu_;
+  int calls_ = 0;
+  std::uint64_t last_seq_ = 0;
+  std::vector<std::string> auth_;
+  std::vector<std::string> type_;
+  std::vector<std::uint64_t> seqs_;
+};
+
+TEST_F(HttpsShipperTest, EndToEndOverTls) {
+  auto transport = createCurlTransport(
+      {"https://localhost:" + std::to_string(port_) + "/v1/reports", dir_ / "ca.crt"});
+  ASSERT_TRUE(transport.has_value());
+  SimulatedClock clock;
+  metrics::Registry registry;
+  TokenSource tokens(dir_ / "token");
+  ShipperConfig config;
+  config.node = "node-a";
+  Shipper s(config, clock, **transport, tokens, registry, [] { return 0.5; });
+  last_seq_ = s.nextSeq() + 500;
+  s.add(rankReport(identityOf("team", "job-1", "node-a", "job", 0, 0), 1));
+
+  EXPECT_EQ(s.sendNow(), SendOutcome::kUnavailable);
+  EXPECT_EQ(s.lastBackoff(), std::chrono::seconds{2});  // Retry-After parsed
+  EXPECT_EQ(s.bufferedReports(), 1u);
+  EXPECT_EQ(s.sendNow(), SendOutcome::kAccepted);  // 409 with C4-Last-Seq, then resent: 200
+  EXPECT_EQ(s.bufferedReports(), 0u);
+  std::lock_guard lock(mu_);
+  ASSERT_EQ(seqs_.size(), 3u);
+  EXPECT_EQ(seqs_[2], last_seq_ + 1);
+  for (const auto& a : auth_) EXPECT_EQ(a, "Bearer secret-token");
+  for (const auto& t : type_) EXPECT_EQ(t, "application/cbor");
+  EXPECT_NE(registry.expose().find("c4_node_plugin_sent_bytes_total"), std::string::npos);
+}
+
+TEST_F(HttpsShipperTest, UntrustedCertificateIsAConnectionError) {
+  // No CA file: the system store does not trust the throwaway CA.
+  writeFile(dir_ / "other.crt", "");
+  auto transport =
+      createCurlTransport({"https://localhost:" + std::to_string(port_) + "/v1/reports", ""});
+  ASSERT_TRUE(transport.has_value());
+  auto r = (*transport)->post({1, 2, 3}, "t", std::chrono::seconds{5});
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code, ErrorCode::kUnavailable);
+  std::lock_guard lock(mu_);
+  EXPECT_EQ(calls_, 0);
+}
+
+TEST(CurlTransportTest, RefusesNonHttpUrls) {
+  EXPECT_FALSE(createCurlTransport({"ftp://x/v1/reports", ""}).has_value());
+  auto t = createCurlTransport({"https://127.0.0.1:1/v1/reports", ""});
+  ASSERT_TRUE(t.has_value());
+  auto r = (*t)->post({1}, "t", std::chrono::seconds{2});
+  EXPECT_FALSE(r.has_value());
+}
+
+}  // namespace
+}  // namespace c4::node
