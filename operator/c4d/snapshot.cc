@@ -39,24 +39,36 @@ ReportSample ReportSample::from(const report::RankReport& r) {
 
 void applyNodeHealth(const report::NodeHealth& health, NodeSnapshot& out) {
   out.nicDown = false;
+  out.rdmaPortDown = false;
   out.gpuFault = false;
   out.healthDetail.clear();
+  auto add = [&out](const std::string& what) {
+    if (!out.healthDetail.empty()) out.healthDetail += ", ";
+    out.healthDetail += what;
+  };
+  // Unavailable classes (empty lists) are never faults.
   for (const auto& nic : health.nics) {
     if (nic.up) continue;
     out.nicDown = true;
-    if (!out.healthDetail.empty()) out.healthDetail += ", ";
-    out.healthDetail += "NIC " + nic.name + " down";
+    add("NIC " + nic.name + " down" +
+        (nic.operstate.empty() ? std::string{} : " (operstate " + nic.operstate + ")"));
+  }
+  for (const auto& port : health.rdmaPorts) {
+    if (port.active) continue;
+    out.rdmaPortDown = true;
+    add("RDMA " + port.device + " port " + std::to_string(port.port) + " " + port.state + "/" +
+        port.physState);
   }
   for (const auto& gpu : health.gpus) {
-    if (gpu.healthy) continue;
+    const bool fault = !gpu.healthy || gpu.eccVolatileUncorrected > 0 || gpu.retiredPagesPending;
+    if (!fault) continue;
     out.gpuFault = true;
-    if (!out.healthDetail.empty()) out.healthDetail += ", ";
-    out.healthDetail += "GPU " + std::to_string(gpu.index) + " unhealthy";
-    if (!gpu.detail.empty()) out.healthDetail += " (" + gpu.detail + ")";
-  }
-  if (out.rdmaPortDown) {
-    if (!out.healthDetail.empty()) out.healthDetail += ", ";
-    out.healthDetail += "RDMA port down";
+    std::string why = gpu.detail;
+    if (why.empty() && gpu.eccVolatileUncorrected > 0) {
+      why = std::to_string(gpu.eccVolatileUncorrected) + " uncorrected ECC errors";
+    }
+    if (why.empty() && gpu.retiredPagesPending) why = "retired pages pending";
+    add("GPU " + std::to_string(gpu.index) + " unhealthy" + (why.empty() ? "" : " (" + why + ")"));
   }
 }
 

@@ -126,8 +126,9 @@ struct NodeSnapshot {
   bool hasHardwareFault() const { return nicDown || rdmaPortDown || gpuFault; }
 };
 
-// Fills the health fields of `out` from a NodeHealth batch: NIC down = an interface with
-// up == false; GPU fault = a GPU with healthy == false. Devices that are absent are never faults.
+// Fills the health fields of `out` from a NodeHealth batch: NIC down = an interface that is not
+// up; RDMA port down = a port not ACTIVE/LinkUp; GPU fault = a GPU not healthy, with uncorrected
+// ECC errors or retired pages pending. Devices that are absent are never faults.
 void applyNodeHealth(const report::NodeHealth& health, NodeSnapshot& out);
 
 struct JobSnapshot {

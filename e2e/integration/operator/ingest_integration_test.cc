@@ -109,7 +109,13 @@ class IngestIntegrationTest : public NamespacedTest {
     b.node = node;
     b.seq = ++seq_;
     b.timeUnixNs = toUnixNanos(realClock().wallNow());
-    b.health.nics.push_back(report::NicHealth{"eth0", true, false, 100000, 0});
+    report::NicHealth nic;
+    nic.name = "eth0";
+    nic.up = true;
+    nic.carrier = true;
+    nic.operstate = "up";
+    nic.speedMbps = 100000;
+    b.health.nics.push_back(nic);
     return b;
   }
 

@@ -433,15 +433,41 @@ TEST(C4dAnalyser, ThresholdValidationNamesTheField) {
 
 TEST(C4dAnalyser, ApplyNodeHealthSummarisesNicAndGpuFaults) {
   report::NodeHealth health;
-  health.nics.push_back({.name = "eth0", .up = true});
-  health.nics.push_back({.name = "eth1", .up = false});
-  health.gpus.push_back({.index = 3, .uuid = "GPU-x", .healthy = false, .detail = "XID 79"});
+  report::NicHealth up;
+  up.name = "eth0";
+  up.up = true;
+  report::NicHealth down;
+  down.name = "eth1";
+  down.operstate = "down";
+  health.nics = {up, down};
+  report::GpuHealth gpu;
+  gpu.index = 3;
+  gpu.uuid = "GPU-x";
+  gpu.healthy = false;
+  gpu.detail = "XID 79";
+  health.gpus.push_back(gpu);
+  report::RdmaPortHealth port;
+  port.device = "mlx5_0";
+  port.state = "DOWN";
+  port.physState = "Polling";
+  health.rdmaPorts.push_back(port);
   NodeSnapshot ns;
   applyNodeHealth(health, ns);
   EXPECT_TRUE(ns.nicDown);
   EXPECT_TRUE(ns.gpuFault);
+  EXPECT_TRUE(ns.rdmaPortDown);
   EXPECT_TRUE(ns.hasHardwareFault());
-  EXPECT_EQ(ns.healthDetail, "NIC eth1 down, GPU 3 unhealthy (XID 79)");
+  EXPECT_EQ(ns.healthDetail,
+            "NIC eth1 down (operstate down), RDMA mlx5_0 port 1 DOWN/Polling, GPU 3 unhealthy "
+            "(XID 79)");
+  report::NodeHealth ecc;
+  report::GpuHealth bad_ecc;
+  bad_ecc.index = 1;
+  bad_ecc.eccVolatileUncorrected = 2;
+  ecc.gpus.push_back(bad_ecc);
+  applyNodeHealth(ecc, ns);
+  EXPECT_TRUE(ns.gpuFault);
+  EXPECT_EQ(ns.healthDetail, "GPU 1 unhealthy (2 uncorrected ECC errors)");
   applyNodeHealth(report::NodeHealth{}, ns);
   EXPECT_FALSE(ns.hasHardwareFault());
 }

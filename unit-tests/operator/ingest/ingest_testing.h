@@ -59,7 +59,13 @@ inline report::NodeReport nodeReport(const std::string& node, std::uint64_t seq,
   b.node = node;
   b.seq = seq;
   b.timeUnixNs = time_ns;
-  b.health.nics.push_back(report::NicHealth{"eth0", true, false, 100000, 0});
+  report::NicHealth nic;
+  nic.name = "eth0";
+  nic.up = true;
+  nic.carrier = true;
+  nic.operstate = "up";
+  nic.speedMbps = 100000;
+  b.health.nics.push_back(nic);
   return b;
 }
 
