@@ -134,8 +134,17 @@ Routes ecmpRoutes(const LeafSpine& fabric, const std::vector<SimJob>& jobs, std:
   return routes;
 }
 
-std::vector<double> ringStepBusbw(const LeafSpine& fabric, const std::vector<SimJob>& jobs,
-                                  const Routes& routes) {
+namespace {
+
+// The links of the fabric and one flow per positive-weight subflow.
+struct Network {
+  std::vector<double> cap;
+  std::vector<std::vector<int>> paths;
+  std::vector<double> share;  // the subflow's weight / its connection's total weight
+  std::vector<std::size_t> owner;
+};
+
+Network build(const LeafSpine& fabric, const std::vector<SimJob>& jobs, const Routes& routes) {
   // Links: host up/down per node, then leaf up/down per (leaf, uplink).
   const int N = fabric.nodes();
   auto hostUp = [](int n) { return 2 * n; };
@@ -143,22 +152,19 @@ std::vector<double> ringStepBusbw(const LeafSpine& fabric, const std::vector<Sim
   auto leafLink = [&](int leaf, int u, int d) {
     return 2 * N + (leaf * fabric.uplinks + u) * 2 + d;
   };
-  std::vector<double> cap(static_cast<std::size_t>(2 * N + 2 * fabric.leaves * fabric.uplinks));
+  Network net;
+  net.cap.resize(static_cast<std::size_t>(2 * N + 2 * fabric.leaves * fabric.uplinks));
   for (int n = 0; n < N; ++n) {
-    cap[static_cast<std::size_t>(hostUp(n))] = fabric.host_gbps;
-    cap[static_cast<std::size_t>(hostDown(n))] = fabric.host_gbps;
+    net.cap[static_cast<std::size_t>(hostUp(n))] = fabric.host_gbps;
+    net.cap[static_cast<std::size_t>(hostDown(n))] = fabric.host_gbps;
   }
   for (int l = 0; l < fabric.leaves; ++l) {
     for (int u = 0; u < fabric.uplinks; ++u) {
       double c = fabric.alive(l, u) ? fabric.uplink_gbps : 0.0;
-      cap[static_cast<std::size_t>(leafLink(l, u, 0))] = c;
-      cap[static_cast<std::size_t>(leafLink(l, u, 1))] = c;
+      net.cap[static_cast<std::size_t>(leafLink(l, u, 0))] = c;
+      net.cap[static_cast<std::size_t>(leafLink(l, u, 1))] = c;
     }
   }
-  std::vector<std::vector<int>> paths;
-  std::vector<double> bytes;
-  std::vector<std::size_t> owner;
-  const double chunk = 1.0;  // Gbit per connection per step
   for (std::size_t j = 0; j < jobs.size(); ++j) {
     for (std::size_t c = 0; c < jobs[j].connections.size(); ++c) {
       auto [src, dst] = jobs[j].connections[c];
@@ -172,15 +178,28 @@ std::vector<double> ringStepBusbw(const LeafSpine& fabric, const std::vector<Sim
           p.push_back(leafLink(fabric.leafOf(dst), r.path, 1));
         }
         p.push_back(hostDown(dst));
-        paths.push_back(std::move(p));
-        bytes.push_back(chunk * r.weight / total);
-        owner.push_back(j);
+        net.paths.push_back(std::move(p));
+        net.share.push_back(r.weight / total);
+        net.owner.push_back(j);
       }
     }
   }
-  std::vector<double> t = completionTimes(cap, paths, bytes);
+  return net;
+}
+
+}  // namespace
+
+std::vector<double> ringStepBusbw(const LeafSpine& fabric, const std::vector<SimJob>& jobs,
+                                  const Routes& routes) {
+  Network net = build(fabric, jobs, routes);
+  const double chunk = 1.0;  // Gbit per connection per step
+  std::vector<double> bytes;
+  for (double s : net.share) bytes.push_back(chunk * s);
+  std::vector<double> t = completionTimes(net.cap, net.paths, bytes);
   std::vector<double> step(jobs.size(), 0.0);
-  for (std::size_t f = 0; f < t.size(); ++f) step[owner[f]] = std::max(step[owner[f]], t[f]);
+  for (std::size_t f = 0; f < t.size(); ++f) {
+    step[net.owner[f]] = std::max(step[net.owner[f]], t[f]);
+  }
   std::vector<double> busbw(jobs.size(), 0.0);
   for (std::size_t j = 0; j < jobs.size(); ++j) busbw[j] = step[j] > 0 ? chunk / step[j] : 0.0;
   return busbw;

@@ -63,7 +63,8 @@ using Routes = std::vector<std::vector<std::vector<Route>>>;
 // alive at both ends (a hash of a random source port), equal weights.
 Routes ecmpRoutes(const LeafSpine& fabric, const std::vector<SimJob>& jobs, std::uint64_t seed);
 
-// busbw (Gbps) of each job for one concurrent ring step.
+// busbw (Gbps) of each job for one concurrent ring step, every subflow starting at once (no
+// pipelining: a subflow that finishes its share early idles until the step ends).
 std::vector<double> ringStepBusbw(const LeafSpine& fabric, const std::vector<SimJob>& jobs,
                                   const Routes& routes);
 

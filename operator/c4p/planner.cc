@@ -186,7 +186,7 @@ class PathSolver {
   // König: a bipartite multigraph of maximum degree Δ has a proper Δ-edge-colouring. Each edge is
   // coloured with a colour a free at its source; if a is taken at its destination, where b is
   // free, the a/b alternating path from the destination is flipped first (it cannot reach the
-  // source in a bipartite graph). Colour c is uplink c mod U.
+  // source in a bipartite graph).
   void colour(const std::vector<std::size_t>& list) {
     std::map<int, int> left_id, right_id;
     std::vector<int> deg_l, deg_r;
@@ -250,7 +250,14 @@ class PathSolver {
       at[a * D + ca] = static_cast<int>(e);
       at[b * D + ca] = static_cast<int>(e);
     }
-    for (std::size_t e = 0; e < list.size(); ++e) place(list[e], col[e] % ix_.uplinks);
+    // Fold Δ colours onto U uplinks: colour c of round r = c / U goes to uplink (c + r) mod U.
+    // Every round maps onto the uplinks one to one, so a link gets at most ⌈Δ/U⌉ colours at any
+    // vertex. The subflows of a pair get consecutive colours (distinct uplinks); the shift per
+    // round makes the uplink sets of different pairs overlap, so when a link fails the weights
+    // can move its load across all the leaf's links, not only inside one block of uplinks.
+    for (std::size_t e = 0; e < list.size(); ++e) {
+      place(list[e], (col[e] + col[e] / ix_.uplinks) % ix_.uplinks);
+    }
   }
 
   // Largest demand first, each onto the path with the smallest resulting load.
@@ -379,8 +386,9 @@ double maxNorm(const Index& ix, const std::vector<double>& used) {
   return m;
 }
 
-// Weights: equal over live paths, then pairwise moves from a pair's most loaded path to its
-// least loaded one; the best state seen is kept. Weights are rounded to 1e-4.
+// Weights: equal over live paths, then, for pairs with a path loaded above 1, pairwise moves from
+// the pair's most loaded path to its least loaded one; the best state seen is kept. Weights are
+// rounded to 1e-4.
 void balanceWeights(const Index& ix, std::vector<Item>& items, int rounds) {
   // Group the items of each pair (they are consecutive).
   std::vector<std::pair<std::size_t, std::size_t>> groups;
@@ -434,7 +442,9 @@ void balanceWeights(const Index& ix, std::vector<Item>& items, int rounds) {
           lo = i;
         }
       }
-      if (hi == e || lo == e || hi == lo || chi - clo <= 1e-6) continue;
+      // Below 1 a link is not what limits the connection (its host link is) and equal weights
+      // are best: the transport shares a host link equally among the subflows.
+      if (hi == e || lo == e || hi == lo || chi <= 1.0 + 1e-9 || chi - clo <= 1e-6) continue;
       auto& sh = items[hi].pair->subflows[static_cast<std::size_t>(items[hi].sub)];
       auto& sl = items[lo].pair->subflows[static_cast<std::size_t>(items[lo].sub)];
       std::size_t hu = ix.link(items[hi].src, sh.path, 0), hd = ix.link(items[hi].dst, sh.path, 1);

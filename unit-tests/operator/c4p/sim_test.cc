@@ -45,9 +45,8 @@ TEST(C4pSimTest, EcmpMatchesTheClosedFormExpectedMaxLoad) {
     const int seeds = 3000;
     double sum = 0, sum2 = 0;
     for (int s = 0; s < seeds; ++s) {
-      auto busbw = ringStepBusbw(fabric, {job},
-                                 ecmpRoutes(fabric, {job}, 1000U + static_cast<std::uint64_t>(s)));
-      double t = 1.0 / busbw[0];
+      Routes routes = ecmpRoutes(fabric, {job}, 1000U + static_cast<std::uint64_t>(s));
+      double t = 1.0 / ringStepBusbw(fabric, {job}, routes)[0];
       sum += t;
       sum2 += t * t;
     }
