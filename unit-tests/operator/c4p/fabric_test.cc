@@ -54,6 +54,27 @@ TEST(FabricTest, ParsesAValidResource) {
   EXPECT_EQ(degraded[1].direction, Direction::kDown);
 }
 
+// The object as kube-apiserver returns it after `kubectl apply -f` of a minimal Fabric (schema
+// defaults filled in, status written through /status with renderFabricStatus's shape).
+TEST(FabricTest, ParsesTheObjectTheApiServerReturns) {
+  const char* from_api =
+      R"({"apiVersion": "c4.dev/v1alpha1", "kind": "Fabric", "metadata": {"creationTimestamp":
+      "2026-12-03T10:24:13Z", "generation": 1, "name": "default", "resourceVersion": "295",
+      "uid": "233f6885-8e1d-42b5-a250-d6ea3f81d599"}, "spec": {"hostLinkSpeedGbps": 1, "links":
+      [{"capacityFraction": 0, "direction": "Both", "leaf": "leaf-1", "plane": 0, "reason":
+      "cut in e2e", "uplink": 1}], "pathSelection": {"rule": "sourcePortModulo"}, "planes": 1,
+      "spines": 2, "uplinkSpeedGbps": 1, "uplinksPerLeaf": 2}, "status": {"degradedLinks": 1,
+      "links": [{"capacityFraction": 0, "direction": "Both", "leaf": "leaf-1", "plane": 0,
+      "source": "spec", "uplink": 1}], "maxLinkLoad": "1.067", "observedGeneration": 1}})";
+  auto f = Fabric::parse(from_api);
+  ASSERT_TRUE(f) << f.error().toString();
+  EXPECT_EQ(f->uplinksPerLeaf(), 2);
+  EXPECT_DOUBLE_EQ(f->capacityGbps(0, "leaf-1", 1, Direction::kUp), 0);
+  Json status = renderFabricStatus(*f, 1, 1.0667);
+  Json api_status = Json::parse(from_api)["status"];
+  EXPECT_EQ(status, api_status);
+}
+
 TEST(FabricTest, BareSpecAndDefaults) {
   auto f = Fabric::parse(R"({"spines": 2, "uplinksPerLeaf": 2, "uplinkSpeedGbps": 1,
       "hostLinkSpeedGbps": 1, "pathSelection": {"rule": "sourcePortModulo"}})");
