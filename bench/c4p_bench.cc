@@ -43,16 +43,22 @@ struct Scenario {
   int failures;  // 0, 1, or -1 for "several"
 };
 
+// Shares of the ideal under one transport model.
+struct Result {
+  double ecmp_mean = 0;   // mean over seeds of the mean over jobs
+  double ecmp_worst = 0;  // min over seeds and jobs
+  double plan = 0;        // min over jobs
+  double plan_live = -1;  // min over jobs; -1 when healthy
+};
+
 struct Row {
   std::string scenario;
   int gpus = 0;
   int leaves = 0;
   int uplinks = 0;
   double ideal_gbps = 0;
-  double ecmp_mean = 0;   // fraction of ideal, mean over seeds of the mean over jobs
-  double ecmp_worst = 0;  // min over seeds and jobs
-  double plan = 0;        // min over jobs
-  double plan_live = -1;  // min over jobs; -1 when healthy
+  Result pipelined;  // steady state of a pipelined ring (the headline)
+  Result step;       // one step, no pipelining (conservative for weighted plans)
   double plan_max_load = 0;
   double plan_ms = 0;
 };
@@ -209,18 +215,25 @@ Row run(const Scenario& sc, int gpus, int seeds) {
   row.uplinks = f.uplinks;
   row.ideal_gbps = *std::min_element(ideal.begin(), ideal.end());
 
-  double sum = 0, worst = 1e9;
-  for (int s = 0; s < seeds; ++s) {
-    auto routes =
-        c4::bench::c4psim::ecmpRoutes(failed_fabric, jobs, 1000 + static_cast<std::uint64_t>(s));
-    auto busbw = c4::bench::c4psim::ringStepBusbw(failed_fabric, jobs, routes);
-    double mean = 0;
-    for (std::size_t j = 0; j < jobs.size(); ++j) mean += busbw[j] / ideal[j];
-    sum += mean / static_cast<double>(jobs.size());
-    worst = std::min(worst, minRatio(busbw, ideal));
+  using Model =
+      std::vector<double> (*)(const LeafSpine&, const std::vector<SimJob>&, const Routes&);
+  const std::pair<Model, Result*> models[] = {
+      {&c4::bench::c4psim::ringPipelinedBusbw, &row.pipelined},
+      {&c4::bench::c4psim::ringStepBusbw, &row.step}};
+  for (auto [model, result] : models) {
+    double sum = 0, worst = 1e9;
+    for (int s = 0; s < seeds; ++s) {
+      auto routes =
+          c4::bench::c4psim::ecmpRoutes(failed_fabric, jobs, 1000 + static_cast<std::uint64_t>(s));
+      auto busbw = model(failed_fabric, jobs, routes);
+      double mean = 0;
+      for (std::size_t j = 0; j < jobs.size(); ++j) mean += busbw[j] / ideal[j];
+      sum += mean / static_cast<double>(jobs.size());
+      worst = std::min(worst, minRatio(busbw, ideal));
+    }
+    result->ecmp_mean = sum / seeds;
+    result->ecmp_worst = worst;
   }
-  row.ecmp_mean = sum / seeds;
-  row.ecmp_worst = worst;
 
   // Planning time: the median of 3 runs.
   std::vector<double> times;
@@ -231,7 +244,8 @@ Row run(const Scenario& sc, int gpus, int seeds) {
   row.plan_ms = times[1];
   row.plan_max_load = planner.maxLinkLoad();
   Routes planned = planRoutes(planner, f, jobs);
-  row.plan = minRatio(c4::bench::c4psim::ringStepBusbw(failed_fabric, jobs, planned), ideal);
+  for (auto [model, result] : models)
+    result->plan = minRatio(model(failed_fabric, jobs, planned), ideal);
 
   if (!failed.empty()) {
     auto [live, unused] = plan(f, {}, orders);
@@ -239,8 +253,10 @@ Row run(const Scenario& sc, int gpus, int seeds) {
       auto st = live.setLinkState({0, leafName(leaf), uplink}, 0.0);
       if (!st) std::exit(1);
     }
-    row.plan_live = minRatio(
-        c4::bench::c4psim::ringStepBusbw(failed_fabric, jobs, planRoutes(live, f, jobs)), ideal);
+    Routes after = planRoutes(live, f, jobs);
+    for (auto [model, result] : models) {
+      result->plan_live = minRatio(model(failed_fabric, jobs, after), ideal);
+    }
   }
   return row;
 }
@@ -283,34 +299,49 @@ int main(int argc, char** argv) {
                                            {"1 job, several failed uplinks", 1, -1},
                                            {"4 jobs, healthy", 4, 0},
                                            {"4 jobs, several failed uplinks", 4, -1}};
+  std::vector<Row> rows;
+  for (const auto& sc : scenarios) {
+    for (int gpus : sizes) {
+      rows.push_back(run(sc, gpus, seeds));
+      std::fprintf(stderr, "done: %s, %d GPUs\n", sc.name.c_str(), gpus);
+    }
+  }
+  std::printf("Steady state of a pipelined ring (share of the ideal busbw):\n\n");
   std::printf(
       "| scenario | GPUs | leaves × uplinks | ideal busbw | ECMP mean | ECMP worst | plan | "
       "plan, live failure | plan max link load | plan time |\n");
   std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-  std::vector<Row> rows;
-  for (const auto& sc : scenarios) {
-    for (int gpus : sizes) {
-      Row r = run(sc, gpus, seeds);
-      std::printf("| %s | %d | %d × %d | %.0f Gbps | %s | %s | %s | %s | %.3f | %.1f ms |\n",
-                  r.scenario.c_str(), r.gpus, r.leaves, r.uplinks, r.ideal_gbps,
-                  pct(r.ecmp_mean).c_str(), pct(r.ecmp_worst).c_str(), pct(r.plan).c_str(),
-                  pct(r.plan_live).c_str(), r.plan_max_load, r.plan_ms);
-      std::fflush(stdout);
-      rows.push_back(r);
-    }
+  for (const Row& r : rows) {
+    std::printf("| %s | %d | %d × %d | %.0f Gbps | %s | %s | %s | %s | %.3f | %.1f ms |\n",
+                r.scenario.c_str(), r.gpus, r.leaves, r.uplinks, r.ideal_gbps,
+                pct(r.pipelined.ecmp_mean).c_str(), pct(r.pipelined.ecmp_worst).c_str(),
+                pct(r.pipelined.plan).c_str(), pct(r.pipelined.plan_live).c_str(), r.plan_max_load,
+                r.plan_ms);
+  }
+  std::printf("\nOne step without pipelining (share of the ideal busbw):\n\n");
+  std::printf("| scenario | GPUs | ECMP mean | ECMP worst | plan | plan, live failure |\n");
+  std::printf("|---|---:|---:|---:|---:|---:|\n");
+  for (const Row& r : rows) {
+    std::printf("| %s | %d | %s | %s | %s | %s |\n", r.scenario.c_str(), r.gpus,
+                pct(r.step.ecmp_mean).c_str(), pct(r.step.ecmp_worst).c_str(),
+                pct(r.step.plan).c_str(), pct(r.step.plan_live).c_str());
   }
   if (!json_path.empty()) {
     std::ofstream out(json_path);
     out << "[\n";
     for (std::size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
-      char line[512];
+      char line[768];
       std::snprintf(line, sizeof line,
-                    "  {\"scenario\": \"%s\", \"gpus\": %d, \"ideal_gbps\": %.3f, \"ecmp_mean\": "
-                    "%.5f, \"ecmp_worst\": %.5f, \"plan\": %.5f, \"plan_live\": %.5f, "
-                    "\"plan_max_load\": %.5f, \"plan_ms\": %.3f}%s\n",
-                    r.scenario.c_str(), r.gpus, r.ideal_gbps, r.ecmp_mean, r.ecmp_worst, r.plan,
-                    r.plan_live, r.plan_max_load, r.plan_ms, i + 1 < rows.size() ? "," : "");
+                    "  {\"scenario\": \"%s\", \"gpus\": %d, \"ideal_gbps\": %.3f, "
+                    "\"ecmp_mean\": %.5f, \"ecmp_worst\": %.5f, \"plan\": %.5f, "
+                    "\"plan_live\": %.5f, \"step_ecmp_mean\": %.5f, \"step_ecmp_worst\": %.5f, "
+                    "\"step_plan\": %.5f, \"step_plan_live\": %.5f, \"plan_max_load\": %.5f, "
+                    "\"plan_ms\": %.3f}%s\n",
+                    r.scenario.c_str(), r.gpus, r.ideal_gbps, r.pipelined.ecmp_mean,
+                    r.pipelined.ecmp_worst, r.pipelined.plan, r.pipelined.plan_live,
+                    r.step.ecmp_mean, r.step.ecmp_worst, r.step.plan, r.step.plan_live,
+                    r.plan_max_load, r.plan_ms, i + 1 < rows.size() ? "," : "");
       out << line;
     }
     out << "]\n";

@@ -205,6 +205,43 @@ std::vector<double> ringStepBusbw(const LeafSpine& fabric, const std::vector<Sim
   return busbw;
 }
 
+std::vector<double> ringPipelinedBusbw(const LeafSpine& fabric, const std::vector<SimJob>& jobs,
+                                       const Routes& routes) {
+  Network net = build(fabric, jobs, routes);
+  const std::size_t nl = net.cap.size();
+  // coef[j][l]: the share of job j's pace that crosses link l.
+  std::vector<std::vector<double>> coef(jobs.size(), std::vector<double>(nl, 0.0));
+  for (std::size_t f = 0; f < net.paths.size(); ++f) {
+    for (int l : net.paths[f]) coef[net.owner[f]][static_cast<std::size_t>(l)] += net.share[f];
+  }
+  std::vector<double> pace(jobs.size(), 0.0);
+  std::vector<bool> frozen(jobs.size(), false);
+  for (std::size_t j = 0; j < jobs.size(); ++j) frozen[j] = jobs[j].connections.empty();
+  std::vector<double> used(nl, 0.0);  // by frozen jobs
+  while (true) {
+    double t = kInf;
+    std::size_t bottleneck = nl;
+    for (std::size_t l = 0; l < nl; ++l) {
+      double c = 0;
+      for (std::size_t j = 0; j < jobs.size(); ++j) c += frozen[j] ? 0.0 : coef[j][l];
+      if (c <= 0) continue;
+      double tl = std::max(0.0, net.cap[l] - used[l]) / c;
+      if (tl < t) {
+        t = tl;
+        bottleneck = l;
+      }
+    }
+    if (bottleneck == nl) break;
+    for (std::size_t j = 0; j < jobs.size(); ++j) {
+      if (frozen[j] || coef[j][bottleneck] <= 0) continue;
+      frozen[j] = true;
+      pace[j] = t;
+      for (std::size_t l = 0; l < nl; ++l) used[l] += t * coef[j][l];
+    }
+  }
+  return pace;
+}
+
 double idealBusbw(const LeafSpine& fabric, const std::vector<SimJob>& jobs, std::size_t job) {
   // Cross-leaf demand per leaf and direction, every connection at host speed.
   std::vector<double> out(static_cast<std::size_t>(fabric.leaves), 0.0);

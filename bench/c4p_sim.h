@@ -68,6 +68,16 @@ Routes ecmpRoutes(const LeafSpine& fabric, const std::vector<SimJob>& jobs, std:
 std::vector<double> ringStepBusbw(const LeafSpine& fabric, const std::vector<SimJob>& jobs,
                                   const Routes& routes);
 
+// busbw (Gbps) of each job in steady state, as a pipelined ring runs: NCCL keeps several steps in
+// flight per peer and the plugin splits every message by weight, so subflow j of a job moving at
+// pace P carries w_j·P, and a subflow that runs ahead waits for data (it is demand-limited, TCP
+// gives the rest of its link to others). The paces are the weighted max-min fair allocation over
+// jobs: all paces rise together; a job stops when a link it uses is full (Σ_jobs P·Σw on the link
+// = capacity). With equal weights on one job this equals the one-step model (pace = host link
+// share of the busiest link); with unequal weights it is what the weights were planned for.
+std::vector<double> ringPipelinedBusbw(const LeafSpine& fabric, const std::vector<SimJob>& jobs,
+                                       const Routes& routes);
+
 // What the links allow a job (Gbps): the host link speed, lowered where a leaf's cross-leaf
 // demand exceeds its live uplink capacity (fluid optimum with perfect splitting).
 double idealBusbw(const LeafSpine& fabric, const std::vector<SimJob>& jobs, std::size_t job);

@@ -63,19 +63,22 @@ struct Item {
   int dst = 0;
   double unit = 0;  // Gbps at an equal share: pair demand / subflows
   bool free = false;
+  int ordinal = 0;  // of the pair, over all jobs
 };
 
 std::vector<Item> collectItems(JobMap& jobs, const Index& ix,
                                const std::set<std::string>* free_jobs) {
   std::vector<Item> items;
+  int ordinal = 0;
   for (auto& [name, js] : jobs) {
     bool free = free_jobs == nullptr || free_jobs->contains(name);
     for (auto& p : js.pairs) {
+      ++ordinal;
       int src = ix.leaf.at({p.plane, p.src_leaf});
       int dst = ix.leaf.at({p.plane, p.dst_leaf});
       double unit = p.demand_gbps / static_cast<double>(p.subflows.size());
       for (std::size_t j = 0; j < p.subflows.size(); ++j) {
-        items.push_back({&p, j, p.plane, src, dst, unit, free});
+        items.push_back({&p, j, p.plane, src, dst, unit, free, ordinal});
       }
     }
   }
@@ -250,31 +253,58 @@ class PathSolver {
       at[a * D + ca] = static_cast<int>(e);
       at[b * D + ca] = static_cast<int>(e);
     }
-    // Fold Δ colours onto U uplinks: colour c of round r = c / U goes to uplink (c + r) mod U.
-    // Every round maps onto the uplinks one to one, so a link gets at most ⌈Δ/U⌉ colours at any
-    // vertex. The subflows of a pair get consecutive colours (distinct uplinks); the shift per
-    // round makes the uplink sets of different pairs overlap, so when a link fails the weights
-    // can move its load across all the leaf's links, not only inside one block of uplinks.
+    // Fold Δ colours onto U uplinks: colour c = r·U + x (round r, offset x) goes to uplink
+    // (x·k_r + r) mod U, with k_r the r-th stride coprime to U (1, 3, 5, ... for even U). Every
+    // round maps onto the uplinks one to one, so a link gets at most ⌈Δ/U⌉ colours at any vertex.
+    // The subflows of a pair get consecutive colours, hence distinct uplinks; a different stride
+    // per round makes the uplink sets of pairs of different rounds overlap, so when a link fails
+    // the weights can move its load across all the leaf's links, not only inside one block.
+    const int U = ix_.uplinks;
+    std::vector<int> strides;
+    for (int k = 1; static_cast<int>(strides.size()) < delta / U + 1; k += 2) {
+      if (std::gcd(k, U) == 1) strides.push_back(k % U == 0 ? 1 : k);
+      if (k > 4 * U + 1) strides.push_back(1);  // U = 1 and the like: any bijection will do
+    }
     for (std::size_t e = 0; e < list.size(); ++e) {
-      place(list[e], (col[e] + col[e] / ix_.uplinks) % ix_.uplinks);
+      int r = col[e] / U, x = col[e] % U;
+      place(list[e], static_cast<int>(
+                         (static_cast<long>(x) * strides[static_cast<std::size_t>(r)] + r) % U));
     }
   }
 
-  // Largest demand first, each onto the path with the smallest resulting load.
+  // Subflows of i's pair already on path u.
+  [[nodiscard]] int siblingsOn(std::size_t i, int u) const {
+    int n = 0;
+    for (std::size_t j : on_link_[up(i, u)]) n += items_[j].pair == items_[i].pair ? 1 : 0;
+    return n;
+  }
+
+  // Largest demand first, each onto the path with the smallest resulting load; among equal
+  // loads the path with fewer subflows of the same pair (a failed link then takes as few of a
+  // connection's subflows as possible), then the smaller load sum.
   void greedy(std::vector<std::size_t> list) {
     std::stable_sort(list.begin(), list.end(),
                      [&](std::size_t a, std::size_t b) { return items_[a].unit > items_[b].unit; });
     for (std::size_t i : list) {
-      int best = 0;
+      int best = 0, best_same = 0;
       double best_max = kInf, best_sum = kInf;
-      for (int u = 0; u < ix_.uplinks; ++u) {
+      // Ties go to the first path in an order that starts at a different uplink per pair, so
+      // that pairs do not all pile their subflows onto the same block of uplinks.
+      const int start = (items_[i].ordinal * 7) % ix_.uplinks;
+      for (int t = 0; t < ix_.uplinks; ++t) {
+        const int u = (start + t) % ix_.uplinks;
         double a = loadWith(up(i, u), items_[i].unit);
         double b = loadWith(down(i, u), items_[i].unit);
         double m = std::max(a, b), s = a + b;
-        if (m < best_max - kEps || (m <= best_max + kEps && s < best_sum - kEps)) {
+        int same = siblingsOn(i, u);
+        bool better = m < best_max - kEps ||
+                      (m <= best_max + kEps &&
+                       (same < best_same || (same == best_same && s < best_sum - kEps)));
+        if (better) {
           best = u;
           best_max = m;
           best_sum = s;
+          best_same = same;
         }
       }
       place(i, best);

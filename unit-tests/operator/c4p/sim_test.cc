@@ -49,6 +49,8 @@ TEST(C4pSimTest, EcmpMatchesTheClosedFormExpectedMaxLoad) {
       double t = 1.0 / ringStepBusbw(fabric, {job}, routes)[0];
       sum += t;
       sum2 += t * t;
+      // The pipelined model sees the same bottleneck: pace = 1 / (most flows on one link).
+      EXPECT_NEAR(1.0 / ringPipelinedBusbw(fabric, {job}, routes)[0], t, 1e-9);
     }
     double mean = sum / seeds;
     double sd = std::sqrt(std::max(0.0, sum2 / seeds - mean * mean));
@@ -77,6 +79,34 @@ TEST(C4pSimTest, PlannedPathsGiveTheHostRate) {
   // One failed uplink: 4 host rates over 3 links.
   fabric.failed = {{2, 1}};
   EXPECT_NEAR(idealBusbw(fabric, {job}, 0), 75.0, 1e-9);
+}
+
+// Weighted subflows: job 0's connection puts 2/3 on an uplink of its own and 1/3 on one it
+// shares with job 1's single-subflow connection. Both paces rise together until the shared link
+// is full: P/3 + P = 100, so both stop at 75 (job 0's own uplink carries only 50 then).
+TEST(C4pSimTest, PipelinedModelIsWeightedMaxMinOverJobs) {
+  LeafSpine fabric{2, 2, 2, 100.0, 100.0, {}};
+  SimJob a, b;
+  a.connections = {{0, 2}};
+  a.subflows = 2;
+  b.connections = {{1, 3}};
+  b.subflows = 1;
+  Routes routes = {{{{0, 2.0 / 3.0}, {1, 1.0 / 3.0}}}, {{{1, 1.0}}}};
+  auto p = ringPipelinedBusbw(fabric, {a, b}, routes);
+  EXPECT_NEAR(p[0], 75.0, 1e-9);
+  EXPECT_NEAR(p[1], 75.0, 1e-9);
+  // Job 1 alone on the shared uplink, job 0 entirely on its own: each at its host rate.
+  Routes apart = {{{{0, 1.0}, {0, 0.0}}}, {{{1, 1.0}}}};
+  auto q = ringPipelinedBusbw(fabric, {a, b}, apart);
+  EXPECT_NEAR(q[0], 100.0, 1e-9);
+  EXPECT_NEAR(q[1], 100.0, 1e-9);
+  // Uplink 1 of leaf 0 failed: a ring of two nodes with all weight on uplink 0 keeps the host
+  // rate, which is what the links allow.
+  fabric.failed = {{0, 1}};
+  SimJob c = ringJob({0, 2}, 2);
+  Routes live = {{{{0, 1.0}, {1, 0.0}}, {{0, 1.0}, {1, 0.0}}}};
+  EXPECT_NEAR(ringPipelinedBusbw(fabric, {c}, live)[0], 100.0, 1e-9);
+  EXPECT_NEAR(idealBusbw(fabric, {c}, 0), 100.0, 1e-9);
 }
 
 }  // namespace
