@@ -2,7 +2,8 @@
 """Draws docs/c4p-busbw.svg from the --json output of c4-c4p-bench.
 
 Plain SVG written by hand (no plotting library needed): busbw as a share of the ideal against the
-number of GPUs (log scale), ECMP mean and worst seed against the plan, one panel per scenario.
+number of GPUs (log scale), ECMP mean and worst seed against the plan, one panel per scenario;
+steady state of a pipelined ring, and the plan also in the one-step model.
 
   build/bench/c4-c4p-bench --json /tmp/c4p.json > /tmp/c4p.md
   bench/plot_c4p.py /tmp/c4p.json docs/c4p-busbw.svg
@@ -17,6 +18,7 @@ COLS = 3
 SERIES = [  # key, label, colour, dash
     ("plan", "plan", "#1f77b4", ""),
     ("plan_live", "plan, failure learnt live (weights only)", "#2ca02c", "6,3"),
+    ("step_plan", "plan, one-step model (no pipelining)", "#9467bd", "1,3"),
     ("ecmp_mean", "ECMP, mean of seeds", "#d62728", ""),
     ("ecmp_worst", "ECMP, worst seed", "#ff7f0e", "2,3"),
 ]
@@ -87,7 +89,7 @@ def main():
         out.append(f'<line x1="{lx}" y1="{ly}" x2="{lx + 28}" y2="{ly}" stroke="{colour}" '
                    f'stroke-width="2"{dash_attr}/>')
         out.append(f'<text x="{lx + 34}" y="{ly + 4}">{esc(label)}</text>')
-        lx += 40 + 7 * len(label)
+        lx += 40 + 6 * len(label)
     out.append(f'<text x="{lx}" y="{ly + 4}" fill="#666">dashed grey line: 95%</text>')
     out.append("</svg>")
     with open(sys.argv[2], "w") as f:

@@ -537,6 +537,32 @@ TEST(PlannerTest, DeterministicForEqualInputs) {
   EXPECT_EQ(run(), run());
 }
 
+// Planes are separate networks: leaves of the same name in two planes share no link.
+TEST(PlannerTest, PlanesDoNotShareLinks) {
+  FabricSpec spec;
+  spec.planes = 2;
+  spec.spines = 1;
+  spec.uplinks_per_leaf = 1;
+  spec.uplink_speed_gbps = 100;
+  spec.host_link_speed_gbps = 100;
+  Planner p(*Fabric::fromSpec(spec));
+  for (int plane : {0, 1}) {
+    for (int l : {0, 1}) {
+      ASSERT_TRUE(p.setNode(
+          "p" + std::to_string(plane) + "-" + std::to_string(l),
+          {{"c4.dev/leaf", "leaf-" + std::to_string(l)}, {"c4.dev/plane", std::to_string(plane)}}));
+    }
+  }
+  ASSERT_TRUE(p.planJob({"a", {"p0-0", "p0-1"}, 1, 1}));
+  ASSERT_TRUE(p.planJob({"b", {"p1-0", "p1-1"}, 1, 1}));
+  EXPECT_DOUBLE_EQ(p.maxLinkLoad(), 1.0);  // 2.0 if the planes shared the one uplink
+  auto loads = p.linkLoads();
+  ASSERT_EQ(loads.size(), 8u);  // 2 planes × 2 leaves × (up, down)
+  for (const auto& l : loads) EXPECT_DOUBLE_EQ(l.load, 1.0);
+  EXPECT_EQ(p.plan("b")->planes, (std::map<std::string, int>{{"p1-0", 1}, {"p1-1", 1}}));
+  EXPECT_EQ(p.plan("b")->pairs[0].plane, 1);
+}
+
 TEST(PlannerTest, ModesParse) {
   EXPECT_EQ(parseMode("Off"), Mode::kOff);
   EXPECT_EQ(parseMode("Advisory"), Mode::kAdvisory);
