@@ -15,13 +15,14 @@ import sys
 PANEL_W, PANEL_H = 330, 240
 MARGIN_L, MARGIN_T, MARGIN_B = 52, 44, 46
 COLS = 3
-SERIES = [  # key, label, colour, dash
-    ("plan", "plan", "#1f77b4", ""),
-    ("plan_live", "plan, failure learnt live (weights only)", "#2ca02c", "6,3"),
-    ("step_plan", "plan, one-step model (no pipelining)", "#9467bd", "1,3"),
-    ("ecmp_mean", "ECMP, mean of seeds", "#d62728", ""),
-    ("ecmp_worst", "ECMP, worst seed", "#ff7f0e", "2,3"),
+SERIES = [  # key, label, colour, dash, width; drawn in this order (later on top)
+    ("plan", "plan", "#1f77b4", "", 4),
+    ("step_plan", "plan, one-step model (no pipelining)", "#9467bd", "2,2", 2),
+    ("plan_live", "plan, failure learnt live (weights only)", "#2ca02c", "7,4", 2),
+    ("ecmp_mean", "ECMP, mean of seeds", "#d62728", "", 2),
+    ("ecmp_worst", "ECMP, worst seed", "#ff7f0e", "2,3", 2),
 ]
+TOP = 1.05  # the y axis runs to 105% so lines at 100% stay visible
 
 
 def esc(s):
@@ -54,7 +55,7 @@ def main():
             return ox + (math.log2(g) - lx0) / max(lx1 - lx0, 1e-9) * PANEL_W
 
         def py(v):
-            return oy + PANEL_H - v * PANEL_H  # v in [0, 1]
+            return oy + PANEL_H - v / TOP * PANEL_H  # v in [0, TOP]
 
         out.append(f'<text x="{ox}" y="{oy - 10}" font-weight="bold">{esc(sc)}</text>')
         out.append(f'<rect x="{ox}" y="{oy}" width="{PANEL_W}" height="{PANEL_H}" '
@@ -72,22 +73,22 @@ def main():
         out.append(f'<text x="{ox + PANEL_W / 2}" y="{oy + PANEL_H + 30}" '
                    'text-anchor="middle">GPUs (8 per node)</text>')
         data = sorted((r for r in rows if r["scenario"] == sc), key=lambda r: r["gpus"])
-        for key, _, colour, dash in SERIES:
+        for key, _, colour, dash, width in SERIES:
             pts = [(px(r["gpus"]), py(min(1.0, r[key]))) for r in data if r[key] >= 0]
             if not pts:
                 continue
             d = " ".join(f"{x:.1f},{y:.1f}" for x, y in pts)
             dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
             out.append(f'<polyline points="{d}" fill="none" stroke="{colour}" '
-                       f'stroke-width="2"{dash_attr}/>')
+                       f'stroke-width="{width}"{dash_attr}/>')
             for x, y in pts:
                 out.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="2.5" fill="{colour}"/>')
     ly = height - 24
     lx = 20
-    for _, label, colour, dash in SERIES:
+    for _, label, colour, dash, width in SERIES:
         dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
         out.append(f'<line x1="{lx}" y1="{ly}" x2="{lx + 28}" y2="{ly}" stroke="{colour}" '
-                   f'stroke-width="2"{dash_attr}/>')
+                   f'stroke-width="{width}"{dash_attr}/>')
         out.append(f'<text x="{lx + 34}" y="{ly + 4}">{esc(label)}</text>')
         lx += 40 + 6 * len(label)
     out.append(f'<text x="{lx}" y="{ly + 4}" fill="#666">dashed grey line: 95%</text>')
