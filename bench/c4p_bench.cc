@@ -1,7 +1,9 @@
 // c4-c4p-bench: ring allreduce bus bandwidth on a simulated leaf–spine fabric (bench/c4p_sim.h)
 // with ECMP (random source ports hashed onto the live uplinks, many seeds) against C4P's plan
 // (operator/c4p), healthy and with failed uplinks, one job and several jobs sharing the fabric;
-// and the planner's time. Prints a Markdown table; --json writes the rows for bench/plot_c4p.py.
+// and the planner's time. Every case is measured in both models of bench/c4p_sim.h (pipelined
+// steady state, one step); prints two Markdown tables; --json writes the rows for
+// bench/plot_c4p.py. Run it as docs/benchmarks.md says.
 //
 // Fabric per size: 8 GPUs per node, one host link per node, leaves = max(2, nodes / 16), nodes
 // per leaf = nodes / leaves, uplinks per leaf = nodes per leaf (non-blocking, 1:1), host and

@@ -10,9 +10,9 @@
 // on (destination leaf, u), as the operator's fabric model says. A failed uplink has capacity 0
 // in both directions.
 //
-// A ring allreduce step: every connection of a job sends one chunk (split over its subflows by
-// weight); the job's step ends when its last subflow finishes; busbw = chunk / step time (ring
-// allreduce's bus bandwidth equals the bandwidth of one step). All jobs step at the same time.
+// Ring allreduce's bus bandwidth equals the bandwidth of one of its steps (every connection sends
+// one chunk). Two models of it: one step with all subflows starting at once (ringStepBusbw), and
+// the steady state of a pipelined ring (ringPipelinedBusbw).
 #pragma once
 
 #include <cstdint>

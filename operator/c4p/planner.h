@@ -13,15 +13,16 @@
 //   1. Edge colouring. When all subflows of a plane carry the same demand, all its links are
 //      healthy and nothing of the plane is pinned, the cross-leaf subflows form a bipartite
 //      multigraph (source leaf → destination leaf) of maximum degree Δ. König: Δ colours suffice
-//      (alternating-path colouring); colour c becomes uplink c mod U. Every link then carries at
+//      (alternating-path colouring); the colours are folded onto the U uplinks one round of U
+//      at a time, a bijection per round with a different stride. Every link then carries at
 //      most ⌈Δ/U⌉ subflows, which is optimal; with Δ ≤ U no two subflows share a link.
 //   2. General (unequal demands or capacities, failed links, pinned subflows of other jobs):
 //      largest demand first onto the path with the smallest resulting load, then local search
 //      that moves or swaps subflows off the most loaded link while that lowers it.
-// Weights: equal within a connection, then rebalanced (subflows on a failed link get 0; weight
-// moves from a connection's most loaded path to its least loaded one while that lowers the
-// maximum). Ports: the lowest free port of the configured range that the fabric maps to the path,
-// distinct per source node across all jobs.
+// Weights: equal within a connection, then rebalanced (subflows on a failed link get 0; for a
+// connection with a path loaded above 1, weight moves from its most loaded path to its least
+// loaded one; the best state is kept). Ports: the lowest free port of the configured range that the
+// fabric maps to the path, distinct per source node across all jobs.
 //
 // Incremental: planJob keeps the paths of the other jobs and plans the new one around them; it
 // also plans everything afresh and takes that only when it lowers the maximum load (then colours
