@@ -231,8 +231,21 @@ TEST(PlannerTest, OptimalOnEveryTinyHealthyFabricExhaustively) {
 // The general tier (failed and degraded links, unequal demands, a second job planned around the
 // first) reaches the optimum on these instances too.
 TEST(PlannerTest, OptimalOnTinyFabricsWithFailuresAndMixedJobsExhaustively) {
+  auto instances = randomInstances(300, /*healthy_equal=*/false, 2);
+  int failed = 0, degraded = 0, mixed = 0;
+  for (const auto& in : instances) {
+    for (const auto& d : in.degraded) (d.fraction == 0 ? failed : degraded) += 1;
+    if (in.jobs.size() == 2 &&
+        in.jobs[0].subflows_per_connection != in.jobs[1].subflows_per_connection) {
+      ++mixed;
+    }
+  }
+  // The set covers the hard cases: dead links, half-capacity links, jobs of unequal demand.
+  EXPECT_GT(failed, 50);
+  EXPECT_GT(degraded, 50);
+  EXPECT_GT(mixed, 30);
   int optimal = 0, total = 0;
-  checkOptimal(randomInstances(300, /*healthy_equal=*/false, 2), &optimal, &total);
+  checkOptimal(instances, &optimal, &total);
   EXPECT_EQ(optimal, total);
 }
 
@@ -535,6 +548,49 @@ TEST(PlannerTest, DeterministicForEqualInputs) {
     return std::make_pair(*p.plan("x"), *p.plan("y"));
   };
   EXPECT_EQ(run(), run());
+}
+
+// A new description keeps telemetry and the paths and ports of live connections; only weights
+// follow the new capacities.
+TEST(PlannerTest, NewFabricDescriptionKeepsPathsAndTelemetry) {
+  Planner p(makeFabric(4));
+  addNodes(p, 2, 4);
+  JobPlacement job{"j", {}, 1, 4};
+  for (int i = 0; i < 4; ++i) {
+    for (int l = 0; l < 2; ++l) job.nodes.push_back(node(l, i));
+  }
+  ASSERT_TRUE(p.planJob(job));
+  JobPlan before = *p.plan("j");
+  ASSERT_TRUE(p.setLinkState({0, "leaf-1", 3}, 0.0));
+  auto out = p.setFabric(makeFabric(4, {{0, 0, 0.5}}));
+  ASSERT_TRUE(out) << out.error().toString();
+  EXPECT_DOUBLE_EQ(p.fabric().capacityFraction(0, "leaf-1", 3, Direction::kUp), 0.0);
+  EXPECT_DOUBLE_EQ(p.fabric().capacityFraction(0, "leaf-0", 0, Direction::kUp), 0.5);
+  const JobPlan& after = *p.plan("j");
+  ASSERT_EQ(after.pairs.size(), before.pairs.size());
+  for (std::size_t i = 0; i < after.pairs.size(); ++i) {
+    for (std::size_t j = 0; j < after.pairs[i].subflows.size(); ++j) {
+      EXPECT_EQ(after.pairs[i].subflows[j].path, before.pairs[i].subflows[j].path);
+      EXPECT_EQ(after.pairs[i].subflows[j].local_port, before.pairs[i].subflows[j].local_port);
+      if (after.pairs[i].subflows[j].path == 3) {
+        EXPECT_EQ(after.pairs[i].subflows[j].weight, 0.0);
+      }
+    }
+  }
+  EXPECT_TRUE(std::isfinite(p.maxLinkLoad()));
+}
+
+// A job inside one leaf uses no uplink: no pairs, but the planes of its nodes are named.
+TEST(PlannerTest, JobInsideOneLeafHasNoPairs) {
+  Planner p(makeFabric(2));
+  addNodes(p, 1, 3);
+  auto out = p.planJob({"j", {node(0, 0), node(0, 1), node(0, 2)}, 8, 4});
+  ASSERT_TRUE(out);
+  EXPECT_EQ(out->changed, std::vector<std::string>{"j"});
+  EXPECT_TRUE(p.plan("j")->pairs.empty());
+  EXPECT_EQ(p.plan("j")->planes.size(), 3u);
+  EXPECT_EQ(p.maxLinkLoad(), 0.0);
+  EXPECT_TRUE(p.linkLoads().empty());
 }
 
 // Planes are separate networks: leaves of the same name in two planes share no link.
