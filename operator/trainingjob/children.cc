@@ -1,6 +1,8 @@
 // TrainingJob children.
 #include "operator/trainingjob/children.h"
 
+#include "operator/c4p/plan_document.h"
+
 namespace c4::op {
 namespace {
 
@@ -91,10 +93,11 @@ Json buildHeadlessService(const Json& job, const PodSettings& settings) {
 
 Json buildPlanConfigMap(const Json& job, const TrainingJobSpec& spec) {
   std::string name = objectName(job);
-  Json plan = {{"version", 0},
-               {"mode", spec.traffic_mode},
-               {"subflowsPerConnection", spec.subflows_per_connection},
-               {"pairs", Json::array()}};
+  // Until C4P plans the job: version 0 with the job's subflow count for every pair (the
+  // plugin's plan schema, operator/c4p/plan_document.h).
+  c4p::PlanDocument doc;
+  doc.version = 0;
+  doc.default_subflows = static_cast<int>(spec.subflows_per_connection);
   return {{"apiVersion", "v1"},
           {"kind", "ConfigMap"},
           {"metadata",
@@ -102,7 +105,7 @@ Json buildPlanConfigMap(const Json& job, const TrainingJobSpec& spec) {
             {"namespace", objectNamespace(job)},
             {"labels", {{labels::kJobName, name}}},
             {"ownerReferences", Json::array({ownerReference(job)})}}},
-          {"data", {{"plan.json", plan.dump()}}}};
+          {"data", {{"plan.json", c4p::renderPlanDocument(doc)}}}};
 }
 
 namespace {

@@ -1,0 +1,649 @@
+#include "operator/c4p/planner.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace c4::op::c4p {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+struct Degraded {
+  int leaf;
+  int uplink;
+  double fraction;
+};
+
+Fabric makeFabric(int uplinks, const std::vector<Degraded>& degraded = {}, double host = 100,
+                  double uplink_speed = 100) {
+  FabricSpec spec;
+  spec.spines = uplinks;
+  spec.uplinks_per_leaf = uplinks;
+  spec.uplink_speed_gbps = uplink_speed;
+  spec.host_link_speed_gbps = host;
+  for (const auto& d : degraded) {
+    LinkState st;
+    st.link.leaf = "leaf-" + std::to_string(d.leaf);
+    st.link.uplink = d.uplink;
+    st.capacity_fraction = d.fraction;
+    spec.links.push_back(std::move(st));
+  }
+  auto f = Fabric::fromSpec(spec);
+  EXPECT_TRUE(f) << f.error().toString();
+  return *f;
+}
+
+std::string node(int leaf, int i) {
+  return "n" + std::to_string(leaf) + "-" + std::to_string(i);
+}
+
+void addNodes(Planner& p, int leaves, int per_leaf) {
+  for (int l = 0; l < leaves; ++l) {
+    for (int i = 0; i < per_leaf; ++i) {
+      ASSERT_TRUE(p.setNode(node(l, i), {{"c4.dev/leaf", "leaf-" + std::to_string(l)}}));
+    }
+  }
+}
+
+int leafOf(const std::string& n) {
+  return std::stoi(n.substr(1, n.find('-') - 1));
+}
+
+// An independent evaluation of a set of plans: one entry per subflow.
+struct Sub {
+  int src_leaf;
+  int dst_leaf;
+  double demand;  // the pair's demand (Gbps)
+  int subflows;
+  int path;
+  double weight;
+};
+
+std::vector<Sub> subflowsOf(const Planner& p, const std::vector<JobPlacement>& jobs, double host) {
+  std::vector<Sub> out;
+  for (const auto& job : jobs) {
+    auto conns = jobConnections(job);
+    EXPECT_TRUE(conns);
+    std::map<std::string, int> out_deg, in_deg;
+    std::map<std::pair<std::string, std::string>, int> count;
+    for (const auto& c : *conns) {
+      out_deg[c.src] += c.count;
+      in_deg[c.dst] += c.count;
+      count[{c.src, c.dst}] = c.count;
+    }
+    const JobPlan* plan = p.plan(job.job);
+    EXPECT_NE(plan, nullptr);
+    std::size_t cross = 0;
+    for (const auto& c : *conns) cross += leafOf(c.src) != leafOf(c.dst) ? 1U : 0U;
+    EXPECT_EQ(plan->pairs.size(), cross) << "every cross-leaf pair is planned, no other";
+    for (const auto& pair : plan->pairs) {
+      double demand = host * count[{pair.local_node, pair.peer_node}] /
+                      std::max(out_deg[pair.local_node], in_deg[pair.peer_node]);
+      EXPECT_EQ(pair.subflows.size(), static_cast<std::size_t>(job.subflows_per_connection));
+      for (const auto& s : pair.subflows) {
+        out.push_back({leafOf(pair.local_node), leafOf(pair.peer_node), demand,
+                       job.subflows_per_connection, s.path, s.weight});
+      }
+    }
+  }
+  return out;
+}
+
+// Max link load of `subs` with the given paths; weights as planned or equal (integer plan).
+double maxLoad(const Fabric& f, const std::vector<Sub>& subs, const std::vector<int>& paths,
+               bool weighted) {
+  std::map<std::tuple<int, int, int>, double> used;
+  for (std::size_t i = 0; i < subs.size(); ++i) {
+    double w = weighted ? subs[i].weight : 1.0 / subs[i].subflows;
+    used[{subs[i].src_leaf, paths[i], 0}] += subs[i].demand * w;
+    used[{subs[i].dst_leaf, paths[i], 1}] += subs[i].demand * w;
+  }
+  double m = 0;
+  for (const auto& [k, u] : used) {
+    auto [leaf, path, dir] = k;
+    double cap = f.capacityGbps(0, "leaf-" + std::to_string(leaf), path,
+                                dir == 0 ? Direction::kUp : Direction::kDown);
+    double load = cap <= 0 ? (u > 1e-12 ? kInf : 0.0) : u / cap;
+    m = std::max(m, load);
+  }
+  return m;
+}
+
+std::vector<int> pathsOf(const std::vector<Sub>& subs) {
+  std::vector<int> v;
+  for (const auto& s : subs) v.push_back(s.path);
+  return v;
+}
+
+// The optimum over every assignment of paths (equal weights).
+double bruteForce(const Fabric& f, const std::vector<Sub>& subs, int uplinks) {
+  std::vector<int> paths(subs.size(), 0);
+  double best = kInf;
+  while (true) {
+    best = std::min(best, maxLoad(f, subs, paths, false));
+    std::size_t i = 0;
+    while (i < paths.size() && ++paths[i] == uplinks) paths[i++] = 0;
+    if (i == paths.size()) break;
+  }
+  return best;
+}
+
+struct Instance {
+  int leaves, per_leaf, uplinks;
+  std::vector<Degraded> degraded;
+  std::vector<JobPlacement> jobs;
+};
+
+std::string describe(const Instance& in) {
+  std::string s = "L=" + std::to_string(in.leaves) + " H=" + std::to_string(in.per_leaf) +
+                  " U=" + std::to_string(in.uplinks);
+  for (const auto& d : in.degraded) {
+    s += " degraded(" + std::to_string(d.leaf) + "," + std::to_string(d.uplink) +
+         ")=" + std::to_string(d.fraction);
+  }
+  for (const auto& j : in.jobs) {
+    s += " job[s=" + std::to_string(j.subflows_per_connection) + ":";
+    for (const auto& n : j.nodes) s += " " + n;
+    s += "]";
+  }
+  return s;
+}
+
+// Random tiny instances: 2–3 leaves, 1–2 nodes per leaf, 2–3 uplinks, one or two jobs.
+std::vector<Instance> randomInstances(int count, bool healthy_equal, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  std::vector<Instance> out;
+  while (static_cast<int>(out.size()) < count) {
+    Instance in{pick(2, 3), pick(1, 2), pick(2, 3), {}, {}};
+    std::vector<std::string> nodes;
+    for (int l = 0; l < in.leaves; ++l) {
+      for (int i = 0; i < in.per_leaf; ++i) nodes.push_back(node(l, i));
+    }
+    std::shuffle(nodes.begin(), nodes.end(), rng);
+    int jobs = nodes.size() >= 4 ? pick(1, 2) : 1;
+    std::size_t cut = jobs == 1
+                          ? nodes.size()
+                          : static_cast<std::size_t>(pick(2, static_cast<int>(nodes.size()) - 2));
+    int s0 = pick(1, 2);
+    in.jobs.push_back({"job-a", {nodes.begin(), nodes.begin() + static_cast<long>(cut)}, 1, s0});
+    if (jobs == 2) {
+      in.jobs.push_back({"job-b",
+                         {nodes.begin() + static_cast<long>(cut), nodes.end()},
+                         1,
+                         healthy_equal ? s0 : pick(1, 2)});
+    }
+    if (!healthy_equal) {
+      int kind = pick(0, 2);
+      if (kind > 0) {
+        in.degraded.push_back(
+            {pick(0, in.leaves - 1), pick(0, in.uplinks - 1), kind == 1 ? 0.0 : 0.5});
+      }
+    }
+    int items = 0;
+    for (const auto& j : in.jobs) {
+      auto conns = jobConnections(j);
+      for (const auto& c : *conns) {
+        if (leafOf(c.src) != leafOf(c.dst)) items += j.subflows_per_connection;
+      }
+    }
+    if (items == 0 || items > 9) continue;
+    out.push_back(std::move(in));
+  }
+  return out;
+}
+
+void checkOptimal(const std::vector<Instance>& instances, int* optimal, int* total) {
+  for (const auto& in : instances) {
+    Fabric f = makeFabric(in.uplinks, in.degraded);
+    Planner p(f);
+    addNodes(p, in.leaves, in.per_leaf);
+    for (const auto& j : in.jobs) ASSERT_TRUE(p.planJob(j)) << describe(in);
+    auto subs = subflowsOf(p, in.jobs, 100);
+    double planned = maxLoad(f, subs, pathsOf(subs), false);
+    double best = bruteForce(f, subs, in.uplinks);
+    ++*total;
+    if (std::fabs(planned - best) < 1e-9) ++*optimal;
+    EXPECT_NEAR(planned, best, 1e-9) << describe(in);
+    // Weights only lower the maximum, and the planner reports the load the links carry.
+    double weighted = maxLoad(f, subs, pathsOf(subs), true);
+    EXPECT_LE(weighted, planned + 1e-3) << describe(in);
+    EXPECT_NEAR(p.maxLinkLoad(), weighted, 1e-3) << describe(in);
+  }
+}
+
+// Tier 1 (edge colouring) is optimal: equal demands, healthy links.
+TEST(PlannerTest, OptimalOnEveryTinyHealthyFabricExhaustively) {
+  int optimal = 0, total = 0;
+  checkOptimal(randomInstances(300, /*healthy_equal=*/true, 1), &optimal, &total);
+  EXPECT_EQ(optimal, total);
+}
+
+// The general tier (failed and degraded links, unequal demands, a second job planned around the
+// first) reaches the optimum on these instances too.
+TEST(PlannerTest, OptimalOnTinyFabricsWithFailuresAndMixedJobsExhaustively) {
+  auto instances = randomInstances(300, /*healthy_equal=*/false, 2);
+  int failed = 0, degraded = 0, mixed = 0;
+  for (const auto& in : instances) {
+    for (const auto& d : in.degraded) (d.fraction == 0 ? failed : degraded) += 1;
+    if (in.jobs.size() == 2 &&
+        in.jobs[0].subflows_per_connection != in.jobs[1].subflows_per_connection) {
+      ++mixed;
+    }
+  }
+  // The set covers the hard cases: dead links, half-capacity links, jobs of unequal demand.
+  EXPECT_GT(failed, 50);
+  EXPECT_GT(degraded, 50);
+  EXPECT_GT(mixed, 30);
+  int optimal = 0, total = 0;
+  checkOptimal(instances, &optimal, &total);
+  EXPECT_EQ(optimal, total);
+}
+
+// A ring whose every hop crosses leaves, hosts per leaf = uplinks: a plan with no two subflows on
+// one link exists (König) and the planner finds it; with 4 subflows each link carries exactly
+// its capacity.
+TEST(PlannerTest, ZeroCollisionWhenFeasible) {
+  for (int s : {1, 4}) {
+    const int leaves = 8, per_leaf = 8, uplinks = 8;
+    Fabric f = makeFabric(uplinks);
+    Planner p(f);
+    addNodes(p, leaves, per_leaf);
+    JobPlacement job{"ns/big", {}, 8, s};
+    for (int i = 0; i < per_leaf; ++i) {
+      for (int l = 0; l < leaves; ++l) job.nodes.push_back(node(l, i));
+    }
+    auto out = p.planJob(job);
+    ASSERT_TRUE(out) << out.error().toString();
+    EXPECT_EQ(out->tier1_planes, 1);
+    EXPECT_DOUBLE_EQ(p.maxLinkLoad(), 1.0);
+    auto subs = subflowsOf(p, {job}, 100);
+    EXPECT_EQ(subs.size(), static_cast<std::size_t>(leaves * per_leaf * s));
+    std::map<std::tuple<int, int, int>, int> per_link;
+    for (const auto& x : subs) {
+      ++per_link[{x.src_leaf, x.path, 0}];
+      ++per_link[{x.dst_leaf, x.path, 1}];
+      EXPECT_DOUBLE_EQ(x.weight, 1.0 / s);
+    }
+    EXPECT_EQ(per_link.size(), static_cast<std::size_t>(leaves * uplinks * 2));
+    for (const auto& [k, n] : per_link) EXPECT_EQ(n, s);
+  }
+}
+
+TEST(PlannerTest, FailedLinksAreAvoidedAndWeightsSpreadTheLoss) {
+  const int leaves = 4, per_leaf = 4, uplinks = 4;
+  Fabric f = makeFabric(uplinks, {{1, 2, 0.0}, {3, 0, 0.0}});
+  Planner p(f);
+  addNodes(p, leaves, per_leaf);
+  JobPlacement job{"ns/j", {}, 1, 3};
+  for (int i = 0; i < per_leaf; ++i) {
+    for (int l = 0; l < leaves; ++l) job.nodes.push_back(node(l, i));
+  }
+  ASSERT_TRUE(p.planJob(job));
+  auto subs = subflowsOf(p, {job}, 100);
+  for (const auto& x : subs) {
+    EXPECT_FALSE((x.src_leaf == 1 || x.dst_leaf == 1) && x.path == 2);
+    EXPECT_FALSE((x.src_leaf == 3 || x.dst_leaf == 3) && x.path == 0);
+  }
+  // 4 flows × 3 subflows over 3 live uplinks: 12 units on 3 links is 4 per link = 4/3 of the
+  // host rate; the fluid optimum is 4/3 too, the plan meets it.
+  EXPECT_NEAR(p.maxLinkLoad(), 4.0 / 3.0, 1e-3);
+  EXPECT_TRUE(std::isfinite(p.maxLinkLoad()));
+}
+
+// A link that fails under a running job: paths and ports stay (live connections keep them),
+// the subflows on the dead link get weight 0 and the others of their connection take the bytes.
+TEST(PlannerTest, LiveFailureChangesOnlyWeights) {
+  const int leaves = 4, per_leaf = 4, uplinks = 4;
+  Planner p(makeFabric(uplinks));
+  addNodes(p, leaves, per_leaf);
+  JobPlacement job{"ns/j", {}, 8, 4};
+  for (int i = 0; i < per_leaf; ++i) {
+    for (int l = 0; l < leaves; ++l) job.nodes.push_back(node(l, i));
+  }
+  ASSERT_TRUE(p.planJob(job));
+  JobPlan before = *p.plan("ns/j");
+  EXPECT_DOUBLE_EQ(p.maxLinkLoad(), 1.0);
+  auto out = p.setLinkState({0, "leaf-2", 1}, 0.0);
+  ASSERT_TRUE(out);
+  EXPECT_EQ(out->changed, std::vector<std::string>{"ns/j"});
+  const JobPlan& after = *p.plan("ns/j");
+  ASSERT_EQ(after.pairs.size(), before.pairs.size());
+  for (std::size_t i = 0; i < after.pairs.size(); ++i) {
+    const auto& a = after.pairs[i];
+    const auto& b = before.pairs[i];
+    double sum = 0;
+    for (std::size_t j = 0; j < a.subflows.size(); ++j) {
+      EXPECT_EQ(a.subflows[j].path, b.subflows[j].path);
+      EXPECT_EQ(a.subflows[j].local_port, b.subflows[j].local_port);
+      sum += a.subflows[j].weight;
+      bool dead =
+          (leafOf(a.local_node) == 2 || leafOf(a.peer_node) == 2) && a.subflows[j].path == 1;
+      if (dead) {
+        EXPECT_EQ(a.subflows[j].weight, 0.0);
+      }
+    }
+    EXPECT_NEAR(sum, 1.0, 1e-9);
+  }
+  // Leaf 2 sends and receives 4 host rates over 3 live uplinks: 4/3 is the fluid optimum; the
+  // weights get within 2% of it.
+  EXPECT_TRUE(std::isfinite(p.maxLinkLoad()));
+  EXPECT_LE(p.maxLinkLoad(), 4.0 / 3.0 * 1.02);
+  EXPECT_GE(p.maxLinkLoad(), 4.0 / 3.0 - 1e-3);
+  // Healing restores equal weights.
+  ASSERT_TRUE(p.setLinkState({0, "leaf-2", 1}, 1.0));
+  EXPECT_EQ(*p.plan("ns/j"), before);
+}
+
+TEST(PlannerTest, PortsAreDistinctPerNodeAndSelectThePlannedPath) {
+  Fabric f = makeFabric(4);
+  PlannerOptions o;
+  o.port_first = 41000;
+  o.port_last = 41999;
+  Planner p(f, o);
+  addNodes(p, 4, 4);
+  std::vector<JobPlacement> jobs;
+  for (int j = 0; j < 2; ++j) {
+    JobPlacement job{"job-" + std::to_string(j), {}, 1, 4, /*both_directions=*/true};
+    for (int l = 0; l < 4; ++l) {
+      job.nodes.push_back(node(l, 2 * j));
+      job.nodes.push_back(node(l, 2 * j + 1));
+    }
+    ASSERT_TRUE(p.planJob(job));
+    jobs.push_back(job);
+  }
+  std::map<std::string, std::set<int>> ports;
+  for (const auto& job : jobs) {
+    for (const auto& pair : p.plan(job.job)->pairs) {
+      for (const auto& s : pair.subflows) {
+        EXPECT_GE(s.local_port, 41000);
+        EXPECT_LE(s.local_port, 41999);
+        EXPECT_EQ(f.pathOfPort(s.local_port), s.path);
+        EXPECT_TRUE(ports[pair.local_node].insert(s.local_port).second)
+            << "port " << s.local_port << " twice on " << pair.local_node;
+      }
+    }
+  }
+}
+
+TEST(PlannerTest, TablePathRuleGivesTablePorts) {
+  FabricSpec spec;
+  spec.spines = 2;
+  spec.uplinks_per_leaf = 2;
+  spec.uplink_speed_gbps = 100;
+  spec.host_link_speed_gbps = 100;
+  spec.rule = PathRule::kTable;
+  spec.port_table = {{50001, 0}, {50007, 1}, {50003, 0}, {50002, 1}};
+  auto f = Fabric::fromSpec(spec);
+  ASSERT_TRUE(f);
+  PlannerOptions o;
+  o.port_first = 50000;
+  o.port_last = 50010;
+  Planner p(*f, o);
+  addNodes(p, 2, 1);
+  ASSERT_TRUE(p.planJob({"j", {node(0, 0), node(1, 0)}, 1, 2}));
+  for (const auto& pair : p.plan("j")->pairs) {
+    std::set<int> seen;
+    for (const auto& s : pair.subflows) {
+      EXPECT_EQ(f->pathOfPort(s.local_port), s.path);
+      seen.insert(s.path);
+    }
+    EXPECT_EQ(seen.size(), 2u);  // 1 connection, 2 subflows, 2 uplinks: one each
+  }
+  // The table has two ports per path: a second job from the same nodes still fits, a third
+  // does not.
+  ASSERT_TRUE(p.planJob({"k", {node(0, 0), node(1, 0)}, 1, 2}));
+  auto third = p.planJob({"l", {node(0, 0), node(1, 0)}, 1, 2});
+  ASSERT_FALSE(third);
+  EXPECT_EQ(third.error().code, ErrorCode::kResourceExhausted);
+}
+
+TEST(PlannerTest, PortExhaustionIsAnErrorAndChangesNothing) {
+  PlannerOptions o;
+  o.port_first = 40000;
+  o.port_last = 40003;  // one port per path on 4 uplinks
+  Planner p(makeFabric(4), o);
+  addNodes(p, 2, 1);
+  ASSERT_TRUE(p.planJob({"a", {node(0, 0), node(1, 0)}, 1, 4}));
+  JobPlan a = *p.plan("a");
+  double load = p.maxLinkLoad();
+  auto r = p.planJob({"b", {node(0, 0), node(1, 0)}, 1, 4});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kResourceExhausted);
+  EXPECT_NE(r.error().message.find("no free source port"), std::string::npos);
+  EXPECT_EQ(p.plan("b"), nullptr);
+  EXPECT_EQ(*p.plan("a"), a);
+  EXPECT_EQ(p.maxLinkLoad(), load);
+}
+
+TEST(PlannerTest, BadInputIsRefusedAndChangesNothing) {
+  FabricSpec spec;
+  spec.planes = 2;
+  spec.spines = 2;
+  spec.uplinks_per_leaf = 2;
+  spec.uplink_speed_gbps = 100;
+  spec.host_link_speed_gbps = 100;
+  Planner p(*Fabric::fromSpec(spec));
+  addNodes(p, 2, 2);
+  ASSERT_TRUE(p.setNode("other-plane", {{"c4.dev/leaf", "leaf-0"}, {"c4.dev/plane", "1"}}));
+  ASSERT_TRUE(p.planJob({"a", {node(0, 0), node(1, 0)}, 1, 2}));
+  JobPlan a = *p.plan("a");
+
+  auto bad_label = p.setNode("n", {{"c4.dev/plane", "0"}});
+  ASSERT_FALSE(bad_label);
+  auto unknown = p.planJob({"b", {node(0, 1), "ghost"}, 1, 2});
+  ASSERT_FALSE(unknown);
+  EXPECT_EQ(unknown.error().code, ErrorCode::kFailedPrecondition);
+  EXPECT_NE(unknown.error().message.find("ghost"), std::string::npos);
+  auto planes = p.planJob({"b", {node(0, 1), "other-plane"}, 1, 2});
+  ASSERT_FALSE(planes);
+  EXPECT_NE(planes.error().message.find("different planes"), std::string::npos);
+  auto placement = p.planJob({"b", {node(0, 1), node(0, 1)}, 1, 2});
+  ASSERT_FALSE(placement);
+  auto link = p.setLinkState({0, "leaf-0", 5}, 0.0);
+  ASSERT_FALSE(link);
+  // Re-planning "a" with a bad placement keeps the old plan of "a".
+  ASSERT_FALSE(p.planJob({"a", {node(0, 0)}, 1, 0}));
+
+  EXPECT_EQ(p.jobs(), std::vector<std::string>{"a"});
+  EXPECT_EQ(*p.plan("a"), a);
+  // A description without plane 1 is refused while a node sits there.
+  spec.planes = 1;
+  auto smaller = p.setFabric(*Fabric::fromSpec(spec));
+  ASSERT_FALSE(smaller);
+  EXPECT_EQ(p.fabric().planes(), 2);
+}
+
+// Planning a second job keeps the first one's paths when planning around them is as good.
+TEST(PlannerTest, IncrementalPlanningKeepsOtherJobs) {
+  Planner p(makeFabric(4));
+  addNodes(p, 4, 4);
+  JobPlacement a{"a", {}, 1, 2};
+  JobPlacement b{"b", {}, 1, 2};
+  for (int l = 0; l < 4; ++l) {
+    a.nodes.push_back(node(l, 0));
+    a.nodes.push_back(node(l, 1));
+    b.nodes.push_back(node(l, 2));
+    b.nodes.push_back(node(l, 3));
+  }
+  ASSERT_TRUE(p.planJob(a));
+  JobPlan plan_a = *p.plan("a");
+  auto out = p.planJob(b);
+  ASSERT_TRUE(out);
+  EXPECT_FALSE(out->moved_other_jobs);
+  EXPECT_EQ(out->changed, std::vector<std::string>{"b"});
+  EXPECT_EQ(*p.plan("a"), plan_a);
+  // Each leaf sends one connection of each job (2 subflows of 50 Gbps each) over 4 uplinks of
+  // 100 Gbps: no two subflows share a link.
+  EXPECT_DOUBLE_EQ(p.maxLinkLoad(), 0.5);
+  // Removing b leaves a as it was; removing it again is a no-op.
+  auto removed = p.removeJob("b");
+  EXPECT_TRUE(removed.changed.empty());
+  EXPECT_EQ(*p.plan("a"), plan_a);
+  EXPECT_EQ(p.plan("b"), nullptr);
+}
+
+// When the first job's paths force a worse plan for the second, the planner moves them: the
+// result is the exhaustive optimum of both jobs together, strictly below the best plan that
+// keeps the first job's paths.
+TEST(PlannerTest, IncrementalPlanningMovesOtherJobsWhenThatLowersTheMaximum) {
+  int found = 0;
+  for (const auto& in : randomInstances(400, /*healthy_equal=*/true, 7)) {
+    if (in.jobs.size() != 2) continue;
+    Fabric f = makeFabric(in.uplinks, in.degraded);
+    Planner p(f);
+    addNodes(p, in.leaves, in.per_leaf);
+    ASSERT_TRUE(p.planJob(in.jobs[0]));
+    auto first = subflowsOf(p, {in.jobs[0]}, 100);
+    auto out = p.planJob(in.jobs[1]);
+    ASSERT_TRUE(out);
+    auto both = subflowsOf(p, in.jobs, 100);
+    // The best plan that keeps job a's paths: brute force over job b's subflows only.
+    std::vector<int> paths = pathsOf(both);
+    for (std::size_t i = 0; i < first.size(); ++i) paths[i] = first[i].path;
+    std::size_t nb = both.size() - first.size();
+    double pinned_best = kInf;
+    std::vector<int> tail(nb, 0);
+    while (true) {
+      for (std::size_t i = 0; i < nb; ++i) paths[first.size() + i] = tail[i];
+      pinned_best = std::min(pinned_best, maxLoad(f, both, paths, false));
+      std::size_t i = 0;
+      while (i < nb && ++tail[i] == in.uplinks) tail[i++] = 0;
+      if (i == nb) break;
+    }
+    double planned = maxLoad(f, both, pathsOf(both), false);
+    EXPECT_NEAR(planned, bruteForce(f, both, in.uplinks), 1e-9) << describe(in);
+    if (out->moved_other_jobs) {
+      ++found;
+      EXPECT_LT(planned, pinned_best - 1e-9) << describe(in);
+      EXPECT_NE(std::find(out->changed.begin(), out->changed.end(), "job-a"), out->changed.end());
+    } else {
+      EXPECT_NEAR(planned, pinned_best, 1e-9) << describe(in);
+    }
+  }
+  EXPECT_GT(found, 0) << "no instance needed the first job moved";
+}
+
+TEST(PlannerTest, DeterministicForEqualInputs) {
+  auto run = [] {
+    Planner p(makeFabric(8, {{2, 3, 0.5}}));
+    addNodes(p, 6, 8);
+    std::mt19937_64 rng(42);
+    std::vector<std::string> nodes;
+    for (int l = 0; l < 6; ++l) {
+      for (int i = 0; i < 8; ++i) nodes.push_back(node(l, i));
+    }
+    std::shuffle(nodes.begin(), nodes.end(), rng);
+    EXPECT_TRUE(p.planJob({"x", {nodes.begin(), nodes.begin() + 20}, 8, 4}));
+    EXPECT_TRUE(p.planJob({"y", {nodes.begin() + 20, nodes.end()}, 8, 3}));
+    return std::make_pair(*p.plan("x"), *p.plan("y"));
+  };
+  EXPECT_EQ(run(), run());
+}
+
+// A new description keeps telemetry and the paths and ports of live connections; only weights
+// follow the new capacities.
+TEST(PlannerTest, NewFabricDescriptionKeepsPathsAndTelemetry) {
+  Planner p(makeFabric(4));
+  addNodes(p, 2, 4);
+  JobPlacement job{"j", {}, 1, 4};
+  for (int i = 0; i < 4; ++i) {
+    for (int l = 0; l < 2; ++l) job.nodes.push_back(node(l, i));
+  }
+  ASSERT_TRUE(p.planJob(job));
+  JobPlan before = *p.plan("j");
+  ASSERT_TRUE(p.setLinkState({0, "leaf-1", 3}, 0.0));
+  auto out = p.setFabric(makeFabric(4, {{0, 0, 0.5}}));
+  ASSERT_TRUE(out) << out.error().toString();
+  EXPECT_DOUBLE_EQ(p.fabric().capacityFraction(0, "leaf-1", 3, Direction::kUp), 0.0);
+  EXPECT_DOUBLE_EQ(p.fabric().capacityFraction(0, "leaf-0", 0, Direction::kUp), 0.5);
+  const JobPlan& after = *p.plan("j");
+  ASSERT_EQ(after.pairs.size(), before.pairs.size());
+  for (std::size_t i = 0; i < after.pairs.size(); ++i) {
+    for (std::size_t j = 0; j < after.pairs[i].subflows.size(); ++j) {
+      EXPECT_EQ(after.pairs[i].subflows[j].path, before.pairs[i].subflows[j].path);
+      EXPECT_EQ(after.pairs[i].subflows[j].local_port, before.pairs[i].subflows[j].local_port);
+      if (after.pairs[i].subflows[j].path == 3) {
+        EXPECT_EQ(after.pairs[i].subflows[j].weight, 0.0);
+      }
+    }
+  }
+  EXPECT_TRUE(std::isfinite(p.maxLinkLoad()));
+}
+
+// A job inside one leaf uses no uplink: no pairs, but the planes of its nodes are named.
+TEST(PlannerTest, JobInsideOneLeafHasNoPairs) {
+  Planner p(makeFabric(2));
+  addNodes(p, 1, 3);
+  auto out = p.planJob({"j", {node(0, 0), node(0, 1), node(0, 2)}, 8, 4});
+  ASSERT_TRUE(out);
+  EXPECT_EQ(out->changed, std::vector<std::string>{"j"});
+  EXPECT_TRUE(p.plan("j")->pairs.empty());
+  EXPECT_EQ(p.plan("j")->planes.size(), 3u);
+  EXPECT_EQ(p.maxLinkLoad(), 0.0);
+  EXPECT_TRUE(p.linkLoads().empty());
+}
+
+// Planes are separate networks: leaves of the same name in two planes share no link.
+TEST(PlannerTest, PlanesDoNotShareLinks) {
+  FabricSpec spec;
+  spec.planes = 2;
+  spec.spines = 1;
+  spec.uplinks_per_leaf = 1;
+  spec.uplink_speed_gbps = 100;
+  spec.host_link_speed_gbps = 100;
+  Planner p(*Fabric::fromSpec(spec));
+  for (int plane : {0, 1}) {
+    for (int l : {0, 1}) {
+      ASSERT_TRUE(p.setNode(
+          "p" + std::to_string(plane) + "-" + std::to_string(l),
+          {{"c4.dev/leaf", "leaf-" + std::to_string(l)}, {"c4.dev/plane", std::to_string(plane)}}));
+    }
+  }
+  ASSERT_TRUE(p.planJob({"a", {"p0-0", "p0-1"}, 1, 1}));
+  ASSERT_TRUE(p.planJob({"b", {"p1-0", "p1-1"}, 1, 1}));
+  EXPECT_DOUBLE_EQ(p.maxLinkLoad(), 1.0);  // 2.0 if the planes shared the one uplink
+  auto loads = p.linkLoads();
+  ASSERT_EQ(loads.size(), 8u);  // 2 planes × 2 leaves × (up, down)
+  for (const auto& l : loads) EXPECT_DOUBLE_EQ(l.load, 1.0);
+  EXPECT_EQ(p.plan("b")->planes, (std::map<std::string, int>{{"p1-0", 1}, {"p1-1", 1}}));
+  EXPECT_EQ(p.plan("b")->pairs[0].plane, 1);
+}
+
+TEST(PlannerTest, ModesParse) {
+  EXPECT_EQ(parseMode("Off"), Mode::kOff);
+  EXPECT_EQ(parseMode("Advisory"), Mode::kAdvisory);
+  EXPECT_EQ(parseMode("Enforce"), Mode::kEnforce);
+  auto bad = parseMode("enforce");
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().message,
+            "trafficPlanning.mode: \"enforce\" is not one of Off, Advisory, Enforce");
+  for (Mode m : {Mode::kOff, Mode::kAdvisory, Mode::kEnforce}) EXPECT_EQ(parseMode(modeName(m)), m);
+}
+
+TEST(PlannerTest, LinkLoadsReportWhatTheLinksCarry) {
+  Planner p(makeFabric(2, {}, 100, 50));
+  addNodes(p, 2, 1);
+  ASSERT_TRUE(p.planJob({"j", {node(0, 0), node(1, 0)}, 1, 1}));
+  auto loads = p.linkLoads();
+  // Two connections (0->1, 1->0), one subflow each at 100 Gbps, on 50 Gbps uplinks.
+  ASSERT_EQ(loads.size(), 4u);
+  for (const auto& l : loads) {
+    EXPECT_DOUBLE_EQ(l.carried_gbps, 100);
+    EXPECT_DOUBLE_EQ(l.capacity_gbps, 50);
+    EXPECT_DOUBLE_EQ(l.load, 2.0);
+  }
+  EXPECT_DOUBLE_EQ(p.maxLinkLoad(), 2.0);
+}
+
+}  // namespace
+}  // namespace c4::op::c4p
