@@ -61,13 +61,22 @@ Status HttpServer::start(const std::string& host, int port) {
     return makeError(ErrorCode::kUnavailable,
                      "cannot listen on " + host + ":" + std::to_string(port));
   }
-  thread_ = std::thread([this] { server_->listen_after_bind(); });
+  done_.store(false);
+  thread_ = std::thread([this] {
+    server_->listen_after_bind();
+    done_.store(true);
+  });
   return okStatus();
 }
 
 void HttpServer::stop() {
-  if (server_) server_->stop();
-  if (thread_.joinable()) thread_.join();
+  if (!thread_.joinable()) return;
+  // Server::stop() does nothing until the listening thread has started to accept: repeat it.
+  while (!done_.load()) {
+    server_->stop();
+    std::this_thread::yield();
+  }
+  thread_.join();
 }
 
 }  // namespace c4::node

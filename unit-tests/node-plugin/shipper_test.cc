@@ -353,17 +353,7 @@ TEST_F(ShipperTest, StopGivesUpAtTheDeadline) {
 class HttpsShipperTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string d = dir_.path();
-    const std::string cmd =
-        "cd " + d +
-        " && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
-        "-keyout ca.key -out ca.crt -days 1 -subj /CN=c4-test-ca >/dev/null 2>&1"
-        " && openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
-        "-keyout srv.key -out srv.csr -subj /CN=localhost >/dev/null 2>&1"
-        " && printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > ext.cnf"
-        " && openssl x509 -req -in srv.csr -CA ca.crt -CAkey ca.key -CAcreateserial "
-        "-out srv.crt -days 1 -extfile ext.cnf >/dev/null 2>&1";
-    ASSERT_EQ(std::system(cmd.c_str()), 0);
+    ASSERT_TRUE(testing::makeTestCertificates(dir_.path()));
     server_ = std::make_unique<httplib::SSLServer>((dir_ / "srv.crt").c_str(),
                                                    (dir_ / "srv.key").c_str());
     ASSERT_TRUE(server_->is_valid());

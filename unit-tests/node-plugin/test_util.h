@@ -46,6 +46,21 @@ inline std::string readFile(const std::string& path) {
   return buf.str();
 }
 
+// Makes a throwaway CA (ca.crt) and a serving certificate for localhost/127.0.0.1 (srv.crt,
+// srv.key) in `dir` with the openssl CLI. Returns whether it worked.
+inline bool makeTestCertificates(const std::string& dir) {
+  const std::string cmd =
+      "cd " + dir +
+      " && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
+      "-keyout ca.key -out ca.crt -days 1 -subj /CN=c4-test-ca >/dev/null 2>&1"
+      " && openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
+      "-keyout srv.key -out srv.csr -subj /CN=localhost >/dev/null 2>&1"
+      " && printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > ext.cnf"
+      " && openssl x509 -req -in srv.csr -CA ca.crt -CAkey ca.key -CAcreateserial "
+      "-out srv.crt -days 1 -extfile ext.cnf >/dev/null 2>&1";
+  return std::system(cmd.c_str()) == 0;
+}
+
 // A pod of TrainingJob `job` (replica `index`, attempt `attempt`) on `node`.
 inline op::Json jobPod(const std::string& ns, const std::string& name, const std::string& uid,
                        const std::string& node, const std::string& job, int index, int attempt,

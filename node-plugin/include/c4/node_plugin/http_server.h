@@ -3,6 +3,7 @@
 // while the readiness check passes; the body names what is not ready).
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -38,6 +39,7 @@ class HttpServer {
  private:
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
+  std::atomic<bool> done_{true};
   int port_ = 0;
 };
 
