@@ -368,9 +368,14 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
   std::vector<double> rates;
   for (std::size_t i = 0; i < edges.size(); ++i) {
     Edge& e = edges[i];
-    ++outDegree[static_cast<std::size_t>(e.src)];
     const Side* rcv = e.recv >= 0 ? &sides[static_cast<std::size_t>(e.recv)] : nullptr;
     const Side* snd = e.send >= 0 ? &sides[static_cast<std::size_t>(e.send)] : nullptr;
+    // A peer counts towards a rank's degree only over a connection in use (bytes moved or ops
+    // posted at either end): a job that opens connections to every peer but runs a ring must not
+    // need evidence from peers that never talk to the rank.
+    const bool in_use = (rcv && (rcv->bytes > 0 || rcv->inflight > 0)) ||
+                        (snd && (snd->bytes > 0 || snd->inflight > 0));
+    if (in_use) ++outDegree[static_cast<std::size_t>(e.src)];
     if (rcv && reporting[static_cast<std::size_t>(e.dst)]) {
       if (rcv->inflight > 0) {
         const double stall = secs(now - std::max(lastProgress[i], stallFloor));
@@ -540,10 +545,13 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
       const double threshold =
           frozen ? relaxedIf(off, th.silenceSeconds) : relaxedIf(off, th.hangSeconds);
       if (frozen) {
+        const std::string silence = silentFor[ur] == kInf
+                                        ? std::string("has not reported")
+                                        : strf("stopped reporting %.1f s ago", silentFor[ur]);
         v.evidence.message = strf(
-            "rank %d on node %s stopped reporting %.1f s ago while its pod runs; %d of %d peers "
-            "wait on it with no bytes moving (longest %.1f s, threshold silenceSeconds %.1f s)",
-            r, ns.name.c_str(), silentFor[ur], waiters[ur], outDegree[ur], maxWaitOn[ur],
+            "rank %d on node %s %s while its pod runs; %d of %d peers wait on it with no bytes "
+            "moving (longest %.1f s, threshold silenceSeconds %.1f s)",
+            r, ns.name.c_str(), silence.c_str(), waiters[ur], outDegree[ur], maxWaitOn[ur],
             threshold);
       } else {
         v.evidence.message = strf(
@@ -553,11 +561,12 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
       }
       if (ranks.size() > 1) v.evidence.message += "; ranks " + rankList(ranks);
       if (v.nodeEvidence) v.evidence.message += "; node health: " + ns.healthDetail;
-      v.evidence.numbers = {{"waitingPeers", static_cast<double>(waiters[ur])},
-                            {"peers", static_cast<double>(outDegree[ur])},
-                            {"longestWaitSeconds", maxWaitOn[ur]},
-                            {"thresholdSeconds", threshold},
-                            {"silentSeconds", frozen ? silentFor[ur] : 0.0}};
+      v.evidence.numbers = {
+          {"waitingPeers", static_cast<double>(waiters[ur])},
+          {"peers", static_cast<double>(outDegree[ur])},
+          {"longestWaitSeconds", maxWaitOn[ur]},
+          {"thresholdSeconds", threshold},
+          {"silentSeconds", frozen && silentFor[ur] != kInf ? silentFor[ur] : 0.0}};
       candidates.push_back(std::move(c));
     }
   }

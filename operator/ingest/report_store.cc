@@ -295,7 +295,7 @@ StoreStats ReportStore::stats() const {
   return s;
 }
 
-Json ReportStore::summary(std::string_view ns, std::string_view job_name) const {
+Json ReportStore::summary(std::string_view ns, std::string_view job_name, bool connections) const {
   std::shared_lock lock(mu_);
   Json jobs = Json::array();
   for (const auto& [key, job] : jobs_) {
@@ -318,6 +318,26 @@ Json ReportStore::summary(std::string_view ns, std::string_view job_name) const 
            {"connections", rank.connections.size()},
            {"connectionSamples", samples},
            {"progressStep", rank.progress ? Json(rank.progress->step) : Json(nullptr)}});
+      if (connections) {
+        // The newest sample of each connection: what the analyser reads.
+        Json conns = Json::array();
+        for (const auto& [id, c] : rank.connections) {
+          if (c.samples.empty()) continue;
+          const report::ConnectionStats& st = c.samples.back().stats;
+          conns.push_back({{"id", id},
+                           {"direction", std::string(report::directionName(st.direction))},
+                           {"peerRank", st.peerRank},
+                           {"peerNode", st.peerNode},
+                           {"bytes", st.bytes},
+                           {"ops", st.ops},
+                           {"inflight", st.inflight},
+                           {"oldestInflightUs", st.oldestInflightUs},
+                           {"waitSumUs", st.wait.sumUs},
+                           {"transferSumUs", st.transfer.sumUs},
+                           {"reportSeq", c.samples.back().report_seq}});
+        }
+        ranks.back()["connectionDetail"] = std::move(conns);
+      }
     }
     Json entry = {
         {"namespace", job.ns},

@@ -192,7 +192,10 @@ class ReportStore {
   [[nodiscard]] StoreStats stats() const;
   // The debug summary (GET /debug/reports): for one job (ns and job set) or every job in `ns`
   // (or everything when both are empty): ranks reporting, last seen, counts, checkpoint.
-  [[nodiscard]] Json summary(std::string_view ns, std::string_view job) const;
+  // `connections`: with each rank's connections as last reported (GET /debug/reports?...&
+  // connections=1).
+  [[nodiscard]] Json summary(std::string_view ns, std::string_view job,
+                             bool connections = false) const;
   [[nodiscard]] const ReportStoreConfig& config() const { return config_; }
 
  private:

@@ -184,7 +184,8 @@ Status Manager::build(const KubeConfig& kube_config) {
   });
   server_.handle("/debug/reports", [this](const HttpRequest& request) {
     if (!ingest_) return HttpReply{404, "text/plain", "the report endpoint is disabled\n"};
-    Json summary = ingest_->store().summary(request.param("namespace"), request.param("job"));
+    Json summary = ingest_->store().summary(request.param("namespace"), request.param("job"),
+                                            request.param("connections") == "1");
     return HttpReply{200, "application/json", summary.dump(2) + "\n"};
   });
   return okStatus();

@@ -141,8 +141,11 @@ Result<bool> NodeRemediator::takeSlot(const std::string& node, bool record, std:
     for (const auto& r : records) {
       if (r.node == node) return true;
     }
+    // At least one node when cordoning is allowed at all: a small cluster must be able to take
+    // its one faulty node out (0 disables cordons).
     auto limit =
         static_cast<std::size_t>(std::floor(config_.max_fraction * static_cast<double>(total)));
+    if (config_.max_fraction > 0.0 && limit == 0) limit = 1;
     if (ours.size() + 1 > limit) {
       why = "circuit breaker: " + std::to_string(ours.size()) + " of " + std::to_string(total) +
             " nodes already cordoned by c4 (limit " + std::to_string(limit) + ")";

@@ -34,7 +34,7 @@ inline constexpr const char* kFaultyTaintKey = "c4.dev/faulty";
 
 struct NodeActionConfig {
   std::string identity = "c4-operator";  // written to c4.dev/cordoned-by
-  double max_fraction = 0.1;             // of all nodes, cordoned by us at once
+  double max_fraction = 0.1;  // of all nodes, cordoned by us at once (at least 1; 0 = none)
   int max_cordons_per_window = 3;
   Duration window = std::chrono::hours{1};
   bool dry_run = false;  // operator-wide: decide and report, never act

@@ -498,3 +498,92 @@ TEST(C4dAnalyser, ReportSampleCopiesTheConnectionCounters) {
 
 }  // namespace
 }  // namespace c4::c4d::testing
+
+namespace c4::c4d {
+namespace {
+
+// A job that opens a connection to every peer but runs a one-way ring (c4-netbench does): the
+// unused connections must not raise the evidence a frozen rank needs from its peers.
+TEST(C4dAnalyserMesh, FrozenRankInAOneWayRingOverAFullMeshIsFound) {
+  constexpr int kRanks = 4;
+  JobSnapshot snap;
+  snap.ns = "team";
+  snap.name = "ring";
+  snap.worldSize = kRanks;
+  for (int i = 0; i < kRanks; ++i) {
+    NodeSnapshot node;
+    node.name = "node-" + std::to_string(i);
+    snap.nodes.push_back(node);
+  }
+  snap.ranks.resize(kRanks);
+  for (int r = 0; r < kRanks; ++r) {
+    snap.ranks[static_cast<std::size_t>(r)].node = r;
+    snap.ranks[static_cast<std::size_t>(r)].podState = PodState::kRunning;
+  }
+  JobAnalyser analyser;
+  WallTime t{std::chrono::seconds{1'800'000'000}};
+  std::uint64_t moved = 0;
+  const int kFreezeAt = 10;
+  std::optional<Verdict> found;
+  int found_at = -1;
+  for (int w = 0; w < 40 && !found; ++w) {
+    t += std::chrono::seconds{1};
+    const bool frozen = w >= kFreezeAt;
+    if (!frozen) moved += 64 << 20;
+    for (int r = 0; r < kRanks; ++r) {
+      if (frozen && r == 2) continue;  // SIGSTOPped: no reports
+      ReportSample s;
+      s.time = t;
+      s.intervalMs = 1000;
+      std::uint64_t id = 1;
+      for (int p = 0; p < kRanks; ++p) {
+        if (p == r) continue;
+        const bool ring_out = p == (r + 1) % kRanks;
+        const bool ring_in = r == (p + 1) % kRanks;
+        ConnSample send;
+        send.id = id++;
+        send.direction = report::Direction::kSend;
+        send.peerRank = p;
+        ConnSample recv;
+        recv.id = id++;
+        recv.direction = report::Direction::kRecv;
+        recv.peerRank = p;
+        if (ring_out) {
+          send.bytes = moved;
+          send.ops = moved >> 16;
+          send.transfer.count = 10;
+          send.transfer.sumUs = 30000;
+        }
+        if (ring_in) {
+          recv.bytes = moved;
+          recv.ops = moved >> 16;
+          recv.transfer.count = 10;
+          recv.transfer.sumUs = 30000;
+          // After the freeze everyone ends up waiting on its upstream.
+          recv.inflight = 1;
+          recv.oldestInflightUs =
+              frozen ? static_cast<std::uint64_t>(w - kFreezeAt) * 1000000 : 500;
+        }
+        s.connections.push_back(send);
+        s.connections.push_back(recv);
+      }
+      auto& reports = snap.ranks[static_cast<std::size_t>(r)].reports;
+      reports.push_back(std::move(s));
+      if (reports.size() > 3) reports.erase(reports.begin());
+    }
+    auto result = analyser.tick(snap, t);
+    ASSERT_TRUE(result) << result.error().toString();
+    for (const auto& v : result->verdicts) {
+      found = v;
+      found_at = w;
+    }
+  }
+  ASSERT_TRUE(found) << "the frozen rank was not found";
+  EXPECT_EQ(found->faultClass, FaultClass::kNonCommHang);
+  EXPECT_EQ(found->culprit.node, "node-2");
+  EXPECT_LE(found_at - kFreezeAt, 10);
+  EXPECT_THAT(found->evidence.message, ::testing::HasSubstr("1 of 1 peers wait on it"));
+}
+
+}  // namespace
+}  // namespace c4::c4d

@@ -121,6 +121,19 @@ TEST(NodeActionsTest, BreakerCapsTheFractionOfNodes) {
   EXPECT_EQ(f.eventReasons().back(), "CordonSkipped");
 }
 
+TEST(NodeActionsTest, ASmallClusterMayStillCordonOneNode) {
+  Fixture f(5);
+  NodeActionConfig c = permissive();
+  c.max_fraction = 0.1;  // 0.5 of 5 nodes: still one
+  auto r = f.remediator(c);
+  EXPECT_EQ(*r.cordon("node-0", "x"), CordonOutcome::kCordoned);
+  EXPECT_EQ(*r.cordon("node-1", "x"), CordonOutcome::kBreakerOpen);
+  c.max_fraction = 0.0;  // off
+  Fixture g(5);
+  auto off = g.remediator(c);
+  EXPECT_EQ(*off.cordon("node-0", "x"), CordonOutcome::kBreakerOpen);
+}
+
 TEST(NodeActionsTest, BreakerCapsTheRateAndRecoversAfterTheWindow) {
   Fixture f(100);
   NodeActionConfig c = permissive();

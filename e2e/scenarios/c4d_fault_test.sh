@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# e2e: C4D end to end on a private test cluster (root only; exit 77 = skipped otherwise).
+# 5 KWOK nodes on 2 leaves of the netns fabric, pods as processes, the operator on the host with
+# its report endpoint, node plugins as a DaemonSet. A TrainingJob of 4 c4-netbench ranks (training
+# mode, one per node, checkpoints every 20 steps) trains through the NCCL plugin; then a fault is
+# injected into one rank:
+#   freeze (default)  SIGSTOP the rank's process: it stops posting and reporting while its pod
+#                     runs; its peers wait on it -> non-communication hang of its node
+#   crash             SIGKILL the rank's process: the pod fails -> whole-job restart, no cordon
+# Checks (freeze): C4D names the frozen rank's node (Event FaultDetected on the TrainingJob,
+# FaultSuspected and NodeCordoned on the Node), the node is cordoned and tainted
+# c4.dev/faulty:NoSchedule, the job restarts as attempt 1 from status.lastCheckpoint away from
+# that node without spending the user's restart budget, and runs to completion (the ranks resume
+# from the checkpoint step). Prints the timeline: fault -> verdict -> cordon -> restart -> done.
+#
+#   c4d_fault_test.sh <build dir> <work dir> [freeze|crash]   (C4_E2E_KEEP=1 keeps it running)
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+# shellcheck source=lib/c4.sh
+source "$ROOT/e2e/scenarios/lib/c4.sh"
+FAULT=${3:-freeze}
+[[ $FAULT == freeze || $FAULT == crash ]] || { echo "fault must be freeze or crash" >&2; exit 2; }
+c4_scenario_init "$1" "$2"
+
+c4_cluster_up 5
+c4_install_c4
+
+tj() { kubectl get tj -n "$NS" train -o jsonpath="$1"; }
+now_s() { date +%s.%N; }
+T_START=$(now_s)
+mkdir -p "$WORK/ckpt"
+kubectl apply -n "$NS" -f - >/dev/null <<YAML
+apiVersion: c4.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: train}
+spec:
+  replicas: 4
+  checkpoint: {dir: $WORK/ckpt}
+  faultTolerance: {maxRestarts: 2, restartBackoffSeconds: 1}
+  template:
+    metadata:
+      annotations: {c4.dev/runner: process}
+    spec:
+      terminationGracePeriodSeconds: 2
+      affinity:
+        podAntiAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+          - labelSelector: {matchLabels: {c4.dev/job-name: train}}
+            topologyKey: kubernetes.io/hostname
+      containers:
+      - name: trainer
+        image: c4/netbench
+        args: [--steps, "700", --step-compute-ms, "60", --state-bytes, 256K, --json,
+               --checkpoint-dir, \$(C4_CHECKPOINT_DIR), --checkpoint-every, "20"]
+YAML
+wait_until 90 "train Running" bash -c "[[ \$(kubectl get tj -n $NS train -o jsonpath='{.status.phase}') == Running ]]"
+wait_until 90 "a first checkpoint" bash -c \
+  "[[ \$(kubectl get tj -n $NS train -o jsonpath='{.status.lastCheckpoint.step}') -ge 40 ]]"
+step_before=$(tj '{.status.lastCheckpoint.step}')
+victim_pod=train-2
+victim_node=$(kubectl get pod -n "$NS" "$victim_pod" -o jsonpath='{.spec.nodeName}')
+echo "training: attempt 0 running, checkpoint at step $step_before; fault: $FAULT rank 2 ($victim_pod on $victim_node)"
+
+T_FAULT=$(now_s)
+case $FAULT in
+  freeze) "$TESTENV" pod-signal --dir "$CLUSTER" "$NS/$victim_pod" STOP ;;
+  crash) "$TESTENV" pod-signal --dir "$CLUSTER" "$NS/$victim_pod" KILL ;;
+esac
+
+event_time() {  # event_time <object name> <reason>: creation time of the first such Event, or ""
+  kubectl get events -A --field-selector "involvedObject.name=$1,reason=$2" \
+    -o jsonpath='{.items[0].metadata.creationTimestamp}' 2>/dev/null
+}
+wait_until 60 "restart to attempt 1" bash -c "[[ \$(kubectl get tj -n $NS train -o jsonpath='{.status.attempt}') == 1 ]]"
+T_RESTART=$(now_s)
+if [[ $FAULT == freeze ]]; then
+  wait_until 10 "Event FaultDetected" bash -c "[[ -n \$(kubectl get events -n $NS --field-selector involvedObject.name=train,reason=FaultDetected -o name) ]]"
+  detected=$(kubectl get events -n "$NS" --field-selector involvedObject.name=train,reason=FaultDetected \
+    -o jsonpath='{.items[0].message}')
+  echo "verdict: $detected"
+  [[ $detected == *"nonCommHang of node $victim_node"* ]] || fail "the verdict does not name $victim_node"
+  wait_until 20 "$victim_node cordoned" bash -c \
+    "[[ \$(kubectl get node $victim_node -o jsonpath='{.spec.unschedulable}') == true ]]"
+  taints=$(kubectl get node "$victim_node" -o jsonpath='{.spec.taints[*].key}')
+  [[ $taints == *c4.dev/faulty* ]] || fail "$victim_node lacks the c4.dev/faulty taint ($taints)"
+  [[ -n $(event_time "$victim_node" NodeCordoned) ]] || fail "no NodeCordoned Event on $victim_node"
+  [[ -n $(event_time "$victim_node" FaultSuspected) ]] || fail "no FaultSuspected Event on $victim_node"
+  history=$(kubectl get node "$victim_node" -o jsonpath='{.metadata.annotations.c4\.dev/fault-history}')
+  [[ $history == *nonCommHang* ]] || fail "no fault history on $victim_node: $history"
+  [[ $(tj '{.status.faults[-1:].class}') == nonCommHang ]] || fail "status.faults lacks the verdict"
+  [[ $(tj '{.status.restartsCountTowardsMax}') == 0 ]] || fail "a C4 diagnosis spent the user's budget"
+  [[ $(tj '{.status.avoidNodes}') == *"$victim_node"* ]] || fail "status.avoidNodes lacks $victim_node"
+  echo "node $victim_node: cordoned, tainted c4.dev/faulty:NoSchedule, fault history: $history"
+else
+  [[ $(kubectl get node "$victim_node" -o jsonpath='{.spec.unschedulable}') != true ]] \
+    || fail "a crash without node evidence cordoned $victim_node"
+  [[ $(tj '{.status.faults[-1:].class}') == crash ]] || fail "status.faults lacks the crash"
+fi
+
+wait_until 90 "attempt 1 Running" bash -c "[[ \$(kubectl get tj -n $NS train -o jsonpath='{.status.phase}') == Running ]]"
+T_RUNNING=$(now_s)
+resume=$(kubectl get pod -n "$NS" train-0 \
+  -o jsonpath='{.spec.containers[0].env[?(@.name=="C4_RESUME_STEP")].value}')
+[[ $resume -ge $step_before ]] || fail "attempt 1 resumes from step '$resume', not from the checkpoint (>= $step_before)"
+if [[ $FAULT == freeze ]]; then
+  for p in train-0 train-1 train-2 train-3; do
+    [[ $(kubectl get pod -n "$NS" "$p" -o jsonpath='{.spec.nodeName}') != "$victim_node" ]] \
+      || fail "$p of attempt 1 runs on the faulty node $victim_node"
+  done
+fi
+echo "attempt 1: running from checkpoint step $resume"
+
+wait_until 240 "train Succeeded" bash -c "[[ \$(kubectl get tj -n $NS train -o jsonpath='{.status.phase}') == Succeeded ]]"
+T_DONE=$(now_s)
+resumed=$(grep -ho '"resumedFrom":[0-9]*' "$CLUSTER"/pods/"$NS"/train-0/trainer.log | tail -1 | cut -d: -f2)
+[[ ${resumed:-0} -ge $step_before ]] || fail "the ranks did not resume from the checkpoint (resumedFrom=$resumed)"
+echo "done: the ranks resumed from step $resumed and completed"
+kubectl describe tj -n "$NS" train | sed -n '/^Events:/,$p'
+python3 - "$T_START" "$T_FAULT" "$T_RESTART" "$T_RUNNING" "$T_DONE" "$FAULT" <<'PY'
+import sys
+start, fault, restart, running, done = map(float, sys.argv[1:6])
+print(f"timeline ({sys.argv[6]}): fault at +{fault - start:.1f}s; restart started "
+      f"{restart - fault:.1f}s after the fault; attempt 1 running after {running - fault:.1f}s; "
+      f"job done at +{done - start:.1f}s")
+PY
+echo "PASS: C4D $FAULT -> detection -> restart from checkpoint -> completion"

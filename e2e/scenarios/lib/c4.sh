@@ -1,0 +1,171 @@
+# Shared steps of the e2e scenarios and the demo (sourced, not run; the caller sets ROOT).
+#
+#   c4_scenario_init <build dir> <work dir>      paths, root check (exit 77), a fresh work dir,
+#                                                cleanup on exit (C4_E2E_KEEP=1 keeps it all)
+#   c4_cluster_up <nodes> [testenv up args...]   private cluster: fabric, pods, one host port
+#   c4_install_c4 [operator args...]             CRD, PKI, RBAC, operator on the host (TLS report
+#                                                endpoint forwarded into every node netns),
+#                                                node plugin DaemonSet; sets OP_PID, OP_METRICS
+# shellcheck shell=bash
+
+TESTENV=$ROOT/e2e/testenv/testenv.sh
+NS=${NS:-c4-e2e}
+SYS=${SYS:-c4-system}
+OP_PID=""
+
+c4_scenario_init() {
+  BUILD=$(cd "${1:?usage: $0 <build dir> <work dir>}" && pwd)
+  WORK=${2:?usage: $0 <build dir> <work dir>}
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "SKIP: the netns fabric and pods as processes need root"
+    exit 77
+  fi
+  OPERATOR=$BUILD/operator/c4-operator
+  NODE_PLUGIN=$BUILD/node-plugin/c4-node-plugin
+  NETBENCH=$BUILD/nccl-net-plugin/netbench/c4-netbench
+  PLUGIN_SO=$BUILD/nccl-net-plugin/libnccl-net-c4.so
+  local f
+  for f in "$OPERATOR" "$NODE_PLUGIN" "$NETBENCH" "$PLUGIN_SO"; do
+    [[ -e $f ]] || { echo "FAIL: $f not built" >&2; exit 1; }
+  done
+  rm -rf "$WORK" && mkdir -p "$WORK"
+  WORK=$(cd "$WORK" && pwd)
+  CLUSTER=$WORK/cluster
+  trap c4_cleanup EXIT
+}
+
+c4_cleanup() {
+  if [[ -n ${C4_E2E_KEEP:-} ]]; then
+    echo "kept: $CLUSTER (operator pid $OP_PID; source $CLUSTER/env)"
+    return
+  fi
+  [[ -n $OP_PID ]] && kill "$OP_PID" 2>/dev/null && wait "$OP_PID" 2>/dev/null || true
+  "$TESTENV" down --dir "$CLUSTER" >/dev/null 2>&1 || true
+}
+
+fail() {
+  echo "FAIL: $*" >&2
+  echo "--- operator log (tail)" >&2
+  tail -n 40 "$WORK/operator.log" >&2 || true
+  local f
+  for f in "$CLUSTER"/pods/"$SYS"/*/node-plugin.log; do
+    [[ -f $f ]] && { echo "--- $f (tail)" >&2; tail -n 15 "$f" >&2; }
+  done
+  exit 1
+}
+
+wait_until() {  # wait_until <seconds> <description> <command...>
+  local secs=$1 what=$2 i
+  shift 2
+  for ((i = 0; i < secs * 5; i++)); do
+    if "$@" >/dev/null 2>&1; then return 0; fi
+    sleep 0.2
+  done
+  fail "timed out after ${secs}s waiting for: $what"
+}
+
+c4_cluster_up() {
+  local nodes=$1
+  shift
+  "$TESTENV" up --dir "$CLUSTER" --nodes "$nodes" --leaves 2 --spines 2 --fabric --pods \
+    --host-ports 1 "$@"
+  # shellcheck disable=SC1091
+  source "$CLUSTER/env"
+  REPORT_PORT=$C4_TESTENV_HOST_PORTS
+  C4_NODES=$nodes
+}
+
+c4_install_c4() {
+# ---- PKI: a CA and the operator's serving certificate for 127.0.0.1 ---------------------------
+openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=c4-e2e-ca \
+  -keyout "$WORK/ca.key" -out "$WORK/ca.crt" 2>/dev/null
+openssl req -newkey rsa:2048 -nodes -subj /CN=c4-operator -keyout "$WORK/tls.key" \
+  -out "$WORK/tls.csr" 2>/dev/null
+printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n' >"$WORK/ext.cnf"
+openssl x509 -req -in "$WORK/tls.csr" -CA "$WORK/ca.crt" -CAkey "$WORK/ca.key" -CAcreateserial \
+  -days 1 -extfile "$WORK/ext.cnf" -out "$WORK/tls.crt" 2>/dev/null
+
+# ---- CRD, namespaces, the node plugin's ServiceAccount and RBAC ---------------------------------
+kubectl apply -f "$ROOT/crds/trainingjob.yaml" >/dev/null
+kubectl wait --for condition=established crd/trainingjobs.c4.dev --timeout=60s >/dev/null
+kubectl create namespace "$SYS" >/dev/null
+kubectl create namespace "$NS" >/dev/null
+kubectl create serviceaccount -n "$SYS" c4-node-plugin >/dev/null
+kubectl create clusterrole c4-node-plugin --verb=get,list,watch --resource=pods >/dev/null
+kubectl create clusterrolebinding c4-node-plugin --clusterrole=c4-node-plugin \
+  --serviceaccount="$SYS:c4-node-plugin" >/dev/null
+kubectl create configmap -n "$SYS" c4-operator-ca --from-file=ca.crt="$WORK/ca.crt" >/dev/null
+
+# ---- The operator (host process; the report port is forwarded into every node netns) ----------
+"$OPERATOR" --kubeconfig "$KUBECONFIG" --namespace "$NS" --leader-elect=false \
+  --metrics-address 127.0.0.1 --metrics-port 0 "$@" \
+  --report-bind-address "127.0.0.1:$REPORT_PORT" --tls-cert-file "$WORK/tls.crt" \
+  --tls-key-file "$WORK/tls.key" --report-audience c4-operator \
+  --report-serviceaccount "$SYS/c4-node-plugin" >"$WORK/operator.log" 2>&1 &
+OP_PID=$!
+wait_until 30 "operator metrics port" grep -qE 'metricsPort=[1-9]' "$WORK/operator.log"
+OP_METRICS=$(grep -m1 -oE 'metricsPort=[0-9]+' "$WORK/operator.log" | cut -d= -f2)
+export OP_METRICS NS  # read by the checks below, which run in `bash -c`
+curl -sf "http://127.0.0.1:$OP_METRICS/healthz" >/dev/null || fail "operator /healthz"
+
+# ---- The node plugin DaemonSet ---------------------------------------------------------------
+kubectl apply -f - >/dev/null <<YAML
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: c4-node-plugin, namespace: $SYS}
+spec:
+  selector: {matchLabels: {app: c4-node-plugin}}
+  template:
+    metadata:
+      labels: {app: c4-node-plugin}
+      annotations: {c4.dev/runner: process}
+    spec:
+      serviceAccountName: c4-node-plugin
+      tolerations: [{operator: Exists}]
+      terminationGracePeriodSeconds: 5
+      containers:
+      - name: node-plugin
+        image: c4/node-plugin
+        command: [$NODE_PLUGIN]
+        args:
+        - --node-name=\$(NODE_NAME)
+        - --socket=/var/run/c4/agent.sock
+        - --operator-url=https://127.0.0.1:$REPORT_PORT/v1/reports
+        - --ca-file=/etc/c4/ca/ca.crt
+        - --token-file=/var/run/secrets/c4/token
+        - --plugin-source=$PLUGIN_SO
+        - --plugin-install-dir=/opt/c4/lib
+        - --metrics-bind-address=127.0.0.1:9400
+        env:
+        - name: NODE_NAME
+          valueFrom: {fieldRef: {fieldPath: spec.nodeName}}
+        volumeMounts:
+        - {name: agent, mountPath: /var/run/c4}
+        - {name: plugin, mountPath: /opt/c4/lib}
+        - {name: ca, mountPath: /etc/c4/ca, readOnly: true}
+        - {name: token, mountPath: /var/run/secrets/c4, readOnly: true}
+      volumes:
+      - name: agent
+        hostPath: {path: /var/run/c4, type: DirectoryOrCreate}
+      - name: plugin
+        hostPath: {path: /opt/c4/lib, type: DirectoryOrCreate}
+      - name: ca
+        configMap: {name: c4-operator-ca}
+      - name: token
+        projected:
+          sources:
+          - serviceAccountToken: {audience: c4-operator, expirationSeconds: 3600, path: token}
+YAML
+all_running() {
+  [[ $(kubectl get pods -n "$SYS" -l app=c4-node-plugin \
+        -o jsonpath='{range .items[*]}{.status.phase}{"\n"}{end}' | grep -c '^Running$') == "$C4_NODES" ]]
+}
+wait_until 90 "$C4_NODES node plugin pods Running" all_running
+for ((i = 0; i < C4_NODES; i++)); do
+  wait_until 30 "plugin installed on node-$i" \
+    test -s "$CLUSTER/nodes/node-$i/root/opt/c4/lib/libnccl-net-c4.so"
+  cmp -s "$PLUGIN_SO" "$CLUSTER/nodes/node-$i/root/opt/c4/lib/libnccl-net-c4.so" \
+    || fail "node-$i: installed plugin differs from the build"
+done
+echo "node plugins: $C4_NODES Running, the NCCL plugin installed on every node"
+}
