@@ -385,7 +385,8 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
       if (rcv->hasDelta && rcv->delta > 0) {
         e.moved = true;
         e.waitShare = static_cast<double>(rcv->waitSumUs) * 1e-6 / rcv->intervalSec;
-        if (rcv->delta >= th.minMeasureBytes && rcv->xferSumUs > 0) {
+        if (rcv->delta >= th.minMeasureBytes && rcv->xferSumUs > 0 &&
+            static_cast<double>(rcv->xferSumUs) * 1e-6 >= th.minMeasureTransferSeconds) {
           e.measured = true;
           e.rate = static_cast<double>(rcv->delta) / (static_cast<double>(rcv->xferSumUs) * 1e-6);
           rates.push_back(e.rate);

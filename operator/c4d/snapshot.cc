@@ -76,6 +76,9 @@ Status validate(const Thresholds& t) {
   if (!positive(t.windowSeconds)) return invalid("thresholds.windowSeconds must be > 0");
   if (!positive(t.silenceSeconds)) return invalid("thresholds.silenceSeconds must be > 0");
   if (!positive(t.hangSeconds)) return invalid("thresholds.hangSeconds must be > 0");
+  if (!std::isfinite(t.minMeasureTransferSeconds) || t.minMeasureTransferSeconds < 0.0) {
+    return invalid("thresholds.minMeasureTransferSeconds must be >= 0");
+  }
   if (!std::isfinite(t.slowFactor) || t.slowFactor <= 1.0) {
     return invalid("thresholds.slowFactor must be > 1");
   }

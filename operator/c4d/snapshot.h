@@ -41,9 +41,12 @@ struct Thresholds {
   int warmupWindows = 3;          // windows after an attempt starts with no rate-based rules
   int minPeersEvidence = 2;       // peers that must show the syndrome (capped at the degree)
   std::uint64_t minMeasureBytes = 1 << 20;  // bytes a connection must carry to be measured
-  double pauseGraceSeconds = 2.0;           // hang rules stay off this long after a pause
-  double maxPauseSeconds = 600.0;           // an announced pause older than this no longer suspends
-  double anomalyMemorySeconds = 30.0;       // how long peer connection errors count as evidence
+  // ... and transfer time it must spend in the window: a rate over a few microseconds of
+  // copies into socket buffers says nothing about the link.
+  double minMeasureTransferSeconds = 0.01;
+  double pauseGraceSeconds = 2.0;      // hang rules stay off this long after a pause
+  double maxPauseSeconds = 600.0;      // an announced pause older than this no longer suspends
+  double anomalyMemorySeconds = 30.0;  // how long peer connection errors count as evidence
   // Repeat offenders: a node whose score >= repeatOffenderMinScore gets thresholds relaxed by
   // repeatOffenderRelax (0 < relax <= 1; see docs/c4d.md for the exact formulas).
   double repeatOffenderMinScore = 1.0;
