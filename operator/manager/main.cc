@@ -88,6 +88,13 @@ int main(int argc, char** argv) {
     std::fputs(c4::op::operatorUsage().c_str(), stdout);
     return 0;
   }
+  // The downward API names the pod (the chart sets both); flags and the config file win.
+  if (options->pod_name.empty()) {
+    if (const char* v = std::getenv("POD_NAME")) options->pod_name = v;
+  }
+  if (options->pod_namespace.empty()) {
+    if (const char* v = std::getenv("POD_NAMESPACE")) options->pod_namespace = v;
+  }
   if (options->show_version) {
     std::puts("c4-operator " C4_VERSION);
     return 0;

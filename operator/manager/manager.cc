@@ -6,6 +6,10 @@
 #include "operator/client/curl_kube_client.h"
 
 namespace c4::op {
+
+namespace {
+constexpr const char* kLeaderLabel = "c4.dev/leader";
+}  // namespace
 namespace {
 
 Duration seconds(double s) {
@@ -206,10 +210,25 @@ void Manager::stop() {
   requestStop(0);
 }
 
+void Manager::labelLeaderPod(KubeClient& client, bool leader) {
+  if (options_.pod_name.empty() || options_.pod_namespace.empty()) return;
+  Json patch = {
+      {"metadata", {{"labels", {{kLeaderLabel, leader ? Json("true") : Json(nullptr)}}}}}};
+  auto done = client.patch(resources::pods(), options_.pod_namespace, options_.pod_name,
+                           PatchType::kMerge, patch);
+  if (!done) {
+    log_.warn("Leader label of this pod not written",
+              {{"pod", options_.pod_namespace + "/" + options_.pod_name},
+               {"leader", leader},
+               {"error", done.error()}});
+  }
+}
+
 void Manager::startWork() {
   std::lock_guard lock(mu_);
   if (stopping_ || starter_.joinable()) return;
   starter_ = std::thread([this] {
+    labelLeaderPod(*client_, true);  // the report Service routes to the leader
     informers_->start();
     MonoTime deadline =
         clock_.monoNow() + std::chrono::duration_cast<Duration>(std::chrono::minutes{2});
@@ -260,6 +279,8 @@ int Manager::run() {
     }
     report_port_ = *report_port;
   }
+  // A restarted container of an old leader must not keep receiving reports.
+  labelLeaderPod(*election_client_, false);
   log_.info("Starting", {{"version", C4_VERSION},
                          {"identity", identity_},
                          {"metricsPort", *port},
@@ -284,6 +305,7 @@ int Manager::run() {
     stopWork();
   }
   if (ingest_) ingest_->stop();
+  labelLeaderPod(*election_client_, false);
   server_.stop();
   log_.info("Stopped", {{"exitCode", code}});
   return code;

@@ -84,6 +84,8 @@ class Manager {
   // Stops the controller and the informers; waits for startWork's thread.
   void stopWork();
   void requestStop(int code);
+  // Sets (true) or removes the c4.dev/leader label of this process's pod, if it knows its pod.
+  void labelLeaderPod(KubeClient& client, bool leader);
 
   OperatorOptions options_;
   Clock& clock_;

@@ -27,6 +27,10 @@ struct OperatorOptions {
   std::string lease_namespace = "c4-system";
   std::string lease_name = "c4-operator";
   std::string identity;  // default: <hostname>_<pid>
+  // This process's pod (downward API: $POD_NAME, $POD_NAMESPACE). When set, the leader labels
+  // its pod c4.dev/leader=true so a Service can route the node plugins' reports to it.
+  std::string pod_name;
+  std::string pod_namespace;
   double lease_duration_seconds = 15;
   double renew_deadline_seconds = 10;
   double retry_period_seconds = 2;

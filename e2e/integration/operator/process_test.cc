@@ -517,3 +517,36 @@ TEST_F(ProcessIT, ALeaderCutOffFromTheApiServerExitsNonZeroAtItsRenewDeadline) {
 
 }  // namespace
 }  // namespace c4::op::it
+
+namespace c4::op::it {
+namespace {
+
+// The leader labels its own pod c4.dev/leader=true (the chart's report Service selects it); a
+// standby does not, and a stopping leader removes the label, so reports never go to a process
+// that cannot take them.
+TEST_F(ProcessIT, TheLeaderLabelsItsPodAndRemovesTheLabelWhenItStops) {
+  auto podJson = [&](const std::string& name) {
+    return Json{{"apiVersion", "v1"},
+                {"kind", "Pod"},
+                {"metadata", {{"name", name}, {"namespace", ns_}}},
+                {"spec", {{"containers", {{{"name", "op"}, {"image", "c4/operator"}}}}}}};
+  };
+  ASSERT_TRUE(client_->create(resources::pods(), ns_, podJson("op-a")));
+  ASSERT_TRUE(client_->create(resources::pods(), ns_, podJson("op-b")));
+  auto label = [&](const std::string& pod) {
+    auto p = client_->get(resources::pods(), ns_, pod);
+    return p ? labelOf(*p, "c4.dev/leader") : std::string("<gone>");
+  };
+  auto a = startOperator("a", leaderArgs("op-a"), {"POD_NAME=op-a", "POD_NAMESPACE=" + ns_});
+  ASSERT_TRUE(waitFor([&] { return label("op-a") == "true"; }, 20s)) << a->log();
+  auto b = startOperator("b", leaderArgs("op-b"), {"POD_NAME=op-b", "POD_NAMESPACE=" + ns_});
+  ASSERT_TRUE(waitFor([&] { return httpGet(b->metricsPort(), "/readyz").code == 200; }))
+      << b->log();
+  EXPECT_EQ(label("op-b"), "") << "a standby is not labelled";
+  a->signal(SIGTERM);
+  ASSERT_TRUE(waitFor([&] { return label("op-b") == "true"; }, 20s)) << b->log();
+  EXPECT_EQ(label("op-a"), "") << "the old leader removed its label when it stopped\n" << a->log();
+}
+
+}  // namespace
+}  // namespace c4::op::it
