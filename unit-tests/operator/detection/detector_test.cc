@@ -19,7 +19,10 @@ class DetectorTest : public ::testing::Test {
  protected:
   void SetUp() override { build({}); }
 
-  void build(Json fault_tolerance) {
+  void build(Json fault_tolerance, DetectorConfig config = {}) {
+    last_sent_.clear();
+    report_seq_.clear();
+    enqueued_.clear();
     JobSpec spec;
     spec.nodes = 4;
     spec.ranksPerNode = 1;
@@ -53,7 +56,7 @@ class DetectorTest : public ::testing::Test {
     }
     store_.observeJob("team", "llm", facts());
     detector_ = std::make_unique<Detector>(store_, jobs_, pods_, nodes_, client_, events_, clock_,
-                                           DetectorConfig{}, registry_);
+                                           config, registry_);
     detector_->setEnqueue([this](const std::string& key) { enqueued_.push_back(key); });
   }
 
@@ -189,6 +192,37 @@ TEST_F(DetectorTest, DryRunReportsButDiagnosesNothing) {
   ASSERT_EQ(detected.size(), 1u);
   EXPECT_NE(detected[0]["message"].get<std::string>().find("dry run"), std::string::npos);
   EXPECT_TRUE(enqueued_.empty());
+}
+
+// A straggler restarts the job only when the slowdown costs more than a restart: over a
+// one-hour horizon a 3x straggler does; over a 10-second horizon it does not (an Event only).
+TEST_F(DetectorTest, AStragglerRestartsTheJobOnlyWhenTheSlowdownCostsMoreThanARestart) {
+  auto run = [&](DetectorConfig config) {
+    build({}, config);
+    job_["status"]["lastCheckpoint"] = {{"step", 10}, {"time", formatRfc3339(clock_.wallNow())}};
+    jobs_.store().upsert(job_);
+    for (int i = 0; i < 8; ++i) step();
+    synth_->straggler(1, 3.0);
+    for (int i = 0; i < 20; ++i) step();
+  };
+  DetectorConfig long_horizon;
+  long_horizon.straggler_horizon = std::chrono::hours{1};
+  run(long_horizon);
+  auto d = detector_->diagnosis("team/llm");
+  ASSERT_TRUE(d) << "a 3x straggler over an hour costs more than a restart";
+  EXPECT_EQ(d->fault_class, "nonCommSlow");
+  EXPECT_EQ(d->nodes, std::vector<std::string>{SyntheticJob::nodeName(synth_->nodeOfRank(1))});
+  EXPECT_TRUE(d->cordon);
+
+  DetectorConfig short_horizon;
+  short_horizon.straggler_horizon = std::chrono::seconds{10};
+  const std::size_t before = eventsWithReason("FaultDetected").size();
+  run(short_horizon);
+  EXPECT_FALSE(detector_->diagnosis("team/llm")) << "10 s of slowdown cost less than a restart";
+  EXPECT_TRUE(enqueued_.empty());
+  auto detected = eventsWithReason("FaultDetected");
+  ASSERT_GT(detected.size(), before) << "the straggler is still reported";
+  EXPECT_NE(detected.back()["message"].get<std::string>().find("nonCommSlow"), std::string::npos);
 }
 
 TEST(FaultHistoryTest, AppendsBoundedAndSkipsMalformedEntries) {
