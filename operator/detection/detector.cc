@@ -385,6 +385,7 @@ void Detector::act(const std::string& key, const Json& job, JobState& state, con
                                                                       : std::vector<std::string>{};
   d.cordon = action == c4d::Action::kCordonAndRestart && node_culprit;
   d.rank = v.culprit.rank;
+  d.detection_seconds = std::chrono::duration<double>(v.confirmedAt - v.firstSeen).count();
   std::function<void(const std::string&)> enqueue;
   {
     std::lock_guard lock(mu_);

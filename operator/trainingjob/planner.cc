@@ -527,6 +527,7 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
       fault["class"] = diagnosis->fault_class;
       if (!diagnosis->nodes.empty()) fault["node"] = diagnosis->nodes.front();
       if (diagnosis->rank >= 0) fault["rank"] = diagnosis->rank;
+      fault["detectionSeconds"] = diagnosis->detection_seconds;
     } else {
       std::string reason = annotationOf(job, annotations::kRestartReason);
       summary = "restart requested" + (reason.empty() ? std::string{} : ": " + reason);
@@ -609,6 +610,12 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
                                          std::to_string(ft.max_restarts) + " restarts)"
                                    : std::string{" (not counted against maxRestarts)"});
     fault["action"] = "restart";
+    if (auto cp = status.find("lastCheckpoint"); cp != status.end() && cp->is_object()) {
+      if (auto t = parseRfc3339(cp->value("time", std::string{})); t && *t <= now) {
+        fault["recomputeSeconds"] =
+            std::chrono::duration_cast<std::chrono::seconds>(now - *t).count();
+      }
+    }
     addFault(status, fault);
     status["attempt"] = next;
     status["restarts"] = statusInt(status, "restarts") + 1;
@@ -689,6 +696,16 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
         "All " + replicas + " replicas running (attempt " + std::to_string(attempt) + ")";
     if (now_phase != phases::kRunning) {
       event("Normal", now_phase == phases::kRestarting ? "Restarted" : "Running", message);
+    }
+    if (now_phase == phases::kRestarting) {
+      // The restart's length goes to the fault that caused it.
+      auto restarted = parseRfc3339(status.value("lastRestartTime", std::string{}));
+      Json& faults = status["faults"];
+      if (restarted && faults.is_array() && !faults.empty() && faults.back().is_object() &&
+          !faults.back().contains("restartSeconds")) {
+        faults.back()["restartSeconds"] =
+            std::chrono::duration_cast<std::chrono::seconds>(now - *restarted).count();
+      }
     }
     cond(conditions::kRunning, true, "AllReplicasRunning", message);
     if (isConditionTrue(status, conditions::kRestarting)) {

@@ -80,6 +80,7 @@ struct DiagnosedFault {
   std::vector<std::string> nodes;  // culprit nodes: the next attempt avoids them
   bool cordon = false;             // cordon + taint `nodes` (if the job allows it)
   std::int64_t rank = -1;
+  double detection_seconds = 0;  // first seen -> confirmed
   friend bool operator==(const DiagnosedFault&, const DiagnosedFault&) = default;
 };
 

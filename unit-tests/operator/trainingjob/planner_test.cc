@@ -874,7 +874,10 @@ TEST(PlannerDiagnosisTest, AConfirmedVerdictRestartsAwayFromTheCulpritWithoutSpe
   job["status"] = {{"phase", "Running"},
                    {"attempt", 0},
                    {"startedIndexes", "0-1"},
-                   {"lastCheckpoint", {{"step", 300}, {"path", "/ckpt/300"}}}};
+                   {"lastCheckpoint",
+                    {{"step", 300},
+                     {"path", "/ckpt/300"},
+                     {"time", formatRfc3339(clock.wallNow() - seconds{42})}}}};
   std::vector<Json> pods = {makePod(job, 0, 0, "Running", "node-a"),
                             makePod(job, 1, 0, "Running", "node-b")};
   PlanContext context;
@@ -895,10 +898,21 @@ TEST(PlannerDiagnosisTest, AConfirmedVerdictRestartsAwayFromTheCulpritWithoutSpe
   EXPECT_EQ(fault["rank"], 1);
   EXPECT_EQ(plan.pods_to_delete.size(), 2u);
 
+  EXPECT_EQ(fault["detectionSeconds"], 0.0);
+  EXPECT_EQ(fault["recomputeSeconds"], 42) << "work since the checkpoint is computed again";
+
   // The next attempt's pods avoid node-b and resume from the checkpoint.
   Json restarted = withStatus(job, plan);
   restarted["status"]["nextAttemptTime"] = formatRfc3339(clock.wallNow());
   JobPlan next = planReconcile(restarted, {}, healthyNode, clock.wallNow(), PlanContext{});
+  // ... and once they run, the fault records how long the restart took.
+  clock.advance(seconds{7});
+  Json running = withStatus(restarted, next);
+  std::vector<Json> pods1 = {makePod(running, 0, 1, "Running", "node-a"),
+                             makePod(running, 1, 1, "Running", "node-c")};
+  JobPlan up = planReconcile(running, pods1, healthyNode, clock.wallNow(), PlanContext{});
+  EXPECT_EQ(up.status["phase"], "Running");
+  EXPECT_EQ(up.status["faults"].back()["restartSeconds"], 7);
   ASSERT_EQ(next.pods_to_create.size(), 2u);
   const Json& terms =
       next.pods_to_create[0]["spec"]["affinity"]["nodeAffinity"]
