@@ -57,6 +57,8 @@ struct Options {
   int server_threads = 8;
   int keep_alive_max_count = 1;
   int keep_alive_timeout_s = 1;
+  double global_rate = 0;  // 0: the handler's default limit
+  double global_burst = 0;
 };
 
 [[noreturn]] void usage(const char* why) {
@@ -90,6 +92,10 @@ Options parse(int argc, char** argv) {
       o.server_threads = std::stoi(value());
     } else if (a == "--keep-alive-max-count") {
       o.keep_alive_max_count = std::stoi(value());
+    } else if (a == "--global-rate") {
+      o.global_rate = std::stod(value());
+    } else if (a == "--global-burst") {
+      o.global_burst = std::stod(value());
     } else if (a == "--keep-alive-timeout") {
       o.keep_alive_timeout_s = std::stoi(value());
     } else {
@@ -180,8 +186,9 @@ std::string readAll(int fd) {
   };
   cluster.serving = [] { return true; };
   metrics::Registry registry;
-  op::ingest::ReportHandler handler(op::ingest::ReportHandlerConfig{}, clock, tokens, store,
-                                    cluster, &registry);
+  op::ingest::ReportHandlerConfig hc;
+  if (o.global_rate > 0) hc.global_limit = {o.global_rate, std::max(o.global_burst, 1.0)};
+  op::ingest::ReportHandler handler(hc, clock, tokens, store, cluster, &registry);
   op::ingest::ReportServerConfig sc;
   sc.address = "127.0.0.1";
   sc.port = 0;
@@ -273,13 +280,27 @@ void putU64(std::vector<std::uint8_t>& b, std::size_t at, std::uint64_t v) {
 }
 
 struct Sent {
+  bool retry_after = false;  // the response carried Retry-After
   double latency_us;
   double late_us;  // how far after its scheduled time the request started
   int status;
-  bool in_window;
+  bool in_window;  // completed within the measurement window
 };
 
 std::size_t discard(char*, std::size_t size, std::size_t n, void*) {
+  return size * n;
+}
+
+std::size_t onHeader(char* data, std::size_t size, std::size_t n, void* user) {
+  std::string_view line(data, size * n);
+  constexpr std::string_view kName = "retry-after:";
+  if (line.size() > kName.size()) {
+    bool match = true;
+    for (std::size_t i = 0; i < kName.size() && match; ++i) {
+      match = std::tolower(static_cast<unsigned char>(line[i])) == kName[i];
+    }
+    if (match) *static_cast<bool*>(user) = true;
+  }
   return size * n;
 }
 
@@ -369,7 +390,8 @@ int main(int argc, char** argv) {
           const int node = mine[k];
           const MonoTime at = start + period * round +
                               std::chrono::duration_cast<Duration>(period * node / o.shape.nodes);
-          if (at >= end) goto done;
+          // A generator that fell behind stops at the end of the window all the same.
+          if (at >= end || clock.monoNow() >= end) goto done;
           clock.sleepUntil(at);
           auto& nb = bodies[static_cast<std::size_t>(node)];
           putU64(nb.bytes, nb.seq_at, ++nb.seq);
@@ -389,7 +411,10 @@ int main(int argc, char** argv) {
             curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L);
             curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 20000L);
             curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, discard);
+            curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, onHeader);
           }
+          bool retry_after = false;
+          curl_easy_setopt(handles[k].get(), CURLOPT_HEADERDATA, &retry_after);
           CURL* c = handles[k].get();
           curl_easy_setopt(c, CURLOPT_POSTFIELDS, nb.bytes.data());
           curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE,
@@ -404,9 +429,10 @@ int main(int argc, char** argv) {
             ++errors;
             handles[k].reset();
           }
-          out.push_back(Sent{std::chrono::duration<double, std::micro>(t1 - t0).count(),
+          out.push_back(Sent{retry_after,
+                             std::chrono::duration<double, std::micro>(t1 - t0).count(),
                              std::chrono::duration<double, std::micro>(t0 - at).count(),
-                             static_cast<int>(status), at >= window_start});
+                             static_cast<int>(status), t1 >= window_start && t1 < end});
         }
       }
     done:
@@ -435,6 +461,7 @@ int main(int argc, char** argv) {
   fs::remove_all(dir);
 
   std::map<int, long> statuses;
+  long retry_after_429 = 0;
   std::vector<double> lat;
   std::vector<double> lat_ok;
   std::vector<double> late;
@@ -442,6 +469,7 @@ int main(int argc, char** argv) {
     for (const auto& s : v) {
       if (!s.in_window) continue;
       ++statuses[s.status];
+      if (s.status == 429 && s.retry_after) ++retry_after_429;
       lat.push_back(s.latency_us);
       if (s.status == 200) lat_ok.push_back(s.latency_us);
       late.push_back(s.late_us);
@@ -458,15 +486,18 @@ int main(int argc, char** argv) {
   std::printf(
       "nodes=%d ranks=%d rate=%.2f/node/s offered=%.0f/s window=%ds client=%s "
       "client_threads=%d server_threads=%d keep_alive_max_count=%d keep_alive_timeout=%ds "
-      "batch_bytes=%zu\n",
+      "global_limit=%s batch_bytes=%zu\n",
       o.shape.nodes, o.shape.nodes * o.shape.ranks_per_node, o.rate, o.rate * o.shape.nodes,
       o.duration_s, o.reuse ? "reuse" : "fresh", o.client_threads, o.server_threads,
-      o.keep_alive_max_count, o.keep_alive_timeout_s, bodies[0].bytes.size());
-  std::printf("sent=%.0f/s", static_cast<double>(lat.size()) / window);
+      o.keep_alive_max_count, o.keep_alive_timeout_s,
+      o.global_rate > 0 ? (std::to_string(static_cast<long>(o.global_rate)) + "/s").c_str()
+                        : "default",
+      bodies[0].bytes.size());
+  std::printf("completed=%.0f/s", static_cast<double>(lat.size()) / window);
   for (const auto& [st, n] : statuses) {
     std::printf(" status_%d=%.1f/s", st, static_cast<double>(n) / window);
   }
-  std::printf(" curl_errors=%ld\n", errors.load());
+  std::printf(" curl_errors=%ld 429_with_retry_after=%ld\n", errors.load(), retry_after_429);
   std::printf(
       "latency_us all p50=%.0f p99=%.0f max=%.0f; 200 p50=%.0f p99=%.0f; start lateness "
       "p50=%.0f p99=%.0f\n",
@@ -478,6 +509,11 @@ int main(int argc, char** argv) {
       (s1.cpu_s - s0.cpu_s) / window, static_cast<double>(s1.rss_kib) / 1024,
       static_cast<double>(rss_max) / 1024, static_cast<double>(s1.hwm_kib) / 1024,
       client_cpu / window, load[0], load[1], load[2]);
+  std::printf("server_cpu_us_per_request=%.0f server_cores_at_offered_rate=%.3f\n",
+              lat.empty() ? 0.0 : (s1.cpu_s - s0.cpu_s) * 1e6 / static_cast<double>(lat.size()),
+              lat.empty() ? 0.0
+                          : (s1.cpu_s - s0.cpu_s) / static_cast<double>(lat.size()) * o.rate *
+                                o.shape.nodes);
   std::printf("server %s", server_stats.c_str());
   curl_global_cleanup();
   return WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0 ? 0 : 1;
