@@ -10,7 +10,8 @@
 //
 //   c4-ingest-bench [--nodes N] [--rate R] [--duration S] [--warmup S] [--client reuse|fresh]
 //                   [--client-threads T] [--server-threads T] [--keep-alive-max-count N]
-//                   [--keep-alive-timeout S]
+//                   [--keep-alive-timeout S] [--global-rate R --global-burst B]
+//   c4-ingest-bench --handler-only ROUNDS [--nodes N]   (ReportHandler::handle() in-process)
 //
 // --client reuse: one libcurl handle per node for the whole run (kept-alive connection when the
 //   server keeps it, TLS session resumed when it reconnects). --client fresh: a new handle per
@@ -59,6 +60,7 @@ struct Options {
   int keep_alive_timeout_s = 1;
   double global_rate = 0;  // 0: the handler's default limit
   double global_burst = 0;
+  int handler_rounds = 0;  // --handler-only <rounds>
 };
 
 [[noreturn]] void usage(const char* why) {
@@ -92,6 +94,8 @@ Options parse(int argc, char** argv) {
       o.server_threads = std::stoi(value());
     } else if (a == "--keep-alive-max-count") {
       o.keep_alive_max_count = std::stoi(value());
+    } else if (a == "--handler-only") {
+      o.handler_rounds = std::stoi(value());
     } else if (a == "--global-rate") {
       o.global_rate = std::stod(value());
     } else if (a == "--global-burst") {
@@ -149,46 +153,60 @@ std::string readAll(int fd) {
   return out;
 }
 
+// The operator side of the endpoint: the store, the cached token answers, the job and its pods
+// as the informers would have them, and the handler.
+struct Endpoint {
+  Endpoint(const Options& o, Clock& clock) : shape(o.shape), tokens(o.shape) {
+    for (int i = 0; i < shape.nodes; ++i) {
+      pods.emplace(bench::podName(shape, i),
+                   Json{{"metadata",
+                         {{"name", bench::podName(shape, i)},
+                          {"namespace", shape.ns},
+                          {"labels",
+                           {{op::labels::kJobName, shape.job},
+                            {op::labels::kReplicaIndex, std::to_string(i)},
+                            {op::labels::kRestartAttempt, "0"}}}}},
+                        {"spec", {{"nodeName", bench::nodeName(shape, i)}}}});
+    }
+    job.facts.uid = "job-uid";
+    job.facts.attempt = 0;
+    job.facts.world_size = shape.nodes * shape.ranks_per_node;
+    job.procs_per_pod = shape.ranks_per_node;
+    op::ingest::ClusterView cluster;
+    cluster.job = [this](const std::string& ns,
+                         const std::string& name) -> std::optional<op::ingest::JobInfo> {
+      if (ns == shape.ns && name == shape.job) return job;
+      return std::nullopt;
+    };
+    cluster.pod = [this](const std::string& ns, const std::string& name) -> std::optional<Json> {
+      if (ns != shape.ns) return std::nullopt;
+      auto it = pods.find(name);
+      if (it == pods.end()) return std::nullopt;
+      return it->second;
+    };
+    cluster.serving = [] { return true; };
+    op::ingest::ReportHandlerConfig hc;
+    if (o.global_rate > 0) hc.global_limit = {o.global_rate, std::max(o.global_burst, 1.0)};
+    handler = std::make_unique<op::ingest::ReportHandler>(hc, clock, tokens, store,
+                                                          std::move(cluster), &registry);
+  }
+
+  bench::BatchShape shape;
+  op::ingest::ReportStore store;
+  TokenTable tokens;
+  std::unordered_map<std::string, Json> pods;
+  op::ingest::JobInfo job;
+  metrics::Registry registry;
+  std::unique_ptr<op::ingest::ReportHandler> handler;
+};
+
 // The server process: serves until `stop_fd` reaches EOF, then writes its statistics to `out_fd`.
 [[noreturn]] void serve(const Options& o, const fs::path& dir, int out_fd, int stop_fd) {
   setLogLevel(LogLevel::kWarn);
   Clock& clock = realClock();
-  op::ingest::ReportStore store;
-  TokenTable tokens(o.shape);
-  std::unordered_map<std::string, Json> pods;
-  for (int i = 0; i < o.shape.nodes; ++i) {
-    pods.emplace(bench::podName(o.shape, i),
-                 Json{{"metadata",
-                       {{"name", bench::podName(o.shape, i)},
-                        {"namespace", o.shape.ns},
-                        {"labels",
-                         {{op::labels::kJobName, o.shape.job},
-                          {op::labels::kReplicaIndex, std::to_string(i)},
-                          {op::labels::kRestartAttempt, "0"}}}}},
-                      {"spec", {{"nodeName", bench::nodeName(o.shape, i)}}}});
-  }
-  op::ingest::JobInfo job;
-  job.facts.uid = "job-uid";
-  job.facts.attempt = 0;
-  job.facts.world_size = o.shape.nodes * o.shape.ranks_per_node;
-  job.procs_per_pod = o.shape.ranks_per_node;
-  op::ingest::ClusterView cluster;
-  cluster.job = [&](const std::string& ns,
-                    const std::string& name) -> std::optional<op::ingest::JobInfo> {
-    if (ns == o.shape.ns && name == o.shape.job) return job;
-    return std::nullopt;
-  };
-  cluster.pod = [&](const std::string& ns, const std::string& name) -> std::optional<Json> {
-    if (ns != o.shape.ns) return std::nullopt;
-    auto it = pods.find(name);
-    if (it == pods.end()) return std::nullopt;
-    return it->second;
-  };
-  cluster.serving = [] { return true; };
-  metrics::Registry registry;
-  op::ingest::ReportHandlerConfig hc;
-  if (o.global_rate > 0) hc.global_limit = {o.global_rate, std::max(o.global_burst, 1.0)};
-  op::ingest::ReportHandler handler(hc, clock, tokens, store, cluster, &registry);
+  Endpoint ep(o, clock);
+  op::ingest::ReportHandler& handler = *ep.handler;
+  op::ingest::ReportStore& store = ep.store;
   op::ingest::ReportServerConfig sc;
   sc.address = "127.0.0.1";
   sc.port = 0;
@@ -315,10 +333,82 @@ double percentile(std::vector<double> v, double p) {
   return v[i];
 }
 
+std::vector<NodeBody> makeBodies(const Options& o, Clock& clock) {
+  const std::uint64_t seq_base = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(clock.wallNow().time_since_epoch())
+          .count());
+  std::vector<NodeBody> bodies(static_cast<std::size_t>(o.shape.nodes));
+  for (int i = 0; i < o.shape.nodes; ++i) {
+    auto& nb = bodies[static_cast<std::size_t>(i)];
+    auto batch = bench::makeNodeBatch(o.shape, i, seq_base, 1'764'673'210'000'000'000, 600);
+    nb.bytes = *report::encodeCbor(batch);
+    nb.seq_at = valueOffset(nb.bytes, "seq");
+    nb.time_at = valueOffset(nb.bytes, "timeUnixNs");
+    if (nb.seq_at == 0 || nb.time_at == 0) usage("cannot find seq/timeUnixNs in the batch");
+    nb.seq = seq_base;
+    nb.auth = "Authorization: Bearer token-" + std::to_string(i);
+  }
+  return bodies;
+}
+
+void stamp(NodeBody& nb, Clock& clock) {
+  putU64(nb.bytes, nb.seq_at, ++nb.seq);
+  putU64(nb.bytes, nb.time_at,
+         static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        clock.wallNow().time_since_epoch())
+                                        .count()));
+}
+
+double threadCpuSeconds() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
+
+// --handler-only: ReportHandler::handle() on every node's batch, `rounds` times, on this thread,
+// without HTTP or TLS (global limit off: the calls come faster than 1 Hz); and the decode alone.
+int handlerOnly(const Options& o, int rounds) {
+  Clock& clock = realClock();
+  std::vector<NodeBody> bodies = makeBodies(o, clock);
+  Options unlimited = o;
+  unlimited.global_rate = 0;
+  Endpoint ep(unlimited, clock);
+  std::map<int, long> statuses;
+  const double c0 = threadCpuSeconds();
+  for (int r = 0; r < rounds; ++r) {
+    for (int i = 0; i < o.shape.nodes; ++i) {
+      auto& nb = bodies[static_cast<std::size_t>(i)];
+      stamp(nb, clock);
+      op::ingest::IngestRequest req;
+      req.authorization = nb.auth.substr(std::string_view("Authorization: ").size());
+      req.content_type = "application/cbor";
+      req.body = std::string_view(reinterpret_cast<const char*>(nb.bytes.data()), nb.bytes.size());
+      ++statuses[ep.handler->handle(req).status];
+    }
+  }
+  const double c1 = threadCpuSeconds();
+  for (int r = 0; r < rounds; ++r) {
+    for (const auto& nb : bodies) {
+      auto d = report::decodeNodeReportCbor(nb.bytes);
+      if (!d) usage("decode failed");
+    }
+  }
+  const double c2 = threadCpuSeconds();
+  const double calls = static_cast<double>(rounds) * o.shape.nodes;
+  std::printf("handler_only nodes=%d rounds=%d batch_bytes=%zu handle_us=%.0f decode_us=%.0f",
+              o.shape.nodes, rounds, bodies[0].bytes.size(), (c1 - c0) * 1e6 / calls,
+              (c2 - c1) * 1e6 / calls);
+  for (const auto& [st, n] : statuses) std::printf(" status_%d=%ld", st, n);
+  auto stats = ep.store.stats();
+  std::printf(" store_ranks=%zu store_connections=%zu\n", stats.ranks, stats.connections);
+  return statuses.size() == 1 && statuses.begin()->first == 200 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
+  if (o.handler_rounds > 0) return handlerOnly(o, o.handler_rounds);
   const fs::path dir =
       fs::temp_directory_path() / ("c4-ingest-bench-" + std::to_string(::getpid()));
   fs::create_directories(dir);
@@ -347,20 +437,7 @@ int main(int argc, char** argv) {
   const std::string url = "https://127.0.0.1:" + port_line + "/v1/reports";
 
   Clock& clock = realClock();
-  const std::uint64_t seq_base = static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::microseconds>(clock.wallNow().time_since_epoch())
-          .count());
-  std::vector<NodeBody> bodies(static_cast<std::size_t>(o.shape.nodes));
-  for (int i = 0; i < o.shape.nodes; ++i) {
-    auto& nb = bodies[static_cast<std::size_t>(i)];
-    auto batch = bench::makeNodeBatch(o.shape, i, seq_base, 1'764'673'210'000'000'000, 600);
-    nb.bytes = *report::encodeCbor(batch);
-    nb.seq_at = valueOffset(nb.bytes, "seq");
-    nb.time_at = valueOffset(nb.bytes, "timeUnixNs");
-    if (nb.seq_at == 0 || nb.time_at == 0) usage("cannot find seq/timeUnixNs in the batch");
-    nb.seq = seq_base;
-    nb.auth = "Authorization: Bearer token-" + std::to_string(i);
-  }
+  std::vector<NodeBody> bodies = makeBodies(o, clock);
 
   curl_global_init(CURL_GLOBAL_DEFAULT);
   const Duration period =
@@ -394,11 +471,7 @@ int main(int argc, char** argv) {
           if (at >= end || clock.monoNow() >= end) goto done;
           clock.sleepUntil(at);
           auto& nb = bodies[static_cast<std::size_t>(node)];
-          putU64(nb.bytes, nb.seq_at, ++nb.seq);
-          putU64(nb.bytes, nb.time_at,
-                 static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                                clock.wallNow().time_since_epoch())
-                                                .count()));
+          stamp(nb, clock);
           if (!handles[k] || !o.reuse) {
             handles[k].reset(curl_easy_init());
             CURL* c = handles[k].get();

@@ -8,7 +8,7 @@
 #        OVERLOAD_RATES="2 4" OVERLOAD_GLOBAL_LIMIT=200
 #
 # The overload runs offer 2x and 4x the 1 Hz rate against a global limit of
-# OVERLOAD_GLOBAL_LIMIT batches/s (the operator's --report-global-rate analogue; its default,
+# OVERLOAD_GLOBAL_LIMIT batches/s (what the operator sets with --report-global-qps; its default,
 # 4000/s, is more than one load generator on a small machine can offer), to show what the endpoint
 # answers past its limit: 429 with Retry-After, memory bounded.
 set -euo pipefail
