@@ -12,6 +12,8 @@
 //                   [--client-threads T] [--server-threads T] [--keep-alive-max-count N]
 //                   [--keep-alive-timeout S] [--global-rate R --global-burst B]
 //   c4-ingest-bench --handler-only ROUNDS [--nodes N]   (ReportHandler::handle() in-process)
+//   c4-ingest-bench --serve-only SECONDS [--nodes N]    (only the endpoint, for a real node
+//       plugin: prints its URL and CA file; token "token-<i>" is node i's, pod "<job>-<i>")
 //
 // --client reuse: one libcurl handle per node for the whole run (kept-alive connection when the
 //   server keeps it, TLS session resumed when it reconnects). --client fresh: a new handle per
@@ -61,6 +63,7 @@ struct Options {
   double global_rate = 0;  // 0: the handler's default limit
   double global_burst = 0;
   int handler_rounds = 0;  // --handler-only <rounds>
+  int serve_seconds = 0;   // --serve-only <seconds>
 };
 
 [[noreturn]] void usage(const char* why) {
@@ -94,6 +97,8 @@ Options parse(int argc, char** argv) {
       o.server_threads = std::stoi(value());
     } else if (a == "--keep-alive-max-count") {
       o.keep_alive_max_count = std::stoi(value());
+    } else if (a == "--serve-only") {
+      o.serve_seconds = std::stoi(value());
     } else if (a == "--handler-only") {
       o.handler_rounds = std::stoi(value());
     } else if (a == "--global-rate") {
@@ -419,6 +424,30 @@ int main(int argc, char** argv) {
       (dir / "server.key").string() + " -out " + cert + " >/dev/null 2>&1";
   if (std::system(cmd.c_str()) != 0) usage("the openssl CLI is needed for the certificate");
 
+  if (o.serve_seconds > 0) {
+    int ready[2];
+    int stop[2];
+    if (::pipe(ready) != 0 || ::pipe(stop) != 0) usage("pipe failed");
+    const pid_t server = ::fork();
+    if (server == 0) {
+      ::close(ready[0]);
+      ::close(stop[1]);
+      serve(o, dir, ready[1], stop[0]);
+    }
+    ::close(ready[1]);
+    ::close(stop[0]);
+    std::string port;
+    for (char ch = 0; ::read(ready[0], &ch, 1) == 1 && ch != '\n';) port += ch;
+    std::printf("url=https://127.0.0.1:%s/v1/reports ca=%s pid=%d\n", port.c_str(), cert.c_str(),
+                static_cast<int>(server));
+    std::fflush(stdout);
+    realClock().sleepFor(std::chrono::seconds{o.serve_seconds});
+    ::close(stop[1]);
+    std::printf("server %s", readAll(ready[0]).c_str());
+    ::waitpid(server, nullptr, 0);
+    fs::remove_all(dir);
+    return 0;
+  }
   int to_parent[2];
   int to_child[2];
   if (::pipe(to_parent) != 0 || ::pipe(to_child) != 0) usage("pipe failed");
