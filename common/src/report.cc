@@ -1,9 +1,12 @@
 #include "c4/common/report.h"
 
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
+
+#include "report_internal.h"
 
 namespace c4::report {
 namespace {
@@ -845,6 +848,697 @@ Result<NodeReport> decodeNodeReport(const json& j) {
   return out;
 }
 
+// ---- Streaming CBOR decoding -----------------------------------------------------------------
+//
+// Decodes CBOR straight into the structs, for exactly this schema: maps with definite or
+// indefinite length and definite-length text keys, unsigned/negative integers, float32/float64,
+// booleans, definite-length text strings. It is a predicate with a by-product: it accepts only
+// documents the DOM decoder above accepts, with the same value, and checks every rule that decoder
+// checks (field set, types, ranges, sizes, UTF-8, names, validate()). Anything it does not accept
+// (including the encodings it does not handle: duplicate keys, indefinite-length strings, half
+// floats, non-canonical negative integers) goes to the DOM decoder, which then gives the verdict
+// and the diagnostic naming the field. Valid input never takes the slow path; invalid input costs
+// what it cost before. Iterative over a fixed schema: no recursion driven by the input.
+
+class CborIn {
+ public:
+  explicit CborIn(std::span<const std::uint8_t> b) : p_(b.data()), end_(b.data() + b.size()) {}
+
+  [[nodiscard]] bool atEnd() const { return p_ == end_; }
+  [[nodiscard]] bool failed() const { return fail_; }
+  bool fail() {
+    fail_ = true;
+    return false;
+  }
+
+  // A map or array header: the item count (definite) or `indefinite`.
+  struct Seq {
+    std::uint64_t left = 0;
+    bool indefinite = false;
+  };
+
+  bool beginMap(Seq& s) { return begin(5, s, 2); }
+  bool beginArray(Seq& s) { return begin(4, s, 1); }
+
+  // True while `s` has another item (map: another key/value pair). Sets failed() on truncation.
+  bool more(Seq& s) {
+    if (s.indefinite) {
+      if (p_ == end_) return fail();
+      if (*p_ == 0xFF) {
+        ++p_;
+        return false;
+      }
+      return true;
+    }
+    if (s.left == 0) return false;
+    --s.left;
+    return true;
+  }
+
+  bool key(std::string_view& out) { return text(out, std::numeric_limits<std::size_t>::max()); }
+
+  bool str(std::string& out, std::size_t max_bytes) {
+    std::string_view v;
+    if (!text(v, max_bytes) || !validUtf8(v)) return fail();
+    out.assign(v);
+    return true;
+  }
+  bool strView(std::string_view& out, std::size_t max_bytes) {
+    if (!text(out, max_bytes) || !validUtf8(out)) return fail();
+    return true;
+  }
+
+  bool u64(std::uint64_t& out, std::uint64_t max = std::numeric_limits<std::uint64_t>::max()) {
+    std::uint64_t arg = 0;
+    if (!head(0, arg) || arg > max) return fail();
+    out = arg;
+    return true;
+  }
+  template <typename T>
+  bool uint(T& out, std::uint64_t max = std::numeric_limits<T>::max()) {
+    std::uint64_t v = 0;
+    if (!u64(v, max)) return false;
+    out = static_cast<T>(v);
+    return true;
+  }
+
+  bool i64(std::int64_t& out, std::int64_t min = std::numeric_limits<std::int64_t>::min(),
+           std::int64_t max = std::numeric_limits<std::int64_t>::max()) {
+    if (!integer(out) || out < min || out > max) return fail();
+    return true;
+  }
+  template <typename T>
+  bool sint(T& out, std::int64_t min, std::int64_t max) {
+    std::int64_t v = 0;
+    if (!i64(v, min, max)) return false;
+    out = static_cast<T>(v);
+    return true;
+  }
+
+  bool f64(double& out, double min, double max) {
+    if (p_ == end_) return fail();
+    const std::uint8_t ib = *p_;
+    if (ib == 0xFA || ib == 0xFB) {
+      const std::size_t n = ib == 0xFA ? 4 : 8;
+      if (static_cast<std::size_t>(end_ - p_) < n + 1) return fail();
+      ++p_;
+      std::uint64_t bits = 0;
+      for (std::size_t i = 0; i < n; ++i) bits = (bits << 8) | *p_++;
+      if (n == 4) {
+        out = static_cast<double>(std::bit_cast<float>(static_cast<std::uint32_t>(bits)));
+      } else {
+        out = std::bit_cast<double>(bits);
+      }
+    } else if ((ib >> 5) == 0) {
+      std::uint64_t u = 0;
+      if (!u64(u)) return false;
+      out = static_cast<double>(u);
+    } else {
+      std::int64_t i = 0;
+      if (!integer(i)) return fail();
+      out = static_cast<double>(i);
+    }
+    if (!std::isfinite(out) || out < min || out > max) return fail();
+    return true;
+  }
+
+  bool boolean(bool& out) {
+    if (p_ == end_ || (*p_ != 0xF4 && *p_ != 0xF5)) return fail();
+    out = *p_++ == 0xF5;
+    return true;
+  }
+
+ private:
+  // An initial byte of major type `major` with a definite argument.
+  bool head(unsigned major, std::uint64_t& arg) {
+    bool indefinite = false;
+    return headAny(major, arg, indefinite) && !indefinite;
+  }
+  bool headAny(unsigned major, std::uint64_t& arg, bool& indefinite) {
+    if (p_ == end_ || (*p_ >> 5) != major) return false;
+    const unsigned ai = *p_++ & 0x1F;
+    indefinite = false;
+    if (ai < 24) {
+      arg = ai;
+      return true;
+    }
+    if (ai == 31) {
+      indefinite = true;
+      return true;
+    }
+    if (ai > 27) return false;
+    const std::size_t n = std::size_t{1} << (ai - 24);
+    if (static_cast<std::size_t>(end_ - p_) < n) return false;
+    arg = 0;
+    for (std::size_t i = 0; i < n; ++i) arg = (arg << 8) | *p_++;
+    return true;
+  }
+  // Major type 0 or 1 as a signed 64-bit value (negative values below INT64_MIN: not ours).
+  bool integer(std::int64_t& out) {
+    if (p_ == end_) return false;
+    const unsigned major = *p_ >> 5;
+    if (major != 0 && major != 1) return false;
+    std::uint64_t arg = 0;
+    if (!head(major, arg) ||
+        arg > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+      return false;
+    }
+    out = major == 0 ? static_cast<std::int64_t>(arg) : -1 - static_cast<std::int64_t>(arg);
+    return true;
+  }
+  bool text(std::string_view& out, std::size_t max_bytes) {
+    std::uint64_t len = 0;
+    if (!head(3, len) || len > static_cast<std::uint64_t>(end_ - p_) || len > max_bytes) {
+      return fail();
+    }
+    out = std::string_view(reinterpret_cast<const char*>(p_), len);
+    p_ += len;
+    return true;
+  }
+  bool begin(unsigned major, Seq& s, std::uint64_t min_bytes_per_item) {
+    std::uint64_t n = 0;
+    bool indefinite = false;
+    if (!headAny(major, n, indefinite)) return fail();
+    s.indefinite = indefinite;
+    s.left = n;
+    // Every item takes at least one byte (a pair two): a count the input cannot hold is false.
+    if (!indefinite && n > static_cast<std::uint64_t>(end_ - p_) / min_bytes_per_item) {
+      return fail();
+    }
+    return true;
+  }
+
+  const std::uint8_t* p_;
+  const std::uint8_t* end_;
+  bool fail_ = false;
+};
+
+// Index of `key` in `names`, or N.
+template <std::size_t N>
+std::size_t fieldIndex(const std::array<std::string_view, N>& names, std::string_view key) {
+  for (std::size_t i = 0; i < N; ++i) {
+    if (names[i] == key) return i;
+  }
+  return N;
+}
+
+// Reads one map whose keys are all in `names`, each exactly once (`required` is the mask of the
+// keys that must be present; the default: all), calling on_field(index) to read each value.
+template <std::size_t N, typename F>
+bool readObject(CborIn& in, const std::array<std::string_view, N>& names, F&& on_field,
+                std::uint64_t* seen_out = nullptr) {
+  static_assert(N < 64);
+  CborIn::Seq s;
+  if (!in.beginMap(s)) return false;
+  std::uint64_t seen = 0;
+  while (in.more(s)) {
+    std::string_view k;
+    if (!in.key(k)) return false;
+    const std::size_t i = fieldIndex(names, k);
+    if (i == N || (seen & (std::uint64_t{1} << i)) != 0) return in.fail();
+    seen |= std::uint64_t{1} << i;
+    if (!on_field(i)) return in.fail();
+  }
+  if (in.failed()) return false;
+  if (seen_out != nullptr) {
+    *seen_out = seen;
+    return true;
+  }
+  return seen == (std::uint64_t{1} << N) - 1 || in.fail();
+}
+
+// Reads one array of at most `max_items` items, calling on_item() for each.
+template <typename F>
+bool readArray(CborIn& in, std::size_t max_items, F&& on_item) {
+  CborIn::Seq s;
+  if (!in.beginArray(s)) return false;
+  if (!s.indefinite && s.left > max_items) return in.fail();
+  std::size_t count = 0;
+  while (in.more(s)) {
+    if (++count > max_items || !on_item(s.indefinite ? 0 : s.left + 1)) return in.fail();
+  }
+  return !in.failed();
+}
+
+template <typename E, std::size_t N>
+bool enumValue(CborIn& in, const std::array<std::pair<E, std::string_view>, N>& table, E& out,
+               std::size_t max_bytes) {
+  std::string_view s;
+  if (!in.strView(s, max_bytes)) return false;
+  for (const auto& [e, name] : table) {
+    if (s == name) {
+      out = e;
+      return true;
+    }
+  }
+  return in.fail();
+}
+
+constexpr std::array<std::string_view, 8> kIdentityFields{
+    "namespace", "job", "pod", "node", "rank", "worldSize", "restartAttempt", "pid"};
+
+bool streamIdentity(CborIn& in, RankIdentity& id) {
+  return readObject(in, kIdentityFields, [&](std::size_t f) {
+    switch (f) {
+      case 0:
+        return in.str(id.ns, kMaxNameBytes);
+      case 1:
+        return in.str(id.job, kMaxNameBytes);
+      case 2:
+        return in.str(id.pod, kMaxNameBytes);
+      case 3:
+        return in.str(id.node, kMaxNameBytes);
+      case 4:
+        return in.sint(id.rank, -1, kMaxRank - 1);
+      case 5:
+        return in.sint(id.worldSize, 0, kMaxRank);
+      case 6:
+        return in.uint(id.restartAttempt);
+      default:
+        return in.uint(id.pid);
+    }
+  });
+}
+
+constexpr std::array<std::string_view, 5> kLatencyFields{"count", "sumUs", "maxUs", "p50Us",
+                                                         "p99Us"};
+
+bool streamLatency(CborIn& in, LatencySummary& l) {
+  return readObject(in, kLatencyFields, [&](std::size_t f) {
+    switch (f) {
+      case 0:
+        return in.u64(l.count);
+      case 1:
+        return in.u64(l.sumUs);
+      case 2:
+        return in.u64(l.maxUs);
+      case 3:
+        return in.u64(l.p50Us);
+      default:
+        return in.u64(l.p99Us);
+    }
+  });
+}
+
+constexpr std::array<std::string_view, 5> kSubflowFields{"index", "localPort", "pathId", "weight",
+                                                         "bytes"};
+constexpr std::array<std::string_view, 12> kConnectionFields{
+    "id",  "direction", "peerRank",         "peerNode", "peerPod",  "bytes",
+    "ops", "inflight",  "oldestInflightUs", "wait",     "transfer", "subflows"};
+
+bool streamConnection(CborIn& in, ConnectionStats& c) {
+  return readObject(in, kConnectionFields, [&](std::size_t f) {
+    switch (f) {
+      case 0:
+        return in.u64(c.id);
+      case 1:
+        return enumValue(in, kDirections, c.direction, 16);
+      case 2:
+        return in.sint(c.peerRank, -1, kMaxRank - 1);
+      case 3:
+        return in.str(c.peerNode, kMaxNameBytes);
+      case 4:
+        return in.str(c.peerPod, kMaxNameBytes);
+      case 5:
+        return in.u64(c.bytes);
+      case 6:
+        return in.u64(c.ops);
+      case 7:
+        return in.uint(c.inflight);
+      case 8:
+        return in.u64(c.oldestInflightUs);
+      case 9:
+        return streamLatency(in, c.wait);
+      case 10:
+        return streamLatency(in, c.transfer);
+      default:
+        return readArray(in, kMaxSubflowsPerConnection, [&](std::uint64_t hint) {
+          if (c.subflows.empty() && hint > 0) c.subflows.reserve(hint);
+          SubflowStats& s = c.subflows.emplace_back();
+          return readObject(in, kSubflowFields, [&](std::size_t g) {
+            switch (g) {
+              case 0:
+                return in.uint(s.index, kMaxSubflowsPerConnection - 1);
+              case 1:
+                return in.uint(s.localPort);
+              case 2:
+                return in.sint(s.pathId, -1, std::numeric_limits<std::int32_t>::max());
+              case 3:
+                return in.f64(s.weight, 0.0, kMaxWeight);
+              default:
+                return in.u64(s.bytes);
+            }
+          });
+        });
+    }
+  });
+}
+
+// Every field any message kind has; which of them must be present depends on `kind`, which may
+// come last (the encoder writes keys in byte order), so one pass reads them all and checks the set
+// at the end.
+enum MessageField : std::size_t {
+  kFV,
+  kFKind,
+  kFId,
+  kFTimeUnixNs,
+  kFSeq,
+  kFPart,
+  kFParts,
+  kFIntervalMs,
+  kFPlanVersion,
+  kFDroppedMessages,
+  kFConnections,
+  kFStep,
+  kFState,
+  kFPath,
+  kFAnomaly,
+  kFConnectionId,
+  kFDirection,
+  kFPeerRank,
+  kFPeerNode,
+  kFAgeUs,
+  kFDetail,
+  kNumMessageFields
+};
+constexpr std::array<std::string_view, kNumMessageFields> kMessageFields{
+    "v",        "kind",       "id",          "timeUnixNs",      "seq",         "part",
+    "parts",    "intervalMs", "planVersion", "droppedMessages", "connections", "step",
+    "state",    "path",       "anomaly",     "connectionId",    "direction",   "peerRank",
+    "peerNode", "ageUs",      "detail"};
+
+constexpr std::uint64_t fieldMask(std::initializer_list<MessageField> fields) {
+  std::uint64_t m = 0;
+  for (auto f : fields) m |= std::uint64_t{1} << f;
+  return m;
+}
+constexpr std::uint64_t kRankReportMask =
+    fieldMask({kFV, kFKind, kFId, kFTimeUnixNs, kFSeq, kFPart, kFParts, kFIntervalMs, kFPlanVersion,
+               kFDroppedMessages, kFConnections});
+constexpr std::uint64_t kProgressMask =
+    fieldMask({kFV, kFKind, kFId, kFTimeUnixNs, kFStep, kFState});
+constexpr std::uint64_t kCheckpointMask =
+    fieldMask({kFV, kFKind, kFId, kFTimeUnixNs, kFStep, kFPath});
+constexpr std::uint64_t kAnomalyMask =
+    fieldMask({kFV, kFKind, kFId, kFTimeUnixNs, kFAnomaly, kFConnectionId, kFDirection, kFPeerRank,
+               kFPeerNode, kFAgeUs, kFDetail});
+
+// Decodes one message (top level or an item of NodeReport.reports / notices) into `out`; the
+// caller's validate() finishes the checks.
+bool streamMessage(CborIn& in, Message& out) {
+  std::int64_t v = 0;
+  std::string_view kind;
+  RankIdentity id;
+  std::int64_t time = 0;
+  std::int64_t step = 0;
+  std::string_view state;
+  std::string_view anomaly;
+  RankReport rep;
+  std::string path;
+  AnomalyNotice an;
+  std::uint64_t seen = 0;
+  const bool ok = readObject(
+      in, kMessageFields,
+      [&](std::size_t f) {
+        switch (f) {
+          case kFV:
+            return in.i64(v);
+          case kFKind:
+            return in.strView(kind, 64);
+          case kFId:
+            return streamIdentity(in, id);
+          case kFTimeUnixNs:
+            return in.i64(time, 1);
+          case kFSeq:
+            return in.u64(rep.seq);
+          case kFPart:
+            return in.uint(rep.part, kMaxParts - 1);
+          case kFParts:
+            return in.uint(rep.parts, kMaxParts);
+          case kFIntervalMs:
+            return in.uint(rep.intervalMs, 3'600'000);
+          case kFPlanVersion:
+            return in.i64(rep.planVersion, -1);
+          case kFDroppedMessages:
+            return in.u64(rep.droppedMessages);
+          case kFConnections:
+            return readArray(in, kMaxConnectionsPerReport, [&](std::uint64_t hint) {
+              if (rep.connections.empty() && hint > 0) rep.connections.reserve(hint);
+              return streamConnection(in, rep.connections.emplace_back());
+            });
+          case kFStep:
+            return in.i64(step, -1);
+          case kFState:
+            return in.strView(state, 32);
+          case kFPath:
+            return in.str(path, kMaxTextBytes);
+          case kFAnomaly:
+            return in.strView(anomaly, 32);
+          case kFConnectionId:
+            return in.u64(an.connectionId);
+          case kFDirection:
+            return enumValue(in, kDirections, an.direction, 16);
+          case kFPeerRank:
+            return in.sint(an.peerRank, -1, kMaxRank - 1);
+          case kFPeerNode:
+            return in.str(an.peerNode, kMaxNameBytes);
+          case kFAgeUs:
+            return in.u64(an.ageUs);
+          default:
+            return in.str(an.detail, kMaxTextBytes);
+        }
+      },
+      &seen);
+  if (!ok || v != kSchemaVersion) return in.fail();
+  if (kind == "RankReport" && seen == kRankReportMask) {
+    rep.id = std::move(id);
+    rep.timeUnixNs = time;
+    out = std::move(rep);
+    return true;
+  }
+  auto parseState = [&](ProgressState& s) {
+    for (const auto& [e, name] : kProgressStates) {
+      if (state == name) {
+        s = e;
+        return true;
+      }
+    }
+    return false;
+  };
+  if (kind == "ProgressNotice" && seen == kProgressMask) {
+    ProgressNotice n{std::move(id), time, step, ProgressState::kTraining};
+    if (!parseState(n.state)) return in.fail();
+    out = std::move(n);
+    return true;
+  }
+  if (kind == "CheckpointNotice" && seen == kCheckpointMask && step >= 0) {
+    out = CheckpointNotice{std::move(id), time, step, std::move(path)};
+    return true;
+  }
+  if (kind == "AnomalyNotice" && seen == kAnomalyMask) {
+    bool known = false;
+    for (const auto& [e, name] : kAnomalyKinds) {
+      if (anomaly == name) {
+        an.kind = e;
+        known = true;
+      }
+    }
+    if (!known) return in.fail();
+    an.id = std::move(id);
+    an.timeUnixNs = time;
+    out = std::move(an);
+    return true;
+  }
+  return in.fail();
+}
+
+constexpr std::array<std::string_view, 12> kNicFields{
+    "name",           "up",       "rdma",     "speedMbps", "errors",   "operstate", "carrier",
+    "carrierChanges", "rxErrors", "txErrors", "rxDropped", "txDropped"};
+constexpr std::array<std::string_view, 8> kGpuFields{"index",
+                                                     "uuid",
+                                                     "healthy",
+                                                     "detail",
+                                                     "eccVolatileUncorrected",
+                                                     "retiredPagesPending",
+                                                     "lastXid",
+                                                     "throttleReasons"};
+constexpr std::array<std::string_view, 12> kRdmaPortFields{
+    "device",    "port",        "netdev",       "state",      "physState",
+    "rateMbps",  "active",      "symbolErrors", "linkDowned", "linkErrorRecovery",
+    "rcvErrors", "xmitDiscards"};
+constexpr std::array<std::string_view, 9> kHealthFields{
+    "nics",          "gpus",       "rdmaPorts",     "nicsAvailable", "nicsReason",
+    "rdmaAvailable", "rdmaReason", "gpusAvailable", "gpusReason"};
+
+bool streamHealth(CborIn& in, NodeHealth& h) {
+  return readObject(in, kHealthFields, [&](std::size_t f) {
+    switch (f) {
+      case 0:
+        return readArray(in, kMaxDevicesPerNode, [&](std::uint64_t) {
+          NicHealth& n = h.nics.emplace_back();
+          return readObject(in, kNicFields, [&](std::size_t g) {
+            switch (g) {
+              case 0:
+                return in.str(n.name, kMaxNameBytes);
+              case 1:
+                return in.boolean(n.up);
+              case 2:
+                return in.boolean(n.rdma);
+              case 3:
+                return in.u64(n.speedMbps);
+              case 4:
+                return in.u64(n.errors);
+              case 5:
+                return in.str(n.operstate, 32);
+              case 6:
+                return in.boolean(n.carrier);
+              case 7:
+                return in.u64(n.carrierChanges);
+              case 8:
+                return in.u64(n.rxErrors);
+              case 9:
+                return in.u64(n.txErrors);
+              case 10:
+                return in.u64(n.rxDropped);
+              default:
+                return in.u64(n.txDropped);
+            }
+          });
+        });
+      case 1:
+        return readArray(in, kMaxDevicesPerNode, [&](std::uint64_t) {
+          GpuHealth& g = h.gpus.emplace_back();
+          return readObject(in, kGpuFields, [&](std::size_t k) {
+            switch (k) {
+              case 0:
+                return in.sint(g.index, 0, static_cast<std::int64_t>(kMaxDevicesPerNode) - 1);
+              case 1:
+                return in.str(g.uuid, kMaxNameBytes);
+              case 2:
+                return in.boolean(g.healthy);
+              case 3:
+                return in.str(g.detail, kMaxTextBytes);
+              case 4:
+                return in.u64(g.eccVolatileUncorrected);
+              case 5:
+                return in.boolean(g.retiredPagesPending);
+              case 6:
+                return in.u64(g.lastXid);
+              default:
+                return in.u64(g.throttleReasons);
+            }
+          });
+        });
+      case 2:
+        return readArray(in, kMaxDevicesPerNode, [&](std::uint64_t) {
+          RdmaPortHealth& p = h.rdmaPorts.emplace_back();
+          return readObject(in, kRdmaPortFields, [&](std::size_t k) {
+            switch (k) {
+              case 0:
+                return in.str(p.device, kMaxNameBytes);
+              case 1:
+                return in.uint(p.port, 255);
+              case 2:
+                return in.str(p.netdev, kMaxNameBytes);
+              case 3:
+                return in.str(p.state, 32);
+              case 4:
+                return in.str(p.physState, 32);
+              case 5:
+                return in.u64(p.rateMbps);
+              case 6:
+                return in.boolean(p.active);
+              case 7:
+                return in.u64(p.symbolErrors);
+              case 8:
+                return in.u64(p.linkDowned);
+              case 9:
+                return in.u64(p.linkErrorRecovery);
+              case 10:
+                return in.u64(p.rcvErrors);
+              default:
+                return in.u64(p.xmitDiscards);
+            }
+          });
+        });
+      case 3:
+        return in.boolean(h.nicsAvailable);
+      case 4:
+        return in.str(h.nicsReason, kMaxTextBytes);
+      case 5:
+        return in.boolean(h.rdmaAvailable);
+      case 6:
+        return in.str(h.rdmaReason, kMaxTextBytes);
+      case 7:
+        return in.boolean(h.gpusAvailable);
+      default:
+        return in.str(h.gpusReason, kMaxTextBytes);
+    }
+  });
+}
+
+constexpr std::array<std::string_view, 10> kNodeReportFields{"v",
+                                                             "kind",
+                                                             "node",
+                                                             "seq",
+                                                             "timeUnixNs",
+                                                             "health",
+                                                             "reports",
+                                                             "notices",
+                                                             "droppedMessages",
+                                                             "rejectedMessages"};
+
+bool streamNodeReport(CborIn& in, NodeReport& out) {
+  return readObject(in, kNodeReportFields, [&](std::size_t f) {
+    switch (f) {
+      case 0: {
+        std::int64_t v = 0;
+        return in.i64(v) && v == kSchemaVersion;
+      }
+      case 1: {
+        std::string_view kind;
+        return in.strView(kind, 64) && kind == "NodeReport";
+      }
+      case 2:
+        return in.str(out.node, kMaxNameBytes);
+      case 3:
+        return in.u64(out.seq);
+      case 4:
+        return in.i64(out.timeUnixNs, 1);
+      case 5:
+        return streamHealth(in, out.health);
+      case 6:
+        return readArray(in, kMaxReportsPerBatch, [&](std::uint64_t hint) {
+          if (out.reports.empty() && hint > 0) out.reports.reserve(hint);
+          Message m;
+          if (!streamMessage(in, m) || !std::holds_alternative<RankReport>(m)) return false;
+          out.reports.push_back(std::move(std::get<RankReport>(m)));
+          return true;
+        });
+      case 7:
+        return readArray(in, kMaxNoticesPerBatch, [&](std::uint64_t) {
+          Message m;
+          if (!streamMessage(in, m)) return false;
+          if (auto* p = std::get_if<ProgressNotice>(&m)) {
+            out.notices.emplace_back(std::move(*p));
+          } else if (auto* c = std::get_if<CheckpointNotice>(&m)) {
+            out.notices.emplace_back(std::move(*c));
+          } else if (auto* a = std::get_if<AnomalyNotice>(&m)) {
+            out.notices.emplace_back(std::move(*a));
+          } else {
+            return false;
+          }
+          return true;
+        });
+      case 8:
+        return in.u64(out.droppedMessages);
+      default:
+        return in.u64(out.rejectedMessages);
+    }
+  });
+}
+
 template <typename T>
 Result<std::vector<std::uint8_t>> toCbor(const json& j, std::size_t limit, const char* what) {
   std::vector<std::uint8_t> out;
@@ -1044,8 +1738,8 @@ Result<std::vector<std::uint8_t>> encodeCbor(const Message& m) {
 }
 
 Result<Message> decodeMessageCbor(std::span<const std::uint8_t> bytes) {
-  C4_ASSIGN_OR_RETURN(json j, parseCbor(bytes, kMaxDatagramBytes, "message"));
-  return decodeMessage(j, "Message");
+  if (auto m = internal::decodeMessageCborStreaming(bytes)) return std::move(*m);
+  return internal::decodeMessageCborDom(bytes);
 }
 
 Result<std::string> encodeJson(const Message& m) {
@@ -1064,8 +1758,8 @@ Result<std::vector<std::uint8_t>> encodeCbor(const NodeReport& r) {
 }
 
 Result<NodeReport> decodeNodeReportCbor(std::span<const std::uint8_t> bytes) {
-  C4_ASSIGN_OR_RETURN(json j, parseCbor(bytes, kMaxBatchBytes, "node report"));
-  return decodeNodeReport(j);
+  if (auto r = internal::decodeNodeReportCborStreaming(bytes)) return std::move(*r);
+  return internal::decodeNodeReportCborDom(bytes);
 }
 
 Result<std::string> encodeJson(const NodeReport& r) {
@@ -1077,5 +1771,35 @@ Result<NodeReport> decodeNodeReportJson(std::string_view text) {
   C4_ASSIGN_OR_RETURN(json j, parseJson(text, kMaxBatchBytes * 4, "node report"));
   return decodeNodeReport(j);
 }
+
+namespace internal {
+
+Result<Message> decodeMessageCborDom(std::span<const std::uint8_t> bytes) {
+  C4_ASSIGN_OR_RETURN(json j, parseCbor(bytes, kMaxDatagramBytes, "message"));
+  return decodeMessage(j, "Message");
+}
+
+Result<NodeReport> decodeNodeReportCborDom(std::span<const std::uint8_t> bytes) {
+  C4_ASSIGN_OR_RETURN(json j, parseCbor(bytes, kMaxBatchBytes, "node report"));
+  return decodeNodeReport(j);
+}
+
+std::optional<Message> decodeMessageCborStreaming(std::span<const std::uint8_t> bytes) {
+  if (bytes.empty() || bytes.size() > kMaxDatagramBytes) return std::nullopt;
+  CborIn in(bytes);
+  Message m;
+  if (!streamMessage(in, m) || !in.atEnd() || !validate(m).has_value()) return std::nullopt;
+  return m;
+}
+
+std::optional<NodeReport> decodeNodeReportCborStreaming(std::span<const std::uint8_t> bytes) {
+  if (bytes.empty() || bytes.size() > kMaxBatchBytes) return std::nullopt;
+  CborIn in(bytes);
+  NodeReport r;
+  if (!streamNodeReport(in, r) || !in.atEnd() || !validate(r).has_value()) return std::nullopt;
+  return r;
+}
+
+}  // namespace internal
 
 }  // namespace c4::report

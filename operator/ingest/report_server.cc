@@ -6,6 +6,7 @@
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include <atomic>
@@ -177,6 +178,12 @@ int ReportServer::certificateLoads() const {
   return certs_->loads();
 }
 
+TlsSessionStats ReportServer::tlsSessionStats() const {
+  SSL_CTX* ctx = server_->ssl_context();
+  if (ctx == nullptr) return {};
+  return TlsSessionStats{SSL_CTX_sess_accept_good(ctx), SSL_CTX_sess_hits(ctx)};
+}
+
 Result<std::unique_ptr<ReportServer>> ReportServer::create(ReportServerConfig config,
                                                            ReportHandler& handler, Clock& clock) {
   if (config.cert_file.empty() || config.key_file.empty()) {
@@ -194,6 +201,12 @@ Result<std::unique_ptr<ReportServer>> ReportServer::create(ReportServerConfig co
     SSL_CTX_set_options(&ctx,
                         SSL_OP_NO_COMPRESSION | SSL_OP_NO_SESSION_RESUMPTION_ON_RENEGOTIATION);
     SSL_CTX_set_cert_cb(&ctx, certCallback, source);
+    // Resumption (the default, made explicit): TLS 1.2 session IDs from the server cache,
+    // TLS 1.3 stateless tickets; one ticket per handshake is all a client keeps.
+    SSL_CTX_set_session_cache_mode(&ctx, SSL_SESS_CACHE_SERVER);
+    static constexpr unsigned char kSessionContext[] = "c4-report-server";
+    SSL_CTX_set_session_id_context(&ctx, kSessionContext, sizeof kSessionContext - 1);
+    SSL_CTX_set_num_tickets(&ctx, 1);
     return true;
   });
   if (!server->server_->is_valid()) {
@@ -208,7 +221,15 @@ Result<std::unique_ptr<ReportServer>> ReportServer::create(ReportServerConfig co
   s.set_payload_max_length(handler.config().max_body_bytes + 1);
   auto timeout = std::chrono::duration_cast<std::chrono::seconds>(server->config_.read_timeout);
   s.set_read_timeout(std::max<time_t>(1, static_cast<time_t>(timeout.count())), 0);
-  s.set_keep_alive_max_count(100);
+  s.set_keep_alive_max_count(
+      static_cast<size_t>(std::max(1, server->config_.keep_alive_max_count)));
+  auto idle = std::chrono::duration_cast<std::chrono::seconds>(server->config_.keep_alive_timeout);
+  s.set_keep_alive_timeout(std::max<time_t>(0, static_cast<time_t>(idle.count())));
+  ReportServer* self = server.get();
+  s.set_socket_options([self](socket_t sock) {
+    httplib::default_socket_options(sock);
+    self->listen_fd_ = sock;  // the listening socket (start() raises its backlog)
+  });
   ReportHandler* h = &handler;
   s.Post("/v1/reports", [h](const httplib::Request& req, httplib::Response& res) {
     IngestRequest in;
@@ -241,6 +262,10 @@ Result<int> ReportServer::start() {
     return makeError(
         ErrorCode::kInvalidArgument,
         "cannot bind the report server to " + config_.address + ":" + std::to_string(config_.port));
+  }
+  if (int fd = listen_fd_.load(); fd >= 0 && config_.listen_backlog > 0) {
+    // Listening again on a listening socket only changes its backlog.
+    (void)::listen(fd, config_.listen_backlog);
   }
   listening_done_ = false;
   thread_ = std::thread([this] {

@@ -31,6 +31,27 @@ struct ReportServerConfig {
   int threads = 8;
   Duration cert_check_period = std::chrono::seconds{10};
   Duration read_timeout = std::chrono::seconds{10};
+  // Connection policy. cpp-httplib serves a kept-alive connection on one pool thread until it
+  // has been idle for keep_alive_timeout (whole seconds), so a few thousand node plugins posting
+  // once a second over kept-alive connections would pin every thread while the other
+  // connections wait in the queue. The default serves one request per connection (the response
+  // says "Connection: close") and frees the thread at once; a reconnecting client resumes its TLS
+  // session (session cache and tickets are on), which spares the certificate work of a full
+  // handshake. keep_alive_timeout also bounds how long a new connection may hold a thread before
+  // its first request. Measured in docs/benchmarks.md ("Report ingest").
+  int keep_alive_max_count = 1;
+  Duration keep_alive_timeout = std::chrono::seconds{1};
+  // Pending connections the kernel queues before accept (capped by net.core.somaxconn).
+  // cpp-httplib 0.11 listens with a backlog of 5: with a connection per request, a second's worth
+  // of node plugins arriving together overflows it and each dropped SYN costs its client a 1 s
+  // retransmission, so start() raises it.
+  int listen_backlog = 4096;
+};
+
+// TLS handshakes the server completed, and how many of them resumed a session.
+struct TlsSessionStats {
+  long handshakes = 0;
+  long resumed = 0;
 };
 
 class CertificateSource;
@@ -51,6 +72,8 @@ class ReportServer {
   void stop();
   // Certificate reloads so far (tests).
   [[nodiscard]] int certificateLoads() const;
+  // OpenSSL's counters of the server context (benchmarks, tests).
+  [[nodiscard]] TlsSessionStats tlsSessionStats() const;
 
  private:
   ReportServer(ReportServerConfig config, ReportHandler& handler, Clock& clock);
@@ -62,6 +85,7 @@ class ReportServer {
   std::unique_ptr<httplib::SSLServer> server_;
   std::thread thread_;
   std::atomic<bool> listening_done_{false};
+  std::atomic<int> listen_fd_{-1};
 };
 
 }  // namespace c4::op::ingest
