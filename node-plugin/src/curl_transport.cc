@@ -74,10 +74,16 @@ class CurlTransport final : public ReportTransport {
  public:
   explicit CurlTransport(CurlTransportConfig config) : config_(std::move(config)) {}
 
+  // One easy handle for the transport's life: libcurl keeps its connection (when the operator
+  // keeps it open) and its TLS session cache, so a reconnect resumes the session instead of a
+  // full handshake with certificate verification. post() is called by one thread at a time.
   Result<HttpResponse> post(const std::vector<std::uint8_t>& body, const std::string& token,
                             Duration timeout) override {
-    CurlPtr curl(curl_easy_init());
-    if (!curl) return makeError(ErrorCode::kInternal, "curl_easy_init failed");
+    std::lock_guard lock(mu_);
+    if (!curl_) curl_.reset(curl_easy_init());
+    if (!curl_) return makeError(ErrorCode::kInternal, "curl_easy_init failed");
+    curl_easy_reset(curl_.get());  // options of the previous request go; connection and
+                                   // session caches stay
     SlistPtr headers;
     auto add = [&](const std::string& h) {
       headers.reset(curl_slist_append(headers.release(), h.c_str()));
@@ -88,7 +94,7 @@ class CurlTransport final : public ReportTransport {
     add("Authorization: Bearer " + token);
     HttpResponse resp;
     char errbuf[CURL_ERROR_SIZE] = {};
-    CURL* c = curl.get();
+    CURL* c = curl_.get();
     curl_easy_setopt(c, CURLOPT_URL, config_.url.c_str());
     curl_easy_setopt(c, CURLOPT_POST, 1L);
     curl_easy_setopt(c, CURLOPT_POSTFIELDS, body.data());
@@ -121,11 +127,14 @@ class CurlTransport final : public ReportTransport {
                                                     : std::string(curl_easy_strerror(rc))));
     }
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &resp.status);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, nullptr);  // `headers` is freed on return
     return resp;
   }
 
  private:
   CurlTransportConfig config_;
+  std::mutex mu_;
+  CurlPtr curl_;
 };
 
 }  // namespace
