@@ -234,8 +234,29 @@ void TrafficPlanController::sync() {
   if (!planner_) return;
   syncNodes();
   syncJobs();
+  restoreTelemetry();
   syncTelemetry();
+  flushWrites();
   syncFabricStatus();
+}
+
+void TrafficPlanController::restoreTelemetry() {
+  // After the jobs that were running are planned again, as they were first planned (on healthy
+  // links), then re-weighted: the same sequence that produced the documents they hold.
+  std::vector<RestoredLink> links;
+  links.swap(restore_links_);
+  for (const auto& r : links) {
+    auto out = planner_->setLinkState(r.link, r.fraction, r.direction);
+    if (!out) {
+      log_.warn("Telemetry link state not restored",
+                {{"link", c4p::linkName(r.link)}, {"error", out.error()}});
+      continue;
+    }
+    telemetry_links_.push_back({r.link, r.direction, clock_.monoNow()});
+    writeChanged(out->changed, "link " + c4p::linkName(r.link) + " " +
+                                   std::string(c4p::directionName(r.direction)) +
+                                   " degraded (telemetry, from the Fabric status)");
+  }
 }
 
 void TrafficPlanController::rejectFabric(const Json& fabric, const std::string& reason,
@@ -300,10 +321,7 @@ void TrafficPlanController::syncFabric() {
       c4p::Direction d = dir == "Up"     ? c4p::Direction::kUp
                          : dir == "Down" ? c4p::Direction::kDown
                                          : c4p::Direction::kBoth;
-      double fraction = l.value("capacityFraction", 1.0);
-      if (planner_->setLinkState(ref, fraction, d)) {
-        telemetry_links_.push_back({ref, d, clock_.monoNow()});
-      }
+      restore_links_.push_back({ref, d, l.value("capacityFraction", 1.0)});
     }
     log_.info("Fabric accepted",
               {{"fabric", objectName(*chosen)}, {"generation", generationOf(*chosen)}});
@@ -391,8 +409,7 @@ void TrafficPlanController::syncJobs() {
       it->second.object = job;
       if (it->second.mode != *mode) {
         it->second.mode = *mode;
-        writePlan(key, it->second,
-                  std::string("mode changed to ") + std::string(c4p::modeName(*mode)));
+        queueWrite(key, std::string("mode changed to ") + std::string(c4p::modeName(*mode)));
       }
       continue;
     }
@@ -418,7 +435,7 @@ void TrafficPlanController::syncJobs() {
     for (const auto& other : changed) {
       auto st = jobs_.find(other);
       if (st == jobs_.end()) continue;
-      writePlan(other, st->second, other == key ? reason : "another job was placed (" + key + ")");
+      queueWrite(other, other == key ? reason : "another job was placed (" + key + ")");
     }
   }
   for (auto it = jobs_.begin(); it != jobs_.end();) {
@@ -435,7 +452,19 @@ void TrafficPlanController::syncJobs() {
 
 void TrafficPlanController::writeChanged(const std::vector<std::string>& changed,
                                          const std::string& reason) {
-  for (const auto& key : changed) {
+  for (const auto& key : changed) queueWrite(key, reason);
+}
+
+void TrafficPlanController::queueWrite(const std::string& key, const std::string& reason) {
+  std::string& reasons = pending_writes_[key];
+  if (reasons.find(reason) != std::string::npos) return;
+  reasons += reasons.empty() ? reason : "; " + reason;
+}
+
+void TrafficPlanController::flushWrites() {
+  std::map<std::string, std::string> pending;
+  pending.swap(pending_writes_);
+  for (const auto& [key, reason] : pending) {
     auto it = jobs_.find(key);
     if (it != jobs_.end()) writePlan(key, it->second, reason);
   }

@@ -155,8 +155,12 @@ class TrafficPlanController {
   void syncJobs();
   void syncTelemetry();
   void syncFabricStatus();
+  void restoreTelemetry();
+  // Writes are collected during a sync (one per job, the reasons joined) and made at its end.
+  void queueWrite(const std::string& key, const std::string& reason);
+  void flushWrites();
   void rejectFabric(const Json& fabric, const std::string& reason, const std::string& message);
-  // Writes the documents of `changed` jobs (see the header comment).
+  // Queues the documents of `changed` jobs (see the header comment).
   void writeChanged(const std::vector<std::string>& changed, const std::string& reason);
   // Writes one job's document if it differs from what the ConfigMap holds.
   void writePlan(const std::string& key, JobState& state, const std::string& reason);
@@ -179,6 +183,13 @@ class TrafficPlanController {
   std::map<std::string, JobState> jobs_;
   LinkMonitor monitor_;
   std::vector<TelemetryLink> telemetry_links_;
+  struct RestoredLink {
+    c4p::LinkRef link;
+    c4p::Direction direction;
+    double fraction;
+  };
+  std::vector<RestoredLink> restore_links_;  // from the Fabric's status, applied after the jobs
+  std::map<std::string, std::string> pending_writes_;  // job -> reasons
 
   std::mutex mu_;  // hints_, kicked_, stopping_
   std::vector<std::pair<std::string, std::string>> hints_;
