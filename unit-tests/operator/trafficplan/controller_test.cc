@@ -5,8 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <string>
+#include <thread>
 
 #include "c4/plugin/plan.h"
 #include "operator/trainingjob/api.h"
@@ -372,6 +374,33 @@ TEST_F(TrafficPlanTest, ANodeWithoutLeafLabelGetsAPlanFailedEvent) {
   ASSERT_EQ(eventsWithReason("PlanFailed").size(), 1u);
   EXPECT_NE(eventsWithReason("PlanFailed")[0]["message"].get<std::string>().find("n3"),
             std::string::npos);
+}
+
+TEST_F(TrafficPlanTest, TheThreadSyncsEveryPeriodAndWhenKicked) {
+  TrafficPlanConfig config;
+  config.period = std::chrono::seconds{10};
+  auto controller = makeController(config);
+  controller->start();
+  ASSERT_TRUE(clock_.awaitWaiters(1));  // the first sync ran (no job yet) and it waits
+  placeJob("Enforce", 0, {"n0", "n1", "n2", "n3"});
+  controller->kick();
+  for (int i = 0; i < 500 && !configMap(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds{2});  // real time: the thread runs
+  }
+  ASSERT_TRUE(configMap()) << "a kick syncs at once";
+  ASSERT_TRUE(clock_.awaitWaiters(1));
+  // Without a kick, the next sync comes with the period.
+  api_.put(fabrics(),
+           fabricObject(
+               2, {{"links",
+                    Json::array({{{"leaf", "leaf-a"}, {"uplink", 0}, {"capacityFraction", 0}}})}}));
+  clock_.advance(std::chrono::seconds{10});
+  for (int i = 0; i < 500 && planDocument().version < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds{2});
+  }
+  EXPECT_EQ(planDocument().version, 2);
+  controller->stop();
+  controller->stop();  // idempotent
 }
 
 // Telemetry: rank 1 (n1 -> n2) reports its subflows every second; the subflow on path 0 stops
