@@ -88,31 +88,73 @@ std::optional<std::vector<std::string>> jobPlacement(const Json& job, std::int64
 }
 
 std::vector<ConnectionDelta> connectionDeltas(
-    const ingest::JobRecord& record,
+    const ingest::JobRecord& record, const c4p::JobPlan& plan, std::int64_t plan_version,
     std::map<std::pair<std::int32_t, std::uint64_t>, std::uint64_t>& seen) {
   std::vector<ConnectionDelta> out;
   for (const auto& [rank, rr] : record.ranks) {
+    // The plan version the receiving rank had applied when it sent the report of `seq`.
+    auto versionAt = [&rr](std::uint64_t seq) -> std::optional<std::int64_t> {
+      for (const auto& h : rr.reports) {
+        if (h.seq == seq) return h.plan_version;
+      }
+      return std::nullopt;
+    };
     for (const auto& [id, history] : rr.connections) {
       const auto& samples = history.samples;
       if (samples.size() < 2) continue;
       const auto& last = samples.back();
       const auto& prev = samples[samples.size() - 2];
-      if (last.stats.direction != report::Direction::kSend) continue;
+      if (last.stats.direction != report::Direction::kRecv) continue;
       auto& used = seen[{rank, id}];
       if (last.report_seq <= used) continue;
       used = last.report_seq;
-      ConnectionDelta delta;
-      delta.local_node = rr.identity.node;
-      delta.peer_node = last.stats.peerNode;
-      for (const auto& s : last.stats.subflows) {
-        std::uint64_t before = 0;
-        for (const auto& p : prev.stats.subflows) {
-          if (p.index == s.index) before = p.bytes;
-        }
-        delta.subflows.push_back(
-            {s.pathId, s.localPort, s.weight, s.bytes >= before ? s.bytes - before : 0});
+      const std::string& sender = last.stats.peerNode;
+      const std::string& receiver = rr.identity.node;
+      const c4p::PlannedPair* pair = nullptr;
+      for (const auto& p : plan.pairs) {
+        if (p.local_node == sender && p.peer_node == receiver) pair = &p;
       }
-      if (!delta.local_node.empty() && !delta.peer_node.empty()) out.push_back(std::move(delta));
+      const std::size_t n = last.stats.subflows.size();
+      if (pair == nullptr || pair->subflows.size() != n || prev.stats.subflows.size() != n) {
+        continue;
+      }
+      // Judge only windows in which the receiver ran the current plan (the sender reads the same
+      // file); the lag counts from the oldest sample of that run.
+      if (versionAt(last.report_seq) != plan_version ||
+          versionAt(prev.report_seq) != plan_version) {
+        continue;
+      }
+      std::size_t base = samples.size() - 2;
+      while (base > 0 && versionAt(samples[base - 1].report_seq) == plan_version &&
+             samples[base - 1].stats.subflows.size() == n) {
+        --base;
+      }
+      ConnectionDelta delta;
+      delta.local_node = sender;
+      delta.peer_node = receiver;
+      delta.stalled = last.stats.bytes == prev.stats.bytes && last.stats.inflight > 0 &&
+                      last.stats.oldestInflightUs >= 1'000'000;
+      std::vector<double> normalised(n, 0.0);
+      double most = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        const double w = pair->subflows[i].weight;
+        const std::uint64_t now = last.stats.subflows[i].bytes;
+        const std::uint64_t before = prev.stats.subflows[i].bytes;
+        const std::uint64_t from = samples[base].stats.subflows[i].bytes;
+        const std::uint64_t cumulative = now >= from ? now - from : 0;
+        delta.subflows.push_back(
+            {pair->subflows[i].path, 0, w, now >= before ? now - before : 0, 0});
+        if (w > 0) {
+          normalised[i] = static_cast<double>(cumulative) / w;
+          most = std::max(most, normalised[i]);
+        }
+      }
+      for (std::size_t i = 0; i < n; ++i) {
+        const double w = pair->subflows[i].weight;
+        if (w > 0)
+          delta.subflows[i].lag_bytes = static_cast<std::uint64_t>((most - normalised[i]) * w);
+      }
+      out.push_back(std::move(delta));
     }
   }
   return out;
@@ -604,11 +646,13 @@ void TrafficPlanController::syncTelemetry() {
   std::vector<ConnectionDelta> deltas;
   for (auto& [key, state] : jobs_) {
     if (state.mode != c4p::Mode::kEnforce) continue;  // Advisory jobs do not follow the paths
+    const c4p::JobPlan* plan = planner_->plan(key);
+    if (plan == nullptr || !state.version) continue;
     auto slash = key.find('/');
     store_->readJob(key.substr(0, slash), key.substr(slash + 1),
                     [&](const ingest::JobRecord& record) {
                       if (record.facts.uid != state.uid) return;
-                      auto d = connectionDeltas(record, state.seen);
+                      auto d = connectionDeltas(record, *plan, *state.version, state.seen);
                       deltas.insert(deltas.end(), std::make_move_iterator(d.begin()),
                                     std::make_move_iterator(d.end()));
                     });

@@ -14,12 +14,12 @@
 //            pod index → spec.nodeName. It is planned when first placed and whenever the
 //            placement (or subflow count) changes, re-rendered when only the mode changes, and
 //            removed from the planner when it finishes, is deleted or turns Off.
-//   Links    telemetry: every period the per-subflow byte counters of the planned jobs' ranks
-//            (ingest ReportStore) go through the LinkMonitor; a confirmed dead link direction
-//            becomes c4p setLinkState(…, 0) — new weights only, so the plugin applies them to
-//            live connections without reconnecting. C4D kReplan verdicts (a slow connection
-//            between two nodes) are hints to the monitor. A telemetry state is lifted after
-//            `link_hold` (the weights return; a link still dead is found again).
+//   Links    telemetry: every period the per-subflow byte counters of the Enforce jobs' receiving
+//            ranks (ingest ReportStore, connectionDeltas) go through the LinkMonitor; a confirmed
+//            dead link direction becomes c4p setLinkState(…, 0) — new weights only, so the plugin
+//            applies them to live connections without reconnecting. C4D kReplan verdicts (a slow
+//            connection between two nodes) are hints to the monitor. A telemetry state is lifted
+//            after `link_hold` (the weights return; a link still dead is found again).
 //
 // Output, for every job in a PlanOutcome's `changed`: ConfigMap `<job>-c4-plan` (key plan.json,
 // c4p::makePlanDocument in the job's mode; annotations c4.dev/plan-version and
@@ -93,10 +93,14 @@ struct TrafficPlanSources {
 std::optional<std::vector<std::string>> jobPlacement(const Json& job, std::int64_t replicas,
                                                      const std::vector<Json>& pods);
 
-// The send connections of a job that have a new report since `seen` (rank, connection id →
-// report seq last used): each connection's subflow bytes between its last two samples.
+// The evidence of a job's reports for the link monitor: every receiving connection of a
+// cross-leaf pair of `plan` with a new report since `seen` (rank, connection id → report seq last
+// used). The receiver's per-subflow counters are what arrived (a sender counts bytes written into
+// its socket, which a dead path's socket buffer still accepts); subflow i of the receiver is the
+// sender's subflow i (the hello's index), so its path and weight are the plan pair's subflow i.
+// Windows in which the receiving rank reported another plan version are skipped.
 std::vector<ConnectionDelta> connectionDeltas(
-    const ingest::JobRecord& record,
+    const ingest::JobRecord& record, const c4p::JobPlan& plan, std::int64_t plan_version,
     std::map<std::pair<std::int32_t, std::uint64_t>, std::uint64_t>& seen);
 
 class TrafficPlanController {

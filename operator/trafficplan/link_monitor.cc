@@ -34,7 +34,21 @@ std::vector<LinkVerdict> LinkMonitor::observe(const std::vector<ConnectionDelta>
       total += s.bytes;
       if (s.weight > 0) weights += s.weight;
     }
-    if (total < options_.min_connection_bytes || weights <= 0) continue;
+    if (weights <= 0) continue;
+    if (total < options_.min_connection_bytes) {
+      if (!conn.stalled) continue;
+      for (const auto& s : conn.subflows) {
+        if (s.weight <= 0 || s.lag_bytes < options_.min_lag_bytes) continue;
+        int path = s.path >= 0 ? s.path : fabric.pathOfPort(s.local_port);
+        if (path < 0 || path >= fabric.uplinksPerLeaf()) continue;
+        std::string why = conn.local_node + " -> " + conn.peer_node + " path " +
+                          std::to_string(path) + ": connection stalled, " +
+                          megabytes(static_cast<double>(s.lag_bytes)) + " behind its siblings";
+        suspects.try_emplace(Key{c4p::LinkRef{src->plane, src->leaf, path}, 0}, why);
+        suspects.try_emplace(Key{c4p::LinkRef{dst->plane, dst->leaf, path}, 1}, why);
+      }
+      continue;
+    }
     const bool hinted = hints_.contains({conn.local_node, conn.peer_node});
     const double stall = hinted ? options_.hint_ratio : options_.stall_ratio;
     for (const auto& s : conn.subflows) {

@@ -2,8 +2,9 @@
 // from the per-subflow byte counters the ranks report (ingest ReportStore, ConnectionSample
 // subflows {localPort, pathId, weight, bytes}).
 //
-// Evidence. For each send connection of a planned job whose last two samples (consecutive
-// reports) moved at least `min_connection_bytes`, every subflow with a positive weight should have
+// Evidence (receiver side, see trafficplan::connectionDeltas). For each connection of a planned
+// job whose last two samples (consecutive reports) moved at least `min_connection_bytes`, every
+// subflow with a positive weight should have
 // carried weight / Σweights of the connection's bytes. A subflow that carried less than
 // `stall_ratio` of that share is *stalled*; one that carried at least `healthy_ratio` of it is
 // *healthy*. A cross-leaf subflow on path u uses the up direction of (source leaf, u) and the
@@ -14,6 +15,11 @@
 // healthy subflow clears it; after `confirm_windows` observations it is reported failed
 // (capacity fraction 0). Intra-leaf pairs and subflows without a path (pathId -1
 // and a port the fabric's rule does not map) give no evidence.
+//
+// A stalled connection (nothing arrives while an operation waits) carries no window evidence, but
+// the data already in flight when a path died shows: its siblings delivered their shares of the
+// in-flight messages and the dead subflow did not. A subflow of a stalled connection whose lag
+// behind its siblings is at least `min_lag_bytes` is stalled (and nothing is cleared).
 //
 // A hint (a C4D kReplan verdict: the connection between two nodes is slow) lowers the bar for
 // that node pair: a subflow below `hint_ratio` of its share counts as stalled, once.
@@ -39,6 +45,7 @@ struct LinkMonitorOptions {
   double hint_ratio = 0.5;     // stall bar for a node pair a C4D kReplan verdict named
   std::uint64_t min_connection_bytes = 1 << 20;  // a connection must move this much per window
   int confirm_windows = 2;                       // consecutive observations before a verdict
+  std::uint64_t min_lag_bytes = 1 << 20;         // lag that marks a subflow of a stalled connection
 };
 
 // One subflow between two consecutive samples of a send connection.
@@ -47,13 +54,18 @@ struct SubflowDelta {
   std::uint16_t local_port = 0;
   double weight = 1.0;
   std::uint64_t bytes = 0;  // carried between the two samples
+  // How far the subflow is behind the most advanced sibling, weight-normalised, since the plan's
+  // weights last changed: (max_j B_j / w_j − B_i / w_i) × w_i over cumulative bytes B.
+  std::uint64_t lag_bytes = 0;
 };
 
-// One send connection of a rank between two consecutive reports.
+// One connection (sender's node → receiver's node) between two consecutive reports.
 struct ConnectionDelta {
   std::string local_node;  // the sender's node
-  std::string peer_node;
+  std::string peer_node;   // the receiver's node
   std::vector<SubflowDelta> subflows;
+  // Nothing arrived between the two samples while an operation has waited for >= 1 s.
+  bool stalled = false;
 };
 
 struct LinkVerdict {

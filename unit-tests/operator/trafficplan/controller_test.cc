@@ -403,32 +403,37 @@ TEST_F(TrafficPlanTest, TheThreadSyncsEveryPeriodAndWhenKicked) {
   controller->stop();  // idempotent
 }
 
-// Telemetry: rank 1 (n1 -> n2) reports its subflows every second; the subflow on path 0 stops
-// moving while path 1 moves: the link is failed, weights move to path 1 (same ports), the
-// plugin's next message uses them. After the hold the weights return.
+// Telemetry: rank 2 on n2 reports what arrived on each subflow of its connection from rank 1 on
+// n1 every second (as a receiver reports: the listener's port, no path id, weight 1; subflow i is
+// the sender's subflow i). The subflow on path 0 stops while path 1 moves: the link is failed,
+// weights move to path 1 (same ports), the plugin's next message uses them. After the hold the
+// weights return.
 class TelemetryTest : public TrafficPlanTest {
  protected:
-  void report(std::uint64_t seq, std::uint64_t bytes_path0, std::uint64_t bytes_path1) {
+  void report(std::uint64_t seq, std::uint64_t bytes_path0, std::uint64_t bytes_path1,
+              bool waiting = false, std::optional<std::int64_t> version = std::nullopt) {
     const c4p::PlanDocument doc = planDocument();
     report::NodeReport batch;
-    batch.node = "n1";
+    batch.node = "n2";
     batch.seq = seq;
     batch.timeUnixNs = toUnixNanos(clock_.wallNow());
     report::RankReport r;
-    r.id = {"team", "llm", "llm-1", "n1", 1, 4, 0, 100};
+    r.id = {"team", "llm", "llm-2", "n2", 2, 4, 0, 100};
     r.seq = seq;
     r.timeUnixNs = batch.timeUnixNs;
-    r.planVersion = doc.version;
+    r.planVersion = version ? *version : doc.version;
     report::ConnectionStats conn;
     conn.id = 1;
-    conn.direction = report::Direction::kSend;
-    conn.peerRank = 2;
-    conn.peerNode = "n2";
-    conn.peerPod = "llm-2";
+    conn.direction = report::Direction::kRecv;
+    conn.peerRank = 1;
+    conn.peerNode = "n1";
+    conn.peerPod = "llm-1";
+    conn.inflight = waiting ? 1 : 0;
+    conn.oldestInflightUs = waiting ? 1'500'000 : 0;
     for (const auto& s : doc.pairs[0].subflows) {
       std::uint64_t bytes = s.path == 0 ? bytes_path0 : bytes_path1;
-      conn.subflows.push_back({static_cast<std::uint32_t>(conn.subflows.size()), s.local_port,
-                               s.path, s.weight, bytes});
+      conn.subflows.push_back(
+          {static_cast<std::uint32_t>(conn.subflows.size()), 29500, -1, 1.0, bytes});
       conn.bytes += bytes;
     }
     r.connections.push_back(conn);
@@ -459,8 +464,9 @@ TEST_F(TelemetryTest, AStalledPathFailsItsLinkAndWeightsMove) {
   report(4, p0, p1 += 10'000'000);
   controller->sync();
   EXPECT_EQ(planDocument().version, 1);
-  // The next window nothing moves (the connection waits for the dead subflow): confirmed.
-  report(5, p0, p1);
+  // The next window nothing arrives and an operation waits: the dead subflow is 10 MB behind its
+  // sibling. Confirmed.
+  report(5, p0, p1, true);
   controller->sync();
   c4p::PlanDocument doc = planDocument();
   ASSERT_EQ(doc.version, 2);
@@ -504,6 +510,27 @@ TEST_F(TelemetryTest, AStalledPathFailsItsLinkAndWeightsMove) {
     for (const auto& s : pair.subflows) EXPECT_EQ(s.weight, 0.5);
   }
   EXPECT_GE(eventsWithReason("LinkRestored").size(), 1u);
+}
+
+TEST_F(TelemetryTest, IdleWindowsAndOtherPlanVersionsAreNoEvidence) {
+  auto controller = makeController();
+  placeJob("Enforce", 0, {"n0", "n1", "n2", "n3"});
+  controller->sync();
+  std::uint64_t p0 = 0, p1 = 0;
+  report(1, p0 += 10'000'000, p1 += 10'000'000);
+  // Waiting with balanced subflows (compute elsewhere): no lag, no evidence.
+  for (std::uint64_t seq = 2; seq < 6; ++seq) {
+    report(seq, p0, p1, true);
+    controller->sync();
+  }
+  EXPECT_EQ(planDocument().version, 1);
+  // A receiver that still runs another plan version gives no evidence.
+  for (std::uint64_t seq = 6; seq < 9; ++seq) {
+    report(seq, p0, p1 += 10'000'000, false, 0);
+    controller->sync();
+  }
+  EXPECT_EQ(planDocument().version, 1);
+  EXPECT_TRUE(eventsWithReason("LinkFailed").empty());
 }
 
 TEST_F(TelemetryTest, ABriefDipIsNotAFailure) {

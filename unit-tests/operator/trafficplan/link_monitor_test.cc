@@ -97,6 +97,24 @@ TEST_F(LinkMonitorTest, UnplannedSubflowsAreMappedByTheirPort) {
   EXPECT_EQ(verdicts[0].link.uplink, 3);  // 50003 mod 4
 }
 
+TEST_F(LinkMonitorTest, AStalledConnectionShowsItsDeadSubflowByItsLag) {
+  auto waiting = conn({0, 0, 0, 0});
+  waiting.stalled = true;
+  waiting.subflows[3].lag_bytes = 3'000'000;  // the others delivered their in-flight shares
+  waiting.subflows[1].lag_bytes = 100'000;    // a partial slice: below min_lag_bytes
+  observe({waiting});
+  auto verdicts = observe({waiting});
+  ASSERT_EQ(verdicts.size(), 2u);
+  EXPECT_EQ(verdicts[0].link, (c4p::LinkRef{0, "leaf-a", 3}));
+  EXPECT_NE(verdicts[0].evidence.find("connection stalled, 3.0 MB behind its siblings"),
+            std::string::npos);
+  // Not stalled (nothing in flight): the same lag is no evidence.
+  LinkMonitor other;
+  waiting.stalled = false;
+  other.observe({waiting}, fabric_, locate);
+  EXPECT_TRUE(other.observe({waiting}, fabric_, locate).empty());
+}
+
 TEST_F(LinkMonitorTest, ResetForgetsAReportedLink) {
   auto stalled = conn({4'000'000, 4'000'000, 0, 4'000'000});
   observe({stalled});
