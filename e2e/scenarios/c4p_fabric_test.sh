@@ -20,7 +20,7 @@
 #      without a restart, and the busbw after the re-plan is reported.
 #
 #   c4p_fabric_test.sh <build dir> <work dir>   (C4_E2E_KEEP=1: leave it all running)
-#   env: RATE (100mbit) RUNS (3) RATIO (1.3) IDEAL_FRACTION (0.9) HOLD_DOWN (8)
+#   env: RATE (100mbit) RUNS (3) RATIO (1.3) IDEAL_FRACTION (0.8) HOLD_DOWN (5)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=$(cd "${1:?usage: $0 <build dir> <work dir>}" && pwd)
@@ -28,8 +28,8 @@ WORK=${2:?usage: $0 <build dir> <work dir>}
 RATE=${RATE:-100mbit}
 RUNS=${RUNS:-3}
 RATIO=${RATIO:-1.3}
-IDEAL_FRACTION=${IDEAL_FRACTION:-0.9}
-HOLD_DOWN=${HOLD_DOWN:-8}
+IDEAL_FRACTION=${IDEAL_FRACTION:-0.8}
+HOLD_DOWN=${HOLD_DOWN:-5}
 TESTENV=$ROOT/e2e/testenv/testenv.sh
 FABRIC=$ROOT/e2e/testenv/fabric.sh
 if [[ $(id -u) -ne 0 ]]; then echo "SKIP: the netns fabric and pods as processes need root"; exit 77; fi
@@ -113,7 +113,7 @@ YAML
 
 # ---- The operator and the node plugin DaemonSet -------------------------------------------------
 "$OPERATOR" --kubeconfig "$KUBECONFIG" --namespace "$NS" --leader-elect=false \
-  --metrics-address 127.0.0.1 --metrics-port 0 --traffic-planning \
+  --metrics-address 127.0.0.1 --metrics-port 0 --traffic-planning --log-level "${LOG_LEVEL:-info}" \
   --report-bind-address "127.0.0.1:$REPORT_PORT" --tls-cert-file "$WORK/tls.crt" \
   --tls-key-file "$WORK/tls.key" --report-audience c4-operator \
   --report-serviceaccount "$SYS/c4-node-plugin" >"$WORK/operator.log" 2>&1 &
@@ -210,7 +210,7 @@ kind: TrainingJob
 metadata: {name: $name}
 spec:
   replicas: 4
-  trafficPlanning: {mode: $mode, subflowsPerConnection: 2}
+  trafficPlanning: {mode: "$mode", subflowsPerConnection: 2}
   faultTolerance: {maxRestarts: 0}
   template:
     metadata:
@@ -249,7 +249,7 @@ busbw() { python3 -c 'import json, sys; print(json.loads(open(sys.argv[1]).readl
 
 SIZE_ARGS="--op allreduce -b 8M -e 8M -n 5 -w 1"
 PLANNED=() UNPLANNED=()
-for ((r = 0; r < RUNS; r++)); do
+for ((r = 0; r < RUNS; r++)); do  # RUNS=0: only the link cut
   start_job "plan$r" Enforce "$SIZE_ARGS"
   finish_job "plan$r"
   PLANNED+=("$(busbw "$WORK/plan$r.json")")
@@ -271,6 +271,8 @@ PY
   UNPLANNED+=("$(busbw "$WORK/off$r.json")")
   kubectl delete tj -n "$NS" "plan$r" "off$r" --wait=false >/dev/null
 done
+COMPARE_OK=ok
+if ((RUNS > 0)); then
 echo "busbw GB/s planned: ${PLANNED[*]}; unplanned: ${UNPLANNED[*]}; link rate $RATE_GBPS Gbit/s"
 python3 - "$RATE_GBPS" "$RATIO" "$IDEAL_FRACTION" "${PLANNED[*]}" "${UNPLANNED[*]}" \
   >"$WORK/compare.txt" <<'PY'
@@ -287,9 +289,10 @@ print("ok" if ok else f"below target (ratio >= {ratio}, >= {frac:.0%} of ideal)"
 PY
 cat "$WORK/compare.txt"
 COMPARE_OK=$(tail -1 "$WORK/compare.txt")
+fi
 
 # ---- 3. a spine link cut during a run -----------------------------------------------------------
-start_job cut Enforce "--op allreduce -b 4M -e 16M -f 1.1 -n 2 -w 1"
+start_job cut Enforce "--op allreduce -b 8M -e 64M -f 2 -n 3 -w 1"
 v0=$(plan_version cut)
 sleep 6  # a few reports on healthy links
 pod1_node=$(kubectl get pod -n "$NS" cut-1 -o jsonpath='{.spec.nodeName}')
@@ -297,6 +300,10 @@ leaf=$(kubectl get node "$pod1_node" -o jsonpath='{.metadata.labels.c4\.dev/leaf
 link="$leaf:spine-0"
 t_cut=$(date +%s.%N)
 "$FABRIC" link --dir "$CLUSTER" "$link" down
+# The link comes back after HOLD_DOWN s whatever happens: the plugin's TCP user timeout (10 s)
+# ends connections whose data stays unacknowledged longer, and TCP retransmits at ~6 s and ~12 s.
+(sleep "$HOLD_DOWN"; "$FABRIC" link --dir "$CLUSTER" "$link" up) &
+UP_PID=$!
 echo "cut $link at version $v0"
 for ((i = 0; i < 100; i++)); do
   v=$(plan_version cut)
@@ -311,8 +318,7 @@ echo
 echo "new plan version $v ${REPLAN_S}s after the cut"
 python3 -c "import sys; sys.exit(0 if $t_plan - $t_cut <= 5 else 1)" \
   || fail "re-plan took ${REPLAN_S}s (> 5 s)"
-sleep "$HOLD_DOWN"
-"$FABRIC" link --dir "$CLUSTER" "$link" up
+wait "$UP_PID"
 finish_job cut 300
 echo "cut run (size, busbw GB/s):"
 python3 - "$WORK/cut.json" <<'PY'

@@ -653,6 +653,19 @@ void TrafficPlanController::syncTelemetry() {
                     [&](const ingest::JobRecord& record) {
                       if (record.facts.uid != state.uid) return;
                       auto d = connectionDeltas(record, *plan, *state.version, state.seen);
+                      for (const auto& c : d) {
+                        std::string bytes, lag;
+                        for (const auto& sf : c.subflows) {
+                          bytes += std::to_string(sf.path) + ":" + std::to_string(sf.bytes) + " ";
+                          lag += std::to_string(sf.lag_bytes) + " ";
+                        }
+                        log_.debug("Link evidence", {{"job", key},
+                                                     {"from", c.local_node},
+                                                     {"to", c.peer_node},
+                                                     {"pathBytes", bytes},
+                                                     {"lag", lag},
+                                                     {"stalled", c.stalled}});
+                      }
                       deltas.insert(deltas.end(), std::make_move_iterator(d.begin()),
                                     std::make_move_iterator(d.end()));
                     });
