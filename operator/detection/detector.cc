@@ -374,6 +374,16 @@ void Detector::act(const std::string& key, const Json& job, JobState& state, con
     }
   }
   if (dry_run) return;
+  if (action == c4d::Action::kReplan && v.culprit.kind == c4d::CulpritKind::kLink &&
+      !v.culprit.node.empty() && !v.culprit.peerNode.empty()) {
+    std::function<void(const std::string&, const std::string&, const std::string&)> replan;
+    {
+      std::lock_guard lock(mu_);
+      replan = replan_;
+    }
+    if (replan) replan(key, v.culprit.node, v.culprit.peerNode);
+    return;
+  }
   if (action != c4d::Action::kCordonAndRestart && action != c4d::Action::kRestartOnly) return;
 
   DiagnosedFault d;
@@ -394,6 +404,12 @@ void Detector::act(const std::string& key, const Json& job, JobState& state, con
     enqueue = enqueue_;
   }
   if (enqueue) enqueue(key);
+}
+
+void Detector::setReplan(
+    std::function<void(const std::string&, const std::string&, const std::string&)> replan) {
+  std::lock_guard lock(mu_);
+  replan_ = std::move(replan);
 }
 
 void Detector::recordNodeFault(const std::string& node_name, const NodeFaultRecord& record) {

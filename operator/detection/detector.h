@@ -11,7 +11,8 @@
 //     the TrainingJob controller reads (diagnosis()) when it reconciles the job — enqueued at
 //     once — and turns into a restart from the last checkpoint away from the culprits, with a
 //     cordon when the evidence names a node;
-//   - a slow link (replan) is reported; the traffic planner takes it when the job plans traffic;
+//   - a slow link (replan) is reported and handed to the traffic planner (setReplan), which
+//     looks at that connection's subflows with a lower bar;
 //   - telemetry missing from a node: a Warning Event `TelemetryMissing`, never an action.
 //
 // Repeat offenders: a node's score is the number of entries in its fault history within
@@ -95,6 +96,11 @@ class Detector {
 
   // Called with "<ns>/<name>" when a job gets a diagnosis (the controller enqueues it).
   void setEnqueue(std::function<void(const std::string& key)> enqueue);
+  // Called with "<ns>/<name>" and the two nodes of a connection C4D found slow (a kReplan
+  // verdict of a link, not in dry run): the traffic planner (operator/trafficplan) takes it.
+  void setReplan(std::function<void(const std::string& key, const std::string& node,
+                                    const std::string& peer_node)>
+                     replan);
   // The restart-causing verdict of the job's current attempt, if any (thread-safe).
   [[nodiscard]] std::optional<DiagnosedFault> diagnosis(const std::string& key) const;
 
@@ -132,9 +138,10 @@ class Detector {
   metrics::Family<metrics::Histogram>& detection_seconds_;
   metrics::Family<metrics::Histogram>& tick_seconds_;
 
-  mutable std::mutex mu_;  // guards jobs_state_ diagnoses and enqueue_
+  mutable std::mutex mu_;  // guards jobs_state_ diagnoses, enqueue_ and replan_
   std::map<std::string, JobState> job_state_;
   std::function<void(const std::string&)> enqueue_;
+  std::function<void(const std::string&, const std::string&, const std::string&)> replan_;
 
   std::mutex loop_mu_;
   std::condition_variable_any loop_cv_;

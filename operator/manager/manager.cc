@@ -172,6 +172,24 @@ Status Manager::build(const KubeConfig& kube_config) {
   if (detector_) {
     detector_->setEnqueue([this](const std::string& key) { controller_->queue().add(key); });
   }
+  if (options_.traffic_planning) {
+    // C4P: plans for running jobs on the cluster's Fabric, re-weighted from the reports'
+    // subflow bytes and C4D's slow-connection verdicts; writes through the fenced client.
+    trafficplan::TrafficPlanConfig plan_config;
+    plan_config.fabric_name = options_.fabric_name;
+    plan_config.link_hold = seconds(options_.link_hold_seconds);
+    trafficplan_events_ =
+        std::make_unique<EventRecorder>(*event_client_, clock_, "c4-operator", identity_, nullptr);
+    trafficplan_ = trafficplan::TrafficPlanController::fromInformers(
+        *client_, clock_, *trafficplan_events_, *informers_, options_.watch_namespace,
+        ingest_ ? &ingest_->store() : nullptr, plan_config, registry_);
+    if (detector_) {
+      detector_->setReplan(
+          [this](const std::string& key, const std::string& node, const std::string& peer) {
+            trafficplan_->onSlowConnection(key, node, peer);
+          });
+    }
+  }
   if (ingest_) {
     ingest_->store().setCheckpointListener(
         [this](const std::string& key) { controller_->queue().add(key); });
@@ -247,6 +265,7 @@ void Manager::startWork() {
       return;
     }
     if (detector_) detector_->start();
+    if (trafficplan_) trafficplan_->start();
     log_.info("Caches synced; controller started");
   });
 }
@@ -254,6 +273,7 @@ void Manager::startWork() {
 void Manager::stopWork() {
   informers_->requestStop();
   if (detector_) detector_->stop();
+  if (trafficplan_) trafficplan_->stop();
   controller_->stop();
   {
     std::unique_lock lock(mu_);

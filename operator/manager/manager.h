@@ -1,7 +1,8 @@
 // The manager: everything one c4-operator process runs, wired once (controller-runtime's
 // manager). It owns the Kubernetes clients, the shared informer caches, the metrics registry and
 // the /metrics /healthz /readyz /debug/reports server, the node remediator, the TrainingJob
-// controller and report ingest (the HTTPS endpoint POST /v1/reports and the report store), and
+// controller, report ingest (the HTTPS endpoint POST /v1/reports and the report store), C4D's
+// detector and, with --traffic-planning, C4P's traffic-plan controller, and
 // runs them under leader election:
 //
 //   - While not leading it only serves health and metrics (the report endpoint answers 503). On
@@ -38,6 +39,7 @@
 #include "operator/manager/leader_election.h"
 #include "operator/manager/options.h"
 #include "operator/remediation/node_actions.h"
+#include "operator/trafficplan/controller.h"
 #include "operator/trainingjob/reconciler.h"
 
 namespace c4::op {
@@ -105,6 +107,8 @@ class Manager {
   std::unique_ptr<ingest::Ingest> ingest_;
   std::unique_ptr<EventRecorder> detector_events_;
   std::unique_ptr<Detector> detector_;
+  std::unique_ptr<EventRecorder> trafficplan_events_;
+  std::unique_ptr<trafficplan::TrafficPlanController> trafficplan_;
   HttpServer server_;
   std::atomic<int> metrics_port_{0};
   std::atomic<int> report_port_{0};

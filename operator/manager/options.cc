@@ -122,6 +122,15 @@ const std::vector<Option>& optionTable() {
        C4_INT(node_actions.max_cordons_per_window, "cordon-max-per-hour", 0)},
       {"dry-run", "decide node actions but do not act (default false)",
        C4_BOOL(node_actions.dry_run, "dry-run")},
+      {"traffic-planning",
+       "C4P: plan the traffic of TrainingJobs on the cluster's Fabric (needs the Fabric CRD; "
+       "default false)",
+       C4_BOOL(traffic_planning, "traffic-planning")},
+      {"fabric-name", "C4P: the Fabric to plan on (default: the only one)", C4_STR(fabric_name)},
+      {"link-hold",
+       "C4P: seconds a link state found from telemetry lasts before it is lifted (default 300; "
+       "0 = until restart)",
+       C4_DBL(link_hold_seconds, "link-hold", 0)},
       {"report-bind-address",
        "listen address of the report endpoint POST /v1/reports, HTTPS (default :8443; 0 = off)",
        [](OperatorOptions& o, const std::string& v) -> Status {
@@ -276,7 +285,7 @@ Result<OperatorOptions> parseOperatorOptions(const std::vector<std::string>& arg
       name = name.substr(0, eq);
     } else if (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) {
       value = args[++i];
-    } else if (name == "leader-elect" || name == "dry-run") {
+    } else if (name == "leader-elect" || name == "dry-run" || name == "traffic-planning") {
       value = "true";
     } else {
       return makeError(ErrorCode::kInvalidArgument, "--" + name + " needs a value");

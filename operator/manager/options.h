@@ -38,6 +38,10 @@ struct OperatorOptions {
   double status_batch_seconds = 1;
   PodSettings pod;
   NodeActionConfig node_actions;
+  // C4P (operator/trafficplan): off unless asked for, since it watches the Fabric CRD.
+  bool traffic_planning = false;
+  std::string fabric_name;
+  double link_hold_seconds = 300;
   // The report endpoint (POST /v1/reports over HTTPS). "0" disables it; so does leaving both
   // TLS files unset (with a warning at start-up).
   std::string report_bind_address = ":8443";

@@ -18,6 +18,23 @@ TEST(OptionsTest, FlagsParseWithDefaults) {
   EXPECT_EQ(o->metrics_port, 8080);
 }
 
+TEST(OptionsTest, TrafficPlanningIsOffUnlessAskedFor) {
+  auto defaults = parseOperatorOptions({});
+  ASSERT_TRUE(defaults);
+  EXPECT_FALSE(defaults->traffic_planning);
+  EXPECT_EQ(defaults->fabric_name, "");
+  EXPECT_DOUBLE_EQ(defaults->link_hold_seconds, 300);
+  auto on = parseOperatorOptions({"--traffic-planning", "--fabric-name=dc1", "--link-hold", "0"});
+  ASSERT_TRUE(on) << on.error().toString();
+  EXPECT_TRUE(on->traffic_planning);
+  EXPECT_EQ(on->fabric_name, "dc1");
+  EXPECT_DOUBLE_EQ(on->link_hold_seconds, 0);
+  auto bad = parseOperatorOptions({"--link-hold=-5"});
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("link-hold"), std::string::npos);
+  EXPECT_FALSE(parseOperatorOptions({"--traffic-planning=perhaps"}));
+}
+
 TEST(OptionsTest, BadFlagsGetClearErrors) {
   auto unknown = parseOperatorOptions({"--wrokers=2"});
   ASSERT_FALSE(unknown);

@@ -1,0 +1,334 @@
+#!/usr/bin/env bash
+# e2e: C4P on the emulated fabric (root only; exit 77 = skipped otherwise). A private test cluster
+# of 4 KWOK nodes on 2 leaves and 2 spines of the netns fabric, every link shaped to RATE (host
+# links too), path mode sport (a TCP flow from a host takes spine sport % 2). The operator runs
+# with --traffic-planning and its report endpoint; the node plugin runs as a DaemonSet (as in
+# report_pipeline_test.sh). A Fabric object describes the fabric (sourcePortModulo, base 0).
+#
+# Jobs: 4 ranks of c4-netbench allreduce through the plugin, one per node, placed so that the
+# ring alternates leaves (every hop crosses the spine: 2 connections per leaf and direction on 2
+# uplinks; a job placed otherwise is recreated). Each pod waits for a go-file the test writes once
+# the job is placed (and, for Enforce, its plan is in the pods' ConfigMap).
+#   1. Enforce: the plan ConfigMap (version >= 1, every cross-leaf pair on both paths) and the
+#      busbw of RUNS runs;
+#   2. Off: the same job RUNS times with ephemeral ports through the same sport rule;
+#      reports both, asserts planned >= RATIO x unplanned (mean) and planned >= IDEAL_FRACTION of
+#      the ideal the links allow (host link rate: every rank sends one ring connection; 0.8, not
+#      0.9: the plugin's ring through the shaper reaches about 84 % of the nominal rate);
+#   3. Enforce, long run: a spine link is cut mid-run; a new plan version (weights off the dead
+#      path) must be in the ConfigMap within 5 s; the link comes back after HOLD_DOWN s (data
+#      already queued on the dead subflow waits for it: TCP cannot move it); the job completes
+#      without a restart, and the busbw of every size (before, during, after) is printed.
+# Numbers: docs/benchmarks.md, "C4P on the emulated fabric".
+#
+#   c4p_fabric_test.sh <build dir> <work dir>   (C4_E2E_KEEP=1: leave it all running)
+#   env: RATE (100mbit) RUNS (3) RATIO (1.3) IDEAL_FRACTION (0.8) HOLD_DOWN (5)
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=$(cd "${1:?usage: $0 <build dir> <work dir>}" && pwd)
+WORK=${2:?usage: $0 <build dir> <work dir>}
+RATE=${RATE:-100mbit}
+RUNS=${RUNS:-3}
+RATIO=${RATIO:-1.3}
+IDEAL_FRACTION=${IDEAL_FRACTION:-0.8}
+HOLD_DOWN=${HOLD_DOWN:-5}
+TESTENV=$ROOT/e2e/testenv/testenv.sh
+FABRIC=$ROOT/e2e/testenv/fabric.sh
+if [[ $(id -u) -ne 0 ]]; then echo "SKIP: the netns fabric and pods as processes need root"; exit 77; fi
+OPERATOR=$BUILD/operator/c4-operator
+NODE_PLUGIN=$BUILD/node-plugin/c4-node-plugin
+NETBENCH=$BUILD/nccl-net-plugin/netbench/c4-netbench
+PLUGIN_SO=$BUILD/nccl-net-plugin/libnccl-net-c4.so
+for f in "$OPERATOR" "$NODE_PLUGIN" "$NETBENCH" "$PLUGIN_SO"; do
+  [[ -e $f ]] || { echo "FAIL: $f not built" >&2; exit 1; }
+done
+
+rm -rf "$WORK" && mkdir -p "$WORK"
+WORK=$(cd "$WORK" && pwd)
+CLUSTER=$WORK/cluster
+NS=c4-e2e
+SYS=c4-system
+OP_PID=""
+cleanup() {
+  if [[ -n ${C4_E2E_KEEP:-} ]]; then echo "kept: $CLUSTER (operator pid $OP_PID)"; return; fi
+  [[ -n $OP_PID ]] && kill "$OP_PID" 2>/dev/null && wait "$OP_PID" 2>/dev/null || true
+  "$TESTENV" down --dir "$CLUSTER" >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+fail() {
+  echo "FAIL: $*" >&2
+  echo "--- operator log (tail)" >&2
+  grep -v 'component=events' "$WORK/operator.log" | tail -n 40 >&2 || true
+  exit 1
+}
+wait_until() {  # wait_until <seconds> <description> <command...>
+  local secs=$1 what=$2 i
+  shift 2
+  for ((i = 0; i < secs * 5; i++)); do
+    if "$@" >/dev/null 2>&1; then return 0; fi
+    sleep 0.2
+  done
+  fail "timed out after ${secs}s waiting for: $what"
+}
+
+"$TESTENV" up --dir "$CLUSTER" --nodes 4 --leaves 2 --spines 2 --fabric --pods --host-ports 1 \
+  --link-rate "$RATE" --path-mode sport
+# shellcheck disable=SC1091
+source "$CLUSTER/env"
+REPORT_PORT=$C4_TESTENV_HOST_PORTS
+RATE_GBPS=$(python3 -c '
+import re, sys
+m = re.fullmatch(r"([0-9.]+)(kbit|mbit|gbit)", sys.argv[1])
+print(float(m.group(1)) * {"kbit": 1e-6, "mbit": 1e-3, "gbit": 1}[m.group(2)])' "$RATE")
+
+# ---- PKI, CRDs, namespaces, RBAC of the node plugin -------------------------------------------
+openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=c4-e2e-ca \
+  -keyout "$WORK/ca.key" -out "$WORK/ca.crt" 2>/dev/null
+openssl req -newkey rsa:2048 -nodes -subj /CN=c4-operator -keyout "$WORK/tls.key" \
+  -out "$WORK/tls.csr" 2>/dev/null
+printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n' >"$WORK/ext.cnf"
+openssl x509 -req -in "$WORK/tls.csr" -CA "$WORK/ca.crt" -CAkey "$WORK/ca.key" -CAcreateserial \
+  -days 1 -extfile "$WORK/ext.cnf" -out "$WORK/tls.crt" 2>/dev/null
+kubectl apply -f "$ROOT/crds/trainingjob.yaml" -f "$ROOT/crds/fabric.yaml" >/dev/null
+kubectl wait --for condition=established crd/trainingjobs.c4.dev crd/fabrics.c4.dev \
+  --timeout=60s >/dev/null
+kubectl create namespace "$SYS" >/dev/null
+kubectl create namespace "$NS" >/dev/null
+kubectl create serviceaccount -n "$SYS" c4-node-plugin >/dev/null
+kubectl create clusterrole c4-node-plugin --verb=get,list,watch --resource=pods >/dev/null
+kubectl create clusterrolebinding c4-node-plugin --clusterrole=c4-node-plugin \
+  --serviceaccount="$SYS:c4-node-plugin" >/dev/null
+kubectl create configmap -n "$SYS" c4-operator-ca --from-file=ca.crt="$WORK/ca.crt" >/dev/null
+
+# ---- The Fabric: what fabric.sh built ----------------------------------------------------------
+kubectl apply -f - >/dev/null <<YAML
+apiVersion: c4.dev/v1alpha1
+kind: Fabric
+metadata: {name: e2e}
+spec:
+  spines: 2
+  uplinksPerLeaf: 2
+  uplinkSpeedGbps: $RATE_GBPS
+  hostLinkSpeedGbps: $RATE_GBPS
+  pathSelection: {rule: sourcePortModulo, sourcePortModulo: {base: 0}}
+YAML
+
+# ---- The operator and the node plugin DaemonSet -------------------------------------------------
+"$OPERATOR" --kubeconfig "$KUBECONFIG" --namespace "$NS" --leader-elect=false \
+  --metrics-address 127.0.0.1 --metrics-port 0 --traffic-planning --log-level "${LOG_LEVEL:-info}" \
+  --report-bind-address "127.0.0.1:$REPORT_PORT" --tls-cert-file "$WORK/tls.crt" \
+  --tls-key-file "$WORK/tls.key" --report-audience c4-operator \
+  --report-serviceaccount "$SYS/c4-node-plugin" >"$WORK/operator.log" 2>&1 &
+OP_PID=$!
+wait_until 30 "operator metrics port" grep -qE 'metricsPort=[1-9]' "$WORK/operator.log"
+OP_METRICS=$(grep -m1 -oE 'metricsPort=[0-9]+' "$WORK/operator.log" | cut -d= -f2)
+wait_until 30 "Fabric accepted" bash -c \
+  "kubectl get fabric e2e -o jsonpath='{.status.conditions[0].status}' | grep -qx True"
+
+kubectl apply -f - >/dev/null <<YAML
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: c4-node-plugin, namespace: $SYS}
+spec:
+  selector: {matchLabels: {app: c4-node-plugin}}
+  template:
+    metadata:
+      labels: {app: c4-node-plugin}
+      annotations: {c4.dev/runner: process}
+    spec:
+      serviceAccountName: c4-node-plugin
+      tolerations: [{operator: Exists}]
+      terminationGracePeriodSeconds: 5
+      containers:
+      - name: node-plugin
+        image: c4/node-plugin
+        command: [$NODE_PLUGIN]
+        args:
+        - --node-name=\$(NODE_NAME)
+        - --socket=/var/run/c4/agent.sock
+        - --operator-url=https://127.0.0.1:$REPORT_PORT/v1/reports
+        - --ca-file=/etc/c4/ca/ca.crt
+        - --token-file=/var/run/secrets/c4/token
+        - --plugin-source=$PLUGIN_SO
+        - --plugin-install-dir=/opt/c4/lib
+        - --metrics-bind-address=127.0.0.1:9400
+        env:
+        - name: NODE_NAME
+          valueFrom: {fieldRef: {fieldPath: spec.nodeName}}
+        volumeMounts:
+        - {name: agent, mountPath: /var/run/c4}
+        - {name: plugin, mountPath: /opt/c4/lib}
+        - {name: ca, mountPath: /etc/c4/ca, readOnly: true}
+        - {name: token, mountPath: /var/run/secrets/c4, readOnly: true}
+      volumes:
+      - name: agent
+        hostPath: {path: /var/run/c4, type: DirectoryOrCreate}
+      - name: plugin
+        hostPath: {path: /opt/c4/lib, type: DirectoryOrCreate}
+      - name: ca
+        configMap: {name: c4-operator-ca}
+      - name: token
+        projected:
+          sources:
+          - serviceAccountToken: {audience: c4-operator, expirationSeconds: 3600, path: token}
+YAML
+all_running() {
+  [[ $(kubectl get pods -n "$SYS" -l app=c4-node-plugin \
+        -o jsonpath='{range .items[*]}{.status.phase}{"\n"}{end}' | grep -c '^Running$') == 4 ]]
+}
+wait_until 90 "4 node plugin pods Running" all_running
+for i in 0 1 2 3; do
+  wait_until 30 "plugin installed on node-$i" \
+    test -s "$CLUSTER/nodes/node-$i/root/opt/c4/lib/libnccl-net-c4.so"
+done
+echo "operator (traffic planning) and node plugins running; Fabric e2e accepted"
+
+# ---- Jobs --------------------------------------------------------------------------------------
+plan_version() {
+  kubectl get configmap -n "$NS" "$1-c4-plan" -o jsonpath='{.metadata.annotations.c4\.dev/plan-version}' \
+    2>/dev/null || true
+}
+placement_alternates() {  # 0 when pods 0..3 of job $1 sit on alternating leaves
+  local leaves="" i node
+  for i in 0 1 2 3; do
+    node=$(kubectl get pod -n "$NS" "$1-$i" -o jsonpath='{.spec.nodeName}' 2>/dev/null)
+    [[ -n $node ]] || return 2
+    leaves+=$(kubectl get node "$node" -o jsonpath='{.metadata.labels.c4\.dev/leaf}')" "
+  done
+  python3 -c 'import sys; l = sys.argv[1].split(); sys.exit(0 if all(l[i] != l[(i+1)%4] for i in range(4)) else 1)' "$leaves"
+}
+scheduled() {
+  for i in 0 1 2 3; do
+    [[ -n $(kubectl get pod -n "$NS" "$1-$i" -o jsonpath='{.spec.nodeName}' 2>/dev/null) ]] || return 1
+  done
+}
+start_job() {  # start_job <name> <mode> <netbench args...>: created, placed alternating, released
+  local name=$1 mode=$2 try
+  shift 2
+  for ((try = 0; try < 12; try++)); do
+    kubectl apply -n "$NS" -f - >/dev/null <<YAML
+apiVersion: c4.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: $name}
+spec:
+  replicas: 4
+  trafficPlanning: {mode: "$mode", subflowsPerConnection: 2}
+  faultTolerance: {maxRestarts: 0}
+  template:
+    metadata:
+      annotations: {c4.dev/runner: process}
+    spec:
+      affinity:
+        podAntiAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+          - labelSelector: {matchLabels: {c4.dev/job-name: $name}}
+            topologyKey: kubernetes.io/hostname
+      containers:
+      - name: trainer
+        image: c4/netbench
+        command: [/bin/bash, -c]
+        args: ["until [ -e $WORK/go-$name ]; do sleep 0.2; done; exec $NETBENCH --json $*"]
+YAML
+    wait_until 60 "$name scheduled" scheduled "$name"
+    if placement_alternates "$name"; then break; fi
+    kubectl delete tj -n "$NS" "$name" --wait=true >/dev/null
+    wait_until 60 "$name pods gone" bash -c "[[ -z \$(kubectl get pods -n $NS -l c4.dev/job-name=$name -o name) ]]"
+  done
+  placement_alternates "$name" || fail "$name: no alternating placement in 12 tries"
+  if [[ $mode != Off ]]; then
+    wait_until 20 "$name plan version >= 1" bash -c "[[ \$(kubectl get configmap -n $NS $name-c4-plan -o jsonpath='{.metadata.annotations.c4\.dev/plan-version}' 2>/dev/null) -ge 1 ]]"
+    sleep 3  # the pod runner refreshes ConfigMap files every second; the plugin reads at init
+  fi
+  touch "$WORK/go-$name"
+}
+finish_job() {  # finish_job <name>: waits for Succeeded, prints rank 0's JSON lines
+  wait_until "${2:-180}" "$1 Succeeded" bash -c \
+    "[[ \$(kubectl get tj -n $NS $1 -o jsonpath='{.status.phase}') == Succeeded ]]"
+  "$TESTENV" logs --dir "$CLUSTER" "$NS/$1-0" | grep '^{' >"$WORK/$1.json"
+  [[ $(kubectl get tj -n "$NS" "$1" -o jsonpath='{.status.restarts}') == 0 ]] || fail "$1 restarted"
+}
+busbw() { python3 -c 'import json, sys; print(json.loads(open(sys.argv[1]).readlines()[-1])["busbwGBs"])' "$1"; }
+
+SIZE_ARGS="--op allreduce -b 8M -e 8M -n 5 -w 1"
+PLANNED=() UNPLANNED=()
+for ((r = 0; r < RUNS; r++)); do  # RUNS=0: only the link cut
+  start_job "plan$r" Enforce "$SIZE_ARGS"
+  finish_job "plan$r"
+  PLANNED+=("$(busbw "$WORK/plan$r.json")")
+  if ((r == 0)); then
+    kubectl get configmap -n "$NS" plan0-c4-plan -o jsonpath='{.data.plan\.json}' >"$WORK/plan0.plan.json"
+    python3 - "$WORK/plan0.plan.json" <<'PY' || fail "plan0: the plan does not spread every pair over both paths"
+import json, sys
+doc = json.load(open(sys.argv[1]))
+assert doc["version"] >= 1, doc
+assert len(doc["pairs"]) == 4, doc        # alternating placement: every hop is cross-leaf
+for p in doc["pairs"]:
+    assert sorted(s["pathId"] for s in p["subflows"]) == [0, 1], p
+    for s in p["subflows"]:
+        assert s["localPort"] % 2 == s["pathId"], s
+PY
+  fi
+  start_job "off$r" Off "$SIZE_ARGS"
+  finish_job "off$r"
+  UNPLANNED+=("$(busbw "$WORK/off$r.json")")
+  kubectl delete tj -n "$NS" "plan$r" "off$r" --wait=false >/dev/null
+done
+COMPARE_OK=ok
+if ((RUNS > 0)); then
+echo "busbw GB/s planned: ${PLANNED[*]}; unplanned: ${UNPLANNED[*]}; link rate $RATE_GBPS Gbit/s"
+python3 - "$RATE_GBPS" "$RATIO" "$IDEAL_FRACTION" "${PLANNED[*]}" "${UNPLANNED[*]}" \
+  >"$WORK/compare.txt" <<'PY'
+import statistics, sys
+rate, ratio, frac = map(float, sys.argv[1:4])
+planned = [float(x) for x in sys.argv[4].split()]
+unplanned = [float(x) for x in sys.argv[5].split()]
+ideal = rate / 8  # GB/s: every rank sends its ring share through one host link
+p, u = statistics.mean(planned), statistics.mean(unplanned)
+print(f"planned mean {p:.4f} GB/s ({p / ideal:.0%} of ideal {ideal:.4f}), unplanned mean {u:.4f} "
+      f"GB/s, ratio {p / u:.2f}")
+ok = p >= ratio * u and p >= frac * ideal
+print("ok" if ok else f"below target (ratio >= {ratio}, >= {frac:.0%} of ideal)")
+PY
+cat "$WORK/compare.txt"
+COMPARE_OK=$(tail -1 "$WORK/compare.txt")
+fi
+
+# ---- 3. a spine link cut during a run -----------------------------------------------------------
+start_job cut Enforce "--op allreduce -b 8M -e 64M -f 2 -n 3 -w 1"
+v0=$(plan_version cut)
+sleep 6  # a few reports on healthy links
+pod1_node=$(kubectl get pod -n "$NS" cut-1 -o jsonpath='{.spec.nodeName}')
+leaf=$(kubectl get node "$pod1_node" -o jsonpath='{.metadata.labels.c4\.dev/leaf}')
+link="$leaf:spine-0"
+t_cut=$(date +%s.%N)
+"$FABRIC" link --dir "$CLUSTER" "$link" down
+# The link comes back after HOLD_DOWN s whatever happens: the plugin's TCP user timeout (10 s)
+# ends connections whose data stays unacknowledged longer, and TCP retransmits at ~6 s and ~12 s.
+(sleep "$HOLD_DOWN"; "$FABRIC" link --dir "$CLUSTER" "$link" up) &
+UP_PID=$!
+echo "cut $link at version $v0"
+for ((i = 0; i < 100; i++)); do
+  v=$(plan_version cut)
+  [[ -n $v && $v -gt $v0 ]] && break
+  sleep 0.1
+done
+t_plan=$(date +%s.%N)
+[[ -n $v && $v -gt $v0 ]] || fail "no new plan version within 10 s of the cut"
+REPLAN_S=$(python3 -c "print(f'{$t_plan - $t_cut:.1f}')")
+kubectl get configmap -n "$NS" cut-c4-plan -o jsonpath='{.metadata.annotations.c4\.dev/plan-reason}'
+echo
+echo "new plan version $v ${REPLAN_S}s after the cut"
+python3 -c "import sys; sys.exit(0 if $t_plan - $t_cut <= 5 else 1)" \
+  || fail "re-plan took ${REPLAN_S}s (> 5 s)"
+wait "$UP_PID"
+finish_job cut 300
+echo "cut run (size, busbw GB/s):"
+python3 - "$WORK/cut.json" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    d = json.loads(line)
+    print(f"  {d['size']:>10} {d['busbwGBs']:.4f}")
+PY
+kubectl get fabric e2e
+[[ $COMPARE_OK == ok ]] || fail "planned vs unplanned below target: $(head -1 "$WORK/compare.txt")"
+echo "PASS: C4P on the emulated fabric (plan ConfigMaps, planned vs unplanned, re-plan ${REPLAN_S}s after a spine link cut, no restart)"

@@ -1,0 +1,714 @@
+// The traffic-plan controller (see controller.h).
+#include "operator/trafficplan/controller.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "operator/trainingjob/api.h"
+#include "operator/trainingjob/children.h"
+
+namespace c4::op::trafficplan {
+namespace {
+
+std::string loadText(double load) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f", load);
+  return buf;
+}
+
+std::map<std::string, std::string> labelsOf(const Json& object) {
+  std::map<std::string, std::string> out;
+  const Json& meta = object.value("metadata", Json::object());
+  auto it = meta.find("labels");
+  if (it == meta.end() || !it->is_object()) return out;
+  for (const auto& [k, v] : it->items()) {
+    if (v.is_string()) out[k] = v.get<std::string>();
+  }
+  return out;
+}
+
+std::string uidOf(const Json& object) {
+  return object.value("metadata", Json::object()).value("uid", std::string{});
+}
+
+std::int64_t generationOf(const Json& object) {
+  const Json& meta = object.value("metadata", Json::object());
+  auto it = meta.find("generation");
+  return it != meta.end() && it->is_number_integer() ? it->get<std::int64_t>() : 0;
+}
+
+bool terminating(const Json& object) {
+  return object.value("metadata", Json::object()).contains("deletionTimestamp");
+}
+
+std::string jobPhase(const Json& job) {
+  return job.value("status", Json::object()).value("phase", std::string{});
+}
+
+std::int64_t jobAttempt(const Json& job) {
+  const Json& status = job.value("status", Json::object());
+  auto it = status.find("attempt");
+  return it != status.end() && it->is_number_integer() ? it->get<std::int64_t>() : 0;
+}
+
+bool samePlacement(const c4p::JobPlacement& a, const c4p::JobPlacement& b) {
+  return a.nodes == b.nodes && a.procs_per_node == b.procs_per_node &&
+         a.subflows_per_connection == b.subflows_per_connection &&
+         a.both_directions == b.both_directions && a.tree == b.tree;
+}
+
+}  // namespace
+
+const ResourceType& fabrics() {
+  static const ResourceType type{"c4.dev", "v1alpha1", "fabrics", "Fabric", false};
+  return type;
+}
+
+std::optional<std::vector<std::string>> jobPlacement(const Json& job, std::int64_t replicas,
+                                                     const std::vector<Json>& pods) {
+  if (replicas <= 0) return std::nullopt;
+  const std::int64_t attempt = jobAttempt(job);
+  std::vector<std::string> nodes(static_cast<std::size_t>(replicas));
+  for (const auto& pod : pods) {
+    if (!isControlledBy(pod, job)) continue;
+    auto pod_attempt = intLabelOf(pod, labels::kRestartAttempt);
+    auto index = intLabelOf(pod, labels::kReplicaIndex);
+    if (!pod_attempt || *pod_attempt != attempt || !index || *index < 0 || *index >= replicas) {
+      continue;
+    }
+    if (terminating(pod)) return std::nullopt;
+    std::string node = pod.value("spec", Json::object()).value("nodeName", std::string{});
+    if (node.empty()) return std::nullopt;
+    nodes[static_cast<std::size_t>(*index)] = node;
+  }
+  for (const auto& n : nodes) {
+    if (n.empty()) return std::nullopt;
+  }
+  return nodes;
+}
+
+std::vector<ConnectionDelta> connectionDeltas(
+    const ingest::JobRecord& record, const c4p::JobPlan& plan, std::int64_t plan_version,
+    std::map<std::pair<std::int32_t, std::uint64_t>, std::uint64_t>& seen) {
+  std::vector<ConnectionDelta> out;
+  for (const auto& [rank, rr] : record.ranks) {
+    // The plan version the receiving rank had applied when it sent the report of `seq`.
+    auto versionAt = [&rr](std::uint64_t seq) -> std::optional<std::int64_t> {
+      for (const auto& h : rr.reports) {
+        if (h.seq == seq) return h.plan_version;
+      }
+      return std::nullopt;
+    };
+    for (const auto& [id, history] : rr.connections) {
+      const auto& samples = history.samples;
+      if (samples.size() < 2) continue;
+      const auto& last = samples.back();
+      const auto& prev = samples[samples.size() - 2];
+      if (last.stats.direction != report::Direction::kRecv) continue;
+      auto& used = seen[{rank, id}];
+      if (last.report_seq <= used) continue;
+      used = last.report_seq;
+      const std::string& sender = last.stats.peerNode;
+      const std::string& receiver = rr.identity.node;
+      const c4p::PlannedPair* pair = nullptr;
+      for (const auto& p : plan.pairs) {
+        if (p.local_node == sender && p.peer_node == receiver) pair = &p;
+      }
+      const std::size_t n = last.stats.subflows.size();
+      if (pair == nullptr || pair->subflows.size() != n || prev.stats.subflows.size() != n) {
+        continue;
+      }
+      // Judge only windows in which the receiver ran the current plan (the sender reads the same
+      // file); the lag counts from the oldest sample of that run.
+      if (versionAt(last.report_seq) != plan_version ||
+          versionAt(prev.report_seq) != plan_version) {
+        continue;
+      }
+      std::size_t base = samples.size() - 2;
+      while (base > 0 && versionAt(samples[base - 1].report_seq) == plan_version &&
+             samples[base - 1].stats.subflows.size() == n) {
+        --base;
+      }
+      ConnectionDelta delta;
+      delta.local_node = sender;
+      delta.peer_node = receiver;
+      delta.stalled = last.stats.bytes == prev.stats.bytes && last.stats.inflight > 0 &&
+                      last.stats.oldestInflightUs >= 1'000'000;
+      std::vector<double> normalised(n, 0.0);
+      double most = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        const double w = pair->subflows[i].weight;
+        const std::uint64_t now = last.stats.subflows[i].bytes;
+        const std::uint64_t before = prev.stats.subflows[i].bytes;
+        const std::uint64_t from = samples[base].stats.subflows[i].bytes;
+        const std::uint64_t cumulative = now >= from ? now - from : 0;
+        delta.subflows.push_back(
+            {pair->subflows[i].path, 0, w, now >= before ? now - before : 0, 0});
+        if (w > 0) {
+          normalised[i] = static_cast<double>(cumulative) / w;
+          most = std::max(most, normalised[i]);
+        }
+      }
+      for (std::size_t i = 0; i < n; ++i) {
+        const double w = pair->subflows[i].weight;
+        if (w > 0)
+          delta.subflows[i].lag_bytes = static_cast<std::uint64_t>((most - normalised[i]) * w);
+      }
+      out.push_back(std::move(delta));
+    }
+  }
+  return out;
+}
+
+TrafficPlanController::TrafficPlanController(KubeClient& client, Clock& clock,
+                                             EventRecorder& events, TrafficPlanSources sources,
+                                             ingest::ReportStore* store, TrafficPlanConfig config,
+                                             metrics::Registry& registry)
+    : client_(client),
+      clock_(clock),
+      events_(events),
+      sources_(std::move(sources)),
+      store_(store),
+      config_(std::move(config)),
+      log_("trafficplan"),
+      monitor_(config_.monitor),
+      plans_written_(registry.counter("c4_trafficplan_plans_written_total",
+                                      "Plan ConfigMaps written, by reason.", {"reason"})),
+      link_verdicts_(registry.counter("c4_trafficplan_link_verdicts_total",
+                                      "Leaf-spine link states set from telemetry.", {"state"})),
+      fabric_rejects_(
+          registry.counter("c4_trafficplan_fabric_rejected_total", "Fabric descriptions refused.")),
+      max_link_load_(registry.gauge("c4_trafficplan_max_link_load",
+                                    "Load of the most loaded planned link direction.")),
+      plan_seconds_(registry.histogram("c4_trafficplan_plan_seconds",
+                                       "Time to plan one job (planner only).")) {}
+
+TrafficPlanController::~TrafficPlanController() {
+  stop();
+}
+
+std::unique_ptr<TrafficPlanController> TrafficPlanController::fromInformers(
+    KubeClient& client, Clock& clock, EventRecorder& events, SharedInformers& informers,
+    const std::string& watch_namespace, ingest::ReportStore* store, TrafficPlanConfig config,
+    metrics::Registry& registry) {
+  Informer& fabric_informer = informers.informerFor(fabrics());
+  Informer& nodes = informers.informerFor(resources::nodes());
+  Informer& jobs = informers.informerFor(resources::trainingJobs(), watch_namespace);
+  Informer& pods = informers.informerFor(resources::pods(), watch_namespace, labels::kJobName);
+  static constexpr const char* kIndex = "trafficplan-job";
+  pods.store().addIndex(kIndex, [](const Json& pod) {
+    std::string job = labelOf(pod, labels::kJobName);
+    if (job.empty()) return std::vector<std::string>{};
+    return std::vector<std::string>{objectNamespace(pod) + "/" + job};
+  });
+  TrafficPlanSources sources;
+  sources.fabrics = [&fabric_informer] { return fabric_informer.store().list(); };
+  sources.nodes = [&nodes] { return nodes.store().list(); };
+  sources.jobs = [&jobs] { return jobs.store().list(); };
+  sources.pods = [&pods](const std::string& ns, const std::string& job) {
+    return pods.store().byIndex(kIndex, ns + "/" + job);
+  };
+  auto controller = std::make_unique<TrafficPlanController>(
+      client, clock, events, std::move(sources), store, std::move(config), registry);
+  TrafficPlanController* self = controller.get();
+  auto kick = [self](InformerEvent, const Json*, const Json&) { self->kick(); };
+  fabric_informer.addHandler(kick);
+  jobs.addHandler(kick);
+  pods.addHandler(kick);
+  // Nodes change often (heartbeats); only label changes matter, and the periodic sync sees them.
+  return controller;
+}
+
+void TrafficPlanController::start() {
+  std::lock_guard guard(mu_);
+  if (thread_.joinable()) return;
+  stopping_ = false;
+  thread_ = std::thread([this] {
+    std::unique_lock lock(mu_);
+    while (!stopping_) {
+      kicked_ = false;
+      lock.unlock();
+      sync();
+      lock.lock();
+      clock_.waitUntil(lock, cv_, clock_.monoNow() + config_.period,
+                       [this] { return stopping_ || kicked_; });
+    }
+  });
+}
+
+void TrafficPlanController::stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void TrafficPlanController::kick() {
+  {
+    std::lock_guard lock(mu_);
+    kicked_ = true;
+  }
+  cv_.notify_all();
+}
+
+void TrafficPlanController::onSlowConnection(const std::string& key, const std::string& node,
+                                             const std::string& peer_node) {
+  {
+    std::lock_guard lock(mu_);
+    hints_.push_back({node, peer_node});
+    hints_.push_back({peer_node, node});
+  }
+  log_.info("Slow connection handed to the planner",
+            {{"job", key}, {"node", node}, {"peerNode", peer_node}});
+  kick();
+}
+
+std::optional<std::int64_t> TrafficPlanController::planVersion(const std::string& key) const {
+  auto it = jobs_.find(key);
+  if (it == jobs_.end()) return std::nullopt;
+  return it->second.version;
+}
+
+void TrafficPlanController::sync() {
+  syncFabric();
+  if (!planner_) return;
+  syncNodes();
+  syncJobs();
+  restoreTelemetry();
+  syncTelemetry();
+  flushWrites();
+  syncFabricStatus();
+}
+
+void TrafficPlanController::restoreTelemetry() {
+  // After the jobs that were running are planned again, as they were first planned (on healthy
+  // links), then re-weighted: the same sequence that produced the documents they hold.
+  std::vector<RestoredLink> links;
+  links.swap(restore_links_);
+  for (const auto& r : links) {
+    auto out = planner_->setLinkState(r.link, r.fraction, r.direction);
+    if (!out) {
+      log_.warn("Telemetry link state not restored",
+                {{"link", c4p::linkName(r.link)}, {"error", out.error()}});
+      continue;
+    }
+    telemetry_links_.push_back({r.link, r.direction, clock_.monoNow()});
+    writeChanged(out->changed, "link " + c4p::linkName(r.link) + " " +
+                                   std::string(c4p::directionName(r.direction)) +
+                                   " degraded (telemetry, from the Fabric status)");
+  }
+}
+
+void TrafficPlanController::rejectFabric(const Json& fabric, const std::string& reason,
+                                         const std::string& message) {
+  fabric_rejects_.get().inc();
+  log_.warn("Fabric refused", {{"fabric", objectName(fabric)}, {"error", message}});
+  events_.record(fabric, "Warning", reason, message);
+  Json status = fabric.value("status", Json::object());
+  if (!status.is_object()) status = Json::object();
+  setCondition(status, kAcceptedCondition, "False", reason, message, generationOf(fabric),
+               clock_.wallNow());
+  auto written =
+      client_.patch(fabrics(), "", objectName(fabric), PatchType::kMerge,
+                    Json{{"status", {{"conditions", status["conditions"]}}}},
+                    PatchOptions{.subresource = "status", .field_manager = "", .force = false});
+  if (!written) {
+    log_.warn("Fabric status not written",
+              {{"fabric", objectName(fabric)}, {"error", written.error()}});
+  }
+}
+
+void TrafficPlanController::syncFabric() {
+  std::vector<Json> all = sources_.fabrics();
+  std::optional<Json> chosen;
+  if (!config_.fabric_name.empty()) {
+    for (auto& f : all) {
+      if (objectName(f) == config_.fabric_name) chosen = f;
+    }
+  } else if (all.size() == 1) {
+    chosen = all.front();
+  } else if (all.size() > 1) {
+    std::string seen = "several:" + std::to_string(all.size());
+    if (fabric_seen_ != seen) {
+      fabric_seen_ = seen;
+      for (const auto& f : all) {
+        rejectFabric(f, "FabricAmbiguous",
+                     std::to_string(all.size()) +
+                         " Fabric objects and no --fabric-name: none is used; running plans stay");
+      }
+    }
+    return;
+  }
+  if (!chosen) return;  // none: plans (if any) stay as they are
+  std::string seen = uidOf(*chosen) + "/" + std::to_string(generationOf(*chosen));
+  if (seen == fabric_seen_) return;
+  fabric_seen_ = seen;
+
+  auto parsed = c4p::Fabric::fromJson(*chosen);
+  if (!parsed) {
+    rejectFabric(*chosen, "FabricRejected",
+                 "invalid description: " + parsed.error().message + "; running plans stay");
+    return;
+  }
+  if (!planner_) {
+    planner_ = std::make_unique<c4p::Planner>(std::move(*parsed), config_.planner);
+    // Telemetry states survive a restart through the Fabric's status.
+    const Json& status = chosen->value("status", Json::object());
+    for (const auto& l : status.value("links", Json::array())) {
+      if (!l.is_object() || l.value("source", std::string{}) != "telemetry") continue;
+      c4p::LinkRef ref{l.value("plane", 0), l.value("leaf", std::string{}), l.value("uplink", 0)};
+      std::string dir = l.value("direction", std::string{"Both"});
+      c4p::Direction d = dir == "Up"     ? c4p::Direction::kUp
+                         : dir == "Down" ? c4p::Direction::kDown
+                                         : c4p::Direction::kBoth;
+      restore_links_.push_back({ref, d, l.value("capacityFraction", 1.0)});
+    }
+    log_.info("Fabric accepted",
+              {{"fabric", objectName(*chosen)}, {"generation", generationOf(*chosen)}});
+  } else {
+    auto out = planner_->setFabric(std::move(*parsed));
+    if (!out) {
+      rejectFabric(*chosen, "FabricRejected",
+                   "description not applicable: " + out.error().message + "; running plans stay");
+      return;
+    }
+    log_.info("Fabric changed",
+              {{"fabric", objectName(*chosen)}, {"generation", generationOf(*chosen)}});
+    writeChanged(out->changed,
+                 "fabric changed (generation " + std::to_string(generationOf(*chosen)) + ")");
+  }
+  fabric_object_ = *chosen;
+  Json status = chosen->value("status", Json::object());
+  if (!status.is_object()) status = Json::object();
+  setCondition(status, kAcceptedCondition, "True", "Accepted", "the planner uses this description",
+               generationOf(*chosen), clock_.wallNow());
+  fabric_object_["status"] = status;
+  fabric_status_ = Json();  // write the status at the end of this sync
+}
+
+void TrafficPlanController::syncNodes() {
+  std::set<std::string> present;
+  for (const auto& node : sources_.nodes()) {
+    std::string name = objectName(node);
+    present.insert(name);
+    auto labels = labelsOf(node);
+    auto where = planner_->fabric().locate(name, labels);
+    auto known = nodes_.find(name);
+    if (!where) {
+      if (known != nodes_.end()) {
+        planner_->removeNode(name);
+        nodes_.erase(known);
+      }
+      continue;
+    }
+    if (known != nodes_.end() && known->second == *where) continue;
+    if (planner_->setNode(name, labels)) nodes_[name] = *where;
+  }
+  for (auto it = nodes_.begin(); it != nodes_.end();) {
+    if (present.contains(it->first)) {
+      ++it;
+      continue;
+    }
+    planner_->removeNode(it->first);
+    it = nodes_.erase(it);
+  }
+}
+
+void TrafficPlanController::syncJobs() {
+  std::set<std::string> live;
+  std::vector<Json> jobs = sources_.jobs();
+  std::sort(jobs.begin(), jobs.end(),
+            [](const Json& a, const Json& b) { return objectKey(a) < objectKey(b); });
+  for (const auto& job : jobs) {
+    const std::string key = objectKey(job);
+    auto spec = parseTrainingJobSpec(job);
+    if (!spec) continue;
+    auto mode = c4p::parseMode(spec->traffic_mode);
+    const std::string phase = jobPhase(job);
+    if (!mode || *mode == c4p::Mode::kOff || terminating(job) || phase == phases::kSucceeded ||
+        phase == phases::kFailed || spec->suspend) {
+      continue;
+    }
+    live.insert(key);
+    auto it = jobs_.find(key);
+    if (it != jobs_.end() && it->second.uid != uidOf(job)) {
+      // Recreated under the same name: a new job with a ConfigMap of its own.
+      writeChanged(planner_->removeJob(key).changed, "a job left the fabric");
+      jobs_.erase(it);
+      it = jobs_.end();
+    }
+    auto nodes =
+        jobPlacement(job, spec->replicas, sources_.pods(objectNamespace(job), objectName(job)));
+    if (!nodes) continue;  // not placed yet: an earlier plan (if any) stays
+    c4p::JobPlacement placement;
+    placement.job = key;
+    placement.nodes = *nodes;
+    placement.procs_per_node = static_cast<int>(procsPerPod(*spec));
+    placement.subflows_per_connection = static_cast<int>(spec->subflows_per_connection);
+    if (it != jobs_.end() && samePlacement(it->second.placement, placement)) {
+      it->second.object = job;
+      if (it->second.mode != *mode) {
+        it->second.mode = *mode;
+        queueWrite(key, std::string("mode changed to ") + std::string(c4p::modeName(*mode)));
+      }
+      continue;
+    }
+    const MonoTime started = clock_.monoNow();
+    auto out = planner_->planJob(placement);
+    plan_seconds_.get().observe(std::chrono::duration<double>(clock_.monoNow() - started).count());
+    if (!out) {
+      events_.record(job, "Warning", "PlanFailed",
+                     "traffic plan not computed: " + out.error().message +
+                         (it != jobs_.end() ? "; the previous plan stays" : ""));
+      log_.warn("Plan failed", {{"job", key}, {"error", out.error()}});
+      continue;
+    }
+    JobState& state = jobs_[key];
+    state.uid = uidOf(job);
+    state.placement = placement;
+    state.mode = *mode;
+    state.object = job;
+    std::string reason = "new placement (attempt " + std::to_string(jobAttempt(job)) + ")";
+    // The job itself always gets its document checked (a restart adopts an equal one).
+    std::vector<std::string> changed = out->changed;
+    if (std::find(changed.begin(), changed.end(), key) == changed.end()) changed.push_back(key);
+    for (const auto& other : changed) {
+      auto st = jobs_.find(other);
+      if (st == jobs_.end()) continue;
+      queueWrite(other, other == key ? reason : "another job was placed (" + key + ")");
+    }
+  }
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    if (live.contains(it->first)) {
+      ++it;
+      continue;
+    }
+    const std::string key = it->first;
+    it = jobs_.erase(it);
+    log_.info("Job left the fabric", {{"job", key}});
+    writeChanged(planner_->removeJob(key).changed, "a job left the fabric (" + key + ")");
+  }
+}
+
+void TrafficPlanController::writeChanged(const std::vector<std::string>& changed,
+                                         const std::string& reason) {
+  for (const auto& key : changed) queueWrite(key, reason);
+}
+
+void TrafficPlanController::queueWrite(const std::string& key, const std::string& reason) {
+  std::string& reasons = pending_writes_[key];
+  if (reasons.find(reason) != std::string::npos) return;
+  reasons += reasons.empty() ? reason : "; " + reason;
+}
+
+void TrafficPlanController::flushWrites() {
+  std::map<std::string, std::string> pending;
+  pending.swap(pending_writes_);
+  for (const auto& [key, reason] : pending) {
+    auto it = jobs_.find(key);
+    if (it != jobs_.end()) writePlan(key, it->second, reason);
+  }
+}
+
+void TrafficPlanController::writePlan(const std::string& key, JobState& state,
+                                      const std::string& reason) {
+  const c4p::JobPlan* plan = planner_->plan(key);
+  if (!plan) return;
+  const std::string ns = objectNamespace(state.object);
+  const std::string name = objectName(state.object);
+  if (!state.version) {
+    // First time since this process started: continue what the ConfigMap holds.
+    auto cm = client_.get(resources::configMaps(), ns, planConfigMapName(name));
+    std::int64_t existing = 0;
+    if (cm && isControlledBy(*cm, state.object)) {
+      const Json& data = cm->value("data", Json::object());
+      if (data.contains(c4p::kPlanDocumentKey) && data[c4p::kPlanDocumentKey].is_string()) {
+        auto doc = c4p::parsePlanDocument(data[c4p::kPlanDocumentKey].get<std::string>());
+        if (doc) {
+          existing = doc->version;
+          auto same = c4p::makePlanDocument(*plan, existing, state.mode);
+          if (same && *same == *doc && existing > 0) {
+            state.version = existing;
+            state.written = *doc;
+            log_.info("Plan adopted", {{"job", key}, {"version", existing}});
+            return;
+          }
+        }
+      }
+    } else if (!cm && cm.error().code != ErrorCode::kNotFound) {
+      log_.warn("Plan ConfigMap not read", {{"job", key}, {"error", cm.error()}});
+      return;  // retried at the next sync (the version is unknown)
+    }
+    state.version = existing;
+  }
+  auto doc = c4p::makePlanDocument(*plan, *state.version + 1, state.mode);
+  if (!doc) {
+    log_.error("Plan document not made", {{"job", key}, {"error", doc.error()}});
+    return;
+  }
+  if (state.written) {
+    c4p::PlanDocument same = *doc;
+    same.version = state.written->version;
+    if (same == *state.written) return;  // nothing this job's plugin would see changed
+  }
+  if (auto put = putConfigMap(state, *doc, reason); !put) {
+    log_.warn("Plan ConfigMap not written", {{"job", key}, {"error", put.error()}});
+    return;
+  }
+  state.version = doc->version;
+  state.written = *doc;
+  plans_written_.labels({reason.substr(0, reason.find(' '))}).inc();
+  Json plan_status = {{"version", doc->version},
+                      {"mode", std::string(c4p::modeName(state.mode))},
+                      {"maxLinkLoad", loadText(plan->max_link_load)},
+                      {"reason", reason},
+                      {"time", formatRfc3339(clock_.wallNow())}};
+  auto patched =
+      client_.patch(resources::trainingJobs(), ns, name, PatchType::kMerge,
+                    Json{{"status", {{"plan", plan_status}}}},
+                    PatchOptions{.subresource = "status", .field_manager = "", .force = false});
+  if (!patched) log_.warn("status.plan not written", {{"job", key}, {"error", patched.error()}});
+  events_.record(state.object, "Normal", "PlanUpdated",
+                 "traffic plan version " + std::to_string(doc->version) + " (" +
+                     std::string(c4p::modeName(state.mode)) + "): " + reason + "; max link load " +
+                     loadText(plan->max_link_load));
+  log_.info("Plan written", {{"job", key}, {"version", doc->version}, {"reason", reason}});
+}
+
+Status TrafficPlanController::putConfigMap(const JobState& state, const c4p::PlanDocument& doc,
+                                           const std::string& reason) {
+  const std::string ns = objectNamespace(state.object);
+  const std::string name = planConfigMapName(objectName(state.object));
+  const std::string text = c4p::renderPlanDocument(doc);
+  for (int tries = 0; tries < 3; ++tries) {
+    auto cm = client_.get(resources::configMaps(), ns, name);
+    if (!cm && cm.error().code == ErrorCode::kNotFound) {
+      auto spec = parseTrainingJobSpec(state.object);
+      if (!spec) return std::unexpected(spec.error());
+      Json created = buildPlanConfigMap(state.object, *spec);
+      created["data"][c4p::kPlanDocumentKey] = text;
+      created["metadata"]["annotations"] = {{kPlanVersionAnnotation, std::to_string(doc.version)},
+                                            {kPlanReasonAnnotation, reason}};
+      auto done = client_.create(resources::configMaps(), ns, created);
+      if (done) return okStatus();
+      if (done.error().code == ErrorCode::kAlreadyExists) continue;
+      return std::unexpected(done.error());
+    }
+    if (!cm) return std::unexpected(cm.error());
+    if (!isControlledBy(*cm, state.object)) {
+      return makeError(ErrorCode::kFailedPrecondition,
+                       "ConfigMap " + name + " is not controlled by the TrainingJob");
+    }
+    Json updated = *cm;
+    updated["data"][c4p::kPlanDocumentKey] = text;
+    updated["metadata"]["annotations"][kPlanVersionAnnotation] = std::to_string(doc.version);
+    updated["metadata"]["annotations"][kPlanReasonAnnotation] = reason;
+    auto done = client_.update(resources::configMaps(), ns, updated);
+    if (done) return okStatus();
+    if (done.error().code != ErrorCode::kConflict) return std::unexpected(done.error());
+  }
+  return makeError(ErrorCode::kConflict, "ConfigMap " + name + " kept changing");
+}
+
+void TrafficPlanController::syncTelemetry() {
+  std::vector<std::pair<std::string, std::string>> hints;
+  {
+    std::lock_guard lock(mu_);
+    hints.swap(hints_);
+  }
+  for (const auto& [a, b] : hints) monitor_.hint(a, b);
+
+  // Lift telemetry states older than link_hold.
+  const MonoTime now = clock_.monoNow();
+  if (config_.link_hold > Duration::zero()) {
+    for (auto it = telemetry_links_.begin(); it != telemetry_links_.end();) {
+      if (now - it->since < config_.link_hold) {
+        ++it;
+        continue;
+      }
+      c4p::LinkRef link = it->link;
+      c4p::Direction dir = it->direction;
+      it = telemetry_links_.erase(it);
+      monitor_.reset(link);
+      auto out = planner_->setLinkState(link, 1.0, dir);
+      if (!out) continue;
+      link_verdicts_.labels({"restored"}).inc();
+      events_.record(fabric_object_, "Normal", "LinkRestored",
+                     "link " + c4p::linkName(link) + " " + std::string(c4p::directionName(dir)) +
+                         ": telemetry state lifted after the hold; weights return");
+      writeChanged(out->changed, "link " + c4p::linkName(link) + " restored (hold expired)");
+    }
+  }
+
+  if (!store_) return;
+  std::vector<ConnectionDelta> deltas;
+  for (auto& [key, state] : jobs_) {
+    if (state.mode != c4p::Mode::kEnforce) continue;  // Advisory jobs do not follow the paths
+    const c4p::JobPlan* plan = planner_->plan(key);
+    if (plan == nullptr || !state.version) continue;
+    auto slash = key.find('/');
+    store_->readJob(key.substr(0, slash), key.substr(slash + 1),
+                    [&](const ingest::JobRecord& record) {
+                      if (record.facts.uid != state.uid) return;
+                      auto d = connectionDeltas(record, *plan, *state.version, state.seen);
+                      for (const auto& c : d) {
+                        std::string bytes, lag;
+                        for (const auto& sf : c.subflows) {
+                          bytes += std::to_string(sf.path) + ":" + std::to_string(sf.bytes) + " ";
+                          lag += std::to_string(sf.lag_bytes) + " ";
+                        }
+                        log_.debug("Link evidence", {{"job", key},
+                                                     {"from", c.local_node},
+                                                     {"to", c.peer_node},
+                                                     {"pathBytes", bytes},
+                                                     {"lag", lag},
+                                                     {"stalled", c.stalled}});
+                      }
+                      deltas.insert(deltas.end(), std::make_move_iterator(d.begin()),
+                                    std::make_move_iterator(d.end()));
+                    });
+  }
+  auto locate = [this](const std::string& node) -> std::optional<c4p::NodeLocation> {
+    auto it = nodes_.find(node);
+    if (it == nodes_.end()) return std::nullopt;
+    return it->second;
+  };
+  for (const auto& v : monitor_.observe(deltas, planner_->fabric(), locate)) {
+    auto out = planner_->setLinkState(v.link, v.capacity_fraction, v.direction);
+    if (!out) {
+      log_.warn("Link state refused", {{"link", c4p::linkName(v.link)}, {"error", out.error()}});
+      continue;
+    }
+    telemetry_links_.push_back({v.link, v.direction, now});
+    link_verdicts_.labels({"failed"}).inc();
+    const std::string what = "link " + c4p::linkName(v.link) + " " +
+                             std::string(c4p::directionName(v.direction)) +
+                             " failed (telemetry: " + v.evidence + ")";
+    log_.warn("Link failed", {{"link", c4p::linkName(v.link)},
+                              {"direction", c4p::directionName(v.direction)},
+                              {"evidence", v.evidence}});
+    events_.record(fabric_object_, "Warning", "LinkFailed", what);
+    writeChanged(out->changed, what);
+  }
+}
+
+void TrafficPlanController::syncFabricStatus() {
+  max_link_load_.get().set(planner_->maxLinkLoad());
+  Json status = c4p::renderFabricStatus(planner_->fabric(), generationOf(fabric_object_),
+                                        planner_->maxLinkLoad());
+  const Json& known = fabric_object_.value("status", Json::object());
+  if (known.contains("conditions")) status["conditions"] = known["conditions"];
+  if (status == fabric_status_) return;
+  auto written = client_.patch(
+      fabrics(), "", objectName(fabric_object_), PatchType::kMerge, Json{{"status", status}},
+      PatchOptions{.subresource = "status", .field_manager = "", .force = false});
+  if (!written) {
+    log_.warn("Fabric status not written", {{"error", written.error()}});
+    return;
+  }
+  fabric_status_ = status;
+}
+
+}  // namespace c4::op::trafficplan

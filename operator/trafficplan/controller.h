@@ -1,0 +1,212 @@
+// The traffic-plan controller: C4P in the operator. It owns one c4p::Planner for the cluster's
+// Fabric and keeps it in step with the cluster, then writes what changed:
+//
+//   Fabric   the cluster-scoped c4.dev/v1alpha1 Fabric (the one named by `fabric_name`, or the
+//            only one). A description the parser refuses (or one that would drop a plane or path
+//            in use) gets a Warning Event `FabricRejected` and status condition Accepted=False;
+//            the planner and every running plan stay as they were. An accepted change re-weights
+//            the running plans (paths and ports stay). Its /status carries link health and the
+//            maximum link load (c4p::renderFabricStatus) and condition Accepted.
+//   Nodes    labels c4.dev/leaf and c4.dev/plane place a node; a node without them cannot carry a
+//            planned job (the job gets a Warning Event `PlanFailed`).
+//   Jobs     every TrainingJob with spec.trafficPlanning.mode Advisory or Enforce, not finished,
+//            whose pods of the current attempt (status.attempt) are all scheduled: placement =
+//            pod index → spec.nodeName. It is planned when first placed and whenever the
+//            placement (or subflow count) changes, re-rendered when only the mode changes, and
+//            removed from the planner when it finishes, is deleted or turns Off.
+//   Links    telemetry: every period the per-subflow byte counters of the Enforce jobs' receiving
+//            ranks (ingest ReportStore, connectionDeltas) go through the LinkMonitor; a confirmed
+//            dead link direction becomes c4p setLinkState(…, 0) — new weights only, so the plugin
+//            applies them to live connections without reconnecting. C4D kReplan verdicts (a slow
+//            connection between two nodes) are hints to the monitor. A telemetry state is lifted
+//            after `link_hold` (the weights return; a link still dead is found again).
+//
+// Output, for every job in a PlanOutcome's `changed`: ConfigMap `<job>-c4-plan` (key plan.json,
+// c4p::makePlanDocument in the job's mode; annotations c4.dev/plan-version and
+// c4.dev/plan-reason), created with the job's ownerReference when the TrainingJob controller has
+// not created it yet; the job's status.plan {version, mode, maxLinkLoad, reason, time} through
+// /status (merge patch); a Normal Event `PlanUpdated` naming the version and why (new placement,
+// link failed, link restored, fabric changed, mode changed). Versions increase by one per
+// written document; a document equal to the one in the ConfigMap is not written again.
+//
+// Restart: the planner's state is rebuilt from the cluster (jobs in key order). The first time a
+// job is planned the ConfigMap is read; when the document it holds equals the new one at its
+// version, nothing is written and that version is continued. Telemetry link states are read back
+// from the Fabric's status (source telemetry).
+//
+// Writes go through the client it is given (the manager's fenced client: leader only). One
+// thread (start/stop) runs sync() every `period` and when kick() is called; sync() may also be
+// called directly (tests), never concurrently with the thread.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "c4/common/clock.h"
+#include "c4/common/log.h"
+#include "c4/common/metrics.h"
+#include "operator/c4p/plan_document.h"
+#include "operator/c4p/planner.h"
+#include "operator/cache/shared_informers.h"
+#include "operator/client/kube_client.h"
+#include "operator/controller/events.h"
+#include "operator/ingest/report_store.h"
+#include "operator/trafficplan/link_monitor.h"
+
+namespace c4::op::trafficplan {
+
+inline constexpr const char* kPlanVersionAnnotation = "c4.dev/plan-version";
+inline constexpr const char* kPlanReasonAnnotation = "c4.dev/plan-reason";
+inline constexpr const char* kAcceptedCondition = "Accepted";
+
+// c4.dev/v1alpha1 fabrics (cluster-scoped).
+const ResourceType& fabrics();
+
+struct TrafficPlanConfig {
+  std::string fabric_name;  // "" = the only Fabric of the cluster
+  Duration period = std::chrono::seconds{1};
+  Duration link_hold = std::chrono::minutes{5};  // how long a telemetry link state lasts
+  LinkMonitorOptions monitor;
+  c4p::PlannerOptions planner;
+};
+
+// What the controller reads; the informers' stores in the operator, plain vectors in tests.
+struct TrafficPlanSources {
+  std::function<std::vector<Json>()> fabrics;
+  std::function<std::vector<Json>()> nodes;
+  std::function<std::vector<Json>()> jobs;
+  // The pods of one job (label c4.dev/job-name), every attempt.
+  std::function<std::vector<Json>(const std::string& ns, const std::string& job)> pods;
+};
+
+// The placement of a job's current attempt (status.attempt) from its pods: replica index →
+// spec.nodeName. nullopt while a pod of that attempt is missing, unscheduled or terminating.
+std::optional<std::vector<std::string>> jobPlacement(const Json& job, std::int64_t replicas,
+                                                     const std::vector<Json>& pods);
+
+// The evidence of a job's reports for the link monitor: every receiving connection of a
+// cross-leaf pair of `plan` with a new report since `seen` (rank, connection id → report seq last
+// used). The receiver's per-subflow counters are what arrived (a sender counts bytes written into
+// its socket, which a dead path's socket buffer still accepts); subflow i of the receiver is the
+// sender's subflow i (the hello's index), so its path and weight are the plan pair's subflow i.
+// Windows in which the receiving rank reported another plan version are skipped.
+std::vector<ConnectionDelta> connectionDeltas(
+    const ingest::JobRecord& record, const c4p::JobPlan& plan, std::int64_t plan_version,
+    std::map<std::pair<std::int32_t, std::uint64_t>, std::uint64_t>& seen);
+
+class TrafficPlanController {
+ public:
+  // `store` may be null (no telemetry). `client` writes (the fenced client), `events` records
+  // Events. Everything must outlive the controller.
+  TrafficPlanController(KubeClient& client, Clock& clock, EventRecorder& events,
+                        TrafficPlanSources sources, ingest::ReportStore* store,
+                        TrafficPlanConfig config, metrics::Registry& registry);
+  ~TrafficPlanController();
+  TrafficPlanController(const TrafficPlanController&) = delete;
+  TrafficPlanController& operator=(const TrafficPlanController&) = delete;
+
+  // Sources from the manager's shared informers (Fabrics, Nodes, TrainingJobs and pods with
+  // label c4.dev/job-name in `watch_namespace`); their events kick the controller. Call before
+  // the informers start.
+  static std::unique_ptr<TrafficPlanController> fromInformers(
+      KubeClient& client, Clock& clock, EventRecorder& events, SharedInformers& informers,
+      const std::string& watch_namespace, ingest::ReportStore* store, TrafficPlanConfig config,
+      metrics::Registry& registry);
+
+  void start();
+  void stop();  // idempotent
+  // Asks the thread for a sync now (thread-safe).
+  void kick();
+  // A C4D kReplan verdict: the connection between `node` and `peer_node` of job `key` is slow
+  // (thread-safe; either direction is taken as a hint).
+  void onSlowConnection(const std::string& key, const std::string& node,
+                        const std::string& peer_node);
+
+  // One pass: fabric, nodes, jobs, telemetry, Fabric status.
+  void sync();
+
+  // Introspection (not thread-safe against the thread; tests call it between syncs).
+  [[nodiscard]] const c4p::Planner* planner() const { return planner_.get(); }
+  [[nodiscard]] std::optional<std::int64_t> planVersion(const std::string& key) const;
+
+ private:
+  struct JobState {
+    std::string uid;
+    c4p::JobPlacement placement;
+    c4p::Mode mode = c4p::Mode::kAdvisory;
+    std::optional<std::int64_t> version;  // last version written or adopted
+    std::optional<c4p::PlanDocument> written;
+    Json object;  // the TrainingJob, for Events and ownerReferences
+    std::map<std::pair<std::int32_t, std::uint64_t>, std::uint64_t> seen;  // telemetry
+  };
+  struct TelemetryLink {
+    c4p::LinkRef link;
+    c4p::Direction direction;
+    MonoTime since;
+  };
+
+  void syncFabric();
+  void syncNodes();
+  void syncJobs();
+  void syncTelemetry();
+  void syncFabricStatus();
+  void restoreTelemetry();
+  // Writes are collected during a sync (one per job, the reasons joined) and made at its end.
+  void queueWrite(const std::string& key, const std::string& reason);
+  void flushWrites();
+  void rejectFabric(const Json& fabric, const std::string& reason, const std::string& message);
+  // Queues the documents of `changed` jobs (see the header comment).
+  void writeChanged(const std::vector<std::string>& changed, const std::string& reason);
+  // Writes one job's document if it differs from what the ConfigMap holds.
+  void writePlan(const std::string& key, JobState& state, const std::string& reason);
+  Status putConfigMap(const JobState& state, const c4p::PlanDocument& doc,
+                      const std::string& reason);
+
+  KubeClient& client_;
+  Clock& clock_;
+  EventRecorder& events_;
+  TrafficPlanSources sources_;
+  ingest::ReportStore* store_;
+  TrafficPlanConfig config_;
+  Logger log_;
+
+  std::unique_ptr<c4p::Planner> planner_;
+  Json fabric_object_;       // the accepted Fabric
+  std::string fabric_seen_;  // "<uid>/<generation>" of the last Fabric judged
+  Json fabric_status_;       // last status written
+  std::map<std::string, c4p::NodeLocation> nodes_;
+  std::map<std::string, JobState> jobs_;
+  LinkMonitor monitor_;
+  std::vector<TelemetryLink> telemetry_links_;
+  struct RestoredLink {
+    c4p::LinkRef link;
+    c4p::Direction direction;
+    double fraction;
+  };
+  std::vector<RestoredLink> restore_links_;  // from the Fabric's status, applied after the jobs
+  std::map<std::string, std::string> pending_writes_;  // job -> reasons
+
+  std::mutex mu_;  // hints_, kicked_, stopping_
+  std::vector<std::pair<std::string, std::string>> hints_;
+  bool kicked_ = false;
+  bool stopping_ = false;
+  std::condition_variable_any cv_;
+  std::thread thread_;
+
+  metrics::Family<metrics::Counter>& plans_written_;
+  metrics::Family<metrics::Counter>& link_verdicts_;
+  metrics::Family<metrics::Counter>& fabric_rejects_;
+  metrics::Family<metrics::Gauge>& max_link_load_;
+  metrics::Family<metrics::Histogram>& plan_seconds_;
+};
+
+}  // namespace c4::op::trafficplan

@@ -1,0 +1,119 @@
+// Link health from per-subflow telemetry (see link_monitor.h).
+#include "operator/trafficplan/link_monitor.h"
+
+#include <cstdio>
+
+namespace c4::op::trafficplan {
+namespace {
+
+std::string megabytes(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MB", bytes / 1e6);
+  return buf;
+}
+
+}  // namespace
+
+LinkMonitor::LinkMonitor(LinkMonitorOptions options) : options_(options) {}
+
+void LinkMonitor::hint(const std::string& local_node, const std::string& peer_node) {
+  hints_.insert({local_node, peer_node});
+}
+
+std::vector<LinkVerdict> LinkMonitor::observe(const std::vector<ConnectionDelta>& deltas,
+                                              const c4p::Fabric& fabric, const Locate& locate) {
+  std::map<Key, std::string> suspects;  // -> evidence of the first stalled subflow
+  std::set<Key> cleared;
+  for (const auto& conn : deltas) {
+    auto src = locate(conn.local_node);
+    auto dst = locate(conn.peer_node);
+    if (!src || !dst || src->plane != dst->plane || src->leaf == dst->leaf) continue;
+    std::uint64_t total = 0;
+    double weights = 0;
+    for (const auto& s : conn.subflows) {
+      total += s.bytes;
+      if (s.weight > 0) weights += s.weight;
+    }
+    if (weights <= 0) continue;
+    if (total < options_.min_connection_bytes) {
+      if (!conn.stalled) continue;
+      for (const auto& s : conn.subflows) {
+        if (s.weight <= 0 || s.lag_bytes < options_.min_lag_bytes) continue;
+        int path = s.path >= 0 ? s.path : fabric.pathOfPort(s.local_port);
+        if (path < 0 || path >= fabric.uplinksPerLeaf()) continue;
+        std::string why = conn.local_node + " -> " + conn.peer_node + " path " +
+                          std::to_string(path) + ": connection stalled, " +
+                          megabytes(static_cast<double>(s.lag_bytes)) + " behind its siblings";
+        suspects.try_emplace(Key{c4p::LinkRef{src->plane, src->leaf, path}, 0}, why);
+        suspects.try_emplace(Key{c4p::LinkRef{dst->plane, dst->leaf, path}, 1}, why);
+      }
+      continue;
+    }
+    const bool hinted = hints_.contains({conn.local_node, conn.peer_node});
+    const double stall = hinted ? options_.hint_ratio : options_.stall_ratio;
+    for (const auto& s : conn.subflows) {
+      if (s.weight <= 0) continue;
+      int path = s.path >= 0 ? s.path : fabric.pathOfPort(s.local_port);
+      if (path < 0 || path >= fabric.uplinksPerLeaf()) continue;
+      const double expected = static_cast<double>(total) * s.weight / weights;
+      const double ratio = static_cast<double>(s.bytes) / expected;
+      Key up{c4p::LinkRef{src->plane, src->leaf, path}, 0};
+      Key down{c4p::LinkRef{dst->plane, dst->leaf, path}, 1};
+      if (ratio < stall) {
+        std::string why = conn.local_node + " -> " + conn.peer_node + " path " +
+                          std::to_string(path) + ": " + megabytes(static_cast<double>(s.bytes)) +
+                          " of " + megabytes(expected) + " expected" +
+                          (hinted ? " (C4D: slow connection)" : "");
+        suspects.try_emplace(up, why);
+        suspects.try_emplace(down, why);
+      } else if (ratio >= options_.healthy_ratio) {
+        cleared.insert(up);
+        cleared.insert(down);
+      }
+    }
+  }
+  hints_.clear();
+  if (deltas.empty()) return {};  // no report arrived: nothing to judge
+
+  std::vector<LinkVerdict> out;
+  std::map<Key, int> next;
+  auto advance = [&](const Key& key, const std::string& why) {
+    auto prev = streak_.find(key);
+    const int streak = (prev == streak_.end() ? 0 : prev->second) + 1;
+    next[key] = streak;
+    if (streak >= options_.confirm_windows && !reported_.contains(key)) {
+      reported_.insert(key);
+      out.push_back(
+          {key.first, key.second == 0 ? c4p::Direction::kUp : c4p::Direction::kDown, 0.0, why});
+    }
+  };
+  for (const auto& [key, why] : suspects) {
+    if (!cleared.contains(key)) advance(key, why);
+  }
+  // A suspect that nothing cleared stays one while reports arrive, also when nothing moved (a
+  // dead subflow stalls its connection's next messages, so the window after the first often
+  // carries no bytes at all); a healthy subflow on it ends its streak.
+  for (const auto& [key, streak] : streak_) {
+    if (suspects.contains(key) || cleared.contains(key)) continue;
+    advance(key, evidence_[key]);
+  }
+  for (const auto& [key, why] : suspects) evidence_.try_emplace(key, why);
+  std::erase_if(evidence_, [&](const auto& e) { return !next.contains(e.first); });
+  streak_ = std::move(next);
+  return out;
+}
+
+void LinkMonitor::reset(const c4p::LinkRef& link) {
+  for (int d = 0; d < 2; ++d) {
+    streak_.erase({link, d});
+    reported_.erase({link, d});
+  }
+}
+
+void LinkMonitor::resetAll() {
+  streak_.clear();
+  reported_.clear();
+  hints_.clear();
+}
+
+}  // namespace c4::op::trafficplan

@@ -1,0 +1,575 @@
+// The traffic-plan controller against an in-memory API (the fake client plays the API server: the
+// controller reads its objects through the sources and writes back into it), with the real
+// planner, the real report store and the plugin's own plan parser.
+#include "operator/trafficplan/controller.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <string>
+#include <thread>
+
+#include "c4/plugin/plan.h"
+#include "operator/trainingjob/api.h"
+#include "operator/trainingjob/children.h"
+#include "testing/fake_kube_client.h"
+
+namespace c4::op::trafficplan {
+namespace {
+
+using c4::op::testing::FakeKubeClient;
+
+Json fabricObject(std::int64_t generation, Json spec_patch = Json::object()) {
+  Json spec = {{"spines", 2},
+               {"uplinksPerLeaf", 2},
+               {"uplinkSpeedGbps", 100},
+               {"hostLinkSpeedGbps", 100},
+               {"pathSelection", {{"rule", "sourcePortModulo"}}}};
+  spec.merge_patch(spec_patch);
+  return {{"apiVersion", "c4.dev/v1alpha1"},
+          {"kind", "Fabric"},
+          {"metadata", {{"name", "default"}, {"uid", "fabric-uid"}, {"generation", generation}}},
+          {"spec", spec}};
+}
+
+Json nodeObject(const std::string& name, const std::string& leaf) {
+  return {{"apiVersion", "v1"},
+          {"kind", "Node"},
+          {"metadata", {{"name", name}, {"labels", {{"c4.dev/leaf", leaf}}}}}};
+}
+
+Json jobObject(const std::string& mode, std::int64_t attempt = 0, int subflows = 2) {
+  return {{"apiVersion", "c4.dev/v1alpha1"},
+          {"kind", "TrainingJob"},
+          {"metadata", {{"name", "llm"}, {"namespace", "team"}, {"uid", "job-uid"}}},
+          {"spec",
+           {{"replicas", 4},
+            {"trafficPlanning", {{"mode", mode}, {"subflowsPerConnection", subflows}}},
+            {"template",
+             {{"spec",
+               {{"containers", Json::array({{{"name", "trainer"}, {"image", "trainer:1"}}})}}}}}}},
+          {"status", {{"phase", "Running"}, {"attempt", attempt}}}};
+}
+
+Json podObject(const Json& job, int index, std::int64_t attempt, const std::string& node) {
+  Json pod = buildPod(job, *parseTrainingJobSpec(job), index, attempt, std::nullopt, PodSettings{});
+  pod["metadata"]["uid"] = "pod-" + std::to_string(index) + "-" + std::to_string(attempt);
+  if (!node.empty()) pod["spec"]["nodeName"] = node;
+  return pod;
+}
+
+const ResourceType& events() {
+  return resources::events();
+}
+
+class TrafficPlanTest : public ::testing::Test {
+ protected:
+  TrafficPlanTest() {
+    api_.put(fabrics(), fabricObject(1));
+    api_.put(resources::nodes(), nodeObject("n0", "leaf-a"));
+    api_.put(resources::nodes(), nodeObject("n1", "leaf-a"));
+    api_.put(resources::nodes(), nodeObject("n2", "leaf-b"));
+    api_.put(resources::nodes(), nodeObject("n3", "leaf-b"));
+    api_.put(resources::nodes(), nodeObject("n4", "leaf-a"));
+    api_.put(resources::nodes(), nodeObject("n5", "leaf-b"));
+  }
+
+  TrafficPlanSources sources() {
+    TrafficPlanSources s;
+    s.fabrics = [this] { return api_.stored(fabrics()); };
+    s.nodes = [this] { return api_.stored(resources::nodes()); };
+    s.jobs = [this] { return api_.stored(resources::trainingJobs()); };
+    s.pods = [this](const std::string& ns, const std::string& job) {
+      std::vector<Json> out;
+      for (auto& p : api_.stored(resources::pods())) {
+        if (objectNamespace(p) == ns && labelOf(p, labels::kJobName) == job) out.push_back(p);
+      }
+      return out;
+    };
+    return s;
+  }
+
+  std::unique_ptr<TrafficPlanController> makeController(TrafficPlanConfig config = {}) {
+    return std::make_unique<TrafficPlanController>(api_, clock_, recorder_, sources(), &store_,
+                                                   config, registry_);
+  }
+
+  void placeJob(const std::string& mode, std::int64_t attempt,
+                const std::vector<std::string>& nodes) {
+    Json job = jobObject(mode, attempt);
+    if (auto old = api_.peek(resources::trainingJobs(), "team", "llm")) {
+      job["status"] = (*old)["status"];
+      job["status"]["attempt"] = attempt;
+    }
+    api_.put(resources::trainingJobs(), job);
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+      api_.put(resources::pods(), podObject(job, static_cast<int>(i), attempt, nodes[i]));
+    }
+  }
+
+  std::optional<Json> configMap() {
+    return api_.peek(resources::configMaps(), "team", "llm-c4-plan");
+  }
+
+  c4p::PlanDocument planDocument() {
+    auto cm = configMap();
+    EXPECT_TRUE(cm);
+    if (!cm) return {};
+    auto doc = c4p::parsePlanDocument((*cm)["data"]["plan.json"].get<std::string>());
+    EXPECT_TRUE(doc) << doc.error().toString();
+    return doc ? *doc : c4p::PlanDocument{};
+  }
+
+  std::vector<Json> eventsWithReason(const std::string& reason) {
+    std::vector<Json> out;
+    for (auto& e : api_.stored(events())) {
+      if (e.value("reason", std::string{}) == reason) out.push_back(e);
+    }
+    return out;
+  }
+
+  FakeKubeClient api_;
+  SimulatedClock clock_;
+  metrics::Registry registry_;
+  EventRecorder recorder_{api_, clock_, "c4-operator", "test", nullptr};
+  ingest::ReportStore store_;
+};
+
+TEST_F(TrafficPlanTest, PlacedJobGetsAPlanConfigMapThePluginAccepts) {
+  auto controller = makeController();
+  // Pod 3 not scheduled yet: no plan.
+  placeJob("Enforce", 0, {"n0", "n1", "n2", ""});
+  controller->sync();
+  EXPECT_FALSE(configMap());
+  EXPECT_TRUE(controller->planner()->jobs().empty());
+
+  placeJob("Enforce", 0, {"n0", "n1", "n2", "n3"});
+  controller->sync();
+  auto cm = configMap();
+  ASSERT_TRUE(cm);
+  EXPECT_TRUE(isControlledBy(*cm, jobObject("Enforce")));
+  EXPECT_EQ(annotationOf(*cm, kPlanVersionAnnotation), "1");
+  c4p::PlanDocument doc = planDocument();
+  EXPECT_EQ(doc.version, 1);
+  EXPECT_EQ(doc.default_subflows, 2);
+  // The ring n0 -> n1 -> n2 -> n3 -> n0 crosses leaves at n1 -> n2 and n3 -> n0.
+  ASSERT_EQ(doc.pairs.size(), 2u);
+  EXPECT_EQ(doc.pairs[0].local_node, "n1");
+  EXPECT_EQ(doc.pairs[0].peer_node, "n2");
+  EXPECT_EQ(doc.pairs[1].local_node, "n3");
+  EXPECT_EQ(doc.pairs[1].peer_node, "n0");
+  for (const auto& pair : doc.pairs) {
+    ASSERT_EQ(pair.subflows.size(), 2u);
+    std::set<int> paths;
+    double weights = 0;
+    for (const auto& s : pair.subflows) {
+      EXPECT_EQ(s.local_port % 2, s.path) << "sourcePortModulo: the port selects the path";
+      paths.insert(s.path);
+      weights += s.weight;
+    }
+    EXPECT_EQ(paths, (std::set<int>{0, 1})) << "two subflows, two uplinks: no collision";
+    EXPECT_NEAR(weights, 1.0, 1e-9);
+  }
+  // The plugin's own parser reads the same document.
+  auto parsed = c4::plugin::parsePlan((*cm)["data"]["plan.json"].get<std::string>());
+  ASSERT_TRUE(parsed) << parsed.error().toString();
+  EXPECT_EQ(parsed->version, 1);
+  EXPECT_EQ(parsed->pairs.size(), 2u);
+
+  auto job = api_.peek(resources::trainingJobs(), "team", "llm");
+  ASSERT_TRUE(job);
+  EXPECT_EQ((*job)["status"]["plan"]["version"], 1);
+  EXPECT_EQ((*job)["status"]["plan"]["mode"], "Enforce");
+  EXPECT_EQ((*job)["status"]["plan"]["maxLinkLoad"], "0.500");
+  EXPECT_EQ((*job)["status"]["phase"], "Running") << "the rest of the status is untouched";
+  ASSERT_EQ(eventsWithReason("PlanUpdated").size(), 1u);
+  EXPECT_NE(eventsWithReason("PlanUpdated")[0]["message"].get<std::string>().find(
+                "version 1 (Enforce): new placement"),
+            std::string::npos);
+  auto fabric = api_.peek(fabrics(), "", "default");
+  ASSERT_TRUE(fabric);
+  EXPECT_EQ((*fabric)["status"]["maxLinkLoad"], "0.500");
+  EXPECT_EQ((*fabric)["status"]["degradedLinks"], 0);
+  EXPECT_EQ((*fabric)["status"]["conditions"][0]["type"], "Accepted");
+  EXPECT_EQ((*fabric)["status"]["conditions"][0]["status"], "True");
+}
+
+TEST_F(TrafficPlanTest, VersionsIncreaseOnlyWhenTheDocumentChanges) {
+  auto controller = makeController();
+  placeJob("Enforce", 0, {"n0", "n1", "n2", "n3"});
+  controller->sync();
+  ASSERT_EQ(controller->planVersion("team/llm"), 1);
+  const std::string rv = (*configMap())["metadata"]["resourceVersion"];
+
+  controller->sync();  // nothing changed
+  EXPECT_EQ((*configMap())["metadata"]["resourceVersion"], rv);
+  EXPECT_EQ(controller->planVersion("team/llm"), 1);
+
+  // A new attempt on other nodes: re-planned.
+  placeJob("Enforce", 1, {"n4", "n1", "n2", "n5"});
+  controller->sync();
+  EXPECT_EQ(planDocument().version, 2);
+  EXPECT_EQ(planDocument().pairs[0].local_node, "n1");
+  EXPECT_EQ(planDocument().pairs[1].local_node, "n5");
+  auto job = api_.peek(resources::trainingJobs(), "team", "llm");
+  EXPECT_EQ((*job)["status"]["plan"]["version"], 2);
+  EXPECT_NE((*job)["status"]["plan"]["reason"].get<std::string>().find("attempt 1"),
+            std::string::npos);
+
+  // The same nodes in a new attempt: the plan is the same, nothing is written.
+  placeJob("Enforce", 2, {"n4", "n1", "n2", "n5"});
+  controller->sync();
+  EXPECT_EQ(planDocument().version, 2);
+
+  // Mode Advisory: the same paths, ephemeral ports, weight 1.
+  placeJob("Advisory", 2, {"n4", "n1", "n2", "n5"});
+  controller->sync();
+  c4p::PlanDocument doc = planDocument();
+  EXPECT_EQ(doc.version, 3);
+  for (const auto& pair : doc.pairs) {
+    for (const auto& s : pair.subflows) {
+      EXPECT_EQ(s.local_port, 0);
+      EXPECT_EQ(s.weight, 1.0);
+      EXPECT_GE(s.path, 0);
+    }
+  }
+  EXPECT_EQ(eventsWithReason("PlanUpdated").size(), 3u);
+}
+
+TEST_F(TrafficPlanTest, FinishedOrOffJobsLeaveThePlanner) {
+  auto controller = makeController();
+  placeJob("Enforce", 0, {"n0", "n1", "n2", "n3"});
+  controller->sync();
+  ASSERT_EQ(controller->planner()->jobs().size(), 1u);
+  Json job = *api_.peek(resources::trainingJobs(), "team", "llm");
+  job["status"]["phase"] = "Succeeded";
+  api_.put(resources::trainingJobs(), job);
+  controller->sync();
+  EXPECT_TRUE(controller->planner()->jobs().empty());
+  EXPECT_EQ(controller->planner()->maxLinkLoad(), 0);
+  EXPECT_EQ((*api_.peek(fabrics(), "", "default"))["status"]["maxLinkLoad"], "0.000");
+
+  // Off: never planned.
+  placeJob("Off", 1, {"n0", "n1", "n2", "n3"});
+  controller->sync();
+  EXPECT_TRUE(controller->planner()->jobs().empty());
+}
+
+TEST_F(TrafficPlanTest, ARestartedControllerContinuesTheVersionWithoutRewriting) {
+  placeJob("Enforce", 0, {"n0", "n1", "n2", "n3"});
+  {
+    auto first = makeController();
+    first->sync();
+    placeJob("Enforce", 1, {"n4", "n1", "n2", "n5"});
+    first->sync();
+    ASSERT_EQ(planDocument().version, 2);
+  }
+  const std::string rv = (*configMap())["metadata"]["resourceVersion"];
+  const std::size_t events_before = eventsWithReason("PlanUpdated").size();
+  auto second = makeController();
+  second->sync();
+  EXPECT_EQ(second->planVersion("team/llm"), 2) << "adopted from the ConfigMap";
+  EXPECT_EQ((*configMap())["metadata"]["resourceVersion"], rv) << "not rewritten";
+  EXPECT_EQ(eventsWithReason("PlanUpdated").size(), events_before);
+
+  // The next change continues from the adopted version.
+  placeJob("Enforce", 2, {"n0", "n1", "n2", "n3"});
+  second->sync();
+  EXPECT_EQ(planDocument().version, 3);
+}
+
+TEST_F(TrafficPlanTest, AStaleConfigMapIsReplacedWithTheNextVersion) {
+  placeJob("Enforce", 0, {"n0", "n1", "n2", "n3"});
+  // What the TrainingJob controller writes before C4P plans: version 0. And a stale version 7.
+  Json job = *api_.peek(resources::trainingJobs(), "team", "llm");
+  Json cm = buildPlanConfigMap(job, *parseTrainingJobSpec(job));
+  cm["data"]["plan.json"] = R"({"version":7,"default":{"subflows":2}})";
+  api_.put(resources::configMaps(), cm);
+  auto controller = makeController();
+  controller->sync();
+  EXPECT_EQ(planDocument().version, 8);
+  EXPECT_EQ(planDocument().pairs.size(), 2u);
+}
+
+TEST_F(TrafficPlanTest, ABadFabricIsRefusedAndRunningPlansStay) {
+  auto controller = makeController();
+  placeJob("Enforce", 0, {"n0", "n1", "n2", "n3"});
+  controller->sync();
+  const Json before = *configMap();
+
+  // uplinksPerLeaf must be a multiple of spines.
+  api_.put(fabrics(), fabricObject(2, {{"uplinksPerLeaf", 3}}));
+  controller->sync();
+  EXPECT_EQ(*configMap(), before);
+  ASSERT_EQ(eventsWithReason("FabricRejected").size(), 1u);
+  EXPECT_NE(eventsWithReason("FabricRejected")[0]["message"].get<std::string>().find(
+                "spec.uplinksPerLeaf"),
+            std::string::npos);
+  Json fabric = *api_.peek(fabrics(), "", "default");
+  EXPECT_EQ(fabric["status"]["conditions"][0]["status"], "False");
+  EXPECT_EQ(controller->planner()->fabric().uplinksPerLeaf(), 2);
+
+  // A description that drops a path in use (1 uplink) is refused by the planner.
+  api_.put(fabrics(), fabricObject(3, {{"spines", 1}, {"uplinksPerLeaf", 1}}));
+  controller->sync();
+  EXPECT_EQ(*configMap(), before);
+  EXPECT_EQ(eventsWithReason("FabricRejected").size(), 2u);
+
+  // A valid change (a failed link in the description): weights move, a new version.
+  api_.put(fabrics(), fabricObject(4, {{"links", Json::array({{{"leaf", "leaf-a"},
+                                                               {"uplink", 0},
+                                                               {"capacityFraction", 0},
+                                                               {"reason", "optic"}}})}}));
+  controller->sync();
+  c4p::PlanDocument doc = planDocument();
+  EXPECT_EQ(doc.version, 2);
+  for (const auto& pair : doc.pairs) {
+    for (const auto& s : pair.subflows) {
+      EXPECT_EQ(s.weight, s.path == 0 ? 0.0 : 1.0) << pair.local_node << " path " << s.path;
+    }
+  }
+  fabric = *api_.peek(fabrics(), "", "default");
+  EXPECT_EQ(fabric["status"]["conditions"][0]["status"], "True");
+  EXPECT_EQ(fabric["status"]["degradedLinks"], 1);
+  EXPECT_NE((*api_.peek(resources::trainingJobs(), "team", "llm"))["status"]["plan"]["reason"]
+                .get<std::string>()
+                .find("fabric changed"),
+            std::string::npos);
+}
+
+TEST_F(TrafficPlanTest, NoPlannerFromABadFirstFabricOrFromSeveralFabrics) {
+  api_.put(fabrics(), fabricObject(1, {{"pathSelection", {{"rule", "crc"}}}}));
+  placeJob("Enforce", 0, {"n0", "n1", "n2", "n3"});
+  auto controller = makeController();
+  controller->sync();
+  EXPECT_EQ(controller->planner(), nullptr);
+  EXPECT_FALSE(configMap());
+  EXPECT_EQ(eventsWithReason("FabricRejected").size(), 1u);
+
+  Json other = fabricObject(1);
+  other["metadata"]["name"] = "other";
+  other["metadata"]["uid"] = "other-uid";
+  api_.put(fabrics(), other);
+  api_.put(fabrics(), fabricObject(2));
+  controller->sync();
+  EXPECT_EQ(controller->planner(), nullptr);
+  EXPECT_EQ(eventsWithReason("FabricAmbiguous").size(), 2u);
+
+  // Naming one resolves it.
+  TrafficPlanConfig config;
+  config.fabric_name = "other";
+  auto named = makeController(config);
+  named->sync();
+  ASSERT_NE(named->planner(), nullptr);
+  EXPECT_EQ(planDocument().version, 1);
+}
+
+TEST_F(TrafficPlanTest, ANodeWithoutLeafLabelGetsAPlanFailedEvent) {
+  api_.put(resources::nodes(), Json{{"metadata", {{"name", "n3"}}}});
+  auto controller = makeController();
+  placeJob("Enforce", 0, {"n0", "n1", "n2", "n3"});
+  controller->sync();
+  EXPECT_FALSE(configMap());
+  ASSERT_EQ(eventsWithReason("PlanFailed").size(), 1u);
+  EXPECT_NE(eventsWithReason("PlanFailed")[0]["message"].get<std::string>().find("n3"),
+            std::string::npos);
+}
+
+TEST_F(TrafficPlanTest, TheThreadSyncsEveryPeriodAndWhenKicked) {
+  TrafficPlanConfig config;
+  config.period = std::chrono::seconds{10};
+  auto controller = makeController(config);
+  controller->start();
+  ASSERT_TRUE(clock_.awaitWaiters(1));  // the first sync ran (no job yet) and it waits
+  placeJob("Enforce", 0, {"n0", "n1", "n2", "n3"});
+  controller->kick();
+  for (int i = 0; i < 500 && !configMap(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds{2});  // real time: the thread runs
+  }
+  ASSERT_TRUE(configMap()) << "a kick syncs at once";
+  ASSERT_TRUE(clock_.awaitWaiters(1));
+  // Without a kick, the next sync comes with the period.
+  api_.put(fabrics(),
+           fabricObject(
+               2, {{"links",
+                    Json::array({{{"leaf", "leaf-a"}, {"uplink", 0}, {"capacityFraction", 0}}})}}));
+  clock_.advance(std::chrono::seconds{10});
+  for (int i = 0; i < 500 && planDocument().version < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds{2});
+  }
+  EXPECT_EQ(planDocument().version, 2);
+  controller->stop();
+  controller->stop();  // idempotent
+}
+
+// Telemetry: rank 2 on n2 reports what arrived on each subflow of its connection from rank 1 on
+// n1 every second (as a receiver reports: the listener's port, no path id, weight 1; subflow i is
+// the sender's subflow i). The subflow on path 0 stops while path 1 moves: the link is failed,
+// weights move to path 1 (same ports), the plugin's next message uses them. After the hold the
+// weights return.
+class TelemetryTest : public TrafficPlanTest {
+ protected:
+  void report(std::uint64_t seq, std::uint64_t bytes_path0, std::uint64_t bytes_path1,
+              bool waiting = false, std::optional<std::int64_t> version = std::nullopt) {
+    const c4p::PlanDocument doc = planDocument();
+    report::NodeReport batch;
+    batch.node = "n2";
+    batch.seq = seq;
+    batch.timeUnixNs = toUnixNanos(clock_.wallNow());
+    report::RankReport r;
+    r.id = {"team", "llm", "llm-2", "n2", 2, 4, 0, 100};
+    r.seq = seq;
+    r.timeUnixNs = batch.timeUnixNs;
+    r.planVersion = version ? *version : doc.version;
+    report::ConnectionStats conn;
+    conn.id = 1;
+    conn.direction = report::Direction::kRecv;
+    conn.peerRank = 1;
+    conn.peerNode = "n1";
+    conn.peerPod = "llm-1";
+    conn.inflight = waiting ? 1 : 0;
+    conn.oldestInflightUs = waiting ? 1'500'000 : 0;
+    for (const auto& s : doc.pairs[0].subflows) {
+      std::uint64_t bytes = s.path == 0 ? bytes_path0 : bytes_path1;
+      conn.subflows.push_back(
+          {static_cast<std::uint32_t>(conn.subflows.size()), 29500, -1, 1.0, bytes});
+      conn.bytes += bytes;
+    }
+    r.connections.push_back(conn);
+    batch.reports.push_back(r);
+    store_.apply(batch, {{"team/llm", ingest::JobFacts{"job-uid", 0, 4}}}, clock_.wallNow(), 0);
+    clock_.advance(std::chrono::seconds{1});
+  }
+};
+
+TEST_F(TelemetryTest, AStalledPathFailsItsLinkAndWeightsMove) {
+  TrafficPlanConfig config;
+  config.link_hold = std::chrono::seconds{30};
+  auto controller = makeController(config);
+  placeJob("Enforce", 0, {"n0", "n1", "n2", "n3"});
+  controller->sync();
+  ASSERT_EQ(planDocument().version, 1);
+  const auto ports_before = planDocument().pairs;
+
+  // Healthy: 10 MB per second on each path.
+  std::uint64_t p0 = 0, p1 = 0;
+  for (std::uint64_t seq = 1; seq <= 3; ++seq) {
+    report(seq, p0 += 10'000'000, p1 += 10'000'000);
+    controller->sync();
+  }
+  EXPECT_EQ(planDocument().version, 1);
+
+  // Path 0 stops; path 1 keeps moving. One window is not enough.
+  report(4, p0, p1 += 10'000'000);
+  controller->sync();
+  EXPECT_EQ(planDocument().version, 1);
+  // The next window nothing arrives and an operation waits: the dead subflow is 10 MB behind its
+  // sibling. Confirmed.
+  report(5, p0, p1, true);
+  controller->sync();
+  c4p::PlanDocument doc = planDocument();
+  ASSERT_EQ(doc.version, 2);
+  for (std::size_t i = 0; i < doc.pairs.size(); ++i) {
+    for (std::size_t j = 0; j < doc.pairs[i].subflows.size(); ++j) {
+      const auto& s = doc.pairs[i].subflows[j];
+      EXPECT_EQ(s.local_port, ports_before[i].subflows[j].local_port) << "ports stay";
+      EXPECT_EQ(s.path, ports_before[i].subflows[j].path) << "paths stay";
+      // n1 -> n2 crosses leaf-a's uplink 0 up and leaf-b's down, the failed directions;
+      // n3 -> n0 uses the other directions, which carry healthy traffic.
+      if (doc.pairs[i].local_node == "n1") {
+        EXPECT_EQ(s.weight, s.path == 0 ? 0.0 : 1.0);
+      } else {
+        EXPECT_EQ(s.weight, 0.5);
+      }
+    }
+  }
+  ASSERT_GE(eventsWithReason("LinkFailed").size(), 1u);
+  EXPECT_NE(eventsWithReason("LinkFailed")[0]["message"].get<std::string>().find("n1 -> n2 path 0"),
+            std::string::npos);
+  Json fabric = *api_.peek(fabrics(), "", "default");
+  ASSERT_GE(fabric["status"]["links"].size(), 1u);
+  EXPECT_EQ(fabric["status"]["links"][0]["source"], "telemetry");
+  EXPECT_EQ(fabric["status"]["links"][0]["capacityFraction"], 0.0);
+
+  // A restarted controller takes the telemetry states back from the Fabric's status and keeps
+  // the version.
+  {
+    auto restarted = makeController(config);
+    restarted->sync();
+    EXPECT_EQ(restarted->planVersion("team/llm"), 2);
+    EXPECT_EQ(planDocument().version, 2);
+  }
+
+  // After the hold the state is lifted: equal weights again.
+  clock_.advance(std::chrono::seconds{30});
+  controller->sync();
+  doc = planDocument();
+  EXPECT_EQ(doc.version, 3);
+  for (const auto& pair : doc.pairs) {
+    for (const auto& s : pair.subflows) EXPECT_EQ(s.weight, 0.5);
+  }
+  EXPECT_GE(eventsWithReason("LinkRestored").size(), 1u);
+}
+
+TEST_F(TelemetryTest, IdleWindowsAndOtherPlanVersionsAreNoEvidence) {
+  auto controller = makeController();
+  placeJob("Enforce", 0, {"n0", "n1", "n2", "n3"});
+  controller->sync();
+  std::uint64_t p0 = 0, p1 = 0;
+  report(1, p0 += 10'000'000, p1 += 10'000'000);
+  // Waiting with balanced subflows (compute elsewhere): no lag, no evidence.
+  for (std::uint64_t seq = 2; seq < 6; ++seq) {
+    report(seq, p0, p1, true);
+    controller->sync();
+  }
+  EXPECT_EQ(planDocument().version, 1);
+  // A receiver that still runs another plan version gives no evidence.
+  for (std::uint64_t seq = 6; seq < 9; ++seq) {
+    report(seq, p0, p1 += 10'000'000, false, 0);
+    controller->sync();
+  }
+  EXPECT_EQ(planDocument().version, 1);
+  EXPECT_TRUE(eventsWithReason("LinkFailed").empty());
+}
+
+TEST_F(TelemetryTest, ABriefDipIsNotAFailure) {
+  auto controller = makeController();
+  placeJob("Enforce", 0, {"n0", "n1", "n2", "n3"});
+  controller->sync();
+  std::uint64_t p0 = 0, p1 = 0;
+  report(1, p0 += 10'000'000, p1 += 10'000'000);
+  report(2, p0 += 200'000, p1 += 10'000'000);  // path 0 barely moved this window
+  controller->sync();
+  report(3, p0 += 10'000'000, p1 += 10'000'000);  // and recovered
+  controller->sync();
+  report(4, p0 += 10'000'000, p1 += 10'000'000);
+  controller->sync();
+  EXPECT_EQ(planDocument().version, 1);
+  EXPECT_TRUE(eventsWithReason("LinkFailed").empty());
+}
+
+TEST_F(TelemetryTest, ASlowConnectionVerdictLowersTheBar) {
+  auto controller = makeController();
+  placeJob("Enforce", 0, {"n0", "n1", "n2", "n3"});
+  controller->sync();
+  std::uint64_t p0 = 0, p1 = 0;
+  report(1, p0 += 10'000'000, p1 += 10'000'000);
+  // Path 0 carries 30% of its share: not stalled by the default bar (10%)...
+  report(2, p0 += 3'000'000, p1 += 10'000'000);
+  controller->sync();
+  report(3, p0 += 3'000'000, p1 += 10'000'000);
+  controller->sync();
+  EXPECT_EQ(planDocument().version, 1);
+  // ... but C4D found the connection slow: below 50% counts.
+  controller->onSlowConnection("team/llm", "n1", "n2");
+  report(4, p0 += 3'000'000, p1 += 10'000'000);
+  controller->sync();
+  controller->onSlowConnection("team/llm", "n1", "n2");
+  report(5, p0 += 3'000'000, p1 += 10'000'000);
+  controller->sync();
+  EXPECT_EQ(planDocument().version, 2);
+}
+
+}  // namespace
+}  // namespace c4::op::trafficplan

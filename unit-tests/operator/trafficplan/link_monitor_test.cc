@@ -1,0 +1,130 @@
+// The link monitor on hand-made windows: which link directions a stalled subflow implicates, what
+// clears them, and when a verdict is confirmed.
+#include "operator/trafficplan/link_monitor.h"
+
+#include <gtest/gtest.h>
+
+namespace c4::op::trafficplan {
+namespace {
+
+class LinkMonitorTest : public ::testing::Test {
+ protected:
+  LinkMonitorTest()
+      : fabric_(*c4p::Fabric::parse(
+            R"({"spines": 4, "uplinksPerLeaf": 4, "uplinkSpeedGbps": 100, "hostLinkSpeedGbps": 100,
+                "pathSelection": {"rule": "sourcePortModulo"}})")) {}
+
+  static std::optional<c4p::NodeLocation> locate(const std::string& node) {
+    if (node.starts_with("a")) return c4p::NodeLocation{0, "leaf-a"};
+    if (node.starts_with("b")) return c4p::NodeLocation{0, "leaf-b"};
+    return std::nullopt;
+  }
+  // a1 -> b1 with four subflows on paths 0..3, equal weights, `bytes` each.
+  static ConnectionDelta conn(std::vector<std::uint64_t> bytes, std::string src = "a1",
+                              std::string dst = "b1") {
+    ConnectionDelta d{std::move(src), std::move(dst), {}};
+    for (std::size_t i = 0; i < bytes.size(); ++i) {
+      d.subflows.push_back({static_cast<int>(i), 0, 0.25, bytes[i]});
+    }
+    return d;
+  }
+  std::vector<LinkVerdict> observe(const std::vector<ConnectionDelta>& deltas) {
+    return monitor_.observe(deltas, fabric_, locate);
+  }
+
+  c4p::Fabric fabric_;
+  LinkMonitor monitor_;
+};
+
+TEST_F(LinkMonitorTest, AStalledSubflowFailsBothLinksOfItsPathAfterTwoWindows) {
+  EXPECT_TRUE(observe({conn({4'000'000, 4'000'000, 0, 4'000'000})}).empty());
+  auto verdicts = observe({conn({0, 0, 0, 0})});  // nothing moves: still a suspect
+  ASSERT_EQ(verdicts.size(), 2u);
+  EXPECT_EQ(verdicts[0].link, (c4p::LinkRef{0, "leaf-a", 2}));
+  EXPECT_EQ(verdicts[0].direction, c4p::Direction::kUp);
+  EXPECT_EQ(verdicts[1].link, (c4p::LinkRef{0, "leaf-b", 2}));
+  EXPECT_EQ(verdicts[1].direction, c4p::Direction::kDown);
+  EXPECT_EQ(verdicts[0].capacity_fraction, 0);
+  EXPECT_NE(verdicts[0].evidence.find("a1 -> b1 path 2: 0.0 MB of 3.0 MB expected"),
+            std::string::npos);
+  // Reported once.
+  EXPECT_TRUE(observe({conn({4'000'000, 4'000'000, 0, 4'000'000})}).empty());
+}
+
+TEST_F(LinkMonitorTest, AHealthySubflowOnTheSameLinkClearsIt) {
+  // a1 -> b1 stalls on path 2, but a2 -> b2 moves on path 2: neither link is dead.
+  auto stalled = conn({4'000'000, 4'000'000, 0, 4'000'000});
+  auto healthy = conn({4'000'000, 4'000'000, 4'000'000, 4'000'000}, "a2", "b2");
+  EXPECT_TRUE(observe({stalled, healthy}).empty());
+  EXPECT_TRUE(observe({stalled, healthy}).empty());
+  EXPECT_TRUE(observe({stalled, healthy}).empty());
+}
+
+TEST_F(LinkMonitorTest, OnlyTheUnclearedDirectionIsReported) {
+  // a1 -> b1 stalls on path 1; b2 -> a2 moves on path 1, which clears (leaf-b, 1) up and
+  // (leaf-a, 1) down, but not (leaf-a, 1) up or (leaf-b, 1) down.
+  auto stalled = conn({4'000'000, 0, 4'000'000, 4'000'000});
+  auto reverse = conn({4'000'000, 4'000'000, 4'000'000, 4'000'000}, "b2", "a2");
+  observe({stalled, reverse});
+  auto verdicts = observe({stalled, reverse});
+  ASSERT_EQ(verdicts.size(), 2u);
+  EXPECT_EQ(verdicts[0].link, (c4p::LinkRef{0, "leaf-a", 1}));
+  EXPECT_EQ(verdicts[0].direction, c4p::Direction::kUp);
+  EXPECT_EQ(verdicts[1].link, (c4p::LinkRef{0, "leaf-b", 1}));
+  EXPECT_EQ(verdicts[1].direction, c4p::Direction::kDown);
+}
+
+TEST_F(LinkMonitorTest, NoEvidenceFromIntraLeafPairsSmallWindowsOrZeroWeights) {
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(observe({conn({4'000'000, 0, 4'000'000, 4'000'000}, "a1", "a2")}).empty());
+    EXPECT_TRUE(observe({conn({1000, 0, 1000, 1000})}).empty()) << "below min_connection_bytes";
+    auto zero = conn({4'000'000, 0, 4'000'000, 4'000'000});
+    zero.subflows[1].weight = 0;  // planned off that path: carrying nothing is right
+    EXPECT_TRUE(observe({zero}).empty());
+    EXPECT_TRUE(observe({conn({4'000'000, 0, 4'000'000, 4'000'000}, "a1", "x")}).empty());
+  }
+}
+
+TEST_F(LinkMonitorTest, UnplannedSubflowsAreMappedByTheirPort) {
+  ConnectionDelta d{"a1", "b1", {}};
+  for (int port : {50000, 50001, 50002, 50003}) {
+    d.subflows.push_back(
+        {-1, static_cast<std::uint16_t>(port), 1.0, port == 50003 ? 0u : 4'000'000u});
+  }
+  observe({d});
+  auto verdicts = observe({d});
+  ASSERT_EQ(verdicts.size(), 2u);
+  EXPECT_EQ(verdicts[0].link.uplink, 3);  // 50003 mod 4
+}
+
+TEST_F(LinkMonitorTest, AStalledConnectionShowsItsDeadSubflowByItsLag) {
+  auto waiting = conn({0, 0, 0, 0});
+  waiting.stalled = true;
+  waiting.subflows[3].lag_bytes = 3'000'000;  // the others delivered their in-flight shares
+  waiting.subflows[1].lag_bytes = 100'000;    // a partial slice: below min_lag_bytes
+  observe({waiting});
+  auto verdicts = observe({waiting});
+  ASSERT_EQ(verdicts.size(), 2u);
+  EXPECT_EQ(verdicts[0].link, (c4p::LinkRef{0, "leaf-a", 3}));
+  EXPECT_NE(verdicts[0].evidence.find("connection stalled, 3.0 MB behind its siblings"),
+            std::string::npos);
+  // Not stalled (nothing in flight): the same lag is no evidence.
+  LinkMonitor other;
+  waiting.stalled = false;
+  other.observe({waiting}, fabric_, locate);
+  EXPECT_TRUE(other.observe({waiting}, fabric_, locate).empty());
+}
+
+TEST_F(LinkMonitorTest, ResetForgetsAReportedLink) {
+  auto stalled = conn({4'000'000, 4'000'000, 0, 4'000'000});
+  observe({stalled});
+  ASSERT_EQ(observe({stalled}).size(), 2u);
+  monitor_.reset({0, "leaf-a", 2});
+  observe({stalled});
+  auto again = observe({stalled});
+  ASSERT_EQ(again.size(), 1u) << "only the reset link is reported again";
+  EXPECT_EQ(again[0].link, (c4p::LinkRef{0, "leaf-a", 2}));
+}
+
+}  // namespace
+}  // namespace c4::op::trafficplan
