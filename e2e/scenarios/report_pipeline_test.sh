@@ -11,7 +11,8 @@
 #   2. the checkpoints the ranks write reach status.lastCheckpoint;
 #   3. killing the node plugin pod of a node mid-run blocks no rank: training goes on, the
 #      DaemonSet's new pod takes over and that node's ranks report again;
-#   4. the job completes.
+#   4. the job completes, and C4D, watching the whole run, finds no fault (a node plugin outage
+#      is missing telemetry, not a fault) and cordons nothing.
 #
 #   report_pipeline_test.sh <build dir> <work dir>     (C4_E2E_KEEP=1: leave it all running)
 set -euo pipefail
@@ -101,4 +102,10 @@ echo "node plugin on $victim_node killed and replaced; no rank blocked, no job r
 wait_until 180 "bench Succeeded" bash -c \
   "[[ \$(kubectl get tj -n $NS bench -o jsonpath='{.status.phase}') == Succeeded ]]"
 curl -sf "http://127.0.0.1:$OP_METRICS/metrics" | grep -E '^c4_ingest_requests_total' | head -5
+# A healthy run with a node plugin outage: C4D may note missing telemetry, never a fault.
+false_verdicts=$(kubectl get events -n "$NS" --field-selector reason=FaultDetected -o name | wc -l)
+((false_verdicts == 0)) || fail "C4D found $false_verdicts fault(s) in a healthy run: $(kubectl get events -n "$NS" --field-selector reason=FaultDetected -o jsonpath='{.items[*].message}')"
+[[ $(kubectl get nodes -o jsonpath='{.items[*].spec.unschedulable}') != *true* ]] \
+  || fail "a node was cordoned in a healthy run"
+echo "C4D: no verdict in the healthy run (telemetry notes: $(kubectl get events -n "$NS" --field-selector reason=TelemetryMissing -o name | wc -l))"
 echo "PASS: report pipeline (plugin -> node plugin -> operator, lastCheckpoint, node plugin restart)"
