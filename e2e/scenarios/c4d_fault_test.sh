@@ -14,6 +14,9 @@
 # from the checkpoint step). Prints the timeline: fault -> verdict -> cordon -> restart -> done.
 #
 #   c4d_fault_test.sh <build dir> <work dir> [freeze|crash]   (C4_E2E_KEEP=1 keeps it running)
+#   C4_E2E_NO_DETECTION=1 c4d_fault_test.sh ... freeze         the control: the same fault with the
+#                                                              report endpoint and C4D off must
+#                                                              leave the job hung
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 # shellcheck source=lib/c4.sh
@@ -54,9 +57,16 @@ spec:
                --checkpoint-dir, \$(C4_CHECKPOINT_DIR), --checkpoint-every, "20"]
 YAML
 wait_until 90 "train Running" bash -c "[[ \$(kubectl get tj -n $NS train -o jsonpath='{.status.phase}') == Running ]]"
-wait_until 90 "a first checkpoint" bash -c \
-  "[[ \$(kubectl get tj -n $NS train -o jsonpath='{.status.lastCheckpoint.step}') -ge 40 ]]"
-step_before=$(tj '{.status.lastCheckpoint.step}')
+if [[ -n ${C4_E2E_NO_DETECTION:-} ]]; then
+  # No report pipeline, no status.lastCheckpoint: the ranks' checkpoint files say it.
+  wait_until 90 "a first checkpoint" bash -c \
+    "[[ \$(ls $WORK/ckpt/ckpt-00000040.rank-*.bin 2>/dev/null | wc -l) == 4 ]]"
+  step_before=40
+else
+  wait_until 90 "a first checkpoint" bash -c \
+    "[[ \$(kubectl get tj -n $NS train -o jsonpath='{.status.lastCheckpoint.step}') -ge 40 ]]"
+  step_before=$(tj '{.status.lastCheckpoint.step}')
+fi
 victim_pod=train-2
 victim_node=$(kubectl get pod -n "$NS" "$victim_pod" -o jsonpath='{.spec.nodeName}')
 echo "training: attempt 0 running, checkpoint at step $step_before; fault: $FAULT rank 2 ($victim_pod on $victim_node)"
@@ -71,6 +81,17 @@ event_time() {  # event_time <object name> <reason>: creation time of the first 
   kubectl get events -A --field-selector "involvedObject.name=$1,reason=$2" \
     -o jsonpath='{.items[0].metadata.creationTimestamp}' 2>/dev/null
 }
+if [[ -n ${C4_E2E_NO_DETECTION:-} ]]; then
+  # The control run: without C4D a frozen rank hangs the job (a killed one still fails its pod).
+  [[ $FAULT == freeze ]] || fail "the control run is for the freeze fault"
+  sleep 30
+  [[ $(tj '{.status.attempt}') == 0 ]] || fail "the job restarted without C4D: the scenario does not test C4D"
+  [[ -z $(kubectl get events -n "$NS" --field-selector reason=FaultDetected -o name) ]] \
+    || fail "a verdict without C4D"
+  echo "control: without C4D the frozen job is still hung at attempt 0 after 30 s"
+  echo "PASS: the freeze scenario depends on C4D"
+  exit 0
+fi
 wait_until 60 "restart to attempt 1" bash -c "[[ \$(kubectl get tj -n $NS train -o jsonpath='{.status.attempt}') == 1 ]]"
 T_RESTART=$(now_s)
 if [[ $FAULT == freeze ]]; then

@@ -4,8 +4,9 @@
 #                                                cleanup on exit (C4_E2E_KEEP=1 keeps it all)
 #   c4_cluster_up <nodes> [testenv up args...]   private cluster: fabric, pods, one host port
 #   c4_install_c4 [operator args...]             CRD, PKI, RBAC, operator on the host (TLS report
-#                                                endpoint forwarded into every node netns),
-#                                                node plugin DaemonSet; sets OP_PID, OP_METRICS
+#                                                endpoint forwarded into every node netns; off with
+#                                                C4_E2E_NO_DETECTION=1), node plugin DaemonSet;
+#                                                sets OP_PID, OP_METRICS
 # shellcheck shell=bash
 
 TESTENV=$ROOT/e2e/testenv/testenv.sh
@@ -97,11 +98,15 @@ kubectl create clusterrolebinding c4-node-plugin --clusterrole=c4-node-plugin \
 kubectl create configmap -n "$SYS" c4-operator-ca --from-file=ca.crt="$WORK/ca.crt" >/dev/null
 
 # ---- The operator (host process; the report port is forwarded into every node netns) ----------
+# C4_E2E_NO_DETECTION=1: the report endpoint (and with it C4D) off — the control runs that show
+# a scenario fails without C4D.
+report_args=(--report-bind-address "127.0.0.1:$REPORT_PORT" --tls-cert-file "$WORK/tls.crt"
+             --tls-key-file "$WORK/tls.key" --report-audience c4-operator
+             --report-serviceaccount "$SYS/c4-node-plugin")
+[[ -z ${C4_E2E_NO_DETECTION:-} ]] || report_args=(--report-bind-address 0)
 "$OPERATOR" --kubeconfig "$KUBECONFIG" --namespace "$NS" --leader-elect=false \
-  --metrics-address 127.0.0.1 --metrics-port 0 "$@" \
-  --report-bind-address "127.0.0.1:$REPORT_PORT" --tls-cert-file "$WORK/tls.crt" \
-  --tls-key-file "$WORK/tls.key" --report-audience c4-operator \
-  --report-serviceaccount "$SYS/c4-node-plugin" >"$WORK/operator.log" 2>&1 &
+  --metrics-address 127.0.0.1 --metrics-port 0 "$@" "${report_args[@]}" \
+  >"$WORK/operator.log" 2>&1 &
 OP_PID=$!
 wait_until 30 "operator metrics port" grep -qE 'metricsPort=[1-9]' "$WORK/operator.log"
 OP_METRICS=$(grep -m1 -oE 'metricsPort=[0-9]+' "$WORK/operator.log" | cut -d= -f2)
