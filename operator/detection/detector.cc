@@ -309,7 +309,7 @@ void Detector::analyse(const std::string& key, const Json& job, JobState& state,
 }
 
 bool Detector::stragglerWorthRestart(const Json& job, const c4d::Verdict& v, WallTime now) const {
-  if (v.slowdown <= 1.0) return false;
+  if (v.slowdown < config_.straggler_min_slowdown) return false;
   // A restart: the job's measured loss per restart (or the default) plus the work since the
   // last checkpoint, which is computed again.
   double restart = std::chrono::duration<double>(config_.restart_cost).count();

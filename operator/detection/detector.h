@@ -21,7 +21,8 @@
 // Straggler cost model (docs/c4d.md): a restart costs `restart_cost` (measured: the job's
 // goodput.lostSeconds per restart so far, else the default) plus the work since the last
 // checkpoint; letting a straggler run costs (1 - 1/slowdown) of every second until the job ends,
-// estimated over `straggler_horizon`. The detector restarts when the second exceeds the first.
+// estimated over `straggler_horizon`. The detector restarts when the second exceeds the first
+// and the slowdown is at least `straggler_min_slowdown`.
 #pragma once
 
 #include <condition_variable>
@@ -56,6 +57,10 @@ struct DetectorConfig {
   // Straggler cost model.
   Duration restart_cost = std::chrono::seconds{60};
   Duration straggler_horizon = std::chrono::hours{1};
+  // Below this slowdown a straggler verdict is an Event only, whatever the horizon: a few
+  // percent of lateness is within what contention on shared links produces (ECMP collisions
+  // look like a slightly late rank), and a cordon needs a clear signal.
+  double straggler_min_slowdown = 1.5;
   // Report samples per rank handed to the analyser (it uses the newest two).
   std::size_t report_samples = 3;
 };

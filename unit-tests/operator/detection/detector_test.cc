@@ -214,15 +214,24 @@ TEST_F(DetectorTest, AStragglerRestartsTheJobOnlyWhenTheSlowdownCostsMoreThanARe
   EXPECT_EQ(d->nodes, std::vector<std::string>{SyntheticJob::nodeName(synth_->nodeOfRank(1))});
   EXPECT_TRUE(d->cordon);
 
+  DetectorConfig mild;  // the same straggler is below a 3x slowdown floor: an Event only
+  mild.straggler_min_slowdown = 3.0;
+  run(mild);
+  EXPECT_FALSE(detector_->diagnosis("team/llm")) << "below the slowdown floor nothing is restarted";
+
   DetectorConfig short_horizon;
   short_horizon.straggler_horizon = std::chrono::seconds{10};
-  const std::size_t before = eventsWithReason("FaultDetected").size();
   run(short_horizon);
   EXPECT_FALSE(detector_->diagnosis("team/llm")) << "10 s of slowdown cost less than a restart";
   EXPECT_TRUE(enqueued_.empty());
-  auto detected = eventsWithReason("FaultDetected");
-  ASSERT_GT(detected.size(), before) << "the straggler is still reported";
-  EXPECT_NE(detected.back()["message"].get<std::string>().find("nonCommSlow"), std::string::npos);
+  // Still reported, as an Event only (identical Events of the two runs aggregate into one).
+  bool event_only = false;
+  for (const auto& e : eventsWithReason("FaultDetected")) {
+    const std::string m = e["message"].get<std::string>();
+    event_only |= m.find("nonCommSlow") != std::string::npos &&
+                  m.find("action eventOnly") != std::string::npos;
+  }
+  EXPECT_TRUE(event_only) << "the straggler is reported as an Event";
 }
 
 TEST(FaultHistoryTest, AppendsBoundedAndSkipsMalformedEntries) {
