@@ -87,7 +87,14 @@ Result<Bootstrap> Bootstrap::create(int rank, int worldSize, const std::string& 
   b.worldSize_ = worldSize;
   Clock& clock = realClock();
   auto deadline = clock.monoNow() + std::chrono::milliseconds(timeoutMs);
-  C4_ASSIGN_OR_RETURN(addrinfo * ai, resolve(masterAddr, masterPort, rank == 0));
+  // The master's name may not resolve yet (its pod is starting; a headless Service's record
+  // appears with the pod): retry until the deadline, as torchrun's rendezvous does.
+  Result<addrinfo*> resolved = resolve(masterAddr, masterPort, rank == 0);
+  while (!resolved && clock.monoNow() < deadline) {
+    clock.sleepFor(std::chrono::milliseconds(100));
+    resolved = resolve(masterAddr, masterPort, rank == 0);
+  }
+  C4_ASSIGN_OR_RETURN(addrinfo * ai, std::move(resolved));
   std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> guard(ai, &::freeaddrinfo);
   if (worldSize == 1) return b;
   if (rank == 0) {

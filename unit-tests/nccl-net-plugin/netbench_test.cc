@@ -13,6 +13,7 @@
 #include <string>
 #include <thread>
 
+#include "bootstrap.h"
 #include "c4/common/report.h"
 #include "c4/common/unix_socket.h"
 #include "training.h"
@@ -200,6 +201,24 @@ TEST(Checkpoint, CorruptFilesAreIgnored) {
   ASSERT_TRUE(writeCheckpoint(d, 0, 20, s));
   EXPECT_EQ(listCheckpoints(d, 0, 100), (std::vector<int>{15, 20}));  // two newest kept
   fs::remove_all(d);
+}
+
+}  // namespace
+}  // namespace c4::netbench
+
+namespace c4::netbench {
+namespace {
+
+// A master whose name does not resolve (yet) is retried until the bootstrap's deadline, then the
+// error names it — a rank whose peers' records appear a moment later must not fail at once.
+TEST(BootstrapTest, AnUnresolvableMasterIsRetriedUntilTheDeadline) {
+  auto started = std::chrono::steady_clock::now();
+  auto bs = Bootstrap::create(1, 2, "c4-no-such-host.invalid", 29999, 600);
+  auto waited = std::chrono::steady_clock::now() - started;
+  ASSERT_FALSE(bs);
+  EXPECT_NE(bs.error().message.find("cannot resolve c4-no-such-host.invalid"), std::string::npos)
+      << bs.error().message;
+  EXPECT_GE(waited, std::chrono::milliseconds(500)) << "gave up before the deadline";
 }
 
 }  // namespace
