@@ -60,7 +60,7 @@ struct DetectorConfig {
   // Below this slowdown a straggler verdict is an Event only, whatever the horizon: a few
   // percent of lateness is within what contention on shared links produces (ECMP collisions
   // look like a slightly late rank), and a cordon needs a clear signal.
-  double straggler_min_slowdown = 1.5;
+  double straggler_min_slowdown = 2.0;
   // Report samples per rank handed to the analyser (it uses the newest two).
   std::size_t report_samples = 3;
 };
