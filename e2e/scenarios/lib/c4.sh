@@ -52,6 +52,11 @@ fail() {
   for f in "$CLUSTER"/pods/"$SYS"/*/node-plugin.log; do
     [[ -f $f ]] && { echo "--- $f (tail)" >&2; tail -n 15 "$f" >&2; }
   done
+  # The job's containers that exited with an error, earlier attempts included.
+  for f in "$CLUSTER"/pods/"${NS:-c4-e2e}"/*/*.log; do
+    [[ -f $f ]] && grep -qiE 'error|fail|cannot|traceback' "$f" &&
+      { echo "--- $f (tail)" >&2; tail -n 8 "$f" >&2; }
+  done
   exit 1
 }
 

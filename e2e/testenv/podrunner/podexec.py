@@ -37,11 +37,20 @@ def ensure_target(path, is_file, record):
     while p and p != "/" and not os.path.exists(p):
         missing.append(p)
         p = os.path.dirname(p)
+    # Pods on several emulated nodes start at once and share the host's file system, so another
+    # pod may create the same mount point between the check and the mkdir: that one records it.
     for d in reversed(missing):
-        os.mkdir(d)
+        try:
+            os.mkdir(d)
+        except FileExistsError:
+            continue
         record.write(d + "\n")
-    if is_file and not os.path.exists(path):
-        open(path, "a").close()
+    if is_file:
+        try:
+            with open(path, "x"):
+                pass
+        except FileExistsError:
+            return
         record.write(path + "\n")
 
 
