@@ -67,7 +67,9 @@ void usage() {
       "  --plugin NAME|PATH    (default $NCCL_NET_PLUGIN or the built plugin)\n"
       "  --json                JSON lines instead of the table\n"
       "  --steps N --step-compute-ms M --checkpoint-dir D --checkpoint-every K\n"
-      "  --state-bytes S       training mode (final checksum printed)\n");
+      "  --state-bytes S       training mode (final checksum printed)\n"
+      "  --step-log DIR        training mode: each rank appends '<unix seconds> <step>' per\n"
+      "                        step to DIR/rank-<r>.steps (for timelines)\n");
 }
 
 bool parseSize(const char* s, std::size_t* out) {
@@ -112,6 +114,7 @@ int parseArgs(int argc, char** argv, Options& o) {
     kCkptDir,
     kCkptEvery,
     kState,
+    kStepLog,
     kSlice,
     kWindow
   };
@@ -136,6 +139,7 @@ int parseArgs(int argc, char** argv, Options& o) {
                                  {"checkpoint-dir", required_argument, nullptr, kCkptDir},
                                  {"checkpoint-every", required_argument, nullptr, kCkptEvery},
                                  {"state-bytes", required_argument, nullptr, kState},
+                                 {"step-log", required_argument, nullptr, kStepLog},
                                  {"slice-bytes", required_argument, nullptr, kSlice},
                                  {"window", required_argument, nullptr, kWindow},
                                  {"help", no_argument, nullptr, 'h'},
@@ -207,6 +211,9 @@ int parseArgs(int argc, char** argv, Options& o) {
         break;
       case kState:
         ok = ok && parseSize(optarg, &o.training.stateBytes);
+        break;
+      case kStepLog:
+        o.training.stepLogDir = optarg;
         break;
       case kSlice:
         ok = ok && parseSize(optarg, &sz) && sz >= 4;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <set>
@@ -185,6 +186,16 @@ Result<TrainingResult> runTraining(Net& net, Bootstrap& bs, const TrainingOption
     result.startStep = *common.rbegin();
     C4_ASSIGN_OR_RETURN(state, readCheckpoint(o.checkpointDir, rank, result.startStep, words));
   }
+  UniqueFd stepLog;
+  if (!o.stepLogDir.empty()) {
+    std::error_code ec;
+    fs::create_directories(o.stepLogDir, ec);
+    std::string path = (fs::path(o.stepLogDir) / ("rank-" + std::to_string(rank) + ".steps"));
+    stepLog = UniqueFd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+    if (!stepLog.valid()) {
+      return makeError(ErrorCode::kIo, "step log " + path + ": " + std::strerror(errno));
+    }
+  }
   std::vector<std::uint32_t> grad(words), scratch;
   for (int step = result.startStep + 1; step <= o.steps; ++step) {
     if (o.stepComputeMs > 0) clock.sleepFor(std::chrono::milliseconds(o.stepComputeMs));
@@ -197,6 +208,15 @@ Result<TrainingResult> runTraining(Net& net, Bootstrap& bs, const TrainingOption
     p.step = step;
     p.state = report::ProgressState::kTraining;
     notify(p);
+    if (stepLog.valid()) {
+      char line[64];
+      int n = std::snprintf(line, sizeof(line), "%.3f %d\n",
+                            static_cast<double>(p.timeUnixNs) / 1e9, step);
+      // One O_APPEND write per line: a reader never sees a torn line.
+      if (::write(stepLog.get(), line, static_cast<std::size_t>(n)) != n) {
+        return makeError(ErrorCode::kIo, "step log: " + std::string(std::strerror(errno)));
+      }
+    }
     if (checkpointing && step % o.checkpointEvery == 0) {
       C4_RETURN_IF_ERROR(writeCheckpoint(o.checkpointDir, rank, step, state));
       report::CheckpointNotice c;

@@ -20,6 +20,9 @@ struct TrainingOptions {
   int checkpointEvery = 0;    // 0: no checkpoints
   std::size_t stateBytes = 1 << 20;
   bool json = false;
+  // Non-empty: each rank appends "<unix seconds> <step>\n" per completed step to
+  // <stepLogDir>/rank-<rank>.steps (kept across restarts, so a timeline shows the resume).
+  std::string stepLogDir;
 };
 
 struct TrainingResult {

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "bootstrap.h"
 #include "c4/common/report.h"
@@ -108,6 +109,36 @@ TEST_F(NetbenchTest, TrainingResumesToTheSameChecksum) {
   Outcome base = run(common + "--baseline --steps 12 --checkpoint-dir " + (dir / "c").string());
   ASSERT_EQ(base.rc, 0) << base.out;
   EXPECT_EQ(field(base.out, "checksum"), sum);
+}
+
+// --step-log: one "<unix seconds> <step>" line per step and rank, appended across a resume, so a
+// timeline shows the job going back to its checkpoint.
+TEST_F(NetbenchTest, TrainingStepLogRecordsEveryStepAcrossAResume) {
+  std::string common = "--launch 2 --state-bytes 4K --checkpoint-every 3 --checkpoint-dir " +
+                       (dir / "ckpt").string() + " --step-log " + (dir / "steps").string();
+  ASSERT_EQ(run(common + " --steps 7").rc, 0);
+  ASSERT_EQ(run(common + " --steps 9").rc, 0);
+  for (int rank = 0; rank < 2; ++rank) {
+    FILE* f =
+        std::fopen((dir / "steps" / ("rank-" + std::to_string(rank) + ".steps")).c_str(), "r");
+    ASSERT_NE(f, nullptr) << "rank " << rank;
+    std::vector<int> steps;
+    double t = 0, last = 0;
+    int step = 0;
+    while (std::fscanf(f, "%lf %d", &t, &step) == 2) {
+      EXPECT_GE(t, last) << "time goes back at step " << step;
+      EXPECT_GT(t, 1.6e9) << "not a unix time";
+      last = t;
+      steps.push_back(step);
+    }
+    std::fclose(f);
+    // 1..7, then resumed from the checkpoint at 6: 7..9.
+    EXPECT_EQ(steps, (std::vector<int>{1, 2, 3, 4, 5, 6, 7, 7, 8, 9})) << "rank " << rank;
+  }
+  // An unwritable directory is a clear error, not a silent run without a log.
+  Outcome bad = run("--launch 1 --steps 2 --step-log /proc/c4-no-such-dir");
+  EXPECT_NE(bad.rc, 0) << bad.out;
+  EXPECT_NE(bad.out.find("step log"), std::string::npos) << bad.out;
 }
 
 TEST_F(NetbenchTest, TrainingSurvivesKill) {
