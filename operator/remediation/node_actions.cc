@@ -19,6 +19,22 @@ auto retryOnConflict(Attempt&& attempt) -> decltype(attempt(1)) {
   }
 }
 
+// Whether the node is cordoned by us now: our annotation, and still unschedulable or tainted. A
+// node someone returned to service (uncordoned, taint removed) but whose bookkeeping annotations
+// were left behind is not ours any more: it takes no breaker slot, and a new fault cordons it.
+bool cordonedByUs(const Json& node) {
+  if (annotationOf(node, node_annotations::kCordonedBy).empty()) return false;
+  auto spec = node.find("spec");
+  if (spec == node.end() || !spec->is_object()) return false;
+  if (spec->value("unschedulable", false)) return true;
+  auto taints = spec->find("taints");
+  if (taints == spec->end() || !taints->is_array()) return false;
+  for (const auto& t : *taints) {
+    if (t.is_object() && t.value("key", std::string{}) == kFaultyTaintKey) return true;
+  }
+  return false;
+}
+
 // One recorded cordon in the breaker's state.
 struct CordonRecord {
   std::string node;
@@ -134,7 +150,7 @@ Result<bool> NodeRemediator::takeSlot(const std::string& node, bool record, std:
     std::set<std::string> ours;
     for (const auto& n : list_nodes_ ? list_nodes_() : std::vector<Json>{}) {
       ++total;
-      if (!annotationOf(n, node_annotations::kCordonedBy).empty()) ours.insert(objectName(n));
+      if (cordonedByUs(n)) ours.insert(objectName(n));
     }
     for (const auto& r : records) ours.insert(r.node);
     // A node already recorded in the window (a retry after a lost race) takes no second slot.
@@ -183,7 +199,7 @@ Result<CordonOutcome> NodeRemediator::cordon(const std::string& node_name,
     return o;
   };
   C4_ASSIGN_OR_RETURN(Json node, readNode(node_name, false));
-  if (!annotationOf(node, node_annotations::kCordonedBy).empty()) {
+  if (cordonedByUs(node)) {
     return count(CordonOutcome::kAlreadyOurs);
   }
   const bool report_only = dry_run || config_.dry_run;
@@ -206,7 +222,7 @@ Result<CordonOutcome> NodeRemediator::patchCordon(const std::string& node_name,
                                                   const std::string& reason) {
   return retryOnConflict([&](int attempt) -> Result<CordonOutcome> {
     C4_ASSIGN_OR_RETURN(Json node, readNode(node_name, attempt > 1));
-    if (!annotationOf(node, node_annotations::kCordonedBy).empty()) {
+    if (cordonedByUs(node)) {
       return CordonOutcome::kAlreadyOurs;
     }
     const bool was_cordoned = node.contains("spec") && node["spec"].is_object() &&

@@ -121,6 +121,36 @@ TEST(NodeActionsTest, BreakerCapsTheFractionOfNodes) {
   EXPECT_EQ(f.eventReasons().back(), "CordonSkipped");
 }
 
+// A person returned a node to service with kubectl uncordon + taint removal but left C4's
+// bookkeeping annotations: the node takes no breaker slot and a new fault cordons it again.
+TEST(NodeActionsTest, ANodeReturnedToServiceByHandIsCordonedAgain) {
+  Fixture f(10);
+  NodeActionConfig c = permissive();
+  c.max_fraction = 0.1;  // 1 of 10
+  c.window = minutes(10);
+  auto r = f.remediator(c);
+  ASSERT_EQ(*r.cordon("node-0", "first fault"), CordonOutcome::kCordoned);
+  Json n = f.get("node-0");
+  n["spec"]["unschedulable"] = false;   // kubectl uncordon
+  n["spec"]["taints"] = Json::array();  // kubectl taint node-0 c4.dev/faulty:NoSchedule-
+  f.api.put(resources::nodes(), n);
+  ASSERT_EQ(annotationOf(f.get("node-0"), "c4.dev/cordoned-by"), "c4-operator");
+  f.clock.advance(minutes(11));  // the first cordon left the rate window
+  EXPECT_EQ(*r.cordon("node-3", "another node"), CordonOutcome::kCordoned)
+      << "the returned node still took the only slot";
+  f.clock.advance(minutes(11));
+  Json m = f.get("node-3");
+  m["spec"]["unschedulable"] = false;
+  m["spec"]["taints"] = Json::array();
+  f.api.put(resources::nodes(), m);
+  EXPECT_EQ(*r.cordon("node-0", "second fault"), CordonOutcome::kCordoned);
+  n = f.get("node-0");
+  EXPECT_EQ(n["spec"]["unschedulable"], true);
+  ASSERT_EQ(n["spec"]["taints"].size(), 1u);
+  EXPECT_NE(annotationOf(n, "c4.dev/cordon-reason").find("second fault"), std::string::npos);
+  EXPECT_EQ(*r.cordon("node-0", "again"), CordonOutcome::kAlreadyOurs);
+}
+
 TEST(NodeActionsTest, ASmallClusterMayStillCordonOneNode) {
   Fixture f(5);
   NodeActionConfig c = permissive();
