@@ -1,32 +1,38 @@
 #!/usr/bin/env bash
 # The local demo: C4 on a real control plane with emulated nodes and fabric.
 #
-#   scripts/demo.sh [--fault freeze|crash] [--keep]
+#   scripts/demo.sh [--fault freeze|crash] [--keep] [--dir DIR]
 #
 # Installs what is missing (apt), builds C4 (Release) and the test control plane (cached), then:
 # brings up 5 KWOK nodes on a netns leaf-spine fabric (2 leaves, 2 spines) with pods as local
-# processes, starts the operator with its TLS report endpoint and the node plugin DaemonSet,
-# submits a TrainingJob of 4 c4-netbench ranks (training mode, checkpoints every 20 steps),
-# injects a fault into rank 2 and narrates what C4 does:
+# processes, installs C4 (operator with its TLS report endpoint and C4P traffic planning, the node
+# plugin DaemonSet, a Fabric describing the emulated network), submits a TrainingJob of 4
+# c4-netbench ranks (training mode through the NCCL plugin, checkpoints every 20 steps), injects a
+# fault into rank 2 and narrates what C4 does:
 #   freeze (default)  the rank's process is stopped (SIGSTOP): C4D sees its peers wait on a rank
 #                     that stopped reporting, names its node, cordons and taints it, and restarts
 #                     the job from the last checkpoint on the healthy nodes;
 #   crash             the rank's process is killed: the pod fails, the job restarts from the
 #                     checkpoint; no node is cordoned without node-level evidence.
-# It shows the verdict, the node, the Events of `kubectl describe trainingjob`, the restart from
-# the checkpoint and the timeline, then tears everything down. --keep leaves the cluster and the
-# operator running to explore (`source <dir>/cluster/env; kubectl get nodes,tj`).
+# It shows `kubectl get nodes`, the C4P plan, the verdict, `kubectl describe trainingjob` with its
+# Events, the goodput, and writes DIR/timeline.svg: the training step of every rank over time with
+# the fault, the verdict, the cordon and the restart marked. Then it tears everything down.
+# --keep leaves the cluster and the operator running to explore
+# (`source DIR/cluster/env; kubectl get nodes,tj -A`); DIR defaults to /tmp/c4-demo.
 # Needs root (network namespaces, cgroups, bind mounts).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
 
 FAULT=freeze
 KEEP=""
+DIR=${C4_DEMO_DIR:-/tmp/c4-demo}
 while (($#)); do
   case "$1" in
     --fault) FAULT=${2:?--fault needs freeze or crash}; shift 2 ;;
     --keep) KEEP=1; shift ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    --dir) DIR=${2:?--dir needs a directory}; shift 2 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "demo.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -46,4 +52,150 @@ fi
 cmake --build build -j "$JOBS" --target c4-operator c4-node-plugin c4-netbench nccl-net-c4
 e2e/testenv/testenv.sh build >/dev/null
 echo "== 3/3 the demo: fault '$FAULT' in a running TrainingJob"
-C4_E2E_KEEP=$KEEP exec e2e/scenarios/c4d_fault_test.sh build "${C4_DEMO_DIR:-/tmp/c4-demo}" "$FAULT"
+
+export C4_E2E_KEEP=$KEEP
+# shellcheck source=../e2e/scenarios/lib/c4.sh
+source "$ROOT/e2e/scenarios/lib/c4.sh"
+c4_scenario_init build "$DIR"
+
+say() { printf '\n\033[1m-- %s\033[0m\n' "$*"; }
+now_s() { date +%s.%N; }
+tj() { kubectl get tj -n "$NS" train -o jsonpath="$1"; }
+
+say "a test cluster: 5 nodes on 2 leaves and 2 spines (network namespaces), pods as processes"
+c4_cluster_up 5 >/dev/null
+kubectl apply -f "$ROOT/crds/fabric.yaml" >/dev/null
+kubectl wait --for condition=established crd/fabrics.c4.dev --timeout=60s >/dev/null
+kubectl apply -f - >/dev/null <<YAML
+apiVersion: c4.dev/v1alpha1
+kind: Fabric
+metadata: {name: demo}
+spec:
+  spines: 2
+  uplinksPerLeaf: 2
+  uplinkSpeedGbps: 10
+  hostLinkSpeedGbps: 10
+  pathSelection: {rule: sourcePortModulo, sourcePortModulo: {base: 0}}
+YAML
+kubectl get nodes -L c4.dev/leaf
+
+say "C4: the operator (report endpoint, C4D, C4P) and the node plugin on every node"
+c4_install_c4 --traffic-planning --fabric-name demo
+echo "operator pid $OP_PID, metrics on 127.0.0.1:$OP_METRICS; node plugins:"
+kubectl get pods -n "$SYS" -o wide | cut -c1-100
+
+say "a TrainingJob: 4 ranks of c4-netbench training through the C4 NCCL plugin"
+mkdir -p "$WORK/ckpt" "$WORK/steps"
+T_START=$(now_s)
+kubectl apply -n "$NS" -f - <<YAML
+apiVersion: c4.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: train}
+spec:
+  replicas: 4
+  checkpoint: {dir: $WORK/ckpt}
+  faultTolerance: {maxRestarts: 2, restartBackoffSeconds: 1}
+  trafficPlanning: {mode: Advisory}
+  template:
+    metadata:
+      annotations: {c4.dev/runner: process}
+    spec:
+      terminationGracePeriodSeconds: 2
+      affinity:
+        podAntiAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+          - labelSelector: {matchLabels: {c4.dev/job-name: train}}
+            topologyKey: kubernetes.io/hostname
+      containers:
+      - name: trainer
+        image: c4/netbench
+        args: [--steps, "700", --step-compute-ms, "60", --state-bytes, 256K, --json,
+               --checkpoint-dir, \$(C4_CHECKPOINT_DIR), --checkpoint-every, "20",
+               --step-log, $WORK/steps]
+YAML
+wait_until 90 "train Running" bash -c "[[ \$(kubectl get tj -n $NS train -o jsonpath='{.status.phase}') == Running ]]"
+kubectl get tj -n "$NS"
+kubectl get pods -n "$NS" -o wide | cut -c1-100
+wait_until 30 "a C4P plan" bash -c "[[ -n \$(kubectl get tj -n $NS train -o jsonpath='{.status.plan.version}') ]]"
+echo "C4P plan version $(tj '{.status.plan.version}') in ConfigMap train-c4-plan:"
+kubectl get configmap -n "$NS" train-c4-plan -o jsonpath='{.data.plan\.json}' | python3 -c '
+import json, sys
+plan = json.load(sys.stdin)
+pairs = plan.get("pairs", [])
+version, subflows = plan.get("version"), plan.get("default", {}).get("subflows")
+print(f"  version {version}, {subflows} subflows per connection; {len(pairs)} node pairs "
+      "across the spine with planned paths:")
+for p in pairs[:4]:
+    subs = ", ".join("port %s -> path %s (weight %s)" % (s.get("localPort"), s.get("pathId"),
+                                                          s.get("weight"))
+                     for s in p.get("subflows", []))
+    print("   %s -> %s: %s" % (p["localNode"], p["peerNode"], subs))
+if len(pairs) > 4:
+    print(f"   ... {len(pairs) - 4} more")
+'
+wait_until 90 "a first checkpoint" bash -c \
+  "[[ \$(kubectl get tj -n $NS train -o jsonpath='{.status.lastCheckpoint.step}') -ge 40 ]]"
+step_before=$(tj '{.status.lastCheckpoint.step}')
+victim_pod=train-2
+victim_node=$(kubectl get pod -n "$NS" "$victim_pod" -o jsonpath='{.spec.nodeName}')
+echo "training: checkpoint at step $step_before (status.lastCheckpoint, from the ranks' notices)"
+
+say "the fault: $FAULT rank 2 ($victim_pod on $victim_node)"
+T_FAULT=$(now_s)
+case $FAULT in
+  freeze) "$TESTENV" pod-signal --dir "$CLUSTER" "$NS/$victim_pod" STOP ;;
+  crash) "$TESTENV" pod-signal --dir "$CLUSTER" "$NS/$victim_pod" KILL ;;
+esac
+wait_until 60 "the restart" bash -c "[[ \$(kubectl get tj -n $NS train -o jsonpath='{.status.attempt}') == 1 ]]"
+T_RESTART=$(now_s)
+python3 -c "import sys; print(f'restart {float(sys.argv[2]) - float(sys.argv[1]):.1f} s after the fault')" "$T_FAULT" "$T_RESTART"
+verdict_time=$(tj '{.status.faults[-1:].time}')
+echo "status.faults: $(tj '{.status.faults[-1:].class}') of node $(tj '{.status.faults[-1:].node}'): $(tj '{.status.faults[-1:].summary}')"
+cordon_time=""
+if [[ $FAULT == freeze ]]; then
+  wait_until 20 "$victim_node cordoned" bash -c \
+    "[[ \$(kubectl get node $victim_node -o jsonpath='{.spec.unschedulable}') == true ]]"
+  cordon_time=$(kubectl get events -A --field-selector "involvedObject.name=$victim_node,reason=NodeCordoned" \
+    -o jsonpath='{.items[0].metadata.creationTimestamp}')
+  say "kubectl get nodes: $victim_node is cordoned and tainted c4.dev/faulty:NoSchedule"
+  kubectl get nodes
+  kubectl describe node "$victim_node" | sed -n '/^Taints:/p;/^Events:/,$p'
+fi
+wait_until 90 "attempt 1 Running" bash -c "[[ \$(kubectl get tj -n $NS train -o jsonpath='{.status.phase}') == Running ]]"
+T_RUNNING=$(now_s)
+echo "attempt 1 running from checkpoint step $(kubectl get pod -n "$NS" train-0 \
+  -o jsonpath='{.spec.containers[0].env[?(@.name=="C4_RESUME_STEP")].value}') on:"
+kubectl get pods -n "$NS" -o wide | cut -c1-100
+
+say "training to completion"
+wait_until 300 "train Succeeded" bash -c "[[ \$(kubectl get tj -n $NS train -o jsonpath='{.status.phase}') == Succeeded ]]"
+T_DONE=$(now_s)
+grep -h '"checksum"' "$CLUSTER"/pods/"$NS"/train-0/trainer.log | tail -1
+
+say "kubectl describe trainingjob train"
+kubectl describe tj -n "$NS" train | sed -n '/^Status:/,$p'
+
+say "goodput"
+tj '{.status.goodput}' | python3 -c '
+import json, sys
+g = json.load(sys.stdin)
+p, l = g.get("productiveSeconds", 0), g.get("lostSeconds", 0)
+print(f"productive {p} s, lost {l} s: goodput {100 * p / max(p + l, 1):.1f} %")'
+
+say "timeline"
+marks=(--mark "$T_FAULT=fault injected ($FAULT rank 2)")
+[[ -n $verdict_time ]] && marks+=(--mark "$verdict_time=verdict in status.faults")
+[[ -n $cordon_time ]] && marks+=(--mark "$cordon_time=cordon of $victim_node")
+marks+=(--mark "$T_RESTART=restart from step $step_before" --mark "$T_RUNNING=running again")
+python3 "$ROOT/tools/c4-timeline.py" --steps "$WORK/steps" -o "$WORK/timeline.svg" \
+  --title "C4 demo: $FAULT of rank 2, detection, cordon, restart from checkpoint" "${marks[@]}"
+python3 - "$T_START" "$T_FAULT" "$T_RESTART" "$T_RUNNING" "$T_DONE" <<'PY'
+import sys
+start, fault, restart, running, done = map(float, sys.argv[1:6])
+print(f"fault at +{fault - start:.1f} s; restart {restart - fault:.1f} s after it; running "
+      f"again {running - fault:.1f} s after it; done at +{done - start:.1f} s")
+PY
+echo "picture: $WORK/timeline.svg (open it in a browser)"
+if [[ -n $KEEP ]]; then
+  echo "kept running: source $CLUSTER/env; kubectl get nodes,tj -A"
+fi

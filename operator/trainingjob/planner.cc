@@ -616,6 +616,19 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
             std::chrono::duration_cast<std::chrono::seconds>(now - *t).count();
       }
     }
+    // Work since the last checkpoint is done again by the next attempt. It was counted productive
+    // while this attempt ran (a hang before the verdict included): it is lost. Bounded by this
+    // attempt's running time, since earlier attempts settled their own share at their restart.
+    std::int64_t redo = 0;
+    if (status.value("phase", std::string{}) == phases::kRunning) {
+      if (auto since = parseRfc3339(status.value("phaseSince", std::string{}));
+          since && *since <= now) {
+        redo = std::chrono::duration_cast<std::chrono::seconds>(now - *since).count();
+        if (auto r = fault.find("recomputeSeconds"); r != fault.end() && r->is_number_integer()) {
+          redo = std::min(redo, r->get<std::int64_t>());
+        }
+      }
+    }
     addFault(status, fault);
     status["attempt"] = next;
     status["restarts"] = statusInt(status, "restarts") + 1;
@@ -637,6 +650,12 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
     cond(conditions::kRestarting, true, reason, message);
     condIfPresent(conditions::kRunning, false, "Restarting", message);
     setPhase(status, phases::kRestarting, now);
+    if (redo > 0) {
+      Json& goodput = status["goodput"];
+      redo = std::min(redo, statusInt(goodput, "productiveSeconds"));
+      goodput["productiveSeconds"] = statusInt(goodput, "productiveSeconds") - redo;
+      goodput["lostSeconds"] = statusInt(goodput, "lostSeconds") + redo;
+    }
     deletePods([](const Json&) { return true; }, "restart to attempt " + std::to_string(next));
     plan.restart_started = true;
     plan.requeue_after = std::chrono::seconds{delay};

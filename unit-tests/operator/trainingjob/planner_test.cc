@@ -293,6 +293,45 @@ TEST(PlannerTest, FailedPodRestartsTheWholeJobOnceFromTheLastCheckpoint) {
   EXPECT_EQ(running.status["goodput"]["lostSeconds"], 25);
 }
 
+// Goodput: the work since the checkpoint (a hang before the restart included) was counted
+// productive while the attempt ran; the restart moves it to lost, bounded by the attempt's own
+// running time.
+TEST(PlannerTest, ARestartCountsTheWorkSinceTheCheckpointAsLost) {
+  SimulatedClock clock;
+  Json job = makeJob(2);
+  const auto start = clock.wallNow();
+  job["status"] = {
+      {"phase", "Running"},
+      {"phaseSince", formatRfc3339(start)},
+      {"goodput", {{"productiveSeconds", 0}, {"lostSeconds", 0}}},
+      {"lastCheckpoint",
+       {{"step", 40}, {"path", "/ckpt/40"}, {"time", formatRfc3339(start + seconds{60})}}}};
+  clock.advance(seconds{100});
+  std::vector<Json> pods = {makePod(job, 0, 0, "Running"), makePod(job, 1, 0, "Failed", "node-1")};
+  JobPlan plan = planReconcile(job, pods, healthyNode, clock.wallNow(), PlanContext{});
+  ASSERT_TRUE(plan.restart_started);
+  EXPECT_EQ(plan.status["faults"][0]["recomputeSeconds"], 40);
+  EXPECT_EQ(plan.status["goodput"]["productiveSeconds"], 60);
+  EXPECT_EQ(plan.status["goodput"]["lostSeconds"], 40);
+
+  // Attempt 1 runs 10 s and fails before its first checkpoint: its 10 s are lost, not the 50 s
+  // since the checkpoint (40 of them were settled at the first restart), nor the restart time.
+  job = withStatus(job, plan);
+  job["status"]["phase"] = "Running";
+  job["status"]["attempt"] = 1;
+  clock.advance(seconds{20});  // restarting: lost
+  job["status"]["phaseSince"] = formatRfc3339(clock.wallNow());
+  job["status"]["goodput"]["lostSeconds"] = 60;
+  job["status"]["goodput"]["lastUpdateTime"] = formatRfc3339(clock.wallNow());
+  clock.advance(seconds{10});
+  std::vector<Json> again = {makePod(job, 0, 1, "Running"), makePod(job, 1, 1, "Failed", "node-1")};
+  JobPlan second = planReconcile(job, again, healthyNode, clock.wallNow(), PlanContext{});
+  ASSERT_TRUE(second.restart_started);
+  EXPECT_EQ(second.status["faults"][1]["recomputeSeconds"], 70);
+  EXPECT_EQ(second.status["goodput"]["productiveSeconds"], 60);
+  EXPECT_EQ(second.status["goodput"]["lostSeconds"], 70);
+}
+
 TEST(PlannerTest, BudgetSpentFailsTheJobWithAnEvent) {
   SimulatedClock clock;
   Json job = makeJob(2);
