@@ -86,7 +86,7 @@ def segments(points):
 def mark_colour(label):
     low = label.lower()
     for key, colour in MARK_COLOURS.items():
-        if low.startswith(key):
+        if key in low:
             return colour
     return "#333333"
 
@@ -96,8 +96,8 @@ def render(ranks, marks, title):
     times = [t for pts in ranks.values() for t, _ in pts] + [w for w, _ in marks]
     t1 = max(times)
     s_max = max(s for pts in ranks.values() for _, s in pts)
-    width, height = 1000, 520
-    left, right, top, bottom = 70, 190, 50, 60
+    width, height = 1100, 520
+    left, right, top, bottom = 70, 300, 50, 60
     pw, ph = width - left - right, height - top - bottom
     span = max(t1 - t0, 1e-3)
 
@@ -121,7 +121,7 @@ def render(ranks, marks, title):
                  f'width="{x(running) - x(fault):.1f}" height="{ph}" fill="#d62728" '
                  'fill-opacity="0.08"/>')
         e.append(f'<text x="{(x(fault) + x(running)) / 2:.1f}" y="{top + ph - 8}" '
-                 f'text-anchor="middle" fill="#d62728">{running - fault:.1f} s</text>')
+                 f'text-anchor="middle" fill="#d62728">{running - fault:.1f} s lost</text>')
     # Axes and grid.
     e.append(f'<line x1="{left}" y1="{top + ph}" x2="{left + pw}" y2="{top + ph}" stroke="#000"/>')
     e.append(f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + ph}" stroke="#000"/>')
@@ -142,13 +142,18 @@ def render(ranks, marks, title):
              'seconds since the first step</text>')
     e.append(f'<text transform="translate(18,{top + ph / 2}) rotate(-90)" '
              'text-anchor="middle">training step</text>')
-    # One line per rank (a new segment after each resume).
+    # One line per rank (a new segment after each resume). Ranks of a synchronous job move in
+    # lock step, so their lines coincide: each is drawn thinner than the one below it, and every
+    # rank stays visible as a band of its colour.
+    n = len(ranks)
     for i, (rank, pts) in enumerate(sorted(ranks.items())):
         colour = COLOURS[i % len(COLOURS)]
+        width_px = 1.5 + 2.0 * (n - 1 - i)
         for seg in segments(pts):
             coords = " ".join(f"{x(t):.1f},{y(s):.1f}" for t, s in seg)
             e.append(f'<polyline class="rank" data-rank="{rank}" points="{coords}" fill="none" '
-                     f'stroke="{colour}" stroke-width="1.6"/>')
+                     f'stroke="{colour}" stroke-width="{width_px:.1f}" '
+                     'stroke-linejoin="round"/>')
         ly = top + 12 + 18 * i
         e.append(f'<line x1="{left + pw + 20}" y1="{ly}" x2="{left + pw + 40}" y2="{ly}" '
                  f'stroke="{colour}" stroke-width="2"/>')

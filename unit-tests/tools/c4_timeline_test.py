@@ -51,7 +51,7 @@ class TimelineTest(unittest.TestCase):
         texts = " ".join(t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}text"))
         self.assertIn("fault injected (+30.0 s)", texts)
         self.assertIn("running again (+49.0 s)", texts)
-        self.assertIn("19.0 s", texts)  # the shaded time lost
+        self.assertIn("19.0 s lost", texts)  # the shaded time lost
         self.assertEqual(len(root.findall("s:rect[@class='lost']", NS)), 1)
 
     def test_bad_input_is_refused_and_writes_nothing(self):
