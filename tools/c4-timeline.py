@@ -22,8 +22,10 @@ import sys
 
 COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
            "#7f7f7f", "#bcbd22", "#17becf"]
-MARK_COLOURS = {"fault": "#d62728", "verdict": "#9467bd", "cordon": "#8c564b",
-                "restart": "#ff7f0e", "running": "#2ca02c"}
+# The first key a label contains picks its colour ("C4D verdict (Event FaultDetected)" is a
+# verdict, not a fault).
+MARK_COLOURS = {"verdict": "#9467bd", "cordon": "#8c564b", "restart": "#ff7f0e",
+                "running": "#2ca02c", "fault": "#d62728"}
 
 
 class InputError(Exception):

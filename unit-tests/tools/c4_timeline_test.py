@@ -39,7 +39,7 @@ class TimelineTest(unittest.TestCase):
     def test_draws_ranks_attempts_and_marks(self):
         r = run("--steps", self.steps, "-o", self.out, "--title", "demo",
                 "--mark", f"{self.t0 + 31}=fault injected",
-                "--mark", "2025-12-03T13:53:55.5Z=verdict rank 1",
+                "--mark", "2025-12-03T13:53:55.5Z=C4D verdict (Event FaultDetected)",
                 "--mark", f"{self.t0 + 50}=running again")
         self.assertEqual(r.returncode, 0, r.stderr)
         root = ET.parse(self.out).getroot()
@@ -53,6 +53,8 @@ class TimelineTest(unittest.TestCase):
         self.assertIn("running again (+49.0 s)", texts)
         self.assertIn("19.0 s lost", texts)  # the shaded time lost
         self.assertEqual(len(root.findall("s:rect[@class='lost']", NS)), 1)
+        colours = {l.get("stroke") for l in root.findall("s:line[@class='mark']", NS)}
+        self.assertEqual(len(colours), 3, "fault, verdict and running marks share a colour")
 
     def test_bad_input_is_refused_and_writes_nothing(self):
         empty = os.path.join(self.dir.name, "empty")
