@@ -1,10 +1,9 @@
 #include "c4/node_plugin/options.h"
 
-#include <yaml-cpp/yaml.h>
-
 #include <charconv>
 #include <regex>
 
+#include "c4/common/flags.h"
 #include "c4/common/log.h"
 #include "c4/common/report.h"
 #include "c4/node_plugin/attribution.h"
@@ -150,6 +149,23 @@ const Option* findOption(const std::string& name) {
   return nullptr;
 }
 
+bool knownOption(std::string_view name) {
+  return findOption(std::string(name)) != nullptr;
+}
+
+// Applies (name, value) pairs to options; an error names its source ("config" or "--name").
+Status applyAll(NodePluginOptions& options, const flags::KeyValues& entries, bool flag_context) {
+  for (const auto& [name, value] : entries) {
+    const Option* option = findOption(name);
+    if (option == nullptr) return makeError(ErrorCode::kInvalidArgument, "unknown option " + name);
+    auto status = option->set(options, value);
+    if (!status) {
+      return std::unexpected(status.error().withContext(flag_context ? "--" + name : "config"));
+    }
+  }
+  return okStatus();
+}
+
 }  // namespace
 
 std::string nodePluginUsage() {
@@ -166,77 +182,24 @@ std::string nodePluginUsage() {
 }
 
 Status applyNodePluginYaml(NodePluginOptions& options, const std::string& yaml_text) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(yaml_text);
-  } catch (const YAML::Exception& e) {
-    return makeError(ErrorCode::kInvalidArgument, std::string("config: ") + e.what());
-  }
-  if (root.IsNull()) return okStatus();
-  if (!root.IsMap()) return makeError(ErrorCode::kInvalidArgument, "config: not a YAML map");
-  for (const auto& entry : root) {
-    const std::string key = entry.first.as<std::string>();
-    const Option* option = findOption(key);
-    if (option == nullptr) {
-      return makeError(ErrorCode::kInvalidArgument, "config: unknown key '" + key + "'");
-    }
-    if (!entry.second.IsScalar() && !entry.second.IsNull()) {
-      return makeError(ErrorCode::kInvalidArgument, "config: '" + key + "' must be a scalar");
-    }
-    const std::string value = entry.second.IsNull() ? "" : entry.second.as<std::string>();
-    auto status = option->set(options, value);
-    if (!status) return std::unexpected(status.error().withContext("config"));
-  }
-  return okStatus();
+  C4_ASSIGN_OR_RETURN(auto entries, flags::parseConfigYaml(yaml_text, knownOption));
+  return applyAll(options, entries, /*flag_context=*/false);
 }
 
 Result<NodePluginOptions> parseNodePluginOptions(const std::vector<std::string>& args,
                                                  const GetEnv& getenv_fn) {
   NodePluginOptions options;
-  std::vector<std::pair<std::string, std::string>> flags;
-  std::string config_file;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    if (arg == "--help" || arg == "-h") {
-      options.show_help = true;
-      continue;
-    }
-    if (arg == "--version") {
-      options.show_version = true;
-      continue;
-    }
-    if (arg.rfind("--", 0) != 0) {
-      return makeError(ErrorCode::kInvalidArgument, "unexpected argument '" + arg + "'");
-    }
-    std::string name = arg.substr(2);
-    std::string value;
-    if (auto eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-    } else if (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) {
-      value = args[++i];
-    } else {
-      return makeError(ErrorCode::kInvalidArgument, "--" + name + " needs a value");
-    }
-    if (name == "config") {
-      config_file = value;
-      continue;
-    }
-    if (findOption(name) == nullptr) {
-      return makeError(ErrorCode::kInvalidArgument, "unknown flag --" + name);
-    }
-    flags.emplace_back(name, value);
-  }
+  C4_ASSIGN_OR_RETURN(flags::CommandLine cl, flags::tokenize(args, knownOption));
+  options.show_help = cl.help;
+  options.show_version = cl.version;
+  const std::string& config_file = cl.config_file;
   if (options.show_help || options.show_version) return options;
   if (!config_file.empty()) {
     C4_ASSIGN_OR_RETURN(std::string text, op::readFileToString(config_file));
     auto status = applyNodePluginYaml(options, text);
     if (!status) return std::unexpected(status.error().withContext(config_file));
   }
-  for (const auto& [name, value] : flags) {
-    auto status = findOption(name)->set(options, value);
-    if (!status) return std::unexpected(status.error().withContext("--" + name));
-  }
+  C4_RETURN_IF_ERROR(applyAll(options, cl.flags, /*flag_context=*/true));
   if (options.node_name.empty() && getenv_fn) {
     if (auto env = getenv_fn("NODE_NAME")) options.node_name = *env;
   }

@@ -1,12 +1,11 @@
 // Operator options: flags and YAML file.
 #include "operator/manager/options.h"
 
-#include <yaml-cpp/yaml.h>
-
 #include <charconv>
 #include <functional>
 #include <map>
 
+#include "c4/common/flags.h"
 #include "operator/client/kube_config.h"
 
 namespace c4::op {
@@ -202,6 +201,23 @@ const Option* findOption(const std::string& name) {
   return nullptr;
 }
 
+bool knownOption(std::string_view name) {
+  return findOption(std::string(name)) != nullptr;
+}
+
+// Applies (name, value) pairs to options; an error names its source ("config" or "--name").
+Status applyAll(OperatorOptions& options, const flags::KeyValues& entries, bool flag_context) {
+  for (const auto& [name, value] : entries) {
+    const Option* option = findOption(name);
+    if (option == nullptr) return makeError(ErrorCode::kInvalidArgument, "unknown option " + name);
+    auto status = option->set(options, value);
+    if (!status) {
+      return std::unexpected(status.error().withContext(flag_context ? "--" + name : "config"));
+    }
+  }
+  return okStatus();
+}
+
 }  // namespace
 
 Result<std::optional<BindAddress>> parseBindAddress(const std::string& text) {
@@ -238,76 +254,26 @@ std::string operatorUsage() {
 }
 
 Status applyOptionsYaml(OperatorOptions& options, const std::string& yaml_text) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(yaml_text);
-  } catch (const YAML::Exception& e) {
-    return makeError(ErrorCode::kInvalidArgument, std::string("config: ") + e.what());
-  }
-  if (root.IsNull()) return okStatus();
-  if (!root.IsMap()) return makeError(ErrorCode::kInvalidArgument, "config: not a YAML map");
-  for (const auto& entry : root) {
-    std::string key = entry.first.as<std::string>();
-    const Option* option = findOption(key);
-    if (option == nullptr) {
-      return makeError(ErrorCode::kInvalidArgument, "config: unknown key '" + key + "'");
-    }
-    if (!entry.second.IsScalar()) {
-      return makeError(ErrorCode::kInvalidArgument, "config: '" + key + "' must be a scalar");
-    }
-    auto status = option->set(options, entry.second.as<std::string>());
-    if (!status) return std::unexpected(status.error().withContext("config"));
-  }
-  return okStatus();
+  C4_ASSIGN_OR_RETURN(auto entries, flags::parseConfigYaml(yaml_text, knownOption));
+  return applyAll(options, entries, /*flag_context=*/false);
 }
 
 Result<OperatorOptions> parseOperatorOptions(const std::vector<std::string>& args) {
   OperatorOptions options;
-  std::vector<std::pair<std::string, std::string>> flags;
-  std::string config_file;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    if (arg == "--help" || arg == "-h") {
-      options.show_help = true;
-      continue;
-    }
-    if (arg == "--version") {
-      options.show_version = true;
-      continue;
-    }
-    if (arg.rfind("--", 0) != 0) {
-      return makeError(ErrorCode::kInvalidArgument, "unexpected argument '" + arg + "'");
-    }
-    std::string name = arg.substr(2);
-    std::string value;
-    if (auto eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-    } else if (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) {
-      value = args[++i];
-    } else if (name == "leader-elect" || name == "dry-run" || name == "traffic-planning") {
-      value = "true";
-    } else {
-      return makeError(ErrorCode::kInvalidArgument, "--" + name + " needs a value");
-    }
-    if (name == "config") {
-      config_file = value;
-      continue;
-    }
-    if (findOption(name) == nullptr) {
-      return makeError(ErrorCode::kInvalidArgument, "unknown flag --" + name);
-    }
-    flags.emplace_back(name, value);
-  }
+  // Boolean flags may stand alone: --leader-elect, --dry-run, --traffic-planning.
+  auto boolean = [](std::string_view name) {
+    return name == "leader-elect" || name == "dry-run" || name == "traffic-planning";
+  };
+  C4_ASSIGN_OR_RETURN(flags::CommandLine cl, flags::tokenize(args, knownOption, boolean));
+  options.show_help = cl.help;
+  options.show_version = cl.version;
+  const std::string& config_file = cl.config_file;
   if (!config_file.empty()) {
     C4_ASSIGN_OR_RETURN(std::string text, readFileToString(config_file));
     auto status = applyOptionsYaml(options, text);
     if (!status) return std::unexpected(status.error().withContext(config_file));
   }
-  for (const auto& [name, value] : flags) {
-    auto status = findOption(name)->set(options, value);
-    if (!status) return std::unexpected(status.error().withContext("--" + name));
-  }
+  C4_RETURN_IF_ERROR(applyAll(options, cl.flags, /*flag_context=*/true));
   if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
     return makeError(ErrorCode::kInvalidArgument,
                      "--tls-cert-file and --tls-key-file go together: set both or neither");
