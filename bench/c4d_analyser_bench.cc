@@ -5,10 +5,12 @@
 // the job one window (counters, in-flight ops, wait/transfer summaries; simulated time, outside
 // the measurement), copies the snapshot (the baseline: what merely handing the analyser its
 // input costs), then runs one JobAnalyser::tick on it. Counters: p50/p99 of the tick and of the
-// copy, their ratio, edges per tick.
+// copy, their ratio, edges per tick, and memory: the heap the analyser keeps between ticks
+// (glibc mallinfo2, after the warm-up ticks) next to the heap of the job's snapshot itself.
 //
 //   build/bench/c4-c4d-analyser-bench --benchmark_filter=Tick/16384
 #include <benchmark/benchmark.h>
+#include <malloc.h>
 
 #include <algorithm>
 #include <random>
@@ -97,7 +99,10 @@ double percentile(std::vector<double> v, double p) {
 void BM_C4dAnalyserTick(benchmark::State& state) {
   const int ranks = static_cast<int>(state.range(0));
   const int rings = static_cast<int>(state.range(1));
+  const auto heap = [] { return static_cast<double>(mallinfo2().uordblks); };
+  const double h0 = heap();
   Job job(ranks, rings);
+  const double h1 = heap();
   c4::c4d::JobAnalyser analyser;
   c4::Clock& clock = c4::realClock();
   std::vector<double> tickMs, copyMs;
@@ -106,6 +111,7 @@ void BM_C4dAnalyserTick(benchmark::State& state) {
     job.advance();
     (void)analyser.tick(job.snap, job.now);
   }
+  const double h2 = heap();  // the analyser's state between ticks
   for (auto _ : state) {
     state.PauseTiming();
     job.advance();
@@ -134,6 +140,8 @@ void BM_C4dAnalyserTick(benchmark::State& state) {
   state.counters["copy_p99_ms"] = percentile(copyMs, 0.99);
   state.counters["tick_over_copy"] = tick50 / copy50;
   state.counters["edges"] = static_cast<double>(edges);
+  state.counters["snapshot_mib"] = (h1 - h0) / (1 << 20);
+  state.counters["analyser_mib"] = (h2 - h1) / (1 << 20);
 }
 
 BENCHMARK(BM_C4dAnalyserTick)
