@@ -120,8 +120,10 @@ for ((i = 0; i < 4; i++)); do
     test -s "$CLUSTER/nodes/node-$i/root/opt/c4/lib/libnccl-net-c4.so"
   cmp -s "$PLUGIN_SO" "$CLUSTER/nodes/node-$i/root/opt/c4/lib/libnccl-net-c4.so" \
     || fail "node-$i: installed plugin differs from the image's (the build's)"
+  wait_until 30 "agent socket on node-$i" test -S "$CLUSTER/nodes/node-$i/root/var/run/c4/agent.sock"
 done
-echo "node plugins: 4 Running, the NCCL plugin of the node plugin image installed on every node"
+echo "node plugins: 4 Running; on every node's host directories: the NCCL plugin of the node" \
+  "plugin image (/opt/c4/lib) and the agent socket (/var/run/c4)"
 
 # The operator's own endpoints, reached inside the leader's node (its pod address).
 op_curl() {  # op_curl <path>: GET on the leader's metrics port
@@ -197,7 +199,7 @@ wait_until 180 "job one Succeeded" bash -c "$fns; [[ \$(phase one) == Succeeded 
 echo "job one: Succeeded, its 4 ranks' reports reached the leader through the report Service"
 
 # ---- 4. helm upgrade while job two runs -----------------------------------------------------------
-submit two 900
+submit two 1200  # long enough to outlast the operator roll on a loaded machine
 wait_until 90 "job two Running" bash -c "$fns; [[ \$(phase two) == Running ]]"
 wait_until 90 "job two checkpointed" bash -c \
   "[[ \$(kubectl get tj -n $NS two -o jsonpath='{.status.lastCheckpoint.step}') -ge 25 ]]"
