@@ -12,8 +12,9 @@
 #   3. a TrainingJob (4 c4-netbench ranks in training mode, `kubectl apply`) runs to Succeeded and
 #      the leader's /debug/reports shows every rank's reports (plugin -> node plugin -> Service ->
 #      operator: the wiring);
-#   4. `helm upgrade` that rolls the operator while a second job runs: the job keeps its pods and
-#      attempt (no restart), the new leader gets the reports, the job Succeeds;
+#   4. `helm upgrade` that rolls the operator while a second job runs: the generated certificate
+#      is kept, the job keeps its pods and attempt (no restart), the new leader gets the reports,
+#      the job Succeeds;
 #   5. `helm uninstall` removes every object the chart rendered (namespaced and cluster-scoped, the
 #      generated Secret included); the CRDs stay, and in the release namespace at most the
 #      operator's own run-time state (its Lease, the circuit breaker ConfigMap c4-node-actions).
@@ -94,7 +95,7 @@ can update leases.coordination.k8s.io -n "$SYS" --as "$OP_SA" || fail "operator:
 can watch pods --as "$NP_SA" || fail "node plugin: cannot watch pods"
 ! can create pods --as "$NP_SA" || fail "node plugin may create pods"
 ! can create tokenreviews.authentication.k8s.io --as "$NP_SA" || fail "node plugin: tokenreviews"
-echo "authorizer: Node,RBAC; the chart's rules allow what C4 needs and refuse 6 other verbs"
+echo "authorizer: Node,RBAC; the chart's rules allow what C4 needs and refuse 5 others"
 
 op_pods() {
   kubectl get pods -n "$SYS" -l app.kubernetes.io/component=operator \
@@ -207,6 +208,8 @@ pods_before=$(kubectl get pods -n "$NS" -l c4.dev/job-name=two \
   -o jsonpath='{range .items[*]}{.metadata.uid}{"\n"}{end}' | sort)
 old_ops=$(kubectl get pods -n "$SYS" -l app.kubernetes.io/component=operator \
   -o jsonpath='{.items[*].metadata.name}')
+cert() { kubectl get secret -n "$SYS" "$REL-reports-tls" -o jsonpath='{.data.tls\.crt}'; }
+cert_before=$(cert)
 helm upgrade "$REL" "$CHART" -n "$SYS" -f "$WORK/values.yaml" --set operator.logLevel=debug \
   2> >(grep -v 'found symbolic link' >&2) >/dev/null || fail "helm upgrade"
 rolled() {  # both operator pods new and Running, none of the old ones left
@@ -223,6 +226,7 @@ wait_until 180 "the operator rolled to 2 new pods" bash -c "$(declare -f rolled)
 wait_until 60 "a new leader labelled" bash -c \
   "$fns; l=\$(leader); [[ -n \$l && \" $old_ops \" != *\" \$l \"* ]]"
 NEW_LEADER=$(leader)
+[[ $(cert) == "$cert_before" ]] || fail "helm upgrade replaced the generated serving certificate"
 kubectl get pod -n "$SYS" "$NEW_LEADER" -o jsonpath='{.spec.containers[0].args}' \
   | grep -q -- '--log-level=debug' || fail "the new leader does not run the upgraded values"
 echo "helm upgrade: operator rolled ($old_ops -> $(kubectl get pods -n "$SYS" -l app.kubernetes.io/component=operator -o jsonpath='{.items[*].metadata.name}')), leader $NEW_LEADER"

@@ -113,7 +113,9 @@ yaml.safe_dump({
     "image": {"registry": ""},
     "operator": {"replicas": 1, "watchNamespace": ns, "extraArgs": args,
                  "podAnnotations": {"c4.dev/runner": "process"}},
-    "nodePlugin": {"podAnnotations": {"c4.dev/runner": "process"}},
+    # app=c4-node-plugin: the label the scenarios select node plugin pods by (as in host mode)
+    "nodePlugin": {"podAnnotations": {"c4.dev/runner": "process"},
+                   "podLabels": {"app": "c4-node-plugin"}},
 }, open(path, "w"), default_flow_style=False)
 PY
   helm install c4 "$ROOT/helm/c4" -n "$SYS" --create-namespace -f "$values" \
