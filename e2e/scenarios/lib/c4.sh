@@ -7,12 +7,16 @@
 #                                                endpoint forwarded into every node netns; off with
 #                                                C4_E2E_NO_DETECTION=1), node plugin DaemonSet;
 #                                                sets OP_PID, OP_METRICS
+#                                                C4_E2E_INSTALL=chart: `helm install` of helm/c4
+#                                                instead (operator and node plugins as the chart's
+#                                                pods; see c4_install_c4_chart)
 # shellcheck shell=bash
 
 TESTENV=$ROOT/e2e/testenv/testenv.sh
 NS=${NS:-c4-e2e}
 SYS=${SYS:-c4-system}
 OP_PID=""
+FWD_PID=""
 
 c4_scenario_init() {
   BUILD=$(cd "${1:?usage: $0 <build dir> <work dir>}" && pwd)
@@ -21,6 +25,8 @@ c4_scenario_init() {
     echo "SKIP: the netns fabric and pods as processes need root"
     exit 77
   fi
+  # The pod runner's image table maps c4/* images to this build's binaries.
+  export C4_BUILD_DIR=$BUILD
   OPERATOR=$BUILD/operator/c4-operator
   NODE_PLUGIN=$BUILD/node-plugin/c4-node-plugin
   NETBENCH=$BUILD/nccl-net-plugin/netbench/c4-netbench
@@ -41,6 +47,7 @@ c4_cleanup() {
     return
   fi
   [[ -n $OP_PID ]] && kill "$OP_PID" 2>/dev/null && wait "$OP_PID" 2>/dev/null || true
+  [[ -n $FWD_PID ]] && kill "$FWD_PID" 2>/dev/null && wait "$FWD_PID" 2>/dev/null || true
   "$TESTENV" down --dir "$CLUSTER" >/dev/null 2>&1 || true
 }
 
@@ -82,6 +89,75 @@ c4_cluster_up() {
 }
 
 c4_install_c4() {
+  case ${C4_E2E_INSTALL:-host} in
+    host) c4_install_c4_host "$@" ;;
+    chart) c4_install_c4_chart "$@" ;;
+    *) fail "C4_E2E_INSTALL=$C4_E2E_INSTALL: want host or chart" ;;
+  esac
+}
+
+# C4 from the chart: `helm install c4 helm/c4 -n $SYS`, the operator (1 replica, leader election
+# on, watching $NS, extra args = the arguments) and the node plugins run as the chart's pods by
+# the pod runner (e2e/README.md, "The chart in the test cluster"). OP_METRICS is a host loopback
+# port forwarded to the operator pod's metrics port inside its node's netns; $WORK/operator.log
+# links to the operator container's log. OP_PID stays empty (the pod runner owns the process).
+c4_install_c4_chart() {
+  local values=$WORK/c4-values.yaml
+  kubectl create namespace "$NS" >/dev/null
+  python3 - "$values" "$NS" "${C4_E2E_NO_DETECTION:-}" "$@" <<'PY' || fail "chart values"
+import sys, yaml
+path, ns, no_detection, *args = sys.argv[1:]
+if no_detection:  # the report endpoint (and with it C4D) off; the last flag wins
+    args.append("--report-bind-address=0")
+yaml.safe_dump({
+    "image": {"registry": ""},
+    "operator": {"replicas": 1, "watchNamespace": ns, "extraArgs": args,
+                 "podAnnotations": {"c4.dev/runner": "process"}},
+    # app=c4-node-plugin: the label the scenarios select node plugin pods by (as in host mode)
+    "nodePlugin": {"podAnnotations": {"c4.dev/runner": "process"},
+                   "podLabels": {"app": "c4-node-plugin"}},
+}, open(path, "w"), default_flow_style=False)
+PY
+  helm install c4 "$ROOT/helm/c4" -n "$SYS" --create-namespace -f "$values" \
+    2> >(grep -v 'found symbolic link' >&2) >/dev/null || fail "helm install of helm/c4"
+  local op_running np_running
+  op_running() {
+    kubectl get pods -n "$SYS" -l app.kubernetes.io/component=operator,c4.dev/leader=true \
+      -o jsonpath='{.items[*].status.phase}' | grep -qx Running
+  }
+  wait_until 120 "the operator pod Running and leading" op_running
+  np_running() {
+    [[ $(kubectl get pods -n "$SYS" -l app.kubernetes.io/component=node-plugin \
+          -o jsonpath='{range .items[*]}{.status.phase}{"\n"}{end}' | grep -c '^Running$') == "$C4_NODES" ]]
+  }
+  wait_until 120 "$C4_NODES node plugin pods Running" np_running
+  local pod node ip
+  pod=$(kubectl get pods -n "$SYS" -l app.kubernetes.io/component=operator,c4.dev/leader=true \
+    -o jsonpath='{.items[0].metadata.name}')
+  node=$(kubectl get pod -n "$SYS" "$pod" -o jsonpath='{.spec.nodeName}')
+  ip=$(kubectl get pod -n "$SYS" "$pod" -o jsonpath='{.status.podIP}')
+  ln -sf "$CLUSTER/pods/$SYS/$pod/operator.log" "$WORK/operator.log"
+  rm -f "$WORK/op-metrics.port"
+  python3 "$ROOT/e2e/scenarios/lib/netns_forward.py" \
+    "$("$ROOT/e2e/testenv/fabric.sh" ns --dir "$CLUSTER" "$node")" "$ip:8080" \
+    "$WORK/op-metrics.port" >"$WORK/netns-forward.log" 2>&1 &
+  FWD_PID=$!
+  wait_until 10 "the metrics forwarder" test -s "$WORK/op-metrics.port"
+  OP_METRICS=$(cat "$WORK/op-metrics.port")
+  export OP_METRICS NS
+  wait_until 30 "operator /readyz through the forwarder" \
+    curl -sf "http://127.0.0.1:$OP_METRICS/readyz"
+  for ((i = 0; i < C4_NODES; i++)); do
+    wait_until 30 "plugin installed on node-$i" \
+      test -s "$CLUSTER/nodes/node-$i/root/opt/c4/lib/libnccl-net-c4.so"
+    cmp -s "$PLUGIN_SO" "$CLUSTER/nodes/node-$i/root/opt/c4/lib/libnccl-net-c4.so" \
+      || fail "node-$i: installed plugin differs from the build"
+  done
+  echo "helm install: operator pod $pod on $node (metrics 127.0.0.1:$OP_METRICS), $C4_NODES node" \
+    "plugin pods, the NCCL plugin installed on every node"
+}
+
+c4_install_c4_host() {
 # ---- PKI: a CA and the operator's serving certificate for 127.0.0.1 ---------------------------
 openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=c4-e2e-ca \
   -keyout "$WORK/ca.key" -out "$WORK/ca.crt" 2>/dev/null

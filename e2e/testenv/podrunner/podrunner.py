@@ -60,7 +60,8 @@ def read_env_file(path):
 
 
 def load_image_table():
-    """images.tsv: image -> (ENTRYPOINT argv, CMD argv); see the file's header."""
+    """images.tsv: image -> (ENTRYPOINT argv, CMD argv, [(image path, host path)]); see the
+    file's header."""
     repo = os.environ.get("C4_REPO", os.path.abspath(os.path.join(HERE, "../../..")))
     build = os.environ.get("C4_BUILD_DIR", os.path.join(repo, "build"))
     table = {}
@@ -73,7 +74,16 @@ def load_image_table():
             def argv(col):
                 col = col.replace("${C4_REPO}", repo).replace("${C4_BUILD_DIR}", build)
                 return [] if col == "-" else col.split()
-            table[parts[0]] = (argv(parts[1]), argv(parts[2]))
+            files = []
+            col = parts[3] if len(parts) > 3 else "-"
+            if col != "-":
+                for item in col.split(","):
+                    dst, sep, src = item.partition("=")
+                    if not sep or not dst.startswith("/"):
+                        raise ValueError(f"{IMAGE_TABLE}: {parts[0]}: bad file {item!r} "
+                                         "(want /image/path=host path)")
+                    files.append((dst, argv(src)[0]))
+            table[parts[0]] = (argv(parts[1]), argv(parts[2]), files)
     return table
 
 
@@ -87,6 +97,23 @@ def image_repo(image):
         if name.startswith(prefix):
             name = name[len(prefix):]
     return name
+
+
+def same_ports(svc, pod):
+    """Whether every port of the Service reaches the same port number on the pod (targetPort
+    unset, equal, or a named containerPort with that number): without kube-proxy nothing
+    translates ports."""
+    named = {p.name: p.container_port for c in pod.spec.containers for p in (c.ports or [])
+             if p.name}
+    for p in svc.spec.ports or []:
+        t = p.target_port
+        if t is None:
+            continue
+        if isinstance(t, str) and not t.isdigit():
+            t = named.get(t)
+        if t is None or int(t) != p.port:
+            return False
+    return True
 
 
 def expand(value, env):
@@ -505,8 +532,8 @@ class PodWorker:
         env = self.container_env(c.spec)
         command = list(c.spec.command or [])
         args = list(c.spec.args or [])
+        known = self.r.images.get(image_repo(image))
         if not command:
-            known = self.r.images.get(image_repo(image))
             if known is None:
                 raise ValueError(f"image {image!r} has no command and is not in the runner's "
                                  f"image table ({IMAGE_TABLE})")
@@ -516,6 +543,12 @@ class PodWorker:
         if not argv:
             raise ValueError(f"container {c.name} has nothing to run")
         mounts = []
+        # Files of the image (images.tsv): the host's build outputs, read-only at the paths the
+        # image's Dockerfile puts them (e.g. the NCCL plugin the node plugin installs).
+        for dst, src in (known[2] if known else []):
+            if not os.path.isfile(src):
+                raise ValueError(f"image {image!r}: {src} (for {dst}) does not exist; build it")
+            mounts.append({"src": src, "dst": dst, "readOnly": True})
         for vm in c.spec.volume_mounts or []:
             src = self.volumes.get(vm.name)
             if src is None:
@@ -772,11 +805,27 @@ class Runner:
         for svc in services:
             sel = svc.spec.selector or {}
             ns, sname = svc.metadata.namespace, svc.metadata.name
+            headless = svc.spec.cluster_ip == "None"
+            if not headless:
+                # A ClusterIP Service without kube-proxy: its names resolve to ONE ready pod it
+                # selects (the oldest, then by name), whose node address serves the Service's
+                # ports only where each port equals its target port (else the Service is left
+                # out). Rewritten every second, so a change of endpoint (a new leader) follows.
+                ready = sorted(
+                    (w for w in workers if w.ns == ns and sel and w.phase == "Running"
+                     and all((w.pod.metadata.labels or {}).get(k) == v for k, v in sel.items())
+                     and same_ports(svc, w.pod)),
+                    key=lambda w: (w.pod.metadata.creation_timestamp, w.name))
+                if ready:
+                    names = [f"{sname}.{ns}.svc.cluster.local", f"{sname}.{ns}.svc",
+                             f"{sname}.{ns}"] + ([sname] if ns == worker.ns else [])
+                    lines.append(f"{ready[0].ip}\t" + " ".join(names))
+                continue
             for w in workers:
                 labels = w.pod.metadata.labels or {}
                 if w.ns != ns or not sel or any(labels.get(k) != v for k, v in sel.items()):
                     continue
-                names = [f"{sname}.{ns}.svc.cluster.local", f"{sname}.{ns}"]
+                names = [f"{sname}.{ns}.svc.cluster.local", f"{sname}.{ns}.svc", f"{sname}.{ns}"]
                 if ns == worker.ns:
                     names.append(sname)
                 wh = w.pod.spec.hostname or w.name
@@ -786,12 +835,13 @@ class Runner:
                 lines.append(f"{w.ip}\t" + " ".join(names))
         return ("\n".join(lines) + "\n").encode()
 
-    def headless_services(self):
+    def selector_services(self):
+        """Services with a selector: headless ones and ClusterIP ones (see hosts_content)."""
         try:
             items = self.v1.list_service_for_all_namespaces().items
         except ApiException:
             return []
-        return [s for s in items if s.spec.cluster_ip == "None"]
+        return [s for s in items if s.spec.selector and s.spec.type in (None, "ClusterIP")]
 
     def write_hosts(self, worker, services):
         data = self.hosts_content(worker, services)
@@ -806,10 +856,10 @@ class Runner:
             f.write(data)
 
     def update_hosts(self, worker):
-        self.write_hosts(worker, self.headless_services())
+        self.write_hosts(worker, self.selector_services())
 
     def update_hosts_all(self):
-        services = self.headless_services()
+        services = self.selector_services()
         with self.lock:
             workers = [w for w in self.workers.values() if not w.done.is_set()]
         for w in workers:

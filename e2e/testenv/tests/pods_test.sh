@@ -9,7 +9,8 @@
 #  2. a failing container's exit code reaches the pod status (Failed, exitCode 3);
 #  3. deletion: SIGTERM reaches the process, the pod object goes away, nothing is left running;
 #     a process that ignores SIGTERM is killed after the grace period;
-#  4. /etc/hosts has the pod hostnames of a headless Service;
+#  4. /etc/hosts has the pod hostnames of a headless Service; a ClusterIP Service's names resolve
+#     to one pod it selects (following relabels), and not at all when it translates ports;
 #  5. stop/continue/kill of a pod process (testenv.sh pod-signal);
 #  6. KWOK still runs pods without the annotation (and leaves runner pods alone).
 #   pods_test.sh <work dir>
@@ -235,6 +236,61 @@ grep -qE "^$w0\s.*worker-0\.workers\.pt\.svc\.cluster\.local" "$DIR/pods/pt/read
   || fail "/etc/hosts lacks worker-0 -> $w0: $(cat "$DIR/pods/pt/reader/main.log")"
 grep -qE "^$w0\s.*\bworkers\.pt\b" "$DIR/pods/pt/reader/main.log" || fail "/etc/hosts lacks workers.pt"
 echo "hosts: worker-0.workers.pt.svc.cluster.local -> $w0"
+
+# ---- 4b. ClusterIP Services (no kube-proxy): names -> one selected pod, ports unchanged --------
+$K apply -f - >/dev/null <<'YAML'
+apiVersion: v1
+kind: Service
+metadata: {name: front}
+spec:
+  selector: {app: worker}
+  ports: [{port: 5000}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: remap}
+spec:
+  selector: {app: worker}
+  ports: [{port: 80, targetPort: 5000}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: lead}
+spec:
+  selector: {role: lead}
+  ports: [{port: 5000}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: resolver, annotations: {c4.dev/runner: process}}
+spec:
+  nodeName: node-1
+  containers:
+  - {name: main, image: busybox, command: [sh, -c, 'while true; do sleep 0.2; done']}
+YAML
+wait_phase resolver Running
+resolve() {  # resolve <name>: getent inside the resolver pod (its mount and network namespaces)
+  nsenter -t "$(pid_of resolver)" -m -n getent hosts "$1"
+}
+resolves_to() {  # resolves_to <name> <address|-> [seconds]
+  local i got
+  for ((i = 0; i < ${3:-10} * 5; i++)); do
+    got=$(resolve "$1" | awk '{print $1}' || true)
+    [[ ${got:--} == "$2" ]] && return 0
+    sleep 0.2
+  done
+  fail "$1 resolves to '${got:--}', want '$2'"
+}
+for n in front front.pt front.pt.svc front.pt.svc.cluster.local; do resolves_to "$n" "$w0"; done
+resolves_to remap.pt.svc - 2   # port 80 -> 5000 needs a translation nothing here does
+resolves_to lead.pt.svc - 2    # selects no pod yet
+$K label pod worker-0 role=lead >/dev/null
+resolves_to lead.pt.svc "$w0" 5
+$K label pod worker-0 role- >/dev/null
+resolves_to lead.pt.svc - 5
+$K delete pod resolver --grace-period=1 --wait=false >/dev/null
+echo "ClusterIP Services: front.pt.svc -> $w0; a port-translating Service is left out; a" \
+  "selection change is followed"
 
 # ---- 5. stop / continue / kill a pod process -----------------------------------------------
 pid=$(pid_of worker-0)
