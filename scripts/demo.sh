@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # The local demo: C4 on a real control plane with emulated nodes and fabric.
 #
-#   scripts/demo.sh [--fault freeze|crash] [--keep] [--dir DIR]
+#   scripts/demo.sh [--fault freeze|crash] [--keep] [--dir DIR] [--install chart|host]
 #
 # Installs what is missing (apt), builds C4 (Release) and the test control plane (cached), then:
 # brings up 5 KWOK nodes on a netns leaf-spine fabric (2 leaves, 2 spines) with pods as local
-# processes, installs C4 (operator with its TLS report endpoint and C4P traffic planning, the node
-# plugin DaemonSet, a Fabric describing the emulated network), submits a TrainingJob of 4
-# c4-netbench ranks (training mode through the NCCL plugin, checkpoints every 20 steps), injects a
-# fault into rank 2 and narrates what C4 does:
+# processes, `helm install`s C4 from helm/c4 (the operator with its TLS report endpoint and C4P
+# traffic planning, and the node plugin DaemonSet, running as the chart's pods; --install host
+# runs the operator as a host process instead), describes the emulated network in a Fabric,
+# submits a TrainingJob of 4 c4-netbench ranks (training mode through the NCCL plugin, checkpoints
+# every 20 steps), injects a fault into rank 2 and narrates what C4 does:
 #   freeze (default)  the rank's process is stopped (SIGSTOP): C4D sees its peers wait on a rank
 #                     that stopped reporting, names its node, cordons and taints it, and restarts
 #                     the job from the last checkpoint on the healthy nodes;
@@ -26,17 +27,20 @@ cd "$ROOT"
 
 FAULT=freeze
 KEEP=""
+INSTALL=chart
 DIR=${C4_DEMO_DIR:-/tmp/c4-demo}
 while (($#)); do
   case "$1" in
     --fault) FAULT=${2:?--fault needs freeze or crash}; shift 2 ;;
     --keep) KEEP=1; shift ;;
     --dir) DIR=${2:?--dir needs a directory}; shift 2 ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    --install) INSTALL=${2:?--install needs chart or host}; shift 2 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "demo.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
 [[ $FAULT == freeze || $FAULT == crash ]] || { echo "demo.sh: --fault freeze|crash" >&2; exit 2; }
+[[ $INSTALL == chart || $INSTALL == host ]] || { echo "demo.sh: --install chart|host" >&2; exit 2; }
 if [[ $(id -u) -ne 0 ]]; then
   echo "demo.sh: needs root (network namespaces, cgroups, bind mounts)" >&2
   exit 1
@@ -53,7 +57,7 @@ cmake --build build -j "$JOBS" --target c4-operator c4-node-plugin c4-netbench n
 e2e/testenv/testenv.sh build >/dev/null
 echo "== 3/3 the demo: fault '$FAULT' in a running TrainingJob"
 
-export C4_E2E_KEEP=$KEEP
+export C4_E2E_KEEP=$KEEP C4_E2E_INSTALL=$INSTALL
 # shellcheck source=../e2e/scenarios/lib/c4.sh
 source "$ROOT/e2e/scenarios/lib/c4.sh"
 c4_scenario_init build "$DIR"
@@ -79,10 +83,10 @@ spec:
 YAML
 kubectl get nodes -L c4.dev/leaf
 
-say "C4: the operator (report endpoint, C4D, C4P) and the node plugin on every node"
+say "C4 ($INSTALL): the operator (report endpoint, C4D, C4P) and the node plugin on every node"
 c4_install_c4 --traffic-planning --fabric-name demo
-echo "operator pid $OP_PID, metrics on 127.0.0.1:$OP_METRICS; node plugins:"
-kubectl get pods -n "$SYS" -o wide | cut -c1-100
+[[ $INSTALL == chart ]] && helm list -n "$SYS" 2> >(grep -v 'found symbolic link' >&2)
+kubectl get pods -n "$SYS" -o wide -L c4.dev/leader | cut -c1-120
 
 say "a TrainingJob: 4 ranks of c4-netbench training through the C4 NCCL plugin"
 mkdir -p "$WORK/ckpt" "$WORK/steps"
@@ -95,7 +99,7 @@ spec:
   replicas: 4
   checkpoint: {dir: $WORK/ckpt}
   faultTolerance: {maxRestarts: 2, restartBackoffSeconds: 1}
-  trafficPlanning: {mode: Advisory}
+  trafficPlanning: {mode: Enforce}
   template:
     metadata:
       annotations: {c4.dev/runner: process}
@@ -170,8 +174,9 @@ if [[ $FAULT == freeze ]]; then
 fi
 wait_until 90 "attempt 1 Running" bash -c "[[ \$(kubectl get tj -n $NS train -o jsonpath='{.status.phase}') == Running ]]"
 T_RUNNING=$(now_s)
-echo "attempt 1 running from checkpoint step $(kubectl get pod -n "$NS" train-0 \
-  -o jsonpath='{.spec.containers[0].env[?(@.name=="C4_RESUME_STEP")].value}') on:"
+resume_step=$(kubectl get pod -n "$NS" train-0 \
+  -o jsonpath='{.spec.containers[0].env[?(@.name=="C4_RESUME_STEP")].value}')
+echo "attempt 1 running from checkpoint step $resume_step on:"
 kubectl get pods -n "$NS" -o wide | cut -c1-100
 
 say "training to completion"
@@ -193,7 +198,7 @@ say "timeline"
 marks=(--mark "$T_FAULT=fault injected ($FAULT rank 2)")
 [[ -n $T_VERDICT ]] && marks+=(--mark "$T_VERDICT=C4D verdict (Event FaultDetected)")
 [[ -n $T_CORDON ]] && marks+=(--mark "$T_CORDON=cordon of $victim_node")
-marks+=(--mark "$T_RESTART=restart from step $step_before" --mark "$T_RUNNING=running again")
+marks+=(--mark "$T_RESTART=restart from step $resume_step" --mark "$T_RUNNING=running again")
 python3 "$ROOT/tools/c4-timeline.py" --steps "$WORK/steps" -o "$WORK/timeline.svg" \
   --title "C4 demo: $FAULT of rank 2, detection, cordon, restart from checkpoint" "${marks[@]}"
 python3 - "$T_START" "$T_FAULT" "$T_RESTART" "$T_RUNNING" "$T_DONE" <<'PY'
@@ -204,5 +209,6 @@ print(f"fault at +{fault - start:.1f} s; restart {restart - fault:.1f} s after i
 PY
 echo "picture: $WORK/timeline.svg (open it in a browser)"
 if [[ -n $KEEP ]]; then
-  echo "kept running: source $CLUSTER/env; kubectl get nodes,tj -A"
+  echo "kept running: source $CLUSTER/env; kubectl get nodes,tj -A; operator metrics:" \
+    "curl 127.0.0.1:$OP_METRICS/metrics"
 fi
