@@ -215,7 +215,14 @@ Detector::Detector(ingest::ReportStore& store, Informer& jobs, Informer& pods, I
           metrics::exponentialBuckets(0.5, 2.0, 10))),
       tick_seconds_(registry.histogram("c4_c4d_tick_duration_seconds",
                                        "Time of one analysis window over every job.", {},
-                                       metrics::exponentialBuckets(0.0005, 2.0, 14))) {}
+                                       metrics::exponentialBuckets(0.0005, 2.0, 14))) {
+  // Every class's histogram from the start at 0, so rate()/increase() in alerts and dashboards
+  // see the first verdict of a class.
+  for (auto c : {c4d::FaultClass::kCrash, c4d::FaultClass::kCommHang, c4d::FaultClass::kNonCommHang,
+                 c4d::FaultClass::kCommSlow, c4d::FaultClass::kNonCommSlow}) {
+    detection_seconds_.labels({std::string(c4d::faultClassName(c))});
+  }
+}
 
 Detector::~Detector() {
   stop();

@@ -9,7 +9,7 @@
 namespace c4::op {
 namespace {
 
-const std::vector<std::string> kJobLabels = {"namespace", "job"};
+const std::vector<std::string> kJobLabels = {"namespace", "trainingjob"};
 
 double numberAt(const Json& object, const char* pointer, double fallback) {
   const Json::json_pointer p(pointer);
@@ -53,7 +53,7 @@ JobMetrics::JobMetrics(std::function<std::vector<Json>()> list_jobs, Clock& cloc
       plan_version_(registry.gauge("c4_operator_job_plan_version",
                                    "Version of the job's current C4P traffic plan.", kJobLabels)),
       phase_(registry.gauge("c4_operator_job_phase", "1 for the job's current phase.",
-                            {"namespace", "job", "phase"})),
+                            {"namespace", "trainingjob", "phase"})),
       hook_(registry.onCollect([this] { refresh(); })) {}
 
 void JobMetrics::refresh() {

@@ -4,7 +4,9 @@
 // goodput accrued up to the scrape the way the reconciler accrues it (whole seconds since
 // status.goodput.lastUpdateTime count as productive while Running, lost while Restarting).
 //
-// Series, all labelled {namespace, job}; a job's series disappear when it leaves the cache:
+// Series, all labelled {namespace, trainingjob} (not "job": Prometheus sets that one to the scrape
+// job; scrape the operator with honor_labels so "namespace" stays the job's); a job's series
+// disappear when it leaves the cache:
 //   c4_operator_job_productive_seconds   status.goodput.productiveSeconds (+ accrual)
 //   c4_operator_job_lost_seconds         status.goodput.lostSeconds (+ accrual)
 //   c4_operator_job_goodput_ratio        productive / (productive + lost); absent while both are 0

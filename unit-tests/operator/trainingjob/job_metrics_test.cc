@@ -60,7 +60,7 @@ TEST_F(JobMetricsTest, RunningJobExposesStatusWithGoodputAccruedToTheScrape) {
       {{"maxRestarts", 4}}));
   clock_.advance(std::chrono::milliseconds{500});  // fractions of a second do not count
   const std::string out = scrape();
-  const std::string k = "{namespace=\"ml\",job=\"a\"}";
+  const std::string k = "{namespace=\"ml\",trainingjob=\"a\"}";
   EXPECT_EQ(seriesValue(out, "c4_operator_job_productive_seconds" + k), 105);
   EXPECT_EQ(seriesValue(out, "c4_operator_job_lost_seconds" + k), 20);
   EXPECT_DOUBLE_EQ(*seriesValue(out, "c4_operator_job_goodput_ratio" + k), 105.0 / 125.0);
@@ -69,7 +69,8 @@ TEST_F(JobMetricsTest, RunningJobExposesStatusWithGoodputAccruedToTheScrape) {
   EXPECT_EQ(seriesValue(out, "c4_operator_job_max_restarts" + k), 4);
   EXPECT_EQ(seriesValue(out, "c4_operator_job_attempt" + k), 2);
   EXPECT_EQ(seriesValue(out, "c4_operator_job_plan_version" + k), 3);
-  EXPECT_EQ(seriesValue(out, "c4_operator_job_phase{namespace=\"ml\",job=\"a\",phase=\"Running\"}"),
+  EXPECT_EQ(seriesValue(
+                out, "c4_operator_job_phase{namespace=\"ml\",trainingjob=\"a\",phase=\"Running\"}"),
             1);
 }
 
@@ -79,7 +80,7 @@ TEST_F(JobMetricsTest, RestartingAccruesLostSecondsAndDefaultsApply) {
       {{"phase", "Restarting"},
        {"goodput", {{"productiveSeconds", 30}, {"lostSeconds", 0}, {"lastUpdateTime", at(10)}}}}));
   const std::string out = scrape();
-  const std::string k = "{namespace=\"ml\",job=\"b\"}";
+  const std::string k = "{namespace=\"ml\",trainingjob=\"b\"}";
   EXPECT_EQ(seriesValue(out, "c4_operator_job_productive_seconds" + k), 30);
   EXPECT_EQ(seriesValue(out, "c4_operator_job_lost_seconds" + k), 10);
   EXPECT_DOUBLE_EQ(*seriesValue(out, "c4_operator_job_goodput_ratio" + k), 0.75);
@@ -92,11 +93,12 @@ TEST_F(JobMetricsTest, NewJobHasNoRatioAndABadSpecNoBudget) {
   bad["spec"]["replicas"] = "many";
   jobs_.push_back(bad);
   const std::string out = scrape();
-  const std::string k = "{namespace=\"ml\",job=\"c\"}";
+  const std::string k = "{namespace=\"ml\",trainingjob=\"c\"}";
   EXPECT_EQ(seriesValue(out, "c4_operator_job_productive_seconds" + k), 0);
   EXPECT_EQ(seriesValue(out, "c4_operator_job_goodput_ratio" + k), std::nullopt);
   EXPECT_EQ(seriesValue(out, "c4_operator_job_max_restarts" + k), std::nullopt);
-  EXPECT_EQ(seriesValue(out, "c4_operator_job_phase{namespace=\"ml\",job=\"c\",phase=\"Pending\"}"),
+  EXPECT_EQ(seriesValue(
+                out, "c4_operator_job_phase{namespace=\"ml\",trainingjob=\"c\",phase=\"Pending\"}"),
             1);
 }
 
@@ -104,17 +106,20 @@ TEST_F(JobMetricsTest, SeriesFollowTheCache) {
   jobs_.push_back(job("a", {{"phase", "Running"}, {"plan", {{"version", 1}}}}));
   jobs_.push_back(job("b", {{"phase", "Running"}}));
   std::string out = scrape();
-  ASSERT_TRUE(seriesValue(out, "c4_operator_job_attempt{namespace=\"ml\",job=\"a\"}"));
-  ASSERT_TRUE(seriesValue(out, "c4_operator_job_plan_version{namespace=\"ml\",job=\"a\"}"));
+  ASSERT_TRUE(seriesValue(out, "c4_operator_job_attempt{namespace=\"ml\",trainingjob=\"a\"}"));
+  ASSERT_TRUE(seriesValue(out, "c4_operator_job_plan_version{namespace=\"ml\",trainingjob=\"a\"}"));
 
   jobs_.erase(jobs_.begin());                 // job a deleted
   jobs_[0]["status"]["phase"] = "Succeeded";  // job b finished
   out = scrape();
-  EXPECT_EQ(out.find("job=\"a\""), std::string::npos) << out;
-  EXPECT_EQ(seriesValue(out, "c4_operator_job_phase{namespace=\"ml\",job=\"b\",phase=\"Running\"}"),
+  EXPECT_EQ(out.find("trainingjob=\"a\""), std::string::npos) << out;
+  EXPECT_EQ(seriesValue(
+                out, "c4_operator_job_phase{namespace=\"ml\",trainingjob=\"b\",phase=\"Running\"}"),
             std::nullopt);
   EXPECT_EQ(
-      seriesValue(out, "c4_operator_job_phase{namespace=\"ml\",job=\"b\",phase=\"Succeeded\"}"), 1);
+      seriesValue(out,
+                  "c4_operator_job_phase{namespace=\"ml\",trainingjob=\"b\",phase=\"Succeeded\"}"),
+      1);
 }
 
 }  // namespace
