@@ -38,8 +38,10 @@ c4_scenario_init() {
 c4_cleanup() {
   if [[ -n ${C4_E2E_KEEP:-} ]]; then
     echo "kept: $CLUSTER (operator pid $OP_PID; source $CLUSTER/env)"
+    [[ -z ${PROM_URL:-} ]] || echo "kept: Prometheus $PROM_URL (pid $PROM_PID)"
     return
   fi
+  if declare -F c4_prometheus_down >/dev/null; then c4_prometheus_down; fi
   [[ -n $OP_PID ]] && kill "$OP_PID" 2>/dev/null && wait "$OP_PID" 2>/dev/null || true
   "$TESTENV" down --dir "$CLUSTER" >/dev/null 2>&1 || true
 }
