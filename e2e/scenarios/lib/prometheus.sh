@@ -44,16 +44,16 @@ YAML
   promtool check config "$dir/prometheus.yml" >"$dir/check.log" 2>&1 ||
     fail "promtool check config: $(cat "$dir/check.log")"
   local port
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  port=$((20000 + RANDOM % 30000))  # a port nothing listens on
+  while (: <"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do port=$((20000 + RANDOM % 30000)); done
   prometheus --config.file="$dir/prometheus.yml" --storage.tsdb.path="$dir/data" \
     --web.listen-address="127.0.0.1:$port" --log.level=warn >"$dir/prometheus.log" 2>&1 &
   PROM_PID=$!
   PROM_URL=http://127.0.0.1:$port
   export PROM_URL
   wait_until 30 "Prometheus ready" curl -sf "$PROM_URL/-/ready"
-  wait_until 20 "$((nodes + 1)) Prometheus targets up" \
-    bash -c "[[ \$(curl -sf '$PROM_URL/api/v1/query' --data-urlencode 'query=sum(up{job=~\"c4-.*\"})' \
-               | python3 -c 'import json,sys; r=json.load(sys.stdin)[\"data\"][\"result\"]; print(r[0][\"value\"][1] if r else 0)') == $((nodes + 1)) ]]"
+  targets_up() { [[ $(c4_prom_value 'sum(up{job=~"c4-.*"})') == "$1" ]]; }
+  wait_until 20 "$((nodes + 1)) Prometheus targets up" targets_up $((nodes + 1))
   echo "prometheus: $PROM_URL scraping the operator and $nodes node plugins (1 s), C4 alert rules loaded; ready in $((SECONDS - t0)) s"
 }
 
@@ -65,13 +65,10 @@ c4_prometheus_down() {
 }
 
 c4_prom_query() {
-  curl -sf "$PROM_URL/api/v1/query" --data-urlencode "query=$1" | python3 -c '
-import json, sys
-body = json.load(sys.stdin)
-if body.get("status") != "success":
-    sys.exit("query failed: " + body.get("error", "?"))
-for r in body["data"]["result"]:
-    print(json.dumps(r["metric"], sort_keys=True), r["value"][1])'
+  curl -sf "$PROM_URL/api/v1/query" --data-urlencode "query=$1" | jq -r '
+    if .status != "success" then error("query failed: \(.error)") else
+      .data.result[] | "\(.metric | to_entries | sort_by(.key) | from_entries | tojson) \(.value[1])"
+    end'
 }
 
 c4_prom_value() {
@@ -90,9 +87,7 @@ c4_promtool_check_metrics() {
     out=$(curl -sf "http://$target/metrics" | promtool check metrics 2>&1) ||
       fail "promtool check metrics (node plugin on $name): $out"
     n=$((n + 1))
-  done < <(python3 -c 'import json,sys
-for t in json.load(open(sys.argv[1])): print(t["labels"]["node"], t["targets"][0])' \
-    "$WORK/prometheus/node-plugins.json")
+  done < <(jq -r '.[] | "\(.labels.node) \(.targets[0])"' "$WORK/prometheus/node-plugins.json")
   ((n > 0)) || fail "no node plugin targets to check"
   echo "promtool check metrics: operator and $n node plugins clean"
 }
