@@ -12,12 +12,17 @@
 3. Every series name in the dashboards' queries and in helm/c4/files/alerts.yaml's expressions is
    exported, or one Prometheus makes itself (up, ALERTS); each dashboard uses at least one metric
    of each of the operator, C4D, C4P and the node plugin.
+4. With promtool installed, every dashboard query (Grafana variables replaced) parses as PromQL
+   (`promtool check rules` on a rule file recording each of them).
 """
 import glob
 import json
 import os
 import re
+import shutil
+import subprocess
 import sys
+import tempfile
 
 import yaml
 
@@ -88,6 +93,7 @@ for path in dashboards:
         errors.append(f"{rel}: invalid JSON: {err}")
         continue
     used = set()
+    promql = []
     panels = [p for p in dash.get("panels", []) if p.get("type") != "row"]
     if not dash.get("title") or not dash.get("uid") or not panels:
         errors.append(f"{rel}: needs a title, a uid and panels")
@@ -97,6 +103,7 @@ for path in dashboards:
             errors.append(f"{rel}: panel {p.get('title')!r} has no queries")
         for t in targets:
             used |= check(f"{rel}: panel {p.get('title')!r}", t.get("expr", ""))
+            promql.append(t.get("expr", ""))
     for v in dash.get("templating", {}).get("list", []):
         if v.get("type") == "query":
             q = v["query"]["query"] if isinstance(v.get("query"), dict) else v.get("query", "")
@@ -105,6 +112,19 @@ for path in dashboards:
     for prefix in ("c4_operator_", "c4_c4d_", "c4_trafficplan_", "c4_node_plugin_"):
         if not any(n.startswith(prefix) for n in used):
             errors.append(f"{rel}: no panel uses a {prefix}* metric")
+    if shutil.which("promtool"):
+        # Variables only appear in label matchers (=~"$namespace"): any regex stands in.
+        rules = [{"record": f"c4:dashboard_query_{i}", "expr": re.sub(r"\$\{?\w+\}?", ".*", e)}
+                 for i, e in enumerate(promql)]
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+            yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}, f)
+            f.flush()
+            r = subprocess.run(["promtool", "check", "rules", f.name], capture_output=True,
+                               text=True)
+            if r.returncode != 0:
+                errors.append(f"{rel}: a query is not valid PromQL: {r.stdout}{r.stderr}")
+    else:
+        print(f"{rel}: PromQL syntax not checked (no promtool)")
     print(f"{rel}: valid JSON, {len(panels)} panels, {len(used)} series names")
 
 # ---- alerting rules -----------------------------------------------------------------------------
