@@ -14,8 +14,9 @@
 # from the checkpoint step). Prints the timeline: fault -> verdict -> cordon -> restart -> done.
 # A real Prometheus (lib/prometheus.sh) scrapes the operator and the node plugins throughout; at
 # the end it must show the job's goodput, its restart, the verdict, its detection latency, the
-# cordon and the chart's alert C4NodeCordoned firing (crash: no cordon), and `promtool check
-# metrics` must pass on every component's /metrics.
+# cordon and the chart's alert C4NodeCordoned firing (crash: no cordon); every query of the
+# chart's Grafana dashboard must evaluate (its job, fault and cordon panels with data); and
+# `promtool check metrics` must pass on every component's /metrics.
 #
 #   c4d_fault_test.sh <build dir> <work dir> [freeze|crash]   (C4_E2E_KEEP=1 keeps it running)
 #   C4_E2E_NO_DETECTION=1 c4d_fault_test.sh ... freeze         the control: the same fault with the
@@ -173,6 +174,9 @@ echo "prometheus: goodput $(c4_prom_value "c4_operator_job_goodput_ratio{$J}")" 
   "$(c4_prom_value "c4_operator_job_lost_seconds{$J}") s lost), restarts 1," \
   "verdicts $(c4_prom_query 'c4_c4d_verdicts_total > 0' | tr '\n' ' ')"
 c4_promtool_check_metrics
+panels=("Job goodput" "Productive and lost seconds" "Restarts and budget" "Reports")
+[[ $FAULT == freeze ]] && panels+=("Faults by class" "Detection latency" "Cordons")
+c4_prom_dashboard_check "$ROOT/helm/c4/files/dashboards/c4-overview.json" "${panels[@]}"
 echo "prometheus checks: $((SECONDS - T_PROM)) s"
 python3 - "$T_START" "$T_FAULT" "$T_RESTART" "$T_RUNNING" "$T_DONE" "$FAULT" <<'PY'
 import sys

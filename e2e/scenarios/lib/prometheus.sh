@@ -13,6 +13,8 @@
 #   c4_prom_value <promql>          the value of a query that returns one series (else fails)
 #   c4_promtool_check_metrics       `promtool check metrics` on the /metrics of the operator and
 #                                   of every node plugin (fails on any finding)
+#   c4_prom_dashboard_check <json> [panel...]   every query of a Grafana dashboard evaluates;
+#                                   the named panels have data
 # shellcheck shell=bash
 
 PROM_PID="" PROM_BRIDGE_PID="" PROM_URL=""
@@ -90,4 +92,26 @@ c4_promtool_check_metrics() {
   done < <(jq -r '.[] | "\(.labels.node) \(.targets[0])"' "$WORK/prometheus/node-plugins.json")
   ((n > 0)) || fail "no node plugin targets to check"
   echo "promtool check metrics: operator and $n node plugins clean"
+}
+
+# c4_prom_dashboard_check <dashboard JSON> [panel title...]: evaluates every query of the Grafana
+# dashboard (variables match anything) in this Prometheus; fails on a query Prometheus refuses or
+# on a named panel none of whose queries returns data.
+c4_prom_dashboard_check() {
+  local json=$1 title expr n=0 empty=()
+  shift
+  declare -A has_data=()
+  while IFS=$'\t' read -r title expr; do
+    expr=$(sed -E 's/\$\{?[A-Za-z_]+\}?/.*/g' <<<"$expr")
+    local out
+    out=$(curl -s "$PROM_URL/api/v1/query" --data-urlencode "query=$expr")
+    [[ $(jq -r .status <<<"$out") == success ]] || fail "dashboard panel '$title': $expr: $out"
+    n=$((n + 1))
+    if [[ $(jq '.data.result | length' <<<"$out") -gt 0 ]]; then has_data[$title]=1; fi
+  done < <(jq -r '.panels[] | select(.type != "row") | .title as $t | .targets[] | [$t, .expr] | @tsv' "$json")
+  for title in "$@"; do
+    [[ -n ${has_data[$title]:-} ]] || empty+=("$title")
+  done
+  ((${#empty[@]} == 0)) || fail "dashboard panels without data: ${empty[*]}"
+  echo "dashboard: $n queries evaluated, ${#has_data[@]} panels with data (required: $*)"
 }
