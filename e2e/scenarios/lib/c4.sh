@@ -7,6 +7,8 @@
 #                                                endpoint forwarded into every node netns; off with
 #                                                C4_E2E_NO_DETECTION=1), node plugin DaemonSet;
 #                                                sets OP_PID, OP_METRICS
+# A real Prometheus scraping all of it: lib/prometheus.sh (c4_prometheus_up after c4_install_c4;
+# c4_cleanup stops it).
 # shellcheck shell=bash
 
 TESTENV=$ROOT/e2e/testenv/testenv.sh
