@@ -10,7 +10,10 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-format-16
   iproute2 ethtool procps psmisc openssl
-  iperf3 python3
+  iperf3 python3 python3-yaml
+  # promtool (alert rule tests, metrics lint) and the server the e2e runs on its own port; on a
+  # host with systemd the package also enables its own service (:9090), unused by C4's tests.
+  prometheus
 )
 
 missing=()

@@ -69,6 +69,12 @@ M& Family<M>::labels(const std::vector<std::string>& values) {
   return ref;
 }
 
+template <typename M>
+bool Family<M>::remove(const std::vector<std::string>& values) {
+  std::lock_guard lock(mu_);
+  return series_.erase(values) > 0;
+}
+
 template class Family<Counter>;
 template class Family<Gauge>;
 template class Family<Histogram>;

@@ -12,6 +12,11 @@
 # c4.dev/faulty:NoSchedule, the job restarts as attempt 1 from status.lastCheckpoint away from
 # that node without spending the user's restart budget, and runs to completion (the ranks resume
 # from the checkpoint step). Prints the timeline: fault -> verdict -> cordon -> restart -> done.
+# A real Prometheus (lib/prometheus.sh) scrapes the operator and the node plugins throughout; at
+# the end it must show the job's goodput, its restart, the verdict, its detection latency, the
+# cordon and the chart's alert C4NodeCordoned firing (crash: no cordon); every query of the
+# chart's Grafana dashboard must evaluate (its job, fault and cordon panels with data); and
+# `promtool check metrics` must pass on every component's /metrics.
 #
 #   c4d_fault_test.sh <build dir> <work dir> [freeze|crash]   (C4_E2E_KEEP=1 keeps it running)
 #   C4_E2E_NO_DETECTION=1 c4d_fault_test.sh ... freeze         the control: the same fault with the
@@ -21,12 +26,15 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 # shellcheck source=lib/c4.sh
 source "$ROOT/e2e/scenarios/lib/c4.sh"
+# shellcheck source=lib/prometheus.sh
+source "$ROOT/e2e/scenarios/lib/prometheus.sh"
 FAULT=${3:-freeze}
 [[ $FAULT == freeze || $FAULT == crash ]] || { echo "fault must be freeze or crash" >&2; exit 2; }
 c4_scenario_init "$1" "$2"
 
 c4_cluster_up 5
 c4_install_c4
+[[ -n ${C4_E2E_NO_DETECTION:-} ]] || c4_prometheus_up
 
 tj() { kubectl get tj -n "$NS" train -o jsonpath="$1"; }
 now_s() { date +%s.%N; }
@@ -137,6 +145,39 @@ resumed=$(grep -ho '"resumedFrom":[0-9]*' "$CLUSTER"/pods/"$NS"/train-0/trainer.
 [[ ${resumed:-0} -ge $step_before ]] || fail "the ranks did not resume from the checkpoint (resumedFrom=$resumed)"
 echo "done: the ranks resumed from step $resumed and completed"
 kubectl describe tj -n "$NS" train | sed -n '/^Events:/,$p'
+
+# What Prometheus saw: the job's goodput and the fault counters, from the operator and the node
+# plugins it scraped, the chart's alert firing; and every component's /metrics lint-clean.
+T_PROM=$SECONDS
+positive() { local v; v=$(c4_prom_value "$1") && awk -v v="$v" 'BEGIN { exit !(v + 0 > 0) }'; }
+equals() { [[ $(c4_prom_value "$1") == "$2" ]]; }
+J="namespace=\"$NS\",trainingjob=\"train\""
+wait_until 10 "prometheus: job productive seconds > 0" positive "c4_operator_job_productive_seconds{$J}"
+wait_until 10 "prometheus: job goodput ratio > 0" positive "c4_operator_job_goodput_ratio{$J}"
+wait_until 10 "prometheus: 1 job restart" equals "c4_operator_job_restarts{$J}" 1
+at_least() { local v; v=$(c4_prom_value "$1") && awk -v v="$v" -v m="$2" 'BEGIN { exit !(v + 0 >= m) }'; }
+wait_until 10 "prometheus: the node plugins of the 4 ranks' nodes accepted reports" at_least \
+  'count(c4_node_plugin_messages_accepted_total{job="c4-node-plugin"} > 0)' 4
+if [[ $FAULT == freeze ]]; then
+  wait_until 10 "prometheus: a nonCommHang verdict" positive 'sum(c4_c4d_verdicts_total{class="nonCommHang"})'
+  wait_until 10 "prometheus: its detection latency" equals 'c4_c4d_detection_seconds_count{class="nonCommHang"}' 1
+  wait_until 10 "prometheus: one cordon" equals \
+    'c4_operator_node_actions_total{action="cordon",outcome="cordoned"}' 1
+  wait_until 10 "prometheus: alert C4NodeCordoned firing" equals \
+    'count(ALERTS{alertname="C4NodeCordoned",alertstate="firing"})' 1
+else
+  wait_until 10 "prometheus: no cordon" equals \
+    'c4_operator_node_actions_total{action="cordon",outcome="cordoned"}' 0
+fi
+echo "prometheus: goodput $(c4_prom_value "c4_operator_job_goodput_ratio{$J}")" \
+  "($(c4_prom_value "c4_operator_job_productive_seconds{$J}") s productive," \
+  "$(c4_prom_value "c4_operator_job_lost_seconds{$J}") s lost), restarts 1," \
+  "verdicts $(c4_prom_query 'c4_c4d_verdicts_total > 0' | tr '\n' ' ')"
+c4_promtool_check_metrics
+panels=("Job goodput" "Productive and lost seconds" "Restarts and budget" "Reports")
+[[ $FAULT == freeze ]] && panels+=("Faults by class" "Detection latency" "Cordons")
+c4_prom_dashboard_check "$ROOT/helm/c4/files/dashboards/c4-overview.json" "${panels[@]}"
+echo "prometheus checks: $((SECONDS - T_PROM)) s"
 python3 - "$T_START" "$T_FAULT" "$T_RESTART" "$T_RUNNING" "$T_DONE" "$FAULT" <<'PY'
 import sys
 start, fault, restart, running, done = map(float, sys.argv[1:6])

@@ -29,7 +29,8 @@ H lint --strict "$CHART" --set reports.tls.mode=certManager \
 H lint --strict "$CHART" --set reports.tls.mode=secret --set reports.tls.secretName=mine \
   >/dev/null || fail "lint: secret mode"
 H lint --strict "$CHART" --set metrics.serviceMonitor.enabled=true \
-  --set metrics.prometheusRule.enabled=true >/dev/null || fail "lint: monitoring enabled"
+  --set metrics.prometheusRule.enabled=true --set metrics.grafanaDashboards.enabled=true \
+  >/dev/null || fail "lint: monitoring enabled"
 echo "lint: ok (default, certManager, secret, monitoring)"
 
 # 2. bad values are refused, naming the field

@@ -215,7 +215,16 @@ Detector::Detector(ingest::ReportStore& store, Informer& jobs, Informer& pods, I
           metrics::exponentialBuckets(0.5, 2.0, 10))),
       tick_seconds_(registry.histogram("c4_c4d_tick_duration_seconds",
                                        "Time of one analysis window over every job.", {},
-                                       metrics::exponentialBuckets(0.0005, 2.0, 14))) {}
+                                       metrics::exponentialBuckets(0.0005, 2.0, 14))) {
+  // Every class's histogram and the observation counter from the start at 0, so increase() in
+  // alerts and dashboards sees the first verdict of a class and the first observation.
+  for (auto c : {c4d::FaultClass::kCrash, c4d::FaultClass::kCommHang, c4d::FaultClass::kNonCommHang,
+                 c4d::FaultClass::kCommSlow, c4d::FaultClass::kNonCommSlow}) {
+    detection_seconds_.labels({std::string(c4d::faultClassName(c))});
+  }
+  observations_.labels(
+      {std::string(c4d::observationKindName(c4d::ObservationKind::kTelemetryMissing))});
+}
 
 Detector::~Detector() {
   stop();

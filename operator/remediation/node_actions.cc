@@ -98,6 +98,14 @@ NodeRemediator::NodeRemediator(KubeClient& client, Clock& clock, EventRecorder& 
     actions_ =
         &registry->counter("c4_operator_node_actions_total",
                            "Node cordon/uncordon decisions by outcome.", {"action", "outcome"});
+    // Every series from the start at 0, so increase() in alerts sees the first cordon.
+    for (auto o : {CordonOutcome::kCordoned, CordonOutcome::kAlreadyOurs, CordonOutcome::kDryRun,
+                   CordonOutcome::kBreakerOpen}) {
+      actions_->labels({"cordon", std::string(cordonOutcomeName(o))});
+    }
+    for (const char* o : {"uncordoned", "taint_removed", "not_ours", "dry_run"}) {
+      actions_->labels({"uncordon", o});
+    }
   }
 }
 

@@ -122,6 +122,8 @@ TrainingJobController::TrainingJobController(KubeClient& client, Clock& clock,
       enqueueJobOf(pod);
     }
   });
+  job_metrics_ =
+      std::make_unique<JobMetrics>([this] { return jobs_->store().list(); }, clock, registry);
 }
 
 TrainingJobController::~TrainingJobController() {

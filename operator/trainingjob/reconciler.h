@@ -27,6 +27,7 @@
 #include "operator/controller/expectations.h"
 #include "operator/controller/work_queue.h"
 #include "operator/remediation/node_actions.h"
+#include "operator/trainingjob/job_metrics.h"
 #include "operator/trainingjob/planner.h"
 
 namespace c4::op {
@@ -154,6 +155,8 @@ class TrainingJobController {
   metrics::Family<metrics::Counter>& restarts_;
   metrics::Family<metrics::Counter>& pods_created_;
   metrics::Family<metrics::Counter>& child_errors_;
+  // Per-job gauges from the job cache (last: its collect hook goes before anything else).
+  std::unique_ptr<JobMetrics> job_metrics_;
 };
 
 }  // namespace c4::op

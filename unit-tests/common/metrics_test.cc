@@ -34,6 +34,21 @@ TEST(MetricsTest, GaugeWithoutLabels) {
   EXPECT_NE(reg.expose().find("c4_test_depth 6\n"), std::string::npos);
 }
 
+TEST(MetricsTest, RemoveDropsOneSeries) {
+  Registry reg;
+  auto& fam = reg.gauge("c4_test_job_seconds", "Seconds by job.", {"job"});
+  fam.labels({"a"}).set(1);
+  fam.labels({"b"}).set(2);
+  EXPECT_TRUE(fam.remove({"a"}));
+  EXPECT_FALSE(fam.remove({"a"}));
+  EXPECT_FALSE(fam.remove({"missing"}));
+  EXPECT_EQ(reg.expose(),
+            "# HELP c4_test_job_seconds Seconds by job.\n"
+            "# TYPE c4_test_job_seconds gauge\n"
+            "c4_test_job_seconds{job=\"b\"} 2\n");
+  EXPECT_EQ(fam.labels({"a"}).value(), 0);  // a new series, not the old one
+}
+
 TEST(MetricsTest, HistogramBucketsAreCumulative) {
   Registry reg;
   auto& h = reg.histogram("c4_test_latency_seconds", "Latency.", {}, {0.1, 1}).get();

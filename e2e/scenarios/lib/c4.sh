@@ -10,6 +10,8 @@
 #                                                C4_E2E_INSTALL=chart: `helm install` of helm/c4
 #                                                instead (operator and node plugins as the chart's
 #                                                pods; see c4_install_c4_chart)
+# A real Prometheus scraping all of it: lib/prometheus.sh (c4_prometheus_up after c4_install_c4;
+# c4_cleanup stops it).
 # shellcheck shell=bash
 
 TESTENV=$ROOT/e2e/testenv/testenv.sh
@@ -44,8 +46,10 @@ c4_scenario_init() {
 c4_cleanup() {
   if [[ -n ${C4_E2E_KEEP:-} ]]; then
     echo "kept: $CLUSTER (operator pid $OP_PID; source $CLUSTER/env)"
+    [[ -z ${PROM_URL:-} ]] || echo "kept: Prometheus $PROM_URL (pid $PROM_PID)"
     return
   fi
+  if declare -F c4_prometheus_down >/dev/null; then c4_prometheus_down; fi
   [[ -n $OP_PID ]] && kill "$OP_PID" 2>/dev/null && wait "$OP_PID" 2>/dev/null || true
   [[ -n $FWD_PID ]] && kill "$FWD_PID" 2>/dev/null && wait "$FWD_PID" 2>/dev/null || true
   "$TESTENV" down --dir "$CLUSTER" >/dev/null 2>&1 || true

@@ -102,6 +102,10 @@ class Family {
   M& labels(const std::vector<std::string>& values);
   // The series without labels (only for families registered with no label names).
   M& get() { return labels({}); }
+  // Drops the series of these label values (no-op when absent); returns whether one was
+  // dropped. A reference to it obtained earlier dangles: only for series that are re-derived
+  // from state (collect hooks), e.g. the per-job gauges of jobs that were deleted.
+  bool remove(const std::vector<std::string>& values);
 
   // Internal: registry construction and exposition.
   Family(std::vector<std::string> label_names, std::vector<double> bounds)
