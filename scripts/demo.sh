@@ -16,7 +16,8 @@
 #   crash             the rank's process is killed: the pod fails, the job restarts from the
 #                     checkpoint; no node is cordoned without node-level evidence.
 # It shows `kubectl get nodes`, the C4P plan, the verdict, `kubectl describe trainingjob` with its
-# Events, the goodput, and writes DIR/timeline.svg: the training step of every rank over time with
+# Events, the goodput, what a real Prometheus scraped from the operator and node plugins (goodput,
+# verdicts, node actions, firing alerts), and writes DIR/timeline.svg: the training step of every rank over time with
 # the fault, the verdict, the cordon and the restart marked. Then it tears everything down.
 # --keep leaves the cluster and the operator running to explore
 # (`source DIR/cluster/env; kubectl get nodes,tj -A`); DIR defaults to /tmp/c4-demo.
@@ -60,6 +61,8 @@ echo "== 3/3 the demo: fault '$FAULT' in a running TrainingJob"
 export C4_E2E_KEEP=$KEEP C4_E2E_INSTALL=$INSTALL
 # shellcheck source=../e2e/scenarios/lib/c4.sh
 source "$ROOT/e2e/scenarios/lib/c4.sh"
+# shellcheck source=../e2e/scenarios/lib/prometheus.sh
+source "$ROOT/e2e/scenarios/lib/prometheus.sh"
 c4_scenario_init build "$DIR"
 
 say() { printf '\n\033[1m-- %s\033[0m\n' "$*"; }
@@ -87,6 +90,8 @@ say "C4 ($INSTALL): the operator (report endpoint, C4D, C4P) and the node plugin
 c4_install_c4 --traffic-planning --fabric-name demo
 [[ $INSTALL == chart ]] && helm list -n "$SYS" 2> >(grep -v 'found symbolic link' >&2)
 kubectl get pods -n "$SYS" -o wide -L c4.dev/leader | cut -c1-120
+c4_prometheus_up
+echo "Prometheus (Debian's prometheus) scrapes the operator and every node plugin: $PROM_URL"
 
 say "a TrainingJob: 4 ranks of c4-netbench training through the C4 NCCL plugin"
 mkdir -p "$WORK/ckpt" "$WORK/steps"
@@ -193,6 +198,19 @@ import json, sys
 g = json.load(sys.stdin)
 p, l = g.get("productiveSeconds", 0), g.get("lostSeconds", 0)
 print(f"productive {p} s, lost {l} s: goodput {100 * p / max(p + l, 1):.1f} %")'
+
+say "Prometheus: what the operator and the node plugins exported"
+J='namespace="'$NS'",trainingjob="train"'
+sleep 2  # one more scrape after the job finished
+echo "goodput ratio $(c4_prom_value "c4_operator_job_goodput_ratio{$J}")," \
+  "restarts $(c4_prom_value "c4_operator_job_restarts{$J}")," \
+  "plan version $(c4_prom_value "c4_operator_job_plan_version{$J}")"
+echo "C4D verdicts by class and action:"
+c4_prom_query 'sum by (class, action) (c4_c4d_verdicts_total) > 0' | sed 's/^/  /'
+echo "node actions:"
+c4_prom_query 'sum by (action, outcome) (c4_operator_node_actions_total) > 0' | sed 's/^/  /'
+echo "alerts firing: $(c4_prom_query 'ALERTS{alertstate="firing"}' | grep -o '"alertname":"[A-Za-z0-9]*"' |
+  cut -d'"' -f4 | sort -u | tr '\n' ' ')"
 
 say "timeline"
 marks=(--mark "$T_FAULT=fault injected ($FAULT rank 2)")
