@@ -103,6 +103,7 @@ cleanup() {
   [[ -n ${KEEP_WORK:-} ]] && echo "work dir: $WORK" >&2 || rm -rf "$WORK"
 }
 trap cleanup EXIT
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 C4_CACHE_DIR=$SHADOW_ROOT "$ROOT/e2e/testenv/testenv.sh" up --dir "$DIR" --nodes "$NODES" \
   --kcm-api-qps "$KCM_QPS" --kcm-api-burst "$KCM_BURST" >&2
 # shellcheck disable=SC1091
@@ -284,8 +285,22 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 [[ -n $PORT ]] || { echo "operator did not start:" >&2; cat "$WORK/operator.log" >&2; exit 1; }
+# The operator's API requests so far: "total=N VERB=n ...".
 op_requests() {
-  curl -sf "http://127.0.0.1:$PORT/metrics" | awk '/^c4_operator_api_requests_total/ {t += $NF} END {print t + 0}'
+  curl -sf "http://127.0.0.1:$PORT/metrics" | awk -F'[{}" ]+' '
+    /^c4_operator_api_requests_total/ {
+      for (i = 1; i < NF; i++) if ($i == "verb=") v = $(i + 1)
+      n[v] += $NF; total += $NF
+    }
+    END { printf "total=%d", total; for (v in n) printf " %s=%d", v, n[v]; print "" }'
+}
+# "total=N VERB=n ..." after minus before, per verb.
+op_delta() {
+  awk -v a="$2" -v b="$1" 'BEGIN {
+    n = split(b, x, " "); for (i = 1; i <= n; i++) { split(x[i], kv, "="); before[kv[1]] = kv[2] }
+    n = split(a, x, " ")
+    for (i = 1; i <= n; i++) { split(x[i], kv, "="); printf "%s%s=%d", (i > 1 ? " " : ""), kv[1], kv[2] - before[kv[1]] }
+    print "" }'
 }
 kubectl apply -f - >/dev/null <<YAML
 apiVersion: c4.dev/v1alpha1
@@ -376,7 +391,7 @@ stop "$JS_PID"; JS_PID=""
 TJM=$WORK/$TJ_NS.marks JSM=$WORK/$JS_NS.marks
 printf 'pods=%d on %d KWOK nodes; operator qps/burst=%s/%s; kube-controller-manager %s/%s; JobSet %s (its default client limits 500/500)\n' \
   "$REPLICAS" "$NODES" "$QPS" "$BURST" "$KCM_QPS" "$KCM_BURST" "$JOBSET_VERSION"
-printf 'load average at the end: %s\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
+printf 'load average (1/5/15 min) at the start: %s, at the end: %s\n' "$LOAD_START" "$(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-44s %14s %14s\n' "seconds after the failure" "c4-operator" "JobSet"
 for m in restart_started first_new old_gone all_new_ready; do
   case $m in
@@ -392,8 +407,8 @@ printf '%-44s %14.2f %14.2f\n' "first start, all pods Running+Ready" "$t_tj_crea
 printf 'ratio (JobSet / c4-operator), failure -> all Running+Ready: %.2f\n' "$(echo "$t_js / $t_tj" | bc -l)"
 printf 'after: c4 attempt=%s, %s pods of attempt 1 ready; JobSet restarts=%s, %s pods of restart-attempt 1 ready\n' \
   "$tj_attempt" "$tj_ready" "$js_restarts" "$js_ready"
-printf 'API requests for the restart (failure .. 3 s after all ready): c4-operator %d, kube-controller-manager %d\n' \
-  "$((op_after - op_before))" "$((kcm_after - kcm_before))"
+printf 'API requests for the restart (failure .. 3 s after all ready): c4-operator %s; kube-controller-manager %d\n' \
+  "$(op_delta "$op_before" "$op_after")" "$((kcm_after - kcm_before))"
 printf '                                                  JobSet run: kube-controller-manager %d (JobSet'"'"'s own not counted: its metrics are off)\n' \
   "$((kcm_js_after - kcm_js_before))"
 [[ $tj_ready -eq $REPLICAS && $js_ready -eq $REPLICAS ]] || { echo "not every pod of the new groups is ready" >&2; exit 1; }
