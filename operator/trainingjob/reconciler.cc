@@ -2,13 +2,37 @@
 #include "operator/trainingjob/reconciler.h"
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <cstdio>
+#include <thread>
 
 #include "operator/manager/failpoints.h"
 
 namespace c4::op {
 namespace {
+
+// Runs fn(i) for every i in [0, count) on up to `parallelism` threads, the caller's included.
+// fn must not throw: an exception escaping a helper thread would terminate the process, so one
+// is caught and reported through `on_exception(i, what)`.
+template <typename Fn, typename OnException>
+void forEachConcurrently(std::size_t count, std::size_t parallelism, Fn&& fn,
+                         OnException&& on_exception) {
+  std::atomic<std::size_t> next{0};
+  auto work = [&]() noexcept {
+    for (std::size_t i = next.fetch_add(1); i < count; i = next.fetch_add(1)) {
+      try {
+        fn(i);
+      } catch (const std::exception& e) {
+        on_exception(i, e.what());
+      }
+    }
+  };
+  std::vector<std::thread> helpers;
+  for (std::size_t t = 1; t < std::min(count, parallelism); ++t) helpers.emplace_back(work);
+  work();
+  for (auto& h : helpers) h.join();
+}
 const char* kPodsByJob = "trainingjob.byJob";
 // How soon a job whose children have a problem someone must fix is looked at again.
 constexpr Duration kProblemRecheck = std::chrono::seconds{10};
@@ -418,17 +442,36 @@ Result<ReconcileResult> TrainingJobController::reconcile(const std::string& key)
     }
   }
 
-  for (const auto& d : plan.pods_to_delete) {
-    DeleteOptions options;
-    options.precondition_uid = d.uid;
-    options.priority = RequestPriority::kCritical;  // the restart path goes first
-    if (d.force) options.grace_period_seconds = 0;
-    auto removed = client_.remove(resources::pods(), objectNamespace(job), d.name, options);
-    if (!removed && removed.error().code != ErrorCode::kNotFound &&
-        removed.error().code != ErrorCode::kConflict) {
-      return std::unexpected(removed.error().withContext("delete pod " + d.name));
+  // Pods are deleted concurrently, like they are created below: a restart of a 1,024-pod job
+  // is otherwise bound by 1,024 round trips in a row. The client's token bucket still bounds the
+  // rate; the first error is returned once every delete has been tried.
+  {
+    const std::size_t count = plan.pods_to_delete.size();
+    std::vector<Status> removed(count);
+    forEachConcurrently(
+        count, config_.create_parallelism,
+        [&](std::size_t i) {
+          const auto& d = plan.pods_to_delete[i];
+          DeleteOptions options;
+          options.precondition_uid = d.uid;
+          options.priority = RequestPriority::kCritical;  // the restart path goes first
+          if (d.force) options.grace_period_seconds = 0;
+          removed[i] = client_.remove(resources::pods(), objectNamespace(job), d.name, options);
+        },
+        [&](std::size_t i, const char* what) {
+          removed[i] = makeError(ErrorCode::kInternal, std::string("delete pod: ") + what);
+        });
+    std::optional<Error> first_error;
+    for (std::size_t i = 0; i < count; ++i) {
+      const auto& d = plan.pods_to_delete[i];
+      if (!removed[i] && removed[i].error().code != ErrorCode::kNotFound &&
+          removed[i].error().code != ErrorCode::kConflict) {
+        if (!first_error) first_error = removed[i].error().withContext("delete pod " + d.name);
+        continue;
+      }
+      log.info("Pod deleted", {{"pod", d.name}, {"force", d.force}, {"why", d.why}});
     }
-    log.info("Pod deleted", {{"pod", d.name}, {"force", d.force}, {"why", d.why}});
+    if (first_error) return std::unexpected(*first_error);
   }
   // Pods are created concurrently (as the Job controller does in batches); the client's token
   // bucket still bounds the request rate, and serves these critical requests before status
@@ -444,25 +487,17 @@ Result<ReconcileResult> TrainingJobController::reconcile(const std::string& key)
     expectations_.expect(childId(pod), childVersion(pod), clock_.monoNow());
   }
   std::vector<Result<Json>> results(count, Json::object());
-  std::atomic<std::size_t> next{0};
   WriteOptions critical;
   critical.priority = RequestPriority::kCritical;
-  auto createSome = [&]() noexcept {
-    for (std::size_t i = next.fetch_add(1); i < count; i = next.fetch_add(1)) {
-      try {
+  forEachConcurrently(
+      count, config_.create_parallelism,
+      [&](std::size_t i) {
         results[i] = client_.create(resources::pods(), objectNamespace(job), plan.pods_to_create[i],
                                     critical);
-      } catch (const std::exception& e) {
-        results[i] = makeError(ErrorCode::kInternal, std::string("create pod: ") + e.what());
-      }
-    }
-  };
-  std::vector<std::thread> helpers;
-  for (std::size_t t = 1; t < std::min<std::size_t>(count, config_.create_parallelism); ++t) {
-    helpers.emplace_back(createSome);
-  }
-  createSome();
-  for (auto& h : helpers) h.join();
+      },
+      [&](std::size_t i, const char* what) {
+        results[i] = makeError(ErrorCode::kInternal, std::string("create pod: ") + what);
+      });
   std::size_t created_count = 0;
   std::optional<ChildProblem> pod_problem;
   for (std::size_t i = 0; i < count; ++i) {
