@@ -67,7 +67,12 @@ void usage() {
       "  --plugin NAME|PATH    (default $NCCL_NET_PLUGIN or the built plugin)\n"
       "  --json                JSON lines instead of the table\n"
       "  --steps N --step-compute-ms M --checkpoint-dir D --checkpoint-every K\n"
-      "  --state-bytes S       training mode (final checksum printed)\n");
+      "  --state-bytes S       training mode (final checksum printed)\n"
+      "  --pause-at-step S --pause-ms M [--pause-rank R] [--pause-silent]\n"
+      "                        training: rank R (default every rank) pauses M ms after step S,\n"
+      "                        announced as checkpointing unless --pause-silent\n"
+      "  --slow-file PATH      training: lines \"<node> <factor>\" in PATH (re-read when it\n"
+      "                        changes) multiply the compute time of ranks on <node>\n");
 }
 
 bool parseSize(const char* s, std::size_t* out) {
@@ -113,7 +118,12 @@ int parseArgs(int argc, char** argv, Options& o) {
     kCkptEvery,
     kState,
     kSlice,
-    kWindow
+    kWindow,
+    kPauseStep,
+    kPauseMs,
+    kPauseRank,
+    kPauseSilent,
+    kSlowFile
   };
   static const option longs[] = {{"rank", required_argument, nullptr, kRank},
                                  {"world-size", required_argument, nullptr, kWorld},
@@ -138,6 +148,11 @@ int parseArgs(int argc, char** argv, Options& o) {
                                  {"state-bytes", required_argument, nullptr, kState},
                                  {"slice-bytes", required_argument, nullptr, kSlice},
                                  {"window", required_argument, nullptr, kWindow},
+                                 {"pause-at-step", required_argument, nullptr, kPauseStep},
+                                 {"pause-ms", required_argument, nullptr, kPauseMs},
+                                 {"pause-rank", required_argument, nullptr, kPauseRank},
+                                 {"pause-silent", no_argument, nullptr, kPauseSilent},
+                                 {"slow-file", required_argument, nullptr, kSlowFile},
                                  {"help", no_argument, nullptr, 'h'},
                                  {nullptr, 0, nullptr, 0}};
   int c;
@@ -214,6 +229,21 @@ int parseArgs(int argc, char** argv, Options& o) {
         break;
       case kWindow:
         ok = ok && parseInt(optarg, &o.co.window) && o.co.window >= 1;
+        break;
+      case kPauseStep:
+        ok = ok && parseInt(optarg, &o.training.pauseAtStep) && o.training.pauseAtStep >= 0;
+        break;
+      case kPauseMs:
+        ok = ok && parseInt(optarg, &o.training.pauseMs) && o.training.pauseMs >= 0;
+        break;
+      case kPauseRank:
+        ok = ok && parseInt(optarg, &o.training.pauseRank);
+        break;
+      case kPauseSilent:
+        o.training.pauseSilent = true;
+        break;
+      case kSlowFile:
+        o.training.slowFile = optarg;
         break;
       case 'h':
         usage();
