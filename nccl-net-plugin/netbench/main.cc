@@ -352,16 +352,15 @@ int run(Options& o) {
                    r.error().toString().c_str());
       return 1;
     }
-    if (lead) {
-      if (o.json) {
-        std::printf(
-            "{\"mode\":\"training\",\"transport\":\"%s\",\"ranks\":%d,\"resumedFrom\":%d,"
-            "\"steps\":%d,\"checksum\":\"%016" PRIx64 "\"}\n",
-            transport, o.world, r->startStep, r->finalStep, r->checksum);
-      } else {
-        std::printf("resumed_from=%d steps=%d checksum=%016" PRIx64 "\n", r->startStep,
-                    r->finalStep, r->checksum);
-      }
+    // Every rank prints its result: the checksum of its own training state.
+    if (o.json) {
+      std::printf(
+          "{\"mode\":\"training\",\"transport\":\"%s\",\"rank\":%d,\"ranks\":%d,"
+          "\"resumedFrom\":%d,\"steps\":%d,\"checksum\":\"%016" PRIx64 "\"}\n",
+          transport, o.rank, o.world, r->startStep, r->finalStep, r->checksum);
+    } else {
+      std::printf("rank=%d resumed_from=%d steps=%d checksum=%016" PRIx64 "\n", o.rank,
+                  r->startStep, r->finalStep, r->checksum);
     }
     return 0;
   }

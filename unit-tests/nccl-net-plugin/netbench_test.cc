@@ -97,6 +97,19 @@ TEST_F(NetbenchTest, TrainingResumesToTheSameChecksum) {
   std::string sum = field(straight.out, "checksum");
   ASSERT_FALSE(sum.empty()) << straight.out;
   EXPECT_EQ(field(straight.out, "resumed_from"), "0");
+  // Every rank prints its own result, and the ranks agree.
+  EXPECT_NE(straight.out.find("rank=0 "), std::string::npos) << straight.out;
+  EXPECT_NE(straight.out.find("rank=1 "), std::string::npos) << straight.out;
+  auto count = [&](const std::string& what) {
+    std::size_t n = 0;
+    for (auto p = straight.out.find(what); p != std::string::npos;
+         p = straight.out.find(what, p + 1)) {
+      ++n;
+    }
+    return n;
+  };
+  EXPECT_EQ(count("checksum="), 2u) << straight.out;
+  EXPECT_EQ(count("checksum=" + sum), 2u) << straight.out;
   // Stopped after step 7 (last checkpoint 6), then restarted with the full step count.
   Outcome first = run(common + "--steps 7 --checkpoint-dir " + (dir / "b").string());
   ASSERT_EQ(first.rc, 0) << first.out;
