@@ -93,8 +93,6 @@ spec:
         image: c4/netbench
         resources:
           limits: {nvidia.com/gpu: "4"}
-        env:
-        - {name: C4_TCP_USER_TIMEOUT_MS, value: "${C4_E2E_TCP_USER_TIMEOUT_MS:-10000}"}
         args: [--steps, "$STEPS", --step-compute-ms, "60", --state-bytes, 256K, --json,
                --checkpoint-dir, \$(C4_CHECKPOINT_DIR), --checkpoint-every, "20",
                --slow-file, $WORK/slow$extra_args]

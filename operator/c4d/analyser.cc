@@ -89,8 +89,10 @@ struct Side {
   bool send = false;
   std::uint32_t conns = 0;
   std::uint64_t bytes = 0;
+  std::uint64_t wire = 0;  // socket-level payload bytes (0: not reported)
   std::uint64_t delta = 0;
-  bool hasDelta = false;  // previous report present with the same connections, no reset
+  bool hasDelta = false;   // previous report present with the same connections, no reset
+  bool wireStill = false;  // hasDelta and the wire bytes did not move between the two reports
   std::uint32_t inflight = 0;
   std::uint64_t oldestUs = 0;
   std::uint64_t waitSumUs = 0;
@@ -105,6 +107,7 @@ struct Agg {
   bool send = false;
   std::uint32_t conns = 0;
   std::uint64_t bytes = 0;
+  std::uint64_t wire = 0;
   std::uint64_t idSum = 0;
   std::uint32_t inflight = 0;
   std::uint64_t oldestUs = 0;
@@ -139,6 +142,7 @@ void aggregate(const ReportSample& r, std::int32_t worldSize, std::int32_t self,
     Agg& a = out.back();
     ++a.conns;
     a.bytes += c.bytes;
+    a.wire += c.wireBytes;
     a.idSum += c.id * 0x9e3779b97f4a7c15ULL + 1;
     a.inflight += c.inflight;
     a.oldestUs = std::max(a.oldestUs, c.inflight > 0 ? c.oldestInflightUs : 0);
@@ -156,6 +160,10 @@ struct Edge {
   std::int32_t recv = -1;  // index into sides, -1: the receiver did not report this edge
   double waitAge = 0.0;    // receiver waits with no bytes moving this long (0: not waiting)
   bool posted = false;     // the sender has ops in flight or bytes in transit towards dst
+  // The receiver waits while payload the sender wrote to its sockets has not been read and the
+  // receiver's socket-level bytes have not moved for this long (0: not the case).
+  double queuedAge = 0.0;
+  std::uint64_t queuedBytes = 0;
   bool moved = false;      // the receiver's bytes moved this window (measurable window)
   bool measured = false;   // carried >= minMeasureBytes: rate is meaningful
   double rate = 0.0;       // bytes per second of transfer time
@@ -296,6 +304,7 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
       s.send = a.send;
       s.conns = a.conns;
       s.bytes = a.bytes;
+      s.wire = a.wire;
       s.inflight = a.inflight;
       s.oldestUs = a.oldestUs;
       s.waitSumUs = a.waitSumUs;
@@ -308,6 +317,7 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
         if (o.conns == a.conns && o.idSum == a.idSum && a.bytes >= o.bytes) {
           s.hasDelta = true;
           s.delta = a.bytes - o.bytes;
+          s.wireStill = a.wire == o.wire;
         }
       }
       sides.push_back(s);
@@ -333,6 +343,7 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
   std::vector<EdgeState> newStates;
   newStates.reserve(edges.size());
   std::vector<WallTime> lastProgress(edges.size());
+  std::vector<WallTime> lastWireProgress(edges.size());
   {
     std::size_t j = 0;
     for (std::size_t i = 0; i < edges.size(); ++i) {
@@ -343,21 +354,26 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
         if (st) {
           newStates.push_back(*st);
           lastProgress[i] = st->lastProgress;
+          lastWireProgress[i] = st->lastWireProgress;
         } else {
           lastProgress[i] = now;
+          lastWireProgress[i] = now;
         }
         continue;
       }
       const Side& rcv = sides[static_cast<std::size_t>(e.recv)];
-      EdgeState ns{.key = e.key, .recvBytes = rcv.bytes, .recvConns = rcv.conns};
+      EdgeState ns{
+          .key = e.key, .recvBytes = rcv.bytes, .recvConns = rcv.conns, .recvWire = rcv.wire};
       if (!st) {
         ns.lastProgress = rcv.hasDelta && rcv.delta == 0 ? rcv.prevTime : rcv.time;
-      } else if (rcv.bytes != st->recvBytes || rcv.conns != st->recvConns) {
-        ns.lastProgress = rcv.time;
+        ns.lastWireProgress = rcv.wireStill ? rcv.prevTime : rcv.time;
       } else {
-        ns.lastProgress = st->lastProgress;
+        const bool reset = rcv.conns != st->recvConns;
+        ns.lastProgress = reset || rcv.bytes != st->recvBytes ? rcv.time : st->lastProgress;
+        ns.lastWireProgress = reset || rcv.wire != st->recvWire ? rcv.time : st->lastWireProgress;
       }
       lastProgress[i] = ns.lastProgress;
+      lastWireProgress[i] = ns.lastWireProgress;
       newStates.push_back(ns);
     }
   }
@@ -395,6 +411,16 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
     }
     if (snd && reporting[static_cast<std::size_t>(e.src)]) {
       e.posted = snd->inflight > 0 || (rcv && snd->conns == rcv->conns && snd->bytes > rcv->bytes);
+      // Bytes queued that do not move (a dead link): the sender wrote payload to its sockets that
+      // the waiting receiver has not read, and the receiver's sockets have delivered nothing
+      // since. Needs the wire counters at both ends and the same connections.
+      if (rcv && reporting[static_cast<std::size_t>(e.dst)] && rcv->inflight > 0 &&
+          snd->conns == rcv->conns && rcv->wire > 0 && snd->wire > rcv->wire) {
+        const double stall = secs(now - std::max(lastWireProgress[i], stallFloor));
+        const double age = static_cast<double>(rcv->oldestUs) * 1e-6 + secs(now - rcv->time);
+        e.queuedAge = std::max(0.0, std::min(stall, age));
+        e.queuedBytes = snd->wire - rcv->wire;
+      }
     }
   }
 
@@ -579,23 +605,34 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
       std::size_t edges = 0;
       double maxAge = 0.0;
       std::int32_t exampleSrc = -1, exampleDst = -1;
+      std::size_t queuedEdges = 0;  // found by the queued-bytes rule (silenceSeconds)
+      std::uint64_t queuedBytes = 0;
     };
     std::map<std::pair<std::size_t, std::size_t>, PairInfo> pairs;
     for (const Edge& e : edges) {
-      if (e.waitAge <= 0.0 || !e.posted) continue;
       if (!reporting[static_cast<std::size_t>(e.src)] ||
           !reporting[static_cast<std::size_t>(e.dst)]) {
         continue;
       }
       const std::size_t a = nodeOf(e.src), b = nodeOf(e.dst);
       const bool off = offender[a] || offender[b];
-      if (e.waitAge < relaxedIf(off, th.hangSeconds)) continue;
+      // Ops waiting at both ends with no bytes completing for hangSeconds, or bytes queued at
+      // the sender that do not move for silenceSeconds (a dead link needs no long timeout).
+      const bool waiting =
+          e.waitAge > 0.0 && e.posted && e.waitAge >= relaxedIf(off, th.hangSeconds);
+      const bool queued = e.queuedAge > 0.0 && e.queuedAge >= relaxedIf(off, th.silenceSeconds);
+      if (!waiting && !queued) continue;
+      const double age = std::max(waiting ? e.waitAge : 0.0, queued ? e.queuedAge : 0.0);
       PairInfo& p = pairs[{std::min(a, b), std::max(a, b)}];
       p.ranks.push_back(e.src);
       p.ranks.push_back(e.dst);
       ++p.edges;
-      if (e.waitAge > p.maxAge) {
-        p.maxAge = e.waitAge;
+      if (queued) {
+        ++p.queuedEdges;
+        p.queuedBytes += e.queuedBytes;
+      }
+      if (age > p.maxAge) {
+        p.maxAge = age;
         p.exampleSrc = e.src;
         p.exampleDst = e.dst;
       }
@@ -618,14 +655,15 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
     }
     auto hangCandidate = [&](CulpritKind kind, std::size_t a, std::size_t b,
                              std::vector<std::int32_t> ranks, std::size_t nEdges, double maxAge,
-                             std::size_t nPairs, std::int32_t exSrc, std::int32_t exDst) {
+                             std::size_t nPairs, std::int32_t exSrc, std::int32_t exDst,
+                             std::size_t nQueued, std::uint64_t queuedBytes) {
       Candidate c;
       Verdict& v = c.verdict;
       v.faultClass = FaultClass::kCommHang;
       finishRanks(ranks);
       v.ranks = std::move(ranks);
       const bool off = offender[a] || offender[b];
-      const double threshold = relaxedIf(off, th.hangSeconds);
+      const double threshold = relaxedIf(off, nQueued > 0 ? th.silenceSeconds : th.hangSeconds);
       v.repeatOffender = off;
       c.relaxed = off;
       std::string where;
@@ -643,25 +681,38 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
         v.action = Action::kRestartOnly;
         where = strf("link %s<->%s", v.culprit.node.c_str(), v.culprit.peerNode.c_str());
       }
-      v.evidence.message = strf(
-          "%zu connection(s) stalled, %s: ops in flight at both ends and no bytes moving for "
-          "%.1f s (threshold hangSeconds %.1f s), e.g. rank %d -> rank %d",
-          nEdges, where.c_str(), maxAge, threshold, exSrc, exDst);
+      if (nQueued > 0) {
+        v.evidence.message = strf(
+            "%zu connection(s) stalled, %s: %.1f MB written by the senders and not received, "
+            "no bytes arriving for %.1f s while the receivers wait (threshold silenceSeconds "
+            "%.1f s), e.g. rank %d -> rank %d",
+            nEdges, where.c_str(), static_cast<double>(queuedBytes) / 1e6, maxAge, threshold, exSrc,
+            exDst);
+      } else {
+        v.evidence.message = strf(
+            "%zu connection(s) stalled, %s: ops in flight at both ends and no bytes moving for "
+            "%.1f s (threshold hangSeconds %.1f s), e.g. rank %d -> rank %d",
+            nEdges, where.c_str(), maxAge, threshold, exSrc, exDst);
+      }
       if (v.nodeEvidence) v.evidence.message += "; node health: " + nodes[a].healthDetail;
       v.evidence.numbers = {{"stalledConnections", static_cast<double>(nEdges)},
                             {"stalledLinks", static_cast<double>(nPairs)},
                             {"longestStallSeconds", maxAge},
-                            {"thresholdSeconds", threshold}};
+                            {"thresholdSeconds", threshold},
+                            {"queuedBytes", static_cast<double>(queuedBytes)}};
       candidates.push_back(std::move(c));
     };
     if (common) {
       std::vector<std::int32_t> ranks;
-      std::size_t nEdges = 0;
+      std::size_t nEdges = 0, nQueued = 0;
+      std::uint64_t queuedBytes = 0;
       double maxAge = 0.0;
       std::int32_t exSrc = -1, exDst = -1;
       for (const auto& [key, p] : pairs) {
         ranks.insert(ranks.end(), p.ranks.begin(), p.ranks.end());
         nEdges += p.edges;
+        nQueued += p.queuedEdges;
+        queuedBytes += p.queuedBytes;
         if (p.maxAge > maxAge) {
           maxAge = p.maxAge;
           exSrc = p.exampleSrc;
@@ -669,7 +720,7 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
         }
       }
       hangCandidate(CulpritKind::kNode, *common, *common, std::move(ranks), nEdges, maxAge,
-                    pairs.size(), exSrc, exDst);
+                    pairs.size(), exSrc, exDst, nQueued, queuedBytes);
     } else {
       for (auto& [key, p] : pairs) {
         const auto [a, b] = key;
@@ -683,7 +734,8 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
           culpritNode = nicA ? a : b;
         }
         hangCandidate(kind, culpritNode, kind == CulpritKind::kNode ? culpritNode : b,
-                      std::move(p.ranks), p.edges, p.maxAge, 1, p.exampleSrc, p.exampleDst);
+                      std::move(p.ranks), p.edges, p.maxAge, 1, p.exampleSrc, p.exampleDst,
+                      p.queuedEdges, p.queuedBytes);
       }
     }
   }

@@ -54,6 +54,8 @@ class JobAnalyser {
     std::uint64_t recvBytes = 0;
     std::uint32_t recvConns = 0;
     WallTime lastProgress{};  // the last time the receiver's bytes moved (or the edge appeared)
+    std::uint64_t recvWire = 0;
+    WallTime lastWireProgress{};  // the same for the receiver's socket-level (wire) bytes
   };
   struct PeerError {
     std::int32_t reporter = -1;

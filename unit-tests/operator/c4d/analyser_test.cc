@@ -587,3 +587,173 @@ TEST(C4dAnalyserMesh, FrozenRankInAOneWayRingOverAFullMeshIsFound) {
 
 }  // namespace
 }  // namespace c4::c4d
+
+namespace c4::c4d {
+namespace {
+
+// A 4-rank one-way ring on 4 nodes, one connection per direction, reported every second with
+// the socket-level (wire) counters the plugin sends; `edge(w, src)` gives what the edge src ->
+// src+1 did in window w.
+struct RingWindow {
+  std::uint64_t sentWire = 0;      // cumulative bytes the sender wrote to its sockets
+  std::uint64_t recvWire = 0;      // cumulative bytes the receiver read from its sockets
+  std::uint64_t sentDone = 0;      // cumulative payload of completed sends
+  std::uint64_t recvDone = 0;      // cumulative payload of completed receives
+  std::uint32_t sendInflight = 0;  // ops posted at the sender
+  std::uint32_t recvInflight = 0;  // ops posted at the receiver
+  std::uint64_t oldestUs = 0;      // the receiver's oldest op in flight
+};
+
+struct RingRun {
+  std::optional<Verdict> verdict;
+  int window = -1;
+};
+
+template <typename EdgeFn>
+RingRun runRing(int windows, EdgeFn edge) {
+  constexpr int kRanks = 4;
+  JobSnapshot snap;
+  snap.ns = "team";
+  snap.name = "ring";
+  snap.worldSize = kRanks;
+  for (int i = 0; i < kRanks; ++i) {
+    NodeSnapshot node;
+    node.name = "node-" + std::to_string(i);
+    snap.nodes.push_back(node);
+  }
+  snap.ranks.resize(kRanks);
+  for (int r = 0; r < kRanks; ++r) {
+    snap.ranks[static_cast<std::size_t>(r)].node = r;
+    snap.ranks[static_cast<std::size_t>(r)].podState = PodState::kRunning;
+  }
+  JobAnalyser analyser;
+  WallTime t{std::chrono::seconds{1'800'000'000}};
+  RingRun out;
+  for (int w = 0; w < windows && !out.verdict; ++w) {
+    t += std::chrono::seconds{1};
+    std::vector<ReportSample> reports(kRanks);
+    for (int r = 0; r < kRanks; ++r) {
+      reports[static_cast<std::size_t>(r)].time = t;
+      reports[static_cast<std::size_t>(r)].intervalMs = 1000;
+    }
+    for (int src = 0; src < kRanks; ++src) {
+      const int dst = (src + 1) % kRanks;
+      const RingWindow e = edge(w, src);
+      report::ConnectionStats send;
+      send.id = 1;
+      send.direction = report::Direction::kSend;
+      send.peerRank = dst;
+      send.bytes = e.sentDone;
+      send.ops = e.sentDone >> 16;
+      send.inflight = e.sendInflight;
+      send.oldestInflightUs = e.sendInflight > 0 ? e.oldestUs : 0;
+      send.transfer.count = 10;
+      send.transfer.sumUs = 30000;
+      send.subflows = {{.index = 0, .bytes = e.sentWire / 2},
+                       {.index = 1, .bytes = e.sentWire - e.sentWire / 2}};
+      report::ConnectionStats recv;
+      recv.id = 2;
+      recv.direction = report::Direction::kRecv;
+      recv.peerRank = src;
+      recv.bytes = e.recvDone;
+      recv.ops = e.recvDone >> 16;
+      recv.inflight = e.recvInflight;
+      recv.oldestInflightUs = e.recvInflight > 0 ? e.oldestUs : 0;
+      recv.transfer.count = 10;
+      recv.transfer.sumUs = 30000;
+      recv.subflows = {{.index = 0, .bytes = e.recvWire / 2},
+                       {.index = 1, .bytes = e.recvWire - e.recvWire / 2}};
+      reports[static_cast<std::size_t>(src)].connections.push_back(ConnSample::from(send));
+      reports[static_cast<std::size_t>(dst)].connections.push_back(ConnSample::from(recv));
+    }
+    for (int r = 0; r < kRanks; ++r) {
+      auto& q = snap.ranks[static_cast<std::size_t>(r)].reports;
+      q.push_back(std::move(reports[static_cast<std::size_t>(r)]));
+      if (q.size() > 3) q.erase(q.begin());
+    }
+    auto result = analyser.tick(snap, t);
+    EXPECT_TRUE(result) << result.error().toString();
+    if (!result) break;
+    for (const auto& v : result->verdicts) {
+      out.verdict = v;
+      out.window = w;
+    }
+  }
+  return out;
+}
+
+constexpr std::uint64_t kPerWindow = 64 << 20;
+
+// The e2e black hole (nftables drop between two nodes, c4-netbench over the plugin): the sender
+// has written payload to its sockets that never arrives; every rank waits. With TCP's user
+// timeout at 10 s the connection fails at hangSeconds, so the verdict must come from the bytes
+// queued that do not move, within silenceSeconds + confirmation.
+TEST(C4dAnalyserWire, BytesQueuedThatDoNotMoveAreADeadLinkBeforeHangSeconds) {
+  const int kDeadAt = 8;
+  const std::uint64_t kQueued = 3 << 20;  // in the sender's socket buffers when the link died
+  auto run = runRing(30, [&](int w, int src) {
+    RingWindow e;
+    const std::uint64_t before = static_cast<std::uint64_t>(std::min(w, kDeadAt) + 1) * kPerWindow;
+    e.sentWire = e.recvWire = e.sentDone = e.recvDone = before;
+    if (w < kDeadAt) return e;
+    const int age = w - kDeadAt + 1;
+    e.recvInflight = 1;  // everyone waits on its upstream
+    e.oldestUs = static_cast<std::uint64_t>(age) * 1000000;
+    if (src == 1) {  // node-1 -> node-2 black-holed: bytes written, none read
+      e.sentWire = before + kQueued;
+      e.sentDone = before + kQueued;
+      e.sendInflight = 1;
+    }
+    return e;
+  });
+  ASSERT_TRUE(run.verdict) << "the dead link was not found";
+  EXPECT_EQ(run.verdict->key(), "commHang/link/node-1<->node-2");
+  EXPECT_EQ(run.verdict->action, Action::kRestartOnly);
+  EXPECT_LT(run.window - kDeadAt + 1, 10);  // before hangSeconds (and TCP's user timeout)
+  EXPECT_LE(run.window - kDeadAt + 1, 6);   // silenceSeconds 3 + 2 confirmation windows, +1
+  EXPECT_THAT(run.verdict->evidence.message, ::testing::HasSubstr("silenceSeconds"));
+  EXPECT_THAT(run.verdict->evidence.message, ::testing::HasSubstr("3.1 MB written"));
+}
+
+// A very slow link: whole ops take longer than silenceSeconds to complete, but the receiver's
+// sockets keep delivering bytes: not a dead link (that is the slow rule's business).
+TEST(C4dAnalyserWire, SlowButMovingBytesAreNotAHang) {
+  const int kSlowAt = 8;
+  auto run = runRing(9 + 8, [&](int w, int src) {
+    RingWindow e;
+    const std::uint64_t before = static_cast<std::uint64_t>(std::min(w, kSlowAt) + 1) * kPerWindow;
+    e.sentWire = e.recvWire = e.sentDone = e.recvDone = before;
+    if (w < kSlowAt) return e;
+    const int age = w - kSlowAt + 1;
+    e.recvInflight = 1;
+    e.oldestUs = static_cast<std::uint64_t>(age) * 1000000;
+    if (src == 1) {
+      e.sentWire = before + (4 << 20);
+      e.sentDone = before + (4 << 20);
+      e.sendInflight = 1;
+      e.recvWire = before + static_cast<std::uint64_t>(age) * 300000;  // trickling in
+    }
+    return e;
+  });
+  EXPECT_FALSE(run.verdict) << run.verdict->key() << ": " << run.verdict->evidence.message;
+}
+
+// Bytes written but the receiver has posted nothing (busy in compute): not waiting, no verdict
+// from this rule.
+TEST(C4dAnalyserWire, QueuedBytesWithoutAWaitingReceiverAreNotAHang) {
+  const int kAt = 8;
+  auto run = runRing(9 + 6, [&](int w, int src) {
+    RingWindow e;
+    const std::uint64_t before = static_cast<std::uint64_t>(std::min(w, kAt) + 1) * kPerWindow;
+    e.sentWire = e.recvWire = e.sentDone = e.recvDone = before;
+    if (w >= kAt && src == 1) {
+      e.sentWire = before + (1 << 20);
+      e.sentDone = before + (1 << 20);
+    }
+    return e;
+  });
+  EXPECT_FALSE(run.verdict) << run.verdict->key() << ": " << run.verdict->evidence.message;
+}
+
+}  // namespace
+}  // namespace c4::c4d
