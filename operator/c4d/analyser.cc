@@ -981,16 +981,24 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
         v.action = Action::kEventOnly;
         v.nodeEvidence = nodes[node].hasHardwareFault();
         v.repeatOffender = off;
-        v.slowdown = 1.0 / (1.0 - share);
+        // Two estimates of how much slower the job runs, the larger wins: the peers' wait beyond
+        // the job's typical wait (jobs where only the straggler's peers wait), and, in
+        // synchronous jobs where every rank ends up waiting for the straggler (the typical wait
+        // is then mostly the straggler's doing), the straggler's busy share over a typical
+        // rank's: each step lasts the straggler's work, where it used to last a typical rank's.
+        const double busySelf = 1.0 - std::clamp(inWait[uw], 0.0, 1.0);
+        const double busyTypical = std::max(0.05, 1.0 - std::clamp(typicalWait, 0.0, 1.0));
+        const double busyRatio = std::clamp(busySelf / busyTypical, 1.0, 20.0);
+        v.slowdown = std::max(1.0 / (1.0 - share), busyRatio);
         c.relaxed = off;
         v.evidence.message = strf(
             "straggler rank %d on node %s: its %d peers wait on it %.0f%% of the window, the job's "
             "typical wait is %.0f%% and it waits on them %.0f%%: excess %.2f (minLatenessShare "
             "%.2f), lateness %.2f vs job noise %.3f (stragglerFactor %.1fx); transfers normal; "
-            "estimated slowdown %.2fx",
+            "busy %.0f%% vs typical %.0f%%; estimated slowdown %.2fx",
             worst, nodes[node].name.c_str(), outCount[uw], outWait[uw] * 100.0, typicalWait * 100.0,
             inWait[uw] * 100.0, excess, relaxedIf(off, th.minLatenessShare), lateness[uw], noise,
-            factorIf(off, th.stragglerFactor), v.slowdown);
+            factorIf(off, th.stragglerFactor), busySelf * 100.0, busyTypical * 100.0, v.slowdown);
         if (ranks.size() > 1) v.evidence.message += "; ranks " + rankList(ranks);
         v.evidence.numbers = {{"excessWaitShare", excess},       {"lateness", lateness[uw]},
                               {"typicalWaitShare", typicalWait}, {"peersWaitShare", outWait[uw]},

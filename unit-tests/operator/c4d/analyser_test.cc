@@ -602,6 +602,7 @@ struct RingWindow {
   std::uint32_t sendInflight = 0;  // ops posted at the sender
   std::uint32_t recvInflight = 0;  // ops posted at the receiver
   std::uint64_t oldestUs = 0;      // the receiver's oldest op in flight
+  double recvWaitShare = 0.0;      // the receiver's wait (posted -> first byte) / window
 };
 
 struct RingRun {
@@ -661,6 +662,8 @@ RingRun runRing(int windows, EdgeFn edge) {
       recv.oldestInflightUs = e.recvInflight > 0 ? e.oldestUs : 0;
       recv.transfer.count = 10;
       recv.transfer.sumUs = 30000;
+      recv.wait.count = 10;
+      recv.wait.sumUs = static_cast<std::uint64_t>(e.recvWaitShare * 1e6);
       recv.subflows = {{.index = 0, .bytes = e.recvWire / 2},
                        {.index = 1, .bytes = e.recvWire - e.recvWire / 2}};
       reports[static_cast<std::size_t>(src)].connections.push_back(ConnSample::from(send));
@@ -753,6 +756,28 @@ TEST(C4dAnalyserWire, QueuedBytesWithoutAWaitingReceiverAreNotAHang) {
     return e;
   });
   EXPECT_FALSE(run.verdict) << run.verdict->key() << ": " << run.verdict->evidence.message;
+}
+
+// The e2e straggler (c4-netbench's compute 3x slower on one rank of an 8-rank ring allreduce):
+// in a synchronous ring every rank ends up waiting for the straggler, so the job's typical wait
+// (58%) is close to that of the straggler's receivers (70%), while the straggler itself waits 8%.
+// The excess over the typical wait (0.12) understates the slowdown; the busy shares do not: the
+// straggler is busy 92% of a step where a typical rank is busy 42%, a 2.2x slower job.
+TEST(C4dAnalyserWire, StragglerInASynchronousRingIsMeasuredByBusyShares) {
+  auto run = runRing(20, [&](int w, int src) {
+    RingWindow e;
+    e.sentWire = e.recvWire = e.sentDone = e.recvDone =
+        static_cast<std::uint64_t>(w + 1) * kPerWindow;
+    e.recvWaitShare = w < 8 ? 0.1 : 0.58;
+    if (w >= 8 && src == 2) e.recvWaitShare = 0.70;  // rank 3 waits on the straggler
+    if (w >= 8 && src == 1) e.recvWaitShare = 0.08;  // the straggler waits on its upstream
+    return e;
+  });
+  ASSERT_TRUE(run.verdict) << "the straggler was not found";
+  EXPECT_EQ(run.verdict->key(), "nonCommSlow/node/node-2");
+  EXPECT_NEAR(run.verdict->slowdown, 0.92 / 0.42, 0.01);
+  EXPECT_GE(run.verdict->slowdown, 2.0) << "the detector restarts from 2x";
+  EXPECT_THAT(run.verdict->evidence.message, ::testing::HasSubstr("busy 92%"));
 }
 
 }  // namespace
