@@ -917,16 +917,18 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
     std::vector<std::int32_t> outCount(un, 0), inCount(un, 0);
     perRankMedian(outs, outWait, outCount);
     perRankMedian(ins, inWait, inCount);
-    std::vector<double> lateness(un, 0.0), absLate, outs1;
+    std::vector<double> lateness(un, 0.0), absLate, outs1, ins1;
     absLate.reserve(un);
     for (std::size_t r = 0; r < un; ++r) {
       if (outCount[r] == 0 || inCount[r] == 0) continue;
       lateness[r] = outWait[r] - inWait[r];
       absLate.push_back(std::abs(lateness[r]));
       outs1.push_back(outWait[r]);
+      ins1.push_back(inWait[r]);
     }
     if (absLate.size() >= 4) {
       const double typicalWait = median(outs1);
+      const double typicalOwnWait = median(ins1);
       // The job's noise around rank r: median |lateness| of the ranks that are neither r nor its
       // peers (a straggler skews its peers' lateness too; in small jobs they are most ranks).
       std::vector<double> rankNoise(un, 0.01);
@@ -957,9 +959,28 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
         if (outCount[ur] < need) continue;
         const double minShare = relaxedIf(off, th.minLatenessShare);
         const double factor = factorIf(off, th.stragglerFactor);
-        if (outWait[ur] - typicalWait < minShare || lateness[ur] < factor * 0.01) continue;
+        // Its peers wait on it more than the job typically waits, or (a synchronous job where
+        // the lateness spreads along the ring and everyone ends up waiting) it waits much less
+        // than the job typically does.
+        const double excessOut = outWait[ur] - typicalWait;
+        const double deficitIn = typicalOwnWait - inWait[ur];
+        if (std::max(excessOut, deficitIn) < minShare || lateness[ur] < factor * 0.01) continue;
         rankNoise[ur] = noiseFor(r);
         if (lateness[ur] >= factor * rankNoise[ur]) byNode[nodeOf(r)].push_back(r);
+      }
+      // A straggler's lateness echoes downstream (its receivers forward late): ranks on other
+      // nodes whose lateness is under half the worst candidate's are its echoes, not stragglers.
+      double worstLateness = 0.0;
+      for (const auto& [node, ranks] : byNode) {
+        for (std::int32_t r : ranks) {
+          worstLateness = std::max(worstLateness, lateness[static_cast<std::size_t>(r)]);
+        }
+      }
+      for (auto it = byNode.begin(); it != byNode.end();) {
+        std::erase_if(it->second, [&](std::int32_t r) {
+          return lateness[static_cast<std::size_t>(r)] < 0.5 * worstLateness;
+        });
+        it = it->second.empty() ? byNode.erase(it) : std::next(it);
       }
       for (auto& [node, ranks] : byNode) {
         const bool off = offender[node] != 0;
@@ -970,7 +991,7 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
           }
         }
         const auto uw = static_cast<std::size_t>(worst);
-        const double excess = outWait[uw] - typicalWait;
+        const double excess = std::max(outWait[uw] - typicalWait, 0.0);
         const double noise = rankNoise[uw];
         const double share = std::clamp(excess, 0.0, 0.95);
         Candidate c;
@@ -993,16 +1014,23 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
         c.relaxed = off;
         v.evidence.message = strf(
             "straggler rank %d on node %s: its %d peers wait on it %.0f%% of the window, the job's "
-            "typical wait is %.0f%% and it waits on them %.0f%%: excess %.2f (minLatenessShare "
-            "%.2f), lateness %.2f vs job noise %.3f (stragglerFactor %.1fx); transfers normal; "
-            "busy %.0f%% vs typical %.0f%%; estimated slowdown %.2fx",
+            "typical wait is %.0f%% and it waits on them %.0f%% (typical %.0f%%): excess %.2f, "
+            "deficit %.2f (minLatenessShare %.2f), lateness %.2f vs job noise %.3f "
+            "(stragglerFactor %.1fx); transfers normal; busy %.0f%% vs typical %.0f%%; estimated "
+            "slowdown %.2fx",
             worst, nodes[node].name.c_str(), outCount[uw], outWait[uw] * 100.0, typicalWait * 100.0,
-            inWait[uw] * 100.0, excess, relaxedIf(off, th.minLatenessShare), lateness[uw], noise,
-            factorIf(off, th.stragglerFactor), busySelf * 100.0, busyTypical * 100.0, v.slowdown);
+            inWait[uw] * 100.0, typicalOwnWait * 100.0, excess,
+            std::max(typicalOwnWait - inWait[uw], 0.0), relaxedIf(off, th.minLatenessShare),
+            lateness[uw], noise, factorIf(off, th.stragglerFactor), busySelf * 100.0,
+            busyTypical * 100.0, v.slowdown);
         if (ranks.size() > 1) v.evidence.message += "; ranks " + rankList(ranks);
-        v.evidence.numbers = {{"excessWaitShare", excess},       {"lateness", lateness[uw]},
-                              {"typicalWaitShare", typicalWait}, {"peersWaitShare", outWait[uw]},
-                              {"ownWaitShare", inWait[uw]},      {"jobNoise", noise},
+        v.evidence.numbers = {{"excessWaitShare", excess},
+                              {"lateness", lateness[uw]},
+                              {"typicalWaitShare", typicalWait},
+                              {"peersWaitShare", outWait[uw]},
+                              {"ownWaitShare", inWait[uw]},
+                              {"jobNoise", noise},
+                              {"typicalOwnWaitShare", typicalOwnWait},
                               {"slowdown", v.slowdown}};
         candidates.push_back(std::move(c));
       }

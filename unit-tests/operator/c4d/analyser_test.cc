@@ -780,5 +780,27 @@ TEST(C4dAnalyserWire, StragglerInASynchronousRingIsMeasuredByBusyShares) {
   EXPECT_THAT(run.verdict->evidence.message, ::testing::HasSubstr("busy 92%"));
 }
 
+// The e2e straggler again, as c4-netbench's ring really reports it: the receives are posted
+// ahead, so the straggler finds its upstream's data waiting (own wait 5%) while every other rank
+// waits ~60%, its receivers no more than anyone; two hops downstream a rank forwards late and
+// its receivers wait 72%. The straggler is the rank that waits much less than the job, and the
+// downstream rank is its echo, not a second straggler.
+TEST(C4dAnalyserWire, StragglerWhoseLatenessSpreadsAlongTheRingIsFoundByItsOwnShortWait) {
+  auto run = runRing(20, [&](int w, int src) {
+    RingWindow e;
+    e.sentWire = e.recvWire = e.sentDone = e.recvDone =
+        static_cast<std::uint64_t>(w + 1) * kPerWindow;
+    e.recvWaitShare = w < 8 ? 0.1 : 0.6;
+    if (w >= 8 && src == 1) e.recvWaitShare = 0.05;  // rank 2 (the straggler) on rank 1
+    if (w >= 8 && src == 3) e.recvWaitShare = 0.72;  // rank 0 on rank 3: the echo
+    return e;
+  });
+  ASSERT_TRUE(run.verdict) << "the straggler was not found";
+  EXPECT_EQ(run.verdict->key(), "nonCommSlow/node/node-2");
+  EXPECT_EQ(run.verdict->ranks, std::vector<std::int32_t>{2});
+  EXPECT_NEAR(run.verdict->slowdown, 0.95 / 0.4, 0.01);
+  EXPECT_THAT(run.verdict->evidence.message, ::testing::HasSubstr("deficit 0.55"));
+}
+
 }  // namespace
 }  // namespace c4::c4d
