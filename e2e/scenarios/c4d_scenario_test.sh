@@ -46,6 +46,10 @@ esac
 RANKS=${C4_E2E_RANKS:-8}
 NODES=${C4_E2E_NODES:-6}
 STEPS=${C4_E2E_STEPS:-450}
+STATE=256K
+# The slow link needs traffic that fills a 10% link: 2 MiB of state (3.5 MiB per ring edge and
+# step, 256 KiB frames, above the shaper's 64 KiB burst) instead of 256 KiB.
+[[ $MODE == slowlink ]] && STATE=2M STEPS=${C4_E2E_STEPS:-250}
 CONTROL=""
 [[ -n ${C4_E2E_NO_DETECTION:-} ]] && CONTROL=nodetect
 [[ -n ${C4_E2E_PAUSE_SILENT:-} ]] && CONTROL=silent
@@ -58,7 +62,7 @@ FABRIC=$ROOT/e2e/testenv/fabric.sh
 # The checksum of an uninterrupted run: the same training on plain TCP on the host, no compute
 # time, no fault (the plugin and the baseline transport give the same state: netbench unit test).
 expected=$(C4_SOCKET_IFNAME=lo "$NETBENCH" --launch "$RANKS" --baseline --steps "$STEPS" \
-  --state-bytes 256K 2>&1 | grep -o 'checksum=[0-9a-f]*' | cut -d= -f2 | sort -u)
+  --state-bytes "$STATE" 2>&1 | grep -o 'checksum=[0-9a-f]*' | cut -d= -f2 | sort -u)
 [[ $expected =~ ^[0-9a-f]{16}$ ]] || fail "no single reference checksum: '$expected'"
 echo "reference: $RANKS ranks, $STEPS steps, uninterrupted checksum $expected"
 
@@ -93,7 +97,7 @@ spec:
         image: c4/netbench
         resources:
           limits: {nvidia.com/gpu: "4"}
-        args: [--steps, "$STEPS", --step-compute-ms, "60", --state-bytes, 256K, --json,
+        args: [--steps, "$STEPS", --step-compute-ms, "60", --state-bytes, "$STATE", --json,
                --checkpoint-dir, \$(C4_CHECKPOINT_DIR), --checkpoint-every, "20",
                --slow-file, $WORK/slow$extra_args]
 YAML
@@ -253,12 +257,21 @@ if [[ $MODE == slowlink && $detected == *"action replan"* ]]; then
   # A link re-plan does not restart the job (the job plans no traffic here: nothing to re-plan).
   sleep 5
   [[ $(tj '{.status.attempt}') == 0 ]] || fail "a re-plan verdict restarted the job"
+  # The link repaired, the job runs on undisturbed to the uninterrupted checksum.
+  "$FABRIC" link --dir "$CLUSTER" "$node_a" set
+  wait_until 240 "train Succeeded" bash -c "[[ \$(kubectl get tj -n $NS train -o jsonpath='{.status.phase}') == Succeeded ]]"
+  [[ $(tj '{.status.attempt}') == 0 ]] || fail "the job restarted"
+  for ((r = 0; r < RANKS; r++)); do
+    sum=$(grep -ho '"checksum":"[0-9a-f]*"' "$CLUSTER/pods/$NS/train-$r/trainer.log" | tail -1 | cut -d'"' -f4)
+    [[ $sum == "$expected" ]] || fail "rank $r checksum '$sum' != $expected"
+  done
+  echo "done: no restart; after the link's repair all $RANKS ranks finished with checksum $expected"
   python3 - "$T_FAULT" "$T_VERDICT" <<'PY'
 import sys
 fault, verdict = map(float, sys.argv[1:3])
 print(f"figures (slowlink): injection -> verdict {verdict - fault:.1f}s; action replan, no restart")
 PY
-  echo "PASS: C4D slowlink -> commSlow of a link of $node_a -> re-plan request"
+  echo "PASS: C4D slowlink -> commSlow of a link of $node_a -> re-plan request, no restart"
   exit 0
 fi
 

@@ -151,6 +151,10 @@ void aggregate(const ReportSample& r, std::int32_t worldSize, std::int32_t self,
   }
 }
 
+// A rank that waits at most this fraction of the job's typical own wait may be a straggler
+// whose lateness spread along a synchronous ring (see the straggler rule).
+constexpr double kStragglerOwnWaitRatio = 0.25;
+
 // Per-window values of one rank->rank edge.
 struct Edge {
   std::uint64_t key = 0;
@@ -961,9 +965,12 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
         const double factor = factorIf(off, th.stragglerFactor);
         // Its peers wait on it more than the job typically waits, or (a synchronous job where
         // the lateness spreads along the ring and everyone ends up waiting) it waits much less
-        // than the job typically does.
+        // than the job typically does: under a quarter of it (ranks downstream of a slow link or
+        // a straggler wait less than others too, but not that much less).
         const double excessOut = outWait[ur] - typicalWait;
-        const double deficitIn = typicalOwnWait - inWait[ur];
+        const double deficitIn = inWait[ur] <= kStragglerOwnWaitRatio * typicalOwnWait
+                                     ? typicalOwnWait - inWait[ur]
+                                     : 0.0;
         if (std::max(excessOut, deficitIn) < minShare || lateness[ur] < factor * 0.01) continue;
         rankNoise[ur] = noiseFor(r);
         if (lateness[ur] >= factor * rankNoise[ur]) byNode[nodeOf(r)].push_back(r);

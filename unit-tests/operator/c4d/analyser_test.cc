@@ -802,5 +802,20 @@ TEST(C4dAnalyserWire, StragglerWhoseLatenessSpreadsAlongTheRingIsFoundByItsOwnSh
   EXPECT_THAT(run.verdict->evidence.message, ::testing::HasSubstr("deficit 0.55"));
 }
 
+// Downstream of a slow link (the e2e slow link, before its rates were measured): one rank waits
+// 19% where the job typically waits 39%. Waiting less than others is not enough to be a
+// straggler; the rule needs it to wait under a quarter of the typical wait.
+TEST(C4dAnalyserWire, ARankThatWaitsSomewhatLessIsNotAStraggler) {
+  auto run = runRing(20, [&](int w, int src) {
+    RingWindow e;
+    e.sentWire = e.recvWire = e.sentDone = e.recvDone =
+        static_cast<std::uint64_t>(w + 1) * kPerWindow;
+    e.recvWaitShare = w < 8 ? 0.1 : 0.39;
+    if (w >= 8 && src == 1) e.recvWaitShare = 0.19;
+    return e;
+  });
+  EXPECT_FALSE(run.verdict) << run.verdict->key() << ": " << run.verdict->evidence.message;
+}
+
 }  // namespace
 }  // namespace c4::c4d
