@@ -151,6 +151,10 @@ void aggregate(const ReportSample& r, std::int32_t worldSize, std::int32_t self,
   }
 }
 
+// A rank with a connection slower than this fraction of the job median in the last
+// clearWindows ticks is not a straggler (its lateness may be the link's).
+constexpr double kStragglerTransferRatio = 0.5;
+
 // A rank that waits at most this fraction of the job's typical own wait may be a straggler
 // whose lateness spread along a synchronous ring (see the straggler rule).
 constexpr double kStragglerOwnWaitRatio = 0.25;
@@ -192,6 +196,7 @@ void JobAnalyser::reset() {
   edges_.clear();
   peerErrors_.clear();
   crashVictims_.clear();
+  slowTransferAt_.clear();
   findings_.clear();
   observations_.clear();
 }
@@ -774,6 +779,10 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
       const std::size_t a = nodeOf(e.src), b = nodeOf(e.dst);
       const double factor = factorIf(offender[a] || offender[b], th.slowFactor);
       e.slow = e.rate * factor < medianRate;
+      if (e.rate < kStragglerTransferRatio * medianRate) {
+        slowTransferAt_[e.src] = now;
+        slowTransferAt_[e.dst] = now;
+      }
       if (e.slow) {
         touchesSlow[static_cast<std::size_t>(e.src)] = 1;
         touchesSlow[static_cast<std::size_t>(e.dst)] = 1;
@@ -956,6 +965,11 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
         const auto ur = static_cast<std::size_t>(r);
         if (outCount[ur] == 0 || inCount[ur] == 0 || touchesSlow[ur] || crashCand[ur] ||
             !reporting[ur]) {
+          continue;
+        }
+        if (auto it = slowTransferAt_.find(r);
+            it != slowTransferAt_.end() &&
+            secs(now - it->second) < th.clearWindows * th.windowSeconds) {
           continue;
         }
         const bool off = offender[nodeOf(r)] != 0;

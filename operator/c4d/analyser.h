@@ -82,6 +82,9 @@ class JobAnalyser {
   std::vector<EdgeState> edges_;  // sorted by key
   std::vector<PeerError> peerErrors_;
   std::vector<char> crashVictims_;  // per rank: died of another rank's crash in this attempt
+  // Per rank: the last tick it had a measured connection slower than half the job median (a
+  // rank on a slow link is not a straggler, even in a window where the link measured normal).
+  std::map<std::int32_t, WallTime> slowTransferAt_;
   std::map<std::string, Finding> findings_;
   std::map<std::string, ObservationState> observations_;
 };

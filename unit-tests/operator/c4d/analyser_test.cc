@@ -595,14 +595,15 @@ namespace {
 // the socket-level (wire) counters the plugin sends; `edge(w, src)` gives what the edge src ->
 // src+1 did in window w.
 struct RingWindow {
-  std::uint64_t sentWire = 0;      // cumulative bytes the sender wrote to its sockets
-  std::uint64_t recvWire = 0;      // cumulative bytes the receiver read from its sockets
-  std::uint64_t sentDone = 0;      // cumulative payload of completed sends
-  std::uint64_t recvDone = 0;      // cumulative payload of completed receives
-  std::uint32_t sendInflight = 0;  // ops posted at the sender
-  std::uint32_t recvInflight = 0;  // ops posted at the receiver
-  std::uint64_t oldestUs = 0;      // the receiver's oldest op in flight
-  double recvWaitShare = 0.0;      // the receiver's wait (posted -> first byte) / window
+  std::uint64_t sentWire = 0;        // cumulative bytes the sender wrote to its sockets
+  std::uint64_t recvWire = 0;        // cumulative bytes the receiver read from its sockets
+  std::uint64_t sentDone = 0;        // cumulative payload of completed sends
+  std::uint64_t recvDone = 0;        // cumulative payload of completed receives
+  std::uint32_t sendInflight = 0;    // ops posted at the sender
+  std::uint32_t recvInflight = 0;    // ops posted at the receiver
+  std::uint64_t oldestUs = 0;        // the receiver's oldest op in flight
+  double recvWaitShare = 0.0;        // the receiver's wait (posted -> first byte) / window
+  std::uint64_t recvXferUs = 30000;  // the receiver's transfer time (first byte -> done)
 };
 
 struct RingRun {
@@ -661,7 +662,7 @@ RingRun runRing(int windows, EdgeFn edge) {
       recv.inflight = e.recvInflight;
       recv.oldestInflightUs = e.recvInflight > 0 ? e.oldestUs : 0;
       recv.transfer.count = 10;
-      recv.transfer.sumUs = 30000;
+      recv.transfer.sumUs = e.recvXferUs;
       recv.wait.count = 10;
       recv.wait.sumUs = static_cast<std::uint64_t>(e.recvWaitShare * 1e6);
       recv.subflows = {{.index = 0, .bytes = e.recvWire / 2},
@@ -815,6 +816,28 @@ TEST(C4dAnalyserWire, ARankThatWaitsSomewhatLessIsNotAStraggler) {
     return e;
   });
   EXPECT_FALSE(run.verdict) << run.verdict->key() << ": " << run.verdict->evidence.message;
+}
+
+// The e2e slow link (a node's link cut to 10%, tbf letting bursts through): the slow edge
+// measures 0.1x the median in one window and 0.3x (not slow by slowFactor 4) in the next two,
+// and its receiver's peers wait on it more than the job does. A rank on a link that measured
+// under half the median within clearWindows is not a straggler.
+TEST(C4dAnalyserWire, ARankOnAnIntermittentlySlowLinkIsNotAStraggler) {
+  auto run = runRing(25, [&](int w, int src) {
+    RingWindow e;
+    e.sentWire = e.recvWire = e.sentDone = e.recvDone =
+        static_cast<std::uint64_t>(w + 1) * kPerWindow;
+    e.recvWaitShare = w < 8 ? 0.1 : 0.37;
+    if (w >= 8 && src == 1) {
+      e.recvWaitShare = 0.31;  // rank 2 receives over the slow link
+      e.recvXferUs = w % 3 == 0 ? 300000 : 100000;
+    }
+    if (w >= 8 && src == 2) e.recvWaitShare = 0.53;  // rank 3 waits on rank 2
+    return e;
+  });
+  if (run.verdict) {
+    EXPECT_NE(run.verdict->faultClass, FaultClass::kNonCommSlow) << run.verdict->evidence.message;
+  }
 }
 
 }  // namespace
