@@ -151,6 +151,12 @@ void aggregate(const ReportSample& r, std::int32_t worldSize, std::int32_t self,
   }
 }
 
+// The least noise (wait share) assumed around a rank: in a synchronous ring every rank's
+// lateness is near 0 however much the windows jitter, and real jobs on a busy host showed
+// lateness of 0.11-0.16 on healthy ranks for a few windows; stragglerFactor x this is the least
+// lateness of a straggler (0.15 at the default 3).
+constexpr double kStragglerNoiseFloor = 0.05;
+
 // A rank with a connection slower than this fraction of the job median in the last
 // clearWindows ticks is not a straggler (its lateness may be the link's).
 constexpr double kStragglerTransferRatio = 0.5;
@@ -944,7 +950,7 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
       const double typicalOwnWait = median(ins1);
       // The job's noise around rank r: median |lateness| of the ranks that are neither r nor its
       // peers (a straggler skews its peers' lateness too; in small jobs they are most ranks).
-      std::vector<double> rankNoise(un, 0.01);
+      std::vector<double> rankNoise(un, kStragglerNoiseFloor);
       std::vector<char> near(un, 0);
       std::vector<double> tmp;
       auto noiseFor = [&](std::int32_t r) {
@@ -958,7 +964,7 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
         for (std::size_t x = 0; x < un; ++x) {
           if (!near[x] && outCount[x] > 0 && inCount[x] > 0) tmp.push_back(std::abs(lateness[x]));
         }
-        return tmp.size() >= 2 ? std::max(0.01, median(tmp)) : 0.01;
+        return tmp.size() >= 2 ? std::max(kStragglerNoiseFloor, median(tmp)) : kStragglerNoiseFloor;
       };
       std::map<std::size_t, std::vector<std::int32_t>> byNode;
       for (std::int32_t r = 0; r < n; ++r) {
@@ -985,7 +991,10 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
         const double deficitIn = inWait[ur] <= kStragglerOwnWaitRatio * typicalOwnWait
                                      ? typicalOwnWait - inWait[ur]
                                      : 0.0;
-        if (std::max(excessOut, deficitIn) < minShare || lateness[ur] < factor * 0.01) continue;
+        if (std::max(excessOut, deficitIn) < minShare ||
+            lateness[ur] < factor * kStragglerNoiseFloor) {
+          continue;
+        }
         rankNoise[ur] = noiseFor(r);
         if (lateness[ur] >= factor * rankNoise[ur]) byNode[nodeOf(r)].push_back(r);
       }

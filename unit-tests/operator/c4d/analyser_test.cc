@@ -840,5 +840,20 @@ TEST(C4dAnalyserWire, ARankOnAnIntermittentlySlowLinkIsNotAStraggler) {
   }
 }
 
+// A healthy 8-rank e2e job on a busy 2-core host: for a few windows one rank's receiver waits
+// 51% where the job waits 40% (lateness 0.11). In a ring every other rank's lateness is ~0, so
+// the measured noise says nothing; the noise floor (0.05, x stragglerFactor 3 = 0.15) does.
+TEST(C4dAnalyserWire, ALatenessWithinTheNoiseFloorIsNotAStraggler) {
+  auto run = runRing(20, [&](int w, int src) {
+    RingWindow e;
+    e.sentWire = e.recvWire = e.sentDone = e.recvDone =
+        static_cast<std::uint64_t>(w + 1) * kPerWindow;
+    e.recvWaitShare = 0.4;
+    if (w >= 8 && src == 0) e.recvWaitShare = 0.51;
+    return e;
+  });
+  EXPECT_FALSE(run.verdict) << run.verdict->key() << ": " << run.verdict->evidence.message;
+}
+
 }  // namespace
 }  // namespace c4::c4d
