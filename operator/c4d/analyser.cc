@@ -420,10 +420,22 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
             static_cast<double>(rcv->xferSumUs) * 1e-6 >= th.minMeasureTransferSeconds) {
           e.measured = true;
           e.rate = static_cast<double>(rcv->delta) / (static_cast<double>(rcv->xferSumUs) * 1e-6);
-          rates.push_back(e.rate);
         }
       }
     }
+    // The sender's view of the same link: its ops last from the first byte written to the last,
+    // paced by the link once the socket buffers are full. A receiver whose data arrived before
+    // its receive was posted completes at once and sees no link at all; the slower view counts.
+    if (snd && reporting[static_cast<std::size_t>(e.src)] && snd->hasDelta &&
+        snd->delta >= th.minMeasureBytes && snd->xferSumUs > 0 &&
+        static_cast<double>(snd->xferSumUs) * 1e-6 >= th.minMeasureTransferSeconds && rcv &&
+        reporting[static_cast<std::size_t>(e.dst)] && rcv->hasDelta && rcv->delta > 0) {
+      const double sendRate =
+          static_cast<double>(snd->delta) / (static_cast<double>(snd->xferSumUs) * 1e-6);
+      e.rate = e.measured ? std::min(e.rate, sendRate) : sendRate;
+      e.measured = true;
+    }
+    if (e.measured) rates.push_back(e.rate);
     if (snd && reporting[static_cast<std::size_t>(e.src)]) {
       e.posted = snd->inflight > 0 || (rcv && snd->conns == rcv->conns && snd->bytes > rcv->bytes);
       // Bytes queued that do not move (a dead link): the sender wrote payload to its sockets that

@@ -604,6 +604,7 @@ struct RingWindow {
   std::uint64_t oldestUs = 0;        // the receiver's oldest op in flight
   double recvWaitShare = 0.0;        // the receiver's wait (posted -> first byte) / window
   std::uint64_t recvXferUs = 30000;  // the receiver's transfer time (first byte -> done)
+  std::uint64_t sendXferUs = 30000;  // the sender's transfer time (first byte -> done)
 };
 
 struct RingRun {
@@ -650,7 +651,7 @@ RingRun runRing(int windows, EdgeFn edge) {
       send.inflight = e.sendInflight;
       send.oldestInflightUs = e.sendInflight > 0 ? e.oldestUs : 0;
       send.transfer.count = 10;
-      send.transfer.sumUs = 30000;
+      send.transfer.sumUs = e.sendXferUs;
       send.subflows = {{.index = 0, .bytes = e.sentWire / 2},
                        {.index = 1, .bytes = e.sentWire - e.sentWire / 2}};
       report::ConnectionStats recv;
@@ -853,6 +854,29 @@ TEST(C4dAnalyserWire, ALatenessWithinTheNoiseFloorIsNotAStraggler) {
     return e;
   });
   EXPECT_FALSE(run.verdict) << run.verdict->key() << ": " << run.verdict->evidence.message;
+}
+
+// The e2e slow link (a node's link at 10%, 2 MiB of state): the receiver's data arrives in the
+// plugin's staging before its receive is posted, so its ops complete at once (1 ms of transfer
+// in the window: not measured) while the sender's ops take 0.6 s to drain into the link, and the
+// receiver's peers wait on it. The sender's view rates the link: commSlow, not a straggler.
+TEST(C4dAnalyserWire, ASlowLinkIsRatedByTheSendersTransferTimeWhenTheReceiverSeesNone) {
+  auto run = runRing(20, [&](int w, int src) {
+    RingWindow e;
+    e.sentWire = e.recvWire = e.sentDone = e.recvDone =
+        static_cast<std::uint64_t>(w + 1) * kPerWindow;
+    e.recvWaitShare = w < 8 ? 0.1 : 0.4;
+    if (w >= 8 && src == 1) {
+      e.recvXferUs = 1000;
+      e.sendXferUs = 600000;
+      e.recvWaitShare = 0.3;
+    }
+    if (w >= 8 && src == 2) e.recvWaitShare = 0.6;  // rank 3 waits on the slow link's receiver
+    return e;
+  });
+  ASSERT_TRUE(run.verdict) << "the slow link was not found";
+  EXPECT_EQ(run.verdict->key(), "commSlow/link/node-1<->node-2");
+  EXPECT_EQ(run.verdict->action, Action::kReplan);
 }
 
 }  // namespace
