@@ -12,9 +12,8 @@
 #              both ends without a cordon (a link is not a node)
 #   slowlink   the sender's node link (host <-> leaf, both directions) cut to 10% of its rate
 #              (fabric.sh link ... set --rate): commSlow naming that node (its NIC: cordon and
-#              restart) or a link with it at one end (a re-plan request; no restart). Not in
-#              ctest: C4D finds the link, but a straggler verdict on the slow link's receiver comes
-#              first (docs/c4d.md, Limits)
+#              restart) or a link with it at one end (a re-plan request; no restart: the
+#              link is then repaired and the job must finish with the uninterrupted checksum)
 #   straggler  the sender's node computes 3x slower (c4-netbench --slow-file): nonCommSlow of that
 #              node; the slowdown outweighs a restart (detector cost model) -> cordon + restart
 #   pause      no fault: rank 0 pauses 20 s after step 60, announced as a checkpoint
