@@ -69,7 +69,12 @@ void usage() {
       "  --steps N --step-compute-ms M --checkpoint-dir D --checkpoint-every K\n"
       "  --state-bytes S       training mode (final checksum printed)\n"
       "  --step-log DIR        training mode: each rank appends '<unix seconds> <step>' per\n"
-      "                        step to DIR/rank-<r>.steps (for timelines)\n");
+      "                        step to DIR/rank-<r>.steps (for timelines)\n"
+      "  --pause-at-step S --pause-ms M [--pause-rank R] [--pause-silent]\n"
+      "                        training: rank R (default every rank) pauses M ms after step S,\n"
+      "                        announced as checkpointing unless --pause-silent\n"
+      "  --slow-file PATH      training: lines \"<node> <factor>\" in PATH (re-read when it\n"
+      "                        changes) multiply the compute time of ranks on <node>\n");
 }
 
 bool parseSize(const char* s, std::size_t* out) {
@@ -116,7 +121,12 @@ int parseArgs(int argc, char** argv, Options& o) {
     kState,
     kStepLog,
     kSlice,
-    kWindow
+    kWindow,
+    kPauseStep,
+    kPauseMs,
+    kPauseRank,
+    kPauseSilent,
+    kSlowFile
   };
   static const option longs[] = {{"rank", required_argument, nullptr, kRank},
                                  {"world-size", required_argument, nullptr, kWorld},
@@ -142,6 +152,11 @@ int parseArgs(int argc, char** argv, Options& o) {
                                  {"step-log", required_argument, nullptr, kStepLog},
                                  {"slice-bytes", required_argument, nullptr, kSlice},
                                  {"window", required_argument, nullptr, kWindow},
+                                 {"pause-at-step", required_argument, nullptr, kPauseStep},
+                                 {"pause-ms", required_argument, nullptr, kPauseMs},
+                                 {"pause-rank", required_argument, nullptr, kPauseRank},
+                                 {"pause-silent", no_argument, nullptr, kPauseSilent},
+                                 {"slow-file", required_argument, nullptr, kSlowFile},
                                  {"help", no_argument, nullptr, 'h'},
                                  {nullptr, 0, nullptr, 0}};
   int c;
@@ -221,6 +236,21 @@ int parseArgs(int argc, char** argv, Options& o) {
         break;
       case kWindow:
         ok = ok && parseInt(optarg, &o.co.window) && o.co.window >= 1;
+        break;
+      case kPauseStep:
+        ok = ok && parseInt(optarg, &o.training.pauseAtStep) && o.training.pauseAtStep >= 0;
+        break;
+      case kPauseMs:
+        ok = ok && parseInt(optarg, &o.training.pauseMs) && o.training.pauseMs >= 0;
+        break;
+      case kPauseRank:
+        ok = ok && parseInt(optarg, &o.training.pauseRank);
+        break;
+      case kPauseSilent:
+        o.training.pauseSilent = true;
+        break;
+      case kSlowFile:
+        o.training.slowFile = optarg;
         break;
       case 'h':
         usage();
@@ -329,16 +359,15 @@ int run(Options& o) {
                    r.error().toString().c_str());
       return 1;
     }
-    if (lead) {
-      if (o.json) {
-        std::printf(
-            "{\"mode\":\"training\",\"transport\":\"%s\",\"ranks\":%d,\"resumedFrom\":%d,"
-            "\"steps\":%d,\"checksum\":\"%016" PRIx64 "\"}\n",
-            transport, o.world, r->startStep, r->finalStep, r->checksum);
-      } else {
-        std::printf("resumed_from=%d steps=%d checksum=%016" PRIx64 "\n", r->startStep,
-                    r->finalStep, r->checksum);
-      }
+    // Every rank prints its result: the checksum of its own training state.
+    if (o.json) {
+      std::printf(
+          "{\"mode\":\"training\",\"transport\":\"%s\",\"rank\":%d,\"ranks\":%d,"
+          "\"resumedFrom\":%d,\"steps\":%d,\"checksum\":\"%016" PRIx64 "\"}\n",
+          transport, o.rank, o.world, r->startStep, r->finalStep, r->checksum);
+    } else {
+      std::printf("rank=%d resumed_from=%d steps=%d checksum=%016" PRIx64 "\n", o.rank,
+                  r->startStep, r->finalStep, r->checksum);
     }
     return 0;
   }

@@ -1,6 +1,7 @@
 #include "training.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -58,7 +60,74 @@ std::uint32_t gradient(std::uint32_t x, int rank, int step) {
   return v + static_cast<std::uint32_t>(rank);
 }
 
+// Re-reads TrainingOptions::slowFile when its modification time or size changes.
+class SlowControl {
+ public:
+  SlowControl(std::string path, std::string node)
+      : path_(std::move(path)), node_(std::move(node)) {}
+
+  double factor() {
+    if (path_.empty()) return 1.0;
+    struct stat st {};
+    if (::stat(path_.c_str(), &st) != 0) {
+      seen_ = false;
+      factor_ = 1.0;
+      return factor_;
+    }
+    const std::int64_t mtime =
+        static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+    if (seen_ && mtime == mtime_ && st.st_size == size_) return factor_;
+    std::ifstream in(path_);
+    std::stringstream content;
+    content << in.rdbuf();
+    auto f = parseSlowFile(content.str(), node_);
+    if (!f) {
+      std::fprintf(stderr, "c4-netbench: slow file %s: %s (factor stays %.2f)\n", path_.c_str(),
+                   f.error().message.c_str(), factor_);
+    } else if (*f != factor_) {
+      std::fprintf(stderr, "c4-netbench: node %s: compute factor %.2f\n", node_.c_str(), *f);
+      factor_ = *f;
+    }
+    seen_ = true;
+    mtime_ = mtime;
+    size_ = st.st_size;
+    return factor_;
+  }
+
+ private:
+  std::string path_, node_;
+  bool seen_ = false;
+  std::int64_t mtime_ = 0;
+  off_t size_ = 0;
+  double factor_ = 1.0;
+};
+
 }  // namespace
+
+Result<double> parseSlowFile(const std::string& content, const std::string& node) {
+  std::stringstream lines(content);
+  std::string line;
+  double factor = 1.0;
+  int n = 0;
+  while (std::getline(lines, line)) {
+    ++n;
+    std::stringstream fields(line);
+    std::string name, value, extra;
+    if (!(fields >> name)) continue;  // blank line
+    if (!(fields >> value) || (fields >> extra)) {
+      return makeError(ErrorCode::kInvalidArgument,
+                       "line " + std::to_string(n) + ": want \"<node> <factor>\"");
+    }
+    char* end = nullptr;
+    double f = std::strtod(value.c_str(), &end);
+    if (end == value.c_str() || *end != '\0' || !(f >= 1.0) || f > 1000.0) {
+      return makeError(ErrorCode::kInvalidArgument,
+                       "line " + std::to_string(n) + ": factor '" + value + "' not in [1, 1000]");
+    }
+    if (name == node) factor = f;
+  }
+  return factor;
+}
 
 Status writeCheckpoint(const std::string& dir, int rank, int step,
                        const std::vector<std::uint32_t>& state) {
@@ -197,21 +266,28 @@ Result<TrainingResult> runTraining(Net& net, Bootstrap& bs, const TrainingOption
     }
   }
   std::vector<std::uint32_t> grad(words), scratch;
-  for (int step = result.startStep + 1; step <= o.steps; ++step) {
-    if (o.stepComputeMs > 0) clock.sleepFor(std::chrono::milliseconds(o.stepComputeMs));
-    for (std::size_t i = 0; i < words; ++i) grad[i] = gradient(state[i], rank, step);
-    C4_RETURN_IF_ERROR(ringAllreduce(net, rank, world, grad.data(), words, scratch, co));
-    for (std::size_t i = 0; i < words; ++i) state[i] = state[i] * 33u + grad[i];
+  SlowControl slow(o.slowFile, cfg.node);
+  auto progress = [&](int step, report::ProgressState what) {
     report::ProgressNotice p;
     p.id = id;
     p.timeUnixNs = toUnixNanos(clock.wallNow());
     p.step = step;
-    p.state = report::ProgressState::kTraining;
+    p.state = what;
     notify(p);
+  };
+  for (int step = result.startStep + 1; step <= o.steps; ++step) {
+    if (o.stepComputeMs > 0) {
+      const double ms = o.stepComputeMs * slow.factor();
+      clock.sleepFor(std::chrono::microseconds(static_cast<std::int64_t>(ms * 1000.0)));
+    }
+    for (std::size_t i = 0; i < words; ++i) grad[i] = gradient(state[i], rank, step);
+    C4_RETURN_IF_ERROR(ringAllreduce(net, rank, world, grad.data(), words, scratch, co));
+    for (std::size_t i = 0; i < words; ++i) state[i] = state[i] * 33u + grad[i];
+    progress(step, report::ProgressState::kTraining);
     if (stepLog.valid()) {
       char line[64];
       int n = std::snprintf(line, sizeof(line), "%.3f %d\n",
-                            static_cast<double>(p.timeUnixNs) / 1e9, step);
+                            static_cast<double>(toUnixNanos(clock.wallNow())) / 1e9, step);
       // One O_APPEND write per line: a reader never sees a torn line.
       if (::write(stepLog.get(), line, static_cast<std::size_t>(n)) != n) {
         return makeError(ErrorCode::kIo, "step log: " + std::string(std::strerror(errno)));
@@ -225,6 +301,13 @@ Result<TrainingResult> runTraining(Net& net, Bootstrap& bs, const TrainingOption
       c.step = step;
       c.path = (fs::path(o.checkpointDir) / ckptName(rank, step)).string();
       notify(c);
+    }
+    if (step == o.pauseAtStep && o.pauseMs > 0 && (o.pauseRank < 0 || o.pauseRank == rank)) {
+      if (!o.pauseSilent) progress(step, report::ProgressState::kCheckpointing);
+      std::fprintf(stderr, "c4-netbench rank %d: pause of %d ms after step %d (%s)\n", rank,
+                   o.pauseMs, step, o.pauseSilent ? "not announced" : "announced");
+      clock.sleepFor(std::chrono::milliseconds(o.pauseMs));
+      if (!o.pauseSilent) progress(step, report::ProgressState::kTraining);
     }
   }
   report::ProgressNotice done;

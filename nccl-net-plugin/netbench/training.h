@@ -23,7 +23,22 @@ struct TrainingOptions {
   // Non-empty: each rank appends "<unix seconds> <step>\n" per completed step to
   // <stepLogDir>/rank-<rank>.steps (kept across restarts, so a timeline shows the resume).
   std::string stepLogDir;
+  // A long pause after step pauseAtStep (0: none) on rank pauseRank (-1: every rank), e.g. a
+  // consolidated checkpoint written by one rank while its peers wait in the next allreduce.
+  // Announced as ProgressState::kCheckpointing (then kTraining) unless pauseSilent.
+  int pauseAtStep = 0;
+  int pauseMs = 0;
+  int pauseRank = -1;
+  bool pauseSilent = false;
+  // Compute slowdown control (fault injection for stragglers): before every step the rank reads
+  // this file if it changed; a line "<node> <factor>" naming the rank's node (C4_NODE_NAME)
+  // multiplies its step compute time by factor (>= 1). Empty: off.
+  std::string slowFile;
 };
+
+// The compute factor that `slowFile` content assigns to `node` (1 when no line names it);
+// kInvalidArgument for a malformed line or a factor below 1.
+Result<double> parseSlowFile(const std::string& content, const std::string& node);
 
 struct TrainingResult {
   int startStep = 0;  // 0: fresh start; otherwise the checkpoint step resumed from

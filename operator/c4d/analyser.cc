@@ -89,8 +89,10 @@ struct Side {
   bool send = false;
   std::uint32_t conns = 0;
   std::uint64_t bytes = 0;
+  std::uint64_t wire = 0;  // socket-level payload bytes (0: not reported)
   std::uint64_t delta = 0;
-  bool hasDelta = false;  // previous report present with the same connections, no reset
+  bool hasDelta = false;   // previous report present with the same connections, no reset
+  bool wireStill = false;  // hasDelta and the wire bytes did not move between the two reports
   std::uint32_t inflight = 0;
   std::uint64_t oldestUs = 0;
   std::uint64_t waitSumUs = 0;
@@ -105,6 +107,7 @@ struct Agg {
   bool send = false;
   std::uint32_t conns = 0;
   std::uint64_t bytes = 0;
+  std::uint64_t wire = 0;
   std::uint64_t idSum = 0;
   std::uint32_t inflight = 0;
   std::uint64_t oldestUs = 0;
@@ -139,6 +142,7 @@ void aggregate(const ReportSample& r, std::int32_t worldSize, std::int32_t self,
     Agg& a = out.back();
     ++a.conns;
     a.bytes += c.bytes;
+    a.wire += c.wireBytes;
     a.idSum += c.id * 0x9e3779b97f4a7c15ULL + 1;
     a.inflight += c.inflight;
     a.oldestUs = std::max(a.oldestUs, c.inflight > 0 ? c.oldestInflightUs : 0);
@@ -146,6 +150,20 @@ void aggregate(const ReportSample& r, std::int32_t worldSize, std::int32_t self,
     a.xferSumUs += c.transfer.sumUs;
   }
 }
+
+// The least noise (wait share) assumed around a rank: in a synchronous ring every rank's
+// lateness is near 0 however much the windows jitter, and real jobs on a busy host showed
+// lateness of 0.11-0.16 on healthy ranks for a few windows; stragglerFactor x this is the least
+// lateness of a straggler (0.15 at the default 3).
+constexpr double kStragglerNoiseFloor = 0.05;
+
+// A rank with a connection slower than this fraction of the job median in the last
+// clearWindows ticks is not a straggler (its lateness may be the link's).
+constexpr double kStragglerTransferRatio = 0.5;
+
+// A rank that waits at most this fraction of the job's typical own wait may be a straggler
+// whose lateness spread along a synchronous ring (see the straggler rule).
+constexpr double kStragglerOwnWaitRatio = 0.25;
 
 // Per-window values of one rank->rank edge.
 struct Edge {
@@ -156,6 +174,10 @@ struct Edge {
   std::int32_t recv = -1;  // index into sides, -1: the receiver did not report this edge
   double waitAge = 0.0;    // receiver waits with no bytes moving this long (0: not waiting)
   bool posted = false;     // the sender has ops in flight or bytes in transit towards dst
+  // The receiver waits while payload the sender wrote to its sockets has not been read and the
+  // receiver's socket-level bytes have not moved for this long (0: not the case).
+  double queuedAge = 0.0;
+  std::uint64_t queuedBytes = 0;
   bool moved = false;      // the receiver's bytes moved this window (measurable window)
   bool measured = false;   // carried >= minMeasureBytes: rate is meaningful
   double rate = 0.0;       // bytes per second of transfer time
@@ -180,6 +202,7 @@ void JobAnalyser::reset() {
   edges_.clear();
   peerErrors_.clear();
   crashVictims_.clear();
+  slowTransferAt_.clear();
   findings_.clear();
   observations_.clear();
 }
@@ -296,6 +319,7 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
       s.send = a.send;
       s.conns = a.conns;
       s.bytes = a.bytes;
+      s.wire = a.wire;
       s.inflight = a.inflight;
       s.oldestUs = a.oldestUs;
       s.waitSumUs = a.waitSumUs;
@@ -308,6 +332,7 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
         if (o.conns == a.conns && o.idSum == a.idSum && a.bytes >= o.bytes) {
           s.hasDelta = true;
           s.delta = a.bytes - o.bytes;
+          s.wireStill = a.wire == o.wire;
         }
       }
       sides.push_back(s);
@@ -333,6 +358,7 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
   std::vector<EdgeState> newStates;
   newStates.reserve(edges.size());
   std::vector<WallTime> lastProgress(edges.size());
+  std::vector<WallTime> lastWireProgress(edges.size());
   {
     std::size_t j = 0;
     for (std::size_t i = 0; i < edges.size(); ++i) {
@@ -343,21 +369,26 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
         if (st) {
           newStates.push_back(*st);
           lastProgress[i] = st->lastProgress;
+          lastWireProgress[i] = st->lastWireProgress;
         } else {
           lastProgress[i] = now;
+          lastWireProgress[i] = now;
         }
         continue;
       }
       const Side& rcv = sides[static_cast<std::size_t>(e.recv)];
-      EdgeState ns{.key = e.key, .recvBytes = rcv.bytes, .recvConns = rcv.conns};
+      EdgeState ns{
+          .key = e.key, .recvBytes = rcv.bytes, .recvConns = rcv.conns, .recvWire = rcv.wire};
       if (!st) {
         ns.lastProgress = rcv.hasDelta && rcv.delta == 0 ? rcv.prevTime : rcv.time;
-      } else if (rcv.bytes != st->recvBytes || rcv.conns != st->recvConns) {
-        ns.lastProgress = rcv.time;
+        ns.lastWireProgress = rcv.wireStill ? rcv.prevTime : rcv.time;
       } else {
-        ns.lastProgress = st->lastProgress;
+        const bool reset = rcv.conns != st->recvConns;
+        ns.lastProgress = reset || rcv.bytes != st->recvBytes ? rcv.time : st->lastProgress;
+        ns.lastWireProgress = reset || rcv.wire != st->recvWire ? rcv.time : st->lastWireProgress;
       }
       lastProgress[i] = ns.lastProgress;
+      lastWireProgress[i] = ns.lastWireProgress;
       newStates.push_back(ns);
     }
   }
@@ -389,12 +420,34 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
             static_cast<double>(rcv->xferSumUs) * 1e-6 >= th.minMeasureTransferSeconds) {
           e.measured = true;
           e.rate = static_cast<double>(rcv->delta) / (static_cast<double>(rcv->xferSumUs) * 1e-6);
-          rates.push_back(e.rate);
         }
       }
     }
+    // The sender's view of the same link: its ops last from the first byte written to the last,
+    // paced by the link once the socket buffers are full. A receiver whose data arrived before
+    // its receive was posted completes at once and sees no link at all; the slower view counts.
+    if (snd && reporting[static_cast<std::size_t>(e.src)] && snd->hasDelta &&
+        snd->delta >= th.minMeasureBytes && snd->xferSumUs > 0 &&
+        static_cast<double>(snd->xferSumUs) * 1e-6 >= th.minMeasureTransferSeconds && rcv &&
+        reporting[static_cast<std::size_t>(e.dst)] && rcv->hasDelta && rcv->delta > 0) {
+      const double sendRate =
+          static_cast<double>(snd->delta) / (static_cast<double>(snd->xferSumUs) * 1e-6);
+      e.rate = e.measured ? std::min(e.rate, sendRate) : sendRate;
+      e.measured = true;
+    }
+    if (e.measured) rates.push_back(e.rate);
     if (snd && reporting[static_cast<std::size_t>(e.src)]) {
       e.posted = snd->inflight > 0 || (rcv && snd->conns == rcv->conns && snd->bytes > rcv->bytes);
+      // Bytes queued that do not move (a dead link): the sender wrote payload to its sockets that
+      // the waiting receiver has not read, and the receiver's sockets have delivered nothing
+      // since. Needs the wire counters at both ends and the same connections.
+      if (rcv && reporting[static_cast<std::size_t>(e.dst)] && rcv->inflight > 0 &&
+          snd->conns == rcv->conns && rcv->wire > 0 && snd->wire > rcv->wire) {
+        const double stall = secs(now - std::max(lastWireProgress[i], stallFloor));
+        const double age = static_cast<double>(rcv->oldestUs) * 1e-6 + secs(now - rcv->time);
+        e.queuedAge = std::max(0.0, std::min(stall, age));
+        e.queuedBytes = snd->wire - rcv->wire;
+      }
     }
   }
 
@@ -579,23 +632,34 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
       std::size_t edges = 0;
       double maxAge = 0.0;
       std::int32_t exampleSrc = -1, exampleDst = -1;
+      std::size_t queuedEdges = 0;  // found by the queued-bytes rule (silenceSeconds)
+      std::uint64_t queuedBytes = 0;
     };
     std::map<std::pair<std::size_t, std::size_t>, PairInfo> pairs;
     for (const Edge& e : edges) {
-      if (e.waitAge <= 0.0 || !e.posted) continue;
       if (!reporting[static_cast<std::size_t>(e.src)] ||
           !reporting[static_cast<std::size_t>(e.dst)]) {
         continue;
       }
       const std::size_t a = nodeOf(e.src), b = nodeOf(e.dst);
       const bool off = offender[a] || offender[b];
-      if (e.waitAge < relaxedIf(off, th.hangSeconds)) continue;
+      // Ops waiting at both ends with no bytes completing for hangSeconds, or bytes queued at
+      // the sender that do not move for silenceSeconds (a dead link needs no long timeout).
+      const bool waiting =
+          e.waitAge > 0.0 && e.posted && e.waitAge >= relaxedIf(off, th.hangSeconds);
+      const bool queued = e.queuedAge > 0.0 && e.queuedAge >= relaxedIf(off, th.silenceSeconds);
+      if (!waiting && !queued) continue;
+      const double age = std::max(waiting ? e.waitAge : 0.0, queued ? e.queuedAge : 0.0);
       PairInfo& p = pairs[{std::min(a, b), std::max(a, b)}];
       p.ranks.push_back(e.src);
       p.ranks.push_back(e.dst);
       ++p.edges;
-      if (e.waitAge > p.maxAge) {
-        p.maxAge = e.waitAge;
+      if (queued) {
+        ++p.queuedEdges;
+        p.queuedBytes += e.queuedBytes;
+      }
+      if (age > p.maxAge) {
+        p.maxAge = age;
         p.exampleSrc = e.src;
         p.exampleDst = e.dst;
       }
@@ -618,14 +682,15 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
     }
     auto hangCandidate = [&](CulpritKind kind, std::size_t a, std::size_t b,
                              std::vector<std::int32_t> ranks, std::size_t nEdges, double maxAge,
-                             std::size_t nPairs, std::int32_t exSrc, std::int32_t exDst) {
+                             std::size_t nPairs, std::int32_t exSrc, std::int32_t exDst,
+                             std::size_t nQueued, std::uint64_t queuedBytes) {
       Candidate c;
       Verdict& v = c.verdict;
       v.faultClass = FaultClass::kCommHang;
       finishRanks(ranks);
       v.ranks = std::move(ranks);
       const bool off = offender[a] || offender[b];
-      const double threshold = relaxedIf(off, th.hangSeconds);
+      const double threshold = relaxedIf(off, nQueued > 0 ? th.silenceSeconds : th.hangSeconds);
       v.repeatOffender = off;
       c.relaxed = off;
       std::string where;
@@ -643,25 +708,38 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
         v.action = Action::kRestartOnly;
         where = strf("link %s<->%s", v.culprit.node.c_str(), v.culprit.peerNode.c_str());
       }
-      v.evidence.message = strf(
-          "%zu connection(s) stalled, %s: ops in flight at both ends and no bytes moving for "
-          "%.1f s (threshold hangSeconds %.1f s), e.g. rank %d -> rank %d",
-          nEdges, where.c_str(), maxAge, threshold, exSrc, exDst);
+      if (nQueued > 0) {
+        v.evidence.message = strf(
+            "%zu connection(s) stalled, %s: %.1f MB written by the senders and not received, "
+            "no bytes arriving for %.1f s while the receivers wait (threshold silenceSeconds "
+            "%.1f s), e.g. rank %d -> rank %d",
+            nEdges, where.c_str(), static_cast<double>(queuedBytes) / 1e6, maxAge, threshold, exSrc,
+            exDst);
+      } else {
+        v.evidence.message = strf(
+            "%zu connection(s) stalled, %s: ops in flight at both ends and no bytes moving for "
+            "%.1f s (threshold hangSeconds %.1f s), e.g. rank %d -> rank %d",
+            nEdges, where.c_str(), maxAge, threshold, exSrc, exDst);
+      }
       if (v.nodeEvidence) v.evidence.message += "; node health: " + nodes[a].healthDetail;
       v.evidence.numbers = {{"stalledConnections", static_cast<double>(nEdges)},
                             {"stalledLinks", static_cast<double>(nPairs)},
                             {"longestStallSeconds", maxAge},
-                            {"thresholdSeconds", threshold}};
+                            {"thresholdSeconds", threshold},
+                            {"queuedBytes", static_cast<double>(queuedBytes)}};
       candidates.push_back(std::move(c));
     };
     if (common) {
       std::vector<std::int32_t> ranks;
-      std::size_t nEdges = 0;
+      std::size_t nEdges = 0, nQueued = 0;
+      std::uint64_t queuedBytes = 0;
       double maxAge = 0.0;
       std::int32_t exSrc = -1, exDst = -1;
       for (const auto& [key, p] : pairs) {
         ranks.insert(ranks.end(), p.ranks.begin(), p.ranks.end());
         nEdges += p.edges;
+        nQueued += p.queuedEdges;
+        queuedBytes += p.queuedBytes;
         if (p.maxAge > maxAge) {
           maxAge = p.maxAge;
           exSrc = p.exampleSrc;
@@ -669,7 +747,7 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
         }
       }
       hangCandidate(CulpritKind::kNode, *common, *common, std::move(ranks), nEdges, maxAge,
-                    pairs.size(), exSrc, exDst);
+                    pairs.size(), exSrc, exDst, nQueued, queuedBytes);
     } else {
       for (auto& [key, p] : pairs) {
         const auto [a, b] = key;
@@ -683,7 +761,8 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
           culpritNode = nicA ? a : b;
         }
         hangCandidate(kind, culpritNode, kind == CulpritKind::kNode ? culpritNode : b,
-                      std::move(p.ranks), p.edges, p.maxAge, 1, p.exampleSrc, p.exampleDst);
+                      std::move(p.ranks), p.edges, p.maxAge, 1, p.exampleSrc, p.exampleDst,
+                      p.queuedEdges, p.queuedBytes);
       }
     }
   }
@@ -718,6 +797,10 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
       const std::size_t a = nodeOf(e.src), b = nodeOf(e.dst);
       const double factor = factorIf(offender[a] || offender[b], th.slowFactor);
       e.slow = e.rate * factor < medianRate;
+      if (e.rate < kStragglerTransferRatio * medianRate) {
+        slowTransferAt_[e.src] = now;
+        slowTransferAt_[e.dst] = now;
+      }
       if (e.slow) {
         touchesSlow[static_cast<std::size_t>(e.src)] = 1;
         touchesSlow[static_cast<std::size_t>(e.dst)] = 1;
@@ -865,19 +948,21 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
     std::vector<std::int32_t> outCount(un, 0), inCount(un, 0);
     perRankMedian(outs, outWait, outCount);
     perRankMedian(ins, inWait, inCount);
-    std::vector<double> lateness(un, 0.0), absLate, outs1;
+    std::vector<double> lateness(un, 0.0), absLate, outs1, ins1;
     absLate.reserve(un);
     for (std::size_t r = 0; r < un; ++r) {
       if (outCount[r] == 0 || inCount[r] == 0) continue;
       lateness[r] = outWait[r] - inWait[r];
       absLate.push_back(std::abs(lateness[r]));
       outs1.push_back(outWait[r]);
+      ins1.push_back(inWait[r]);
     }
     if (absLate.size() >= 4) {
       const double typicalWait = median(outs1);
+      const double typicalOwnWait = median(ins1);
       // The job's noise around rank r: median |lateness| of the ranks that are neither r nor its
       // peers (a straggler skews its peers' lateness too; in small jobs they are most ranks).
-      std::vector<double> rankNoise(un, 0.01);
+      std::vector<double> rankNoise(un, kStragglerNoiseFloor);
       std::vector<char> near(un, 0);
       std::vector<double> tmp;
       auto noiseFor = [&](std::int32_t r) {
@@ -891,7 +976,7 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
         for (std::size_t x = 0; x < un; ++x) {
           if (!near[x] && outCount[x] > 0 && inCount[x] > 0) tmp.push_back(std::abs(lateness[x]));
         }
-        return tmp.size() >= 2 ? std::max(0.01, median(tmp)) : 0.01;
+        return tmp.size() >= 2 ? std::max(kStragglerNoiseFloor, median(tmp)) : kStragglerNoiseFloor;
       };
       std::map<std::size_t, std::vector<std::int32_t>> byNode;
       for (std::int32_t r = 0; r < n; ++r) {
@@ -900,14 +985,44 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
             !reporting[ur]) {
           continue;
         }
+        if (auto it = slowTransferAt_.find(r);
+            it != slowTransferAt_.end() &&
+            secs(now - it->second) < th.clearWindows * th.windowSeconds) {
+          continue;
+        }
         const bool off = offender[nodeOf(r)] != 0;
         const std::int32_t need = std::min(peersIf(off), std::max<std::int32_t>(1, outDegree[ur]));
         if (outCount[ur] < need) continue;
         const double minShare = relaxedIf(off, th.minLatenessShare);
         const double factor = factorIf(off, th.stragglerFactor);
-        if (outWait[ur] - typicalWait < minShare || lateness[ur] < factor * 0.01) continue;
+        // Its peers wait on it more than the job typically waits, or (a synchronous job where
+        // the lateness spreads along the ring and everyone ends up waiting) it waits much less
+        // than the job typically does: under a quarter of it (ranks downstream of a slow link or
+        // a straggler wait less than others too, but not that much less).
+        const double excessOut = outWait[ur] - typicalWait;
+        const double deficitIn = inWait[ur] <= kStragglerOwnWaitRatio * typicalOwnWait
+                                     ? typicalOwnWait - inWait[ur]
+                                     : 0.0;
+        if (std::max(excessOut, deficitIn) < minShare ||
+            lateness[ur] < factor * kStragglerNoiseFloor) {
+          continue;
+        }
         rankNoise[ur] = noiseFor(r);
         if (lateness[ur] >= factor * rankNoise[ur]) byNode[nodeOf(r)].push_back(r);
+      }
+      // A straggler's lateness echoes downstream (its receivers forward late): ranks on other
+      // nodes whose lateness is under half the worst candidate's are its echoes, not stragglers.
+      double worstLateness = 0.0;
+      for (const auto& [node, ranks] : byNode) {
+        for (std::int32_t r : ranks) {
+          worstLateness = std::max(worstLateness, lateness[static_cast<std::size_t>(r)]);
+        }
+      }
+      for (auto it = byNode.begin(); it != byNode.end();) {
+        std::erase_if(it->second, [&](std::int32_t r) {
+          return lateness[static_cast<std::size_t>(r)] < 0.5 * worstLateness;
+        });
+        it = it->second.empty() ? byNode.erase(it) : std::next(it);
       }
       for (auto& [node, ranks] : byNode) {
         const bool off = offender[node] != 0;
@@ -918,7 +1033,7 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
           }
         }
         const auto uw = static_cast<std::size_t>(worst);
-        const double excess = outWait[uw] - typicalWait;
+        const double excess = std::max(outWait[uw] - typicalWait, 0.0);
         const double noise = rankNoise[uw];
         const double share = std::clamp(excess, 0.0, 0.95);
         Candidate c;
@@ -929,20 +1044,35 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
         v.action = Action::kEventOnly;
         v.nodeEvidence = nodes[node].hasHardwareFault();
         v.repeatOffender = off;
-        v.slowdown = 1.0 / (1.0 - share);
+        // Two estimates of how much slower the job runs, the larger wins: the peers' wait beyond
+        // the job's typical wait (jobs where only the straggler's peers wait), and, in
+        // synchronous jobs where every rank ends up waiting for the straggler (the typical wait
+        // is then mostly the straggler's doing), the straggler's busy share over a typical
+        // rank's: each step lasts the straggler's work, where it used to last a typical rank's.
+        const double busySelf = 1.0 - std::clamp(inWait[uw], 0.0, 1.0);
+        const double busyTypical = std::max(0.05, 1.0 - std::clamp(typicalWait, 0.0, 1.0));
+        const double busyRatio = std::clamp(busySelf / busyTypical, 1.0, 20.0);
+        v.slowdown = std::max(1.0 / (1.0 - share), busyRatio);
         c.relaxed = off;
         v.evidence.message = strf(
             "straggler rank %d on node %s: its %d peers wait on it %.0f%% of the window, the job's "
-            "typical wait is %.0f%% and it waits on them %.0f%%: excess %.2f (minLatenessShare "
-            "%.2f), lateness %.2f vs job noise %.3f (stragglerFactor %.1fx); transfers normal; "
-            "estimated slowdown %.2fx",
+            "typical wait is %.0f%% and it waits on them %.0f%% (typical %.0f%%): excess %.2f, "
+            "deficit %.2f (minLatenessShare %.2f), lateness %.2f vs job noise %.3f "
+            "(stragglerFactor %.1fx); transfers normal; busy %.0f%% vs typical %.0f%%; estimated "
+            "slowdown %.2fx",
             worst, nodes[node].name.c_str(), outCount[uw], outWait[uw] * 100.0, typicalWait * 100.0,
-            inWait[uw] * 100.0, excess, relaxedIf(off, th.minLatenessShare), lateness[uw], noise,
-            factorIf(off, th.stragglerFactor), v.slowdown);
+            inWait[uw] * 100.0, typicalOwnWait * 100.0, excess,
+            std::max(typicalOwnWait - inWait[uw], 0.0), relaxedIf(off, th.minLatenessShare),
+            lateness[uw], noise, factorIf(off, th.stragglerFactor), busySelf * 100.0,
+            busyTypical * 100.0, v.slowdown);
         if (ranks.size() > 1) v.evidence.message += "; ranks " + rankList(ranks);
-        v.evidence.numbers = {{"excessWaitShare", excess},       {"lateness", lateness[uw]},
-                              {"typicalWaitShare", typicalWait}, {"peersWaitShare", outWait[uw]},
-                              {"ownWaitShare", inWait[uw]},      {"jobNoise", noise},
+        v.evidence.numbers = {{"excessWaitShare", excess},
+                              {"lateness", lateness[uw]},
+                              {"typicalWaitShare", typicalWait},
+                              {"peersWaitShare", outWait[uw]},
+                              {"ownWaitShare", inWait[uw]},
+                              {"jobNoise", noise},
+                              {"typicalOwnWaitShare", typicalOwnWait},
                               {"slowdown", v.slowdown}};
         candidates.push_back(std::move(c));
       }

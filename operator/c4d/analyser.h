@@ -54,6 +54,8 @@ class JobAnalyser {
     std::uint64_t recvBytes = 0;
     std::uint32_t recvConns = 0;
     WallTime lastProgress{};  // the last time the receiver's bytes moved (or the edge appeared)
+    std::uint64_t recvWire = 0;
+    WallTime lastWireProgress{};  // the same for the receiver's socket-level (wire) bytes
   };
   struct PeerError {
     std::int32_t reporter = -1;
@@ -80,6 +82,9 @@ class JobAnalyser {
   std::vector<EdgeState> edges_;  // sorted by key
   std::vector<PeerError> peerErrors_;
   std::vector<char> crashVictims_;  // per rank: died of another rank's crash in this attempt
+  // Per rank: the last tick it had a measured connection slower than half the job median (a
+  // rank on a slow link is not a straggler, even in a window where the link measured normal).
+  std::map<std::int32_t, WallTime> slowTransferAt_;
   std::map<std::string, Finding> findings_;
   std::map<std::string, ObservationState> observations_;
 };

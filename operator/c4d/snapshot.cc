@@ -15,12 +15,21 @@ bool positive(double v) {
 
 }  // namespace
 
+namespace {
+std::uint64_t wireBytesOf(const report::ConnectionStats& c) {
+  std::uint64_t sum = 0;
+  for (const auto& sf : c.subflows) sum += sf.bytes;
+  return sum;
+}
+}  // namespace
+
 ConnSample ConnSample::from(const report::ConnectionStats& c) {
   return ConnSample{.id = c.id,
                     .direction = c.direction,
                     .peerRank = c.peerRank,
                     .bytes = c.bytes,
                     .ops = c.ops,
+                    .wireBytes = wireBytesOf(c),
                     .inflight = c.inflight,
                     .oldestInflightUs = c.oldestInflightUs,
                     .wait = c.wait,

@@ -75,6 +75,10 @@ struct ConnSample {
   std::int32_t peerRank = -1;  // -1: unknown (ignored)
   std::uint64_t bytes = 0;     // cumulative since the connection opened
   std::uint64_t ops = 0;       // cumulative
+  // Payload bytes through the connection's sockets (its subflows' bytes summed), cumulative:
+  // written to the sockets by the sender, read from them by the receiver, ahead of whole-op
+  // completion. 0: not reported (the dead-link rule on queued bytes is then off).
+  std::uint64_t wireBytes = 0;
   std::uint32_t inflight = 0;
   std::uint64_t oldestInflightUs = 0;
   report::LatencySummary wait;      // ops completed in the report's interval

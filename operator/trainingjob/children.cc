@@ -110,16 +110,19 @@ Json buildPlanConfigMap(const Json& job, const TrainingJobSpec& spec) {
 
 namespace {
 
-// Adds `metadata.name NotIn nodes` to every required node selector term of `pod_spec` (a term
-// is an AND of its expressions; the terms are ORed), or makes it the only term.
+// Adds `metadata.name NotIn [node]` for each node to every required node selector term of
+// `pod_spec` (a term is an AND of its expressions; the terms are ORed), or makes them the only
+// term. One expression per node: the API server takes a single value for a field selector.
 void avoidNodes(Json& pod_spec, const std::vector<std::string>& nodes) {
   if (nodes.empty()) return;
-  Json values = Json::array();
-  for (const auto& n : nodes) values.push_back(n);
-  Json expr = Json::object();
-  expr["key"] = "metadata.name";
-  expr["operator"] = "NotIn";
-  expr["values"] = std::move(values);
+  Json exprs = Json::array();
+  for (const auto& n : nodes) {
+    Json expr = Json::object();
+    expr["key"] = "metadata.name";
+    expr["operator"] = "NotIn";
+    expr["values"] = Json::array({n});
+    exprs.push_back(std::move(expr));
+  }
 
   Json affinity = pod_spec.value("affinity", Json::object());
   if (!affinity.is_object()) affinity = Json::object();
@@ -135,7 +138,7 @@ void avoidNodes(Json& pod_spec, const std::vector<std::string>& nodes) {
     Json t = term.is_object() ? term : Json::object();
     Json fields = t.value("matchFields", Json::array());
     if (!fields.is_array()) fields = Json::array();
-    fields.push_back(expr);
+    for (const auto& e : exprs) fields.push_back(e);
     t["matchFields"] = std::move(fields);
     out_terms.push_back(std::move(t));
   }

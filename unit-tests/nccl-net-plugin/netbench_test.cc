@@ -98,6 +98,19 @@ TEST_F(NetbenchTest, TrainingResumesToTheSameChecksum) {
   std::string sum = field(straight.out, "checksum");
   ASSERT_FALSE(sum.empty()) << straight.out;
   EXPECT_EQ(field(straight.out, "resumed_from"), "0");
+  // Every rank prints its own result, and the ranks agree.
+  EXPECT_NE(straight.out.find("rank=0 "), std::string::npos) << straight.out;
+  EXPECT_NE(straight.out.find("rank=1 "), std::string::npos) << straight.out;
+  auto count = [&](const std::string& what) {
+    std::size_t n = 0;
+    for (auto p = straight.out.find(what); p != std::string::npos;
+         p = straight.out.find(what, p + 1)) {
+      ++n;
+    }
+    return n;
+  };
+  EXPECT_EQ(count("checksum="), 2u) << straight.out;
+  EXPECT_EQ(count("checksum=" + sum), 2u) << straight.out;
   // Stopped after step 7 (last checkpoint 6), then restarted with the full step count.
   Outcome first = run(common + "--steps 7 --checkpoint-dir " + (dir / "b").string());
   ASSERT_EQ(first.rc, 0) << first.out;
@@ -211,6 +224,112 @@ TEST_F(NetbenchTest, TrainingSendsProgressAndCheckpointNotices) {
   EXPECT_EQ(progress, 12);  // 6 steps x 2 ranks
   EXPECT_EQ(finished, 2);
   EXPECT_EQ(checkpoints, 4);
+}
+
+TEST_F(NetbenchTest, AnnouncedPauseIsCheckpointingThenTrainingAndKeepsTheChecksum) {
+  std::string path = "@c4-netbench-pause-" + std::to_string(::getpid());
+  auto server = UnixDatagramServer::bind(path);
+  ASSERT_TRUE(server.has_value());
+  std::atomic<bool> stop{false};
+  std::vector<report::ProgressNotice> notices;
+  std::thread reader([&] {
+    while (!stop.load()) {
+      auto d = server->receive(std::chrono::milliseconds(50));
+      if (!d || !*d) continue;
+      auto m = report::decodeMessageCbor((*d)->bytes);
+      if (!m) continue;
+      if (auto* p = std::get_if<report::ProgressNotice>(&*m)) notices.push_back(*p);
+    }
+  });
+  std::string common = "--launch 2 --state-bytes 16K --steps 6 ";
+  auto t0 = std::chrono::steady_clock::now();
+  Outcome r = run(common + "--pause-at-step 3 --pause-ms 400 --pause-rank 1",
+                  "C4_AGENT_SOCKET=" + path + " C4_REPORT_INTERVAL_MS=3600000");
+  auto took = std::chrono::steady_clock::now() - t0;
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  stop = true;
+  reader.join();
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_GE(took, std::chrono::milliseconds(400));
+  std::vector<report::ProgressState> rank1;
+  for (const auto& n : notices) {
+    if (n.id.rank == 1 && n.step == 3) rank1.push_back(n.state);
+    if (n.id.rank == 0) {
+      EXPECT_NE(n.state, report::ProgressState::kCheckpointing);
+    }
+  }
+  EXPECT_EQ(rank1, (std::vector<report::ProgressState>{report::ProgressState::kTraining,
+                                                       report::ProgressState::kCheckpointing,
+                                                       report::ProgressState::kTraining}));
+  Outcome plain = run(common);
+  ASSERT_EQ(plain.rc, 0) << plain.out;
+  EXPECT_EQ(field(r.out, "checksum"), field(plain.out, "checksum"));
+}
+
+TEST_F(NetbenchTest, SilentPauseSendsNoCheckpointingNotice) {
+  std::string path = "@c4-netbench-silent-" + std::to_string(::getpid());
+  auto server = UnixDatagramServer::bind(path);
+  ASSERT_TRUE(server.has_value());
+  std::atomic<bool> stop{false};
+  int pausing = 0, total = 0;
+  std::thread reader([&] {
+    while (!stop.load()) {
+      auto d = server->receive(std::chrono::milliseconds(50));
+      if (!d || !*d) continue;
+      auto m = report::decodeMessageCbor((*d)->bytes);
+      if (!m) continue;
+      if (auto* p = std::get_if<report::ProgressNotice>(&*m)) {
+        ++total;
+        if (p->state == report::ProgressState::kCheckpointing) ++pausing;
+      }
+    }
+  });
+  Outcome r =
+      run("--launch 2 --state-bytes 16K --steps 4 --pause-at-step 2 --pause-ms 200 "
+          "--pause-silent",
+          "C4_AGENT_SOCKET=" + path + " C4_REPORT_INTERVAL_MS=3600000");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  stop = true;
+  reader.join();
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(total, 10);  // 4 training notices and 1 finished per rank
+  EXPECT_EQ(pausing, 0);
+  EXPECT_NE(r.out.find("not announced"), std::string::npos) << r.out;
+}
+
+TEST_F(NetbenchTest, SlowFileMultipliesTheComputeOfTheNamedNode) {
+  fs::create_directories(dir);
+  std::string file = (dir / "slow").string();
+  {
+    std::FILE* f = std::fopen(file.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("other-node 50\nnode-x 5\n", f);
+    std::fclose(f);
+  }
+  std::string args =
+      "--launch 2 --state-bytes 16K --steps 10 --step-compute-ms 20 --slow-file " + file;
+  auto t0 = std::chrono::steady_clock::now();
+  Outcome slow = run(args, "C4_NODE_NAME=node-x");
+  auto slow_took = std::chrono::steady_clock::now() - t0;
+  ASSERT_EQ(slow.rc, 0) << slow.out;
+  EXPECT_GE(slow_took, std::chrono::milliseconds(10 * 100));  // 10 steps x 20 ms x 5
+  EXPECT_NE(slow.out.find("compute factor 5.00"), std::string::npos) << slow.out;
+  Outcome other = run(args, "C4_NODE_NAME=node-y");
+  ASSERT_EQ(other.rc, 0) << other.out;
+  EXPECT_EQ(other.out.find("compute factor"), std::string::npos) << other.out;
+  EXPECT_EQ(field(slow.out, "checksum"), field(other.out, "checksum"));
+}
+
+TEST(SlowFile, ParsesTheNodesFactorAndRejectsBadLines) {
+  EXPECT_EQ(parseSlowFile("", "n1").value(), 1.0);
+  EXPECT_EQ(parseSlowFile("n1 3\n", "n1").value(), 3.0);
+  EXPECT_EQ(parseSlowFile("n2 3\n\n  n1   2.5  \n", "n1").value(), 2.5);
+  EXPECT_EQ(parseSlowFile("n2 3\n", "n1").value(), 1.0);
+  EXPECT_FALSE(parseSlowFile("n1\n", "n1").has_value());
+  EXPECT_FALSE(parseSlowFile("n1 3 extra\n", "n1").has_value());
+  EXPECT_FALSE(parseSlowFile("n1 0.5\n", "n1").has_value());
+  EXPECT_FALSE(parseSlowFile("n1 x\n", "n1").has_value());
+  EXPECT_FALSE(parseSlowFile("n2 nan\n", "n1").has_value());
 }
 
 TEST(Checkpoint, CorruptFilesAreIgnored) {

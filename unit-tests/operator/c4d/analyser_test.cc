@@ -587,3 +587,297 @@ TEST(C4dAnalyserMesh, FrozenRankInAOneWayRingOverAFullMeshIsFound) {
 
 }  // namespace
 }  // namespace c4::c4d
+
+namespace c4::c4d {
+namespace {
+
+// A 4-rank one-way ring on 4 nodes, one connection per direction, reported every second with
+// the socket-level (wire) counters the plugin sends; `edge(w, src)` gives what the edge src ->
+// src+1 did in window w.
+struct RingWindow {
+  std::uint64_t sentWire = 0;        // cumulative bytes the sender wrote to its sockets
+  std::uint64_t recvWire = 0;        // cumulative bytes the receiver read from its sockets
+  std::uint64_t sentDone = 0;        // cumulative payload of completed sends
+  std::uint64_t recvDone = 0;        // cumulative payload of completed receives
+  std::uint32_t sendInflight = 0;    // ops posted at the sender
+  std::uint32_t recvInflight = 0;    // ops posted at the receiver
+  std::uint64_t oldestUs = 0;        // the receiver's oldest op in flight
+  double recvWaitShare = 0.0;        // the receiver's wait (posted -> first byte) / window
+  std::uint64_t recvXferUs = 30000;  // the receiver's transfer time (first byte -> done)
+  std::uint64_t sendXferUs = 30000;  // the sender's transfer time (first byte -> done)
+};
+
+struct RingRun {
+  std::optional<Verdict> verdict;
+  int window = -1;
+};
+
+template <typename EdgeFn>
+RingRun runRing(int windows, EdgeFn edge) {
+  constexpr int kRanks = 4;
+  JobSnapshot snap;
+  snap.ns = "team";
+  snap.name = "ring";
+  snap.worldSize = kRanks;
+  for (int i = 0; i < kRanks; ++i) {
+    NodeSnapshot node;
+    node.name = "node-" + std::to_string(i);
+    snap.nodes.push_back(node);
+  }
+  snap.ranks.resize(kRanks);
+  for (int r = 0; r < kRanks; ++r) {
+    snap.ranks[static_cast<std::size_t>(r)].node = r;
+    snap.ranks[static_cast<std::size_t>(r)].podState = PodState::kRunning;
+  }
+  JobAnalyser analyser;
+  WallTime t{std::chrono::seconds{1'800'000'000}};
+  RingRun out;
+  for (int w = 0; w < windows && !out.verdict; ++w) {
+    t += std::chrono::seconds{1};
+    std::vector<ReportSample> reports(kRanks);
+    for (int r = 0; r < kRanks; ++r) {
+      reports[static_cast<std::size_t>(r)].time = t;
+      reports[static_cast<std::size_t>(r)].intervalMs = 1000;
+    }
+    for (int src = 0; src < kRanks; ++src) {
+      const int dst = (src + 1) % kRanks;
+      const RingWindow e = edge(w, src);
+      report::ConnectionStats send;
+      send.id = 1;
+      send.direction = report::Direction::kSend;
+      send.peerRank = dst;
+      send.bytes = e.sentDone;
+      send.ops = e.sentDone >> 16;
+      send.inflight = e.sendInflight;
+      send.oldestInflightUs = e.sendInflight > 0 ? e.oldestUs : 0;
+      send.transfer.count = 10;
+      send.transfer.sumUs = e.sendXferUs;
+      send.subflows = {{.index = 0, .bytes = e.sentWire / 2},
+                       {.index = 1, .bytes = e.sentWire - e.sentWire / 2}};
+      report::ConnectionStats recv;
+      recv.id = 2;
+      recv.direction = report::Direction::kRecv;
+      recv.peerRank = src;
+      recv.bytes = e.recvDone;
+      recv.ops = e.recvDone >> 16;
+      recv.inflight = e.recvInflight;
+      recv.oldestInflightUs = e.recvInflight > 0 ? e.oldestUs : 0;
+      recv.transfer.count = 10;
+      recv.transfer.sumUs = e.recvXferUs;
+      recv.wait.count = 10;
+      recv.wait.sumUs = static_cast<std::uint64_t>(e.recvWaitShare * 1e6);
+      recv.subflows = {{.index = 0, .bytes = e.recvWire / 2},
+                       {.index = 1, .bytes = e.recvWire - e.recvWire / 2}};
+      reports[static_cast<std::size_t>(src)].connections.push_back(ConnSample::from(send));
+      reports[static_cast<std::size_t>(dst)].connections.push_back(ConnSample::from(recv));
+    }
+    for (int r = 0; r < kRanks; ++r) {
+      auto& q = snap.ranks[static_cast<std::size_t>(r)].reports;
+      q.push_back(std::move(reports[static_cast<std::size_t>(r)]));
+      if (q.size() > 3) q.erase(q.begin());
+    }
+    auto result = analyser.tick(snap, t);
+    EXPECT_TRUE(result) << result.error().toString();
+    if (!result) break;
+    for (const auto& v : result->verdicts) {
+      out.verdict = v;
+      out.window = w;
+    }
+  }
+  return out;
+}
+
+constexpr std::uint64_t kPerWindow = 64 << 20;
+
+// The e2e black hole (nftables drop between two nodes, c4-netbench over the plugin): the sender
+// has written payload to its sockets that never arrives; every rank waits. With TCP's user
+// timeout at 10 s the connection fails at hangSeconds, so the verdict must come from the bytes
+// queued that do not move, within silenceSeconds + confirmation.
+TEST(C4dAnalyserWire, BytesQueuedThatDoNotMoveAreADeadLinkBeforeHangSeconds) {
+  const int kDeadAt = 8;
+  const std::uint64_t kQueued = 3 << 20;  // in the sender's socket buffers when the link died
+  auto run = runRing(30, [&](int w, int src) {
+    RingWindow e;
+    const std::uint64_t before = static_cast<std::uint64_t>(std::min(w, kDeadAt) + 1) * kPerWindow;
+    e.sentWire = e.recvWire = e.sentDone = e.recvDone = before;
+    if (w < kDeadAt) return e;
+    const int age = w - kDeadAt + 1;
+    e.recvInflight = 1;  // everyone waits on its upstream
+    e.oldestUs = static_cast<std::uint64_t>(age) * 1000000;
+    if (src == 1) {  // node-1 -> node-2 black-holed: bytes written, none read
+      e.sentWire = before + kQueued;
+      e.sentDone = before + kQueued;
+      e.sendInflight = 1;
+    }
+    return e;
+  });
+  ASSERT_TRUE(run.verdict) << "the dead link was not found";
+  EXPECT_EQ(run.verdict->key(), "commHang/link/node-1<->node-2");
+  EXPECT_EQ(run.verdict->action, Action::kRestartOnly);
+  EXPECT_LT(run.window - kDeadAt + 1, 10);  // before hangSeconds (and TCP's user timeout)
+  EXPECT_LE(run.window - kDeadAt + 1, 6);   // silenceSeconds 3 + 2 confirmation windows, +1
+  EXPECT_THAT(run.verdict->evidence.message, ::testing::HasSubstr("silenceSeconds"));
+  EXPECT_THAT(run.verdict->evidence.message, ::testing::HasSubstr("3.1 MB written"));
+}
+
+// A very slow link: whole ops take longer than silenceSeconds to complete, but the receiver's
+// sockets keep delivering bytes: not a dead link (that is the slow rule's business).
+TEST(C4dAnalyserWire, SlowButMovingBytesAreNotAHang) {
+  const int kSlowAt = 8;
+  auto run = runRing(9 + 8, [&](int w, int src) {
+    RingWindow e;
+    const std::uint64_t before = static_cast<std::uint64_t>(std::min(w, kSlowAt) + 1) * kPerWindow;
+    e.sentWire = e.recvWire = e.sentDone = e.recvDone = before;
+    if (w < kSlowAt) return e;
+    const int age = w - kSlowAt + 1;
+    e.recvInflight = 1;
+    e.oldestUs = static_cast<std::uint64_t>(age) * 1000000;
+    if (src == 1) {
+      e.sentWire = before + (4 << 20);
+      e.sentDone = before + (4 << 20);
+      e.sendInflight = 1;
+      e.recvWire = before + static_cast<std::uint64_t>(age) * 300000;  // trickling in
+    }
+    return e;
+  });
+  EXPECT_FALSE(run.verdict) << run.verdict->key() << ": " << run.verdict->evidence.message;
+}
+
+// Bytes written but the receiver has posted nothing (busy in compute): not waiting, no verdict
+// from this rule.
+TEST(C4dAnalyserWire, QueuedBytesWithoutAWaitingReceiverAreNotAHang) {
+  const int kAt = 8;
+  auto run = runRing(9 + 6, [&](int w, int src) {
+    RingWindow e;
+    const std::uint64_t before = static_cast<std::uint64_t>(std::min(w, kAt) + 1) * kPerWindow;
+    e.sentWire = e.recvWire = e.sentDone = e.recvDone = before;
+    if (w >= kAt && src == 1) {
+      e.sentWire = before + (1 << 20);
+      e.sentDone = before + (1 << 20);
+    }
+    return e;
+  });
+  EXPECT_FALSE(run.verdict) << run.verdict->key() << ": " << run.verdict->evidence.message;
+}
+
+// The e2e straggler (c4-netbench's compute 3x slower on one rank of an 8-rank ring allreduce):
+// in a synchronous ring every rank ends up waiting for the straggler, so the job's typical wait
+// (58%) is close to that of the straggler's receivers (70%), while the straggler itself waits 8%.
+// The excess over the typical wait (0.12) understates the slowdown; the busy shares do not: the
+// straggler is busy 92% of a step where a typical rank is busy 42%, a 2.2x slower job.
+TEST(C4dAnalyserWire, StragglerInASynchronousRingIsMeasuredByBusyShares) {
+  auto run = runRing(20, [&](int w, int src) {
+    RingWindow e;
+    e.sentWire = e.recvWire = e.sentDone = e.recvDone =
+        static_cast<std::uint64_t>(w + 1) * kPerWindow;
+    e.recvWaitShare = w < 8 ? 0.1 : 0.58;
+    if (w >= 8 && src == 2) e.recvWaitShare = 0.70;  // rank 3 waits on the straggler
+    if (w >= 8 && src == 1) e.recvWaitShare = 0.08;  // the straggler waits on its upstream
+    return e;
+  });
+  ASSERT_TRUE(run.verdict) << "the straggler was not found";
+  EXPECT_EQ(run.verdict->key(), "nonCommSlow/node/node-2");
+  EXPECT_NEAR(run.verdict->slowdown, 0.92 / 0.42, 0.01);
+  EXPECT_GE(run.verdict->slowdown, 2.0) << "the detector restarts from 2x";
+  EXPECT_THAT(run.verdict->evidence.message, ::testing::HasSubstr("busy 92%"));
+}
+
+// The e2e straggler again, as c4-netbench's ring really reports it: the receives are posted
+// ahead, so the straggler finds its upstream's data waiting (own wait 5%) while every other rank
+// waits ~60%, its receivers no more than anyone; two hops downstream a rank forwards late and
+// its receivers wait 72%. The straggler is the rank that waits much less than the job, and the
+// downstream rank is its echo, not a second straggler.
+TEST(C4dAnalyserWire, StragglerWhoseLatenessSpreadsAlongTheRingIsFoundByItsOwnShortWait) {
+  auto run = runRing(20, [&](int w, int src) {
+    RingWindow e;
+    e.sentWire = e.recvWire = e.sentDone = e.recvDone =
+        static_cast<std::uint64_t>(w + 1) * kPerWindow;
+    e.recvWaitShare = w < 8 ? 0.1 : 0.6;
+    if (w >= 8 && src == 1) e.recvWaitShare = 0.05;  // rank 2 (the straggler) on rank 1
+    if (w >= 8 && src == 3) e.recvWaitShare = 0.72;  // rank 0 on rank 3: the echo
+    return e;
+  });
+  ASSERT_TRUE(run.verdict) << "the straggler was not found";
+  EXPECT_EQ(run.verdict->key(), "nonCommSlow/node/node-2");
+  EXPECT_EQ(run.verdict->ranks, std::vector<std::int32_t>{2});
+  EXPECT_NEAR(run.verdict->slowdown, 0.95 / 0.4, 0.01);
+  EXPECT_THAT(run.verdict->evidence.message, ::testing::HasSubstr("deficit 0.55"));
+}
+
+// Downstream of a slow link (the e2e slow link, before its rates were measured): one rank waits
+// 19% where the job typically waits 39%. Waiting less than others is not enough to be a
+// straggler; the rule needs it to wait under a quarter of the typical wait.
+TEST(C4dAnalyserWire, ARankThatWaitsSomewhatLessIsNotAStraggler) {
+  auto run = runRing(20, [&](int w, int src) {
+    RingWindow e;
+    e.sentWire = e.recvWire = e.sentDone = e.recvDone =
+        static_cast<std::uint64_t>(w + 1) * kPerWindow;
+    e.recvWaitShare = w < 8 ? 0.1 : 0.39;
+    if (w >= 8 && src == 1) e.recvWaitShare = 0.19;
+    return e;
+  });
+  EXPECT_FALSE(run.verdict) << run.verdict->key() << ": " << run.verdict->evidence.message;
+}
+
+// The e2e slow link (a node's link cut to 10%, tbf letting bursts through): the slow edge
+// measures 0.1x the median in one window and 0.3x (not slow by slowFactor 4) in the next two,
+// and its receiver's peers wait on it more than the job does. A rank on a link that measured
+// under half the median within clearWindows is not a straggler.
+TEST(C4dAnalyserWire, ARankOnAnIntermittentlySlowLinkIsNotAStraggler) {
+  auto run = runRing(25, [&](int w, int src) {
+    RingWindow e;
+    e.sentWire = e.recvWire = e.sentDone = e.recvDone =
+        static_cast<std::uint64_t>(w + 1) * kPerWindow;
+    e.recvWaitShare = w < 8 ? 0.1 : 0.37;
+    if (w >= 8 && src == 1) {
+      e.recvWaitShare = 0.31;  // rank 2 receives over the slow link
+      e.recvXferUs = w % 3 == 0 ? 300000 : 100000;
+    }
+    if (w >= 8 && src == 2) e.recvWaitShare = 0.53;  // rank 3 waits on rank 2
+    return e;
+  });
+  if (run.verdict) {
+    EXPECT_NE(run.verdict->faultClass, FaultClass::kNonCommSlow) << run.verdict->evidence.message;
+  }
+}
+
+// A healthy 8-rank e2e job on a busy 2-core host: for a few windows one rank's receiver waits
+// 51% where the job waits 40% (lateness 0.11). In a ring every other rank's lateness is ~0, so
+// the measured noise says nothing; the noise floor (0.05, x stragglerFactor 3 = 0.15) does.
+TEST(C4dAnalyserWire, ALatenessWithinTheNoiseFloorIsNotAStraggler) {
+  auto run = runRing(20, [&](int w, int src) {
+    RingWindow e;
+    e.sentWire = e.recvWire = e.sentDone = e.recvDone =
+        static_cast<std::uint64_t>(w + 1) * kPerWindow;
+    e.recvWaitShare = 0.4;
+    if (w >= 8 && src == 0) e.recvWaitShare = 0.51;
+    return e;
+  });
+  EXPECT_FALSE(run.verdict) << run.verdict->key() << ": " << run.verdict->evidence.message;
+}
+
+// The e2e slow link (a node's link at 10%, 2 MiB of state): the receiver's data arrives in the
+// plugin's staging before its receive is posted, so its ops complete at once (1 ms of transfer
+// in the window: not measured) while the sender's ops take 0.6 s to drain into the link, and the
+// receiver's peers wait on it. The sender's view rates the link: commSlow, not a straggler.
+TEST(C4dAnalyserWire, ASlowLinkIsRatedByTheSendersTransferTimeWhenTheReceiverSeesNone) {
+  auto run = runRing(20, [&](int w, int src) {
+    RingWindow e;
+    e.sentWire = e.recvWire = e.sentDone = e.recvDone =
+        static_cast<std::uint64_t>(w + 1) * kPerWindow;
+    e.recvWaitShare = w < 8 ? 0.1 : 0.4;
+    if (w >= 8 && src == 1) {
+      e.recvXferUs = 1000;
+      e.sendXferUs = 600000;
+      e.recvWaitShare = 0.3;
+    }
+    if (w >= 8 && src == 2) e.recvWaitShare = 0.6;  // rank 3 waits on the slow link's receiver
+    return e;
+  });
+  ASSERT_TRUE(run.verdict) << "the slow link was not found";
+  EXPECT_EQ(run.verdict->key(), "commSlow/link/node-1<->node-2");
+  EXPECT_EQ(run.verdict->action, Action::kReplan);
+}
+
+}  // namespace
+}  // namespace c4::c4d

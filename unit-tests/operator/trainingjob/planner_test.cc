@@ -1008,7 +1008,12 @@ TEST(BuildPodTest, AvoidedNodesJoinEveryNodeSelectorTermOfTheTemplate) {
   ASSERT_EQ(terms.size(), 2u);
   for (const auto& term : terms) {
     EXPECT_EQ(term["matchExpressions"].size(), 1u) << "the user's terms are kept";
-    EXPECT_EQ(term["matchFields"][0]["values"], Json::array({"bad-1", "bad-2"}));
+    // One expression per node: the API server rejects a field selector with several values.
+    ASSERT_EQ(term["matchFields"].size(), 2u);
+    EXPECT_EQ(term["matchFields"][0],
+              Json({{"key", "metadata.name"}, {"operator", "NotIn"}, {"values", {"bad-1"}}}));
+    EXPECT_EQ(term["matchFields"][1],
+              Json({{"key", "metadata.name"}, {"operator", "NotIn"}, {"values", {"bad-2"}}}));
   }
   Json plain = buildPod(job, *parseTrainingJobSpec(job), 0, 1, std::nullopt, PodSettings{});
   EXPECT_EQ(plain["spec"]["affinity"], job["spec"]["template"]["spec"]["affinity"])
