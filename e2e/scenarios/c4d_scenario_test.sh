@@ -19,6 +19,10 @@
 #   pause      no fault: rank 0 pauses 20 s after step 60, announced as a checkpoint
 #              (ProgressState kCheckpointing) while its peers wait on it in the next allreduce:
 #              no verdict, no cordon, no restart
+#   healthy    scenario 6, no fault: a run of about 3 minutes (1,800 steps) with jitter — every
+#              2 s a random node's link gets 0-3 ms of delay and a random node computes up to
+#              1.25x slower (both within what a healthy cluster shows): no verdict, no cordon, no
+#              restart, every rank ends with the uninterrupted checksum
 # Fault checks: the FaultDetected Event on the TrainingJob names the class and culprit; a node
 # culprit is cordoned, tainted c4.dev/faulty:NoSchedule, has FaultSuspected and NodeCordoned
 # Events and a fault history; a link culprit cordons nothing; the job restarts as attempt 1
@@ -28,7 +32,7 @@
 # training state is a function of the steps only). Prints the figures: injection -> verdict ->
 # cordon -> running again, and the goodput lost.
 #
-#   c4d_scenario_test.sh <build dir> <work dir> blackhole|slowlink|straggler|pause
+#   c4d_scenario_test.sh <build dir> <work dir> blackhole|slowlink|straggler|pause|healthy
 #   C4_E2E_NO_DETECTION=1 ... <fault>  the control: the same fault with the report endpoint and
 #                                      C4D off; passes when the scenario's checks fail for want
 #                                      of C4D (no verdict, no restart after 30 s)
@@ -41,8 +45,8 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 source "$ROOT/e2e/scenarios/lib/c4.sh"
 MODE=${3:-}
 case $MODE in
-  blackhole | slowlink | straggler | pause) ;;
-  *) echo "usage: $0 <build dir> <work dir> blackhole|slowlink|straggler|pause" >&2; exit 2 ;;
+  blackhole | slowlink | straggler | pause | healthy) ;;
+  *) echo "usage: $0 <build dir> <work dir> blackhole|slowlink|straggler|pause|healthy" >&2; exit 2 ;;
 esac
 RANKS=${C4_E2E_RANKS:-8}
 NODES=${C4_E2E_NODES:-6}
@@ -51,12 +55,14 @@ STATE=256K
 # The slow link needs traffic that fills a 10% link: 2 MiB of state (3.5 MiB per ring edge and
 # step, 256 KiB frames, above the shaper's 64 KiB burst) instead of 256 KiB.
 [[ $MODE == slowlink ]] && STATE=2M STEPS=${C4_E2E_STEPS:-250}
+[[ $MODE == healthy ]] && STEPS=${C4_E2E_STEPS:-1800}
 CONTROL=""
 [[ -n ${C4_E2E_NO_DETECTION:-} ]] && CONTROL=nodetect
 [[ -n ${C4_E2E_PAUSE_SILENT:-} ]] && CONTROL=silent
 [[ $CONTROL != nodetect || $MODE != pause ]] \
   || { echo "the pause's control is C4_E2E_PAUSE_SILENT=1 (no verdict either way without C4D)" >&2; exit 2; }
 [[ $CONTROL != silent || $MODE == pause ]] || { echo "C4_E2E_PAUSE_SILENT is for pause" >&2; exit 2; }
+[[ -z $CONTROL || $MODE != healthy ]] || { echo "the healthy run has no control" >&2; exit 2; }
 c4_scenario_init "$1" "$2"
 FABRIC=$ROOT/e2e/testenv/fabric.sh
 
@@ -138,6 +144,42 @@ if [[ $MODE == pause ]]; then
   done
   echo "pause: no verdict, no cordon, no restart; all $RANKS ranks finished with checksum $expected"
   echo "PASS: C4D gives no verdict on an announced 20 s checkpoint pause"
+  exit 0
+fi
+
+# ---- a healthy run with jitter (scenario 6) -------------------------------------------------------
+if [[ $MODE == healthy ]]; then
+  jitter() {
+    local n
+    while true; do
+      n=node-$((RANDOM % NODES))
+      "$FABRIC" link --dir "$CLUSTER" "$n" set --delay "$((RANDOM % 4))ms" >/dev/null 2>&1 || true
+      echo "node-$((RANDOM % NODES)) 1.$((RANDOM % 26))" >"$WORK/slow.tmp" && mv "$WORK/slow.tmp" "$WORK/slow"
+      sleep 2
+    done
+  }
+  jitter &
+  JITTER_PID=$!
+  trap 'kill $JITTER_PID 2>/dev/null || true; c4_cleanup' EXIT
+  T_FAULT=$(now_s)
+  wait_until 600 "train Succeeded" bash -c "[[ \$(kubectl get tj -n $NS train -o jsonpath='{.status.phase}') == Succeeded ]]"
+  T_DONE=$(now_s)
+  kill "$JITTER_PID" 2>/dev/null || true
+  [[ -z $(verdicts) ]] || fail "a verdict in a healthy run: $(verdicts)"
+  [[ $(tj '{.status.attempt}') == 0 ]] || fail "the healthy job restarted"
+  for ((i = 0; i < NODES; i++)); do
+    [[ $(kubectl get node "node-$i" -o jsonpath='{.spec.unschedulable}') != true ]] || fail "node-$i cordoned"
+  done
+  [[ -z $(kubectl get events -A --field-selector reason=FaultSuspected -o name) ]] || fail "a FaultSuspected Event"
+  for ((r = 0; r < RANKS; r++)); do
+    sum=$(grep -ho '"checksum":"[0-9a-f]*"' "$CLUSTER/pods/$NS/train-$r/trainer.log" | tail -1 | cut -d'"' -f4)
+    [[ $sum == "$expected" ]] || fail "rank $r checksum '$sum' != $expected"
+  done
+  observations=$(kubectl get events -n "$NS" --field-selector reason=TelemetryMissing -o name | wc -l)
+  python3 -c "import sys; print(f'healthy: {float(sys.argv[2]) - float(sys.argv[1]):.0f} s of training with jitter, {sys.argv[3]} steps')" \
+    "$T_FAULT" "$T_DONE" "$STEPS"
+  echo "no verdict, no cordon, no restart; $observations TelemetryMissing observation(s); all $RANKS ranks finished with checksum $expected"
+  echo "PASS: C4D gives no verdict in a healthy run with jitter"
   exit 0
 fi
 
