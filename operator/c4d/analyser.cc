@@ -1091,8 +1091,12 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
     for (auto& state : observations_) state.second.seenThisTick = false;
     for (auto& [node, ranks] : byNode) {
       const std::string key = "telemetryMissing/" + nodes[node].name;
-      auto [it, inserted] = observations_.try_emplace(key, ObservationState{.firstSeen = now});
+      auto it = observations_.try_emplace(key, ObservationState{.firstSeen = now}).first;
       it->second.seenThisTick = true;
+      // Confirmed like a verdict: a silence seen for one tick is often the first tick of a hang
+      // (the rank's silence passes silenceSeconds a moment before its peers' waits do) or a node
+      // plugin restarting.
+      if (++it->second.ticks < th.confirmationWindows) continue;
       std::size_t onNode = 0;
       for (const RankSnapshot& rs : snap.ranks) {
         if (static_cast<std::size_t>(rs.node) == node) ++onNode;
@@ -1112,7 +1116,7 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
           nodes[node].telemetryArriving ? "arriving" : "missing");
       o.ranks = std::move(ranks);
       o.firstSeen = it->second.firstSeen;
-      o.isNew = inserted;
+      o.isNew = it->second.ticks == th.confirmationWindows;
       result.observations.push_back(std::move(o));
     }
     std::erase_if(observations_, [](const auto& kv) { return !kv.second.seenThisTick; });

@@ -71,6 +71,7 @@ class JobAnalyser {
   };
   struct ObservationState {
     WallTime firstSeen{};
+    int ticks = 0;  // consecutive ticks seen; reported from confirmationWindows on
     bool seenThisTick = false;
   };
 

@@ -87,6 +87,9 @@ TEST(C4dAnalyser, FrozenRankIsANonCommunicationHangOnItsNodeWithin15Seconds) {
   EXPECT_LE(v[0].window - kWarm, 15);
   EXPECT_THAT(v[0].verdict.evidence.message, HasSubstr("stopped reporting"));
   EXPECT_THAT(v[0].verdict.evidence.message, HasSubstr("2 of 2 peers wait"));
+  // Its silence passes silenceSeconds a moment before its peers' waits do: that moment is the
+  // start of a hang, not missing telemetry (no TelemetryMissing observation before the verdict).
+  EXPECT_TRUE(h.newObservations.empty()) << h.newObservations.front().message;
 }
 
 TEST(C4dAnalyser, BusyHungRankIsANonCommunicationHangAfterHangSeconds) {
@@ -200,6 +203,19 @@ TEST(C4dAnalyser, NodePluginOutageIsAnObservationNeverAVerdict) {
   EXPECT_THAT(h.newObservations[0].message, HasSubstr("node telemetry missing"));
   ASSERT_EQ(h.last.observations.size(), 1u);  // still reported every tick, not new
   EXPECT_FALSE(h.last.observations[0].isNew);
+}
+
+// Silence past silenceSeconds for a single tick (a node plugin restarting, or the first tick of a
+// hang before its peers' waits pass the same threshold) is not reported: the observation needs
+// confirmationWindows ticks, like a verdict.
+TEST(C4dAnalyser, ASilenceOfOneTickIsNoObservation) {
+  Harness h(spec());
+  h.run(kWarm);
+  h.job.pluginOutage(3);
+  h.run(3);  // silent past silenceSeconds for one tick
+  h.job.healAll();
+  h.run(20);
+  EXPECT_TRUE(h.newObservations.empty()) << h.newObservations.front().message;
 }
 
 TEST(C4dAnalyser, AnnouncedCheckpointPauseSuspendsHangRules) {
