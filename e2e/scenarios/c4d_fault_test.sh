@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # e2e: C4D end to end on a private test cluster (root only; exit 77 = skipped otherwise).
-# 5 KWOK nodes on 2 leaves of the netns fabric, pods as processes, the operator on the host with
-# its report endpoint, node plugins as a DaemonSet. A TrainingJob of 4 c4-netbench ranks (training
-# mode, one per node, checkpoints every 20 steps) trains through the NCCL plugin; then a fault is
-# injected into one rank:
+# 6 KWOK nodes on 2 leaves of the netns fabric, pods as processes, the operator on the host with
+# its report endpoint, node plugins as a DaemonSet. A TrainingJob of 8 c4-netbench ranks (training
+# mode, 4 GPUs per rank so at most 2 ranks per node, checkpoints every 20 steps) trains through
+# the NCCL plugin; then a fault is injected into one rank:
 #   freeze (default)  SIGSTOP the rank's process: it stops posting and reporting while its pod
 #                     runs; its peers wait on it -> non-communication hang of its node
 #   crash             SIGKILL the rank's process: the pod fails -> whole-job restart, no cordon
@@ -11,14 +11,16 @@
 # FaultSuspected and NodeCordoned on the Node), the node is cordoned and tainted
 # c4.dev/faulty:NoSchedule, the job restarts as attempt 1 from status.lastCheckpoint away from
 # that node without spending the user's restart budget, and runs to completion (the ranks resume
-# from the checkpoint step). Prints the timeline: fault -> verdict -> cordon -> restart -> done.
+# from the checkpoint step, every rank with the checksum of an uninterrupted run: the same training
+# on plain TCP on the host). Prints the timeline: fault -> verdict -> cordon -> restart -> done.
 # A real Prometheus (lib/prometheus.sh) scrapes the operator and the node plugins throughout; at
 # the end it must show the job's goodput, its restart, the verdict, its detection latency, the
 # cordon and the chart's alert C4NodeCordoned firing (crash: no cordon); every query of the
 # chart's Grafana dashboard must evaluate (its job, fault and cordon panels with data); and
 # `promtool check metrics` must pass on every component's /metrics.
 #
-#   c4d_fault_test.sh <build dir> <work dir> [freeze|crash]   (C4_E2E_KEEP=1 keeps it running)
+#   c4d_fault_test.sh <build dir> <work dir> [freeze|crash]   (C4_E2E_KEEP=1 keeps it running;
+#                                                              C4_E2E_RANKS, default 8)
 #   C4_E2E_NO_DETECTION=1 c4d_fault_test.sh ... freeze         the control: the same fault with the
 #                                                              report endpoint and C4D off must
 #                                                              leave the job hung
@@ -31,8 +33,15 @@ source "$ROOT/e2e/scenarios/lib/prometheus.sh"
 FAULT=${3:-freeze}
 [[ $FAULT == freeze || $FAULT == crash ]] || { echo "fault must be freeze or crash" >&2; exit 2; }
 c4_scenario_init "$1" "$2"
+RANKS=${C4_E2E_RANKS:-8}
+STEPS=700
 
-c4_cluster_up 5
+# The checksum of an uninterrupted run (the training state is a function of the steps only).
+expected=$(C4_SOCKET_IFNAME=lo "$NETBENCH" --launch "$RANKS" --baseline --steps "$STEPS" \
+  --state-bytes 256K 2>&1 | grep -o 'checksum=[0-9a-f]*' | cut -d= -f2 | sort -u)
+[[ $expected =~ ^[0-9a-f]{16}$ ]] || fail "no single reference checksum: '$expected'"
+
+c4_cluster_up 6
 c4_install_c4
 [[ -n ${C4_E2E_NO_DETECTION:-} ]] || c4_prometheus_up
 
@@ -45,7 +54,7 @@ apiVersion: c4.dev/v1alpha1
 kind: TrainingJob
 metadata: {name: train}
 spec:
-  replicas: 4
+  replicas: $RANKS
   checkpoint: {dir: $WORK/ckpt}
   faultTolerance: {maxRestarts: 2, restartBackoffSeconds: 1}
   template:
@@ -53,22 +62,19 @@ spec:
       annotations: {c4.dev/runner: process}
     spec:
       terminationGracePeriodSeconds: 2
-      affinity:
-        podAntiAffinity:
-          requiredDuringSchedulingIgnoredDuringExecution:
-          - labelSelector: {matchLabels: {c4.dev/job-name: train}}
-            topologyKey: kubernetes.io/hostname
       containers:
       - name: trainer
         image: c4/netbench
-        args: [--steps, "700", --step-compute-ms, "60", --state-bytes, 256K, --json,
+        resources:
+          limits: {nvidia.com/gpu: "4"}
+        args: [--steps, "$STEPS", --step-compute-ms, "60", --state-bytes, 256K, --json,
                --checkpoint-dir, \$(C4_CHECKPOINT_DIR), --checkpoint-every, "20"]
 YAML
 wait_until 90 "train Running" bash -c "[[ \$(kubectl get tj -n $NS train -o jsonpath='{.status.phase}') == Running ]]"
 if [[ -n ${C4_E2E_NO_DETECTION:-} ]]; then
   # No report pipeline, no status.lastCheckpoint: the ranks' checkpoint files say it.
   wait_until 90 "a first checkpoint" bash -c \
-    "[[ \$(ls $WORK/ckpt/ckpt-00000040.rank-*.bin 2>/dev/null | wc -l) == 4 ]]"
+    "[[ \$(ls $WORK/ckpt/ckpt-00000040.rank-*.bin 2>/dev/null | wc -l) == $RANKS ]]"
   step_before=40
 else
   wait_until 90 "a first checkpoint" bash -c \
@@ -132,9 +138,9 @@ resume=$(kubectl get pod -n "$NS" train-0 \
   -o jsonpath='{.spec.containers[0].env[?(@.name=="C4_RESUME_STEP")].value}')
 [[ $resume -ge $step_before ]] || fail "attempt 1 resumes from step '$resume', not from the checkpoint (>= $step_before)"
 if [[ $FAULT == freeze ]]; then
-  for p in train-0 train-1 train-2 train-3; do
-    [[ $(kubectl get pod -n "$NS" "$p" -o jsonpath='{.spec.nodeName}') != "$victim_node" ]] \
-      || fail "$p of attempt 1 runs on the faulty node $victim_node"
+  for ((r = 0; r < RANKS; r++)); do
+    [[ $(kubectl get pod -n "$NS" "train-$r" -o jsonpath='{.spec.nodeName}') != "$victim_node" ]] \
+      || fail "train-$r of attempt 1 runs on the faulty node $victim_node"
   done
 fi
 echo "attempt 1: running from checkpoint step $resume"
@@ -143,7 +149,11 @@ wait_until 240 "train Succeeded" bash -c "[[ \$(kubectl get tj -n $NS train -o j
 T_DONE=$(now_s)
 resumed=$(grep -ho '"resumedFrom":[0-9]*' "$CLUSTER"/pods/"$NS"/train-0/trainer.log | tail -1 | cut -d: -f2)
 [[ ${resumed:-0} -ge $step_before ]] || fail "the ranks did not resume from the checkpoint (resumedFrom=$resumed)"
-echo "done: the ranks resumed from step $resumed and completed"
+for ((r = 0; r < RANKS; r++)); do
+  sum=$(grep -ho '"checksum":"[0-9a-f]*"' "$CLUSTER/pods/$NS/train-$r/trainer.log" | tail -1 | cut -d'"' -f4)
+  [[ $sum == "$expected" ]] || fail "rank $r checksum '$sum' != uninterrupted $expected"
+done
+echo "done: the ranks resumed from step $resumed and completed, all $RANKS with the uninterrupted checksum $expected"
 kubectl describe tj -n "$NS" train | sed -n '/^Events:/,$p'
 
 # What Prometheus saw: the job's goodput and the fault counters, from the operator and the node
@@ -156,8 +166,10 @@ wait_until 10 "prometheus: job productive seconds > 0" positive "c4_operator_job
 wait_until 10 "prometheus: job goodput ratio > 0" positive "c4_operator_job_goodput_ratio{$J}"
 wait_until 10 "prometheus: 1 job restart" equals "c4_operator_job_restarts{$J}" 1
 at_least() { local v; v=$(c4_prom_value "$1") && awk -v v="$v" -v m="$2" 'BEGIN { exit !(v + 0 >= m) }'; }
-wait_until 10 "prometheus: the node plugins of the 4 ranks' nodes accepted reports" at_least \
-  'count(c4_node_plugin_messages_accepted_total{job="c4-node-plugin"} > 0)' 4
+rank_nodes=$(kubectl get pods -n "$NS" -l c4.dev/job-name=train -o jsonpath='{.items[*].spec.nodeName}' |
+  tr ' ' '\n' | sort -u | wc -l)
+wait_until 10 "prometheus: the node plugins of the ranks' $rank_nodes nodes accepted reports" at_least \
+  'count(c4_node_plugin_messages_accepted_total{job="c4-node-plugin"} > 0)' "$rank_nodes"
 if [[ $FAULT == freeze ]]; then
   wait_until 10 "prometheus: a nonCommHang verdict" positive 'sum(c4_c4d_verdicts_total{class="nonCommHang"})'
   wait_until 10 "prometheus: its detection latency" equals 'c4_c4d_detection_seconds_count{class="nonCommHang"}' 1

@@ -249,6 +249,18 @@ inline std::vector<Json> listPods(KubeClient& client, const std::string& ns,
 
 // True when exactly `replicas` pods of the job exist, all of restart attempt `attempt`, none
 // being deleted, and (unless `phase` is null) all in that phase.
+// One line per pod of the job: name, attempt, phase, and whether it is being deleted (for
+// failure messages).
+inline std::string describePods(KubeClient& client, const std::string& ns, const std::string& job) {
+  std::string out = "pods of " + job + ":\n";
+  for (const auto& p : listPods(client, ns, job)) {
+    out += "  " + p["metadata"].value("name", std::string{}) + " attempt " +
+           labelOf(p, labels::kRestartAttempt) + " " + p["status"].value("phase", std::string{}) +
+           (p["metadata"].contains("deletionTimestamp") ? " (deleting)" : "") + "\n";
+  }
+  return out;
+}
+
 inline bool podsAtAttempt(KubeClient& client, const std::string& ns, const std::string& name,
                           int replicas, int attempt, const char* phase) {
   auto pods = listPods(client, ns, name);

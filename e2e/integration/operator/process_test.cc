@@ -210,7 +210,8 @@ TEST_F(ProcessIT, ServesMetricsAndHealthAndStopsCleanlyOnSigterm) {
   ASSERT_TRUE(waitFor([&] { return podsAtAttempt(*client_, ns_, "m", 2, 0, "Running"); }));
   ASSERT_TRUE(waitFor([&] { return phaseIs("m", "Running"); }));
   ASSERT_TRUE(setPodPhase(*client_, ns_, "m-0", "Failed", 137));
-  ASSERT_TRUE(waitFor([&] { return podsAtAttempt(*client_, ns_, "m", 2, 1, "Running"); }));
+  ASSERT_TRUE(waitFor([&] { return podsAtAttempt(*client_, ns_, "m", 2, 1, "Running"); }))
+      << describePods(*client_, ns_, "m") << op->log();
 
   // The process's own counters, read over HTTP as Prometheus would.
   std::string metrics;
