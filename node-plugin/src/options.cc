@@ -153,19 +153,6 @@ bool knownOption(std::string_view name) {
   return findOption(std::string(name)) != nullptr;
 }
 
-// Applies (name, value) pairs to options; an error names its source ("config" or "--name").
-Status applyAll(NodePluginOptions& options, const flags::KeyValues& entries, bool flag_context) {
-  for (const auto& [name, value] : entries) {
-    const Option* option = findOption(name);
-    if (option == nullptr) return makeError(ErrorCode::kInvalidArgument, "unknown option " + name);
-    auto status = option->set(options, value);
-    if (!status) {
-      return std::unexpected(status.error().withContext(flag_context ? "--" + name : "config"));
-    }
-  }
-  return okStatus();
-}
-
 }  // namespace
 
 std::string nodePluginUsage() {
@@ -183,7 +170,7 @@ std::string nodePluginUsage() {
 
 Status applyNodePluginYaml(NodePluginOptions& options, const std::string& yaml_text) {
   C4_ASSIGN_OR_RETURN(auto entries, flags::parseConfigYaml(yaml_text, knownOption));
-  return applyAll(options, entries, /*flag_context=*/false);
+  return flags::apply(options, entries, /*from_command_line=*/false, findOption);
 }
 
 Result<NodePluginOptions> parseNodePluginOptions(const std::vector<std::string>& args,
@@ -199,7 +186,7 @@ Result<NodePluginOptions> parseNodePluginOptions(const std::vector<std::string>&
     auto status = applyNodePluginYaml(options, text);
     if (!status) return std::unexpected(status.error().withContext(config_file));
   }
-  C4_RETURN_IF_ERROR(applyAll(options, cl.flags, /*flag_context=*/true));
+  C4_RETURN_IF_ERROR(flags::apply(options, cl.flags, /*from_command_line=*/true, findOption));
   if (options.node_name.empty() && getenv_fn) {
     if (auto env = getenv_fn("NODE_NAME")) options.node_name = *env;
   }

@@ -205,19 +205,6 @@ bool knownOption(std::string_view name) {
   return findOption(std::string(name)) != nullptr;
 }
 
-// Applies (name, value) pairs to options; an error names its source ("config" or "--name").
-Status applyAll(OperatorOptions& options, const flags::KeyValues& entries, bool flag_context) {
-  for (const auto& [name, value] : entries) {
-    const Option* option = findOption(name);
-    if (option == nullptr) return makeError(ErrorCode::kInvalidArgument, "unknown option " + name);
-    auto status = option->set(options, value);
-    if (!status) {
-      return std::unexpected(status.error().withContext(flag_context ? "--" + name : "config"));
-    }
-  }
-  return okStatus();
-}
-
 }  // namespace
 
 Result<std::optional<BindAddress>> parseBindAddress(const std::string& text) {
@@ -255,7 +242,7 @@ std::string operatorUsage() {
 
 Status applyOptionsYaml(OperatorOptions& options, const std::string& yaml_text) {
   C4_ASSIGN_OR_RETURN(auto entries, flags::parseConfigYaml(yaml_text, knownOption));
-  return applyAll(options, entries, /*flag_context=*/false);
+  return flags::apply(options, entries, /*from_command_line=*/false, findOption);
 }
 
 Result<OperatorOptions> parseOperatorOptions(const std::vector<std::string>& args) {
@@ -273,7 +260,7 @@ Result<OperatorOptions> parseOperatorOptions(const std::vector<std::string>& arg
     auto status = applyOptionsYaml(options, text);
     if (!status) return std::unexpected(status.error().withContext(config_file));
   }
-  C4_RETURN_IF_ERROR(applyAll(options, cl.flags, /*flag_context=*/true));
+  C4_RETURN_IF_ERROR(flags::apply(options, cl.flags, /*from_command_line=*/true, findOption));
   if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
     return makeError(ErrorCode::kInvalidArgument,
                      "--tls-cert-file and --tls-key-file go together: set both or neither");

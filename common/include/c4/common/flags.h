@@ -36,4 +36,21 @@ Result<CommandLine> tokenize(const std::vector<std::string>& args, const NamePre
 // Errors start with "config: ".
 Result<KeyValues> parseConfigYaml(const std::string& text, const NamePredicate& known);
 
+// Applies (name, value) pairs to `options` through the program's table: `find(name)` returns
+// its option (with `set(options, value) -> Status`) or null. An error names its source: "--name"
+// for command-line flags, "config" for the file.
+template <typename Options, typename Find>
+Status apply(Options& options, const KeyValues& entries, bool from_command_line, Find&& find) {
+  for (const auto& [name, value] : entries) {
+    const auto* option = find(name);
+    if (option == nullptr) return makeError(ErrorCode::kInvalidArgument, "unknown option " + name);
+    auto status = option->set(options, value);
+    if (!status) {
+      return std::unexpected(
+          status.error().withContext(from_command_line ? "--" + name : std::string("config")));
+    }
+  }
+  return okStatus();
+}
+
 }  // namespace c4::flags
