@@ -11,6 +11,8 @@ PACKAGES=(
   clang-format-16
   iproute2 ethtool procps psmisc openssl
   iperf3 python3 python3-yaml
+  # jq: the e2e's Prometheus queries; nftables: the black-holed link of the C4D scenarios
+  jq nftables
   # promtool (alert rule tests, metrics lint) and the server the e2e runs on its own port; on a
   # host with systemd the package also enables its own service (:9090), unused by C4's tests.
   prometheus
