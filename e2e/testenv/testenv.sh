@@ -288,7 +288,9 @@ start_scheduler() {
 
 # KWOK v0.8.0 ships no default stages: build DIR/kwok.yaml from the upstream stage files saved by
 # build.sh. Node stages apply to every managed node; the pod stages skip pods that carry the
-# annotation c4.dev/runner=process, which the pod runner plays instead.
+# annotation c4.dev/runner=process, which the pod runner plays instead. KWOK's pod-delete stage is
+# left out: it deletes by name, so a stale queued delete can remove a newer pod of the same name;
+# the pod finalizer (podrunner/podfinalizer.py) ends deletions with a UID precondition instead.
 write_kwok_config() {
   local s=$BIN/../share/kwok-stages f
   [[ -d $s ]] || die "KWOK stage files missing in $s; run 'testenv.sh build'"
@@ -308,7 +310,7 @@ EOF
              node/chaos/node-not-ready.yaml; do
       echo ---; cat "$s/$f"
     done
-    for f in pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
+    for f in pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml; do
       echo ---
       # Insert the "not a runner pod" condition as the first match expression.
       awk '{print} /^    matchExpressions:$/ && !done {
@@ -316,7 +318,7 @@ EOF
              print "      operator: '"'"'DoesNotExist'"'"'"; done=1 }' "$s/$f"
     done
   } >"$DIR/kwok.yaml"
-  grep -c 'c4.dev/runner' "$DIR/kwok.yaml" | grep -qx 3 || die "could not patch KWOK pod stages"
+  grep -c 'c4.dev/runner' "$DIR/kwok.yaml" | grep -qx 2 || die "could not patch KWOK pod stages"
 }
 
 start_kwok() {
@@ -324,6 +326,14 @@ start_kwok() {
   start_proc kwok "$BIN/kwok" --kubeconfig="$DIR/kwok.kubeconfig" --config="$DIR/kwok.yaml" \
     --manage-all-nodes=false --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
     --node-lease-duration-seconds=40 --server-address=127.0.0.1:"$KWOK_PORT"
+}
+
+start_podfinalizer() {
+  "$HERE/podrunner/ensure-venv.sh" >&2 || fail "pod runner venv setup failed"
+  start_proc podfinalizer "$("$HERE/podrunner/ensure-venv.sh" --print-python)" \
+    "$HERE/podrunner/podfinalizer.py" --dir "$DIR"
+  wait_for 30 podfinalizer test -f "$DIR/podfinalizer.ready" \
+    || fail "pod finalizer did not start (see $DIR/logs/podfinalizer.log)"
 }
 
 # Node i sits on leaf (i % L); its InternalIP is its fabric address (fabric.sh uses the same plan).
@@ -392,7 +402,7 @@ healthy() {
   load_ports || return 1
   [[ -f $DIR/kubeconfig ]] || return 1
   local c
-  for c in etcd kube-apiserver kube-controller-manager kube-scheduler kwok; do
+  for c in etcd kube-apiserver kube-controller-manager kube-scheduler kwok podfinalizer; do
     alive "$c" || return 1
   done
   if [[ -f $DIR/pids/podrunner.cmd ]] || ((PODS)); then alive podrunner || return 1; fi
@@ -435,6 +445,7 @@ do_up() {
   start_kcm
   start_scheduler
   start_kwok
+  start_podfinalizer
   if ((FABRIC)); then
     log "building the netns fabric ($LEAVES leaves x $SPINES spines, $NODES hosts)"
     "$HERE/fabric.sh" up --dir "$DIR" --nodes "$NODES" --leaves "$LEAVES" --spines "$SPINES" \
@@ -454,7 +465,7 @@ do_up() {
   # ServiceAccount admission will accept pods in namespace default).
   wait_for 60 "default ServiceAccount" api_get /api/v1/namespaces/default/serviceaccounts/default \
     || fail "no default ServiceAccount after 60s (see $DIR/logs/kube-controller-manager.log)"
-  for c in kube-controller-manager kube-scheduler kwok; do
+  for c in kube-controller-manager kube-scheduler kwok podfinalizer; do
     alive "$c" || fail "$c exited (see $DIR/logs/$c.log)"
   done
   cat >"$DIR/env" <<EOF
@@ -471,14 +482,14 @@ EOF
 do_down() {
   local quiet=${1:-}
   local c
-  for c in podrunner kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
+  for c in podrunner podfinalizer kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
     stop_proc "$c" 15
   done
   kill_pod_orphans
   if [[ -f $DIR/fabric/netns.list ]]; then
     "$HERE/fabric.sh" down --dir "$DIR" || true
   fi
-  rm -rf "$DIR/etcd" "$DIR/podrunner.ready"
+  rm -rf "$DIR/etcd" "$DIR/podrunner.ready" "$DIR/podfinalizer.ready"
   [[ -n $quiet ]] || log "down: $DIR"
 }
 

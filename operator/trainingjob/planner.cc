@@ -452,7 +452,9 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
       s.deleted = true;
     }
     if (s.pod != nullptr) s.node = nodeNameOf(*s.pod);
-    s.verdict = classifyFailure(s.pod, s.deleted, factsOf(s.node), ft.pod_failure_policy);
+    // A pod that was never bound (or whose last state is unknown) has no node to blame.
+    NodeFacts node = s.node.empty() ? NodeFacts{.exists = true} : factsOf(s.node);
+    s.verdict = classifyFailure(s.pod, s.deleted, node, ft.pod_failure_policy);
     stopped.push_back(std::move(s));
   }
 

@@ -888,10 +888,13 @@ class Runner:
                 if kind == "DELETED" or pod.status.phase in ("Succeeded", "Failed"):
                     if pod.metadata.deletion_timestamp is not None and kind != "DELETED":
                         # Finished before we (re)started: just complete the deletion.
+                        # With its UID as a precondition: never a newer pod of that name.
                         try:
-                            self.v1.delete_namespaced_pod(pod.metadata.name,
-                                                          pod.metadata.namespace,
-                                                          grace_period_seconds=0)
+                            self.v1.delete_namespaced_pod(
+                                pod.metadata.name, pod.metadata.namespace,
+                                body=client.V1DeleteOptions(
+                                    grace_period_seconds=0,
+                                    preconditions=client.V1Preconditions(uid=uid)))
                         except ApiException:
                             pass
                     return

@@ -599,6 +599,31 @@ TEST(PlannerTest, AStartedPodThatVanishedRestartsTheJob) {
   EXPECT_EQ(plan.status["startedIndexes"], "") << "the next attempt starts afresh";
 }
 
+// A pod deleted before it was bound has no node to blame; one bound to a vanished node does.
+TEST(PlannerTest, AGonePodWithoutANodeIsNotBlamedOnAMissingNode) {
+  SimulatedClock clock;
+  Json job = makeJob(2);
+  job["status"] = {{"phase", "Pending"}};
+  auto no_nodes = [](const std::string&) { return NodeFacts{}; };  // every lookup: no such node
+  PlanContext unbound;
+  unbound.observed_attempt = 0;
+  unbound.gone_pods[1] = makePod(job, 1, 0, "Pending", "");
+  JobPlan plan =
+      planReconcile(job, {makePod(job, 0, 0, "Running")}, no_nodes, clock.wallNow(), unbound);
+  ASSERT_TRUE(plan.restart_started);
+  std::string fault = plan.status["lastFault"].get<std::string>();
+  EXPECT_NE(fault.find("llm-1 (rank 1) was deleted"), std::string::npos) << fault;
+  EXPECT_EQ(fault.find("node"), std::string::npos) << fault;
+
+  PlanContext bound = unbound;
+  bound.gone_pods[1] = makePod(job, 1, 0, "Running", "node-9");
+  JobPlan gone =
+      planReconcile(job, {makePod(job, 0, 0, "Running")}, no_nodes, clock.wallNow(), bound);
+  ASSERT_TRUE(gone.restart_started);
+  EXPECT_NE(gone.status["lastFault"].get<std::string>().find("its node is gone"), std::string::npos)
+      << gone.status["lastFault"];
+}
+
 TEST(PlannerTest, PodsTheInformerSawGoAreCrashesBeforeTheStatusRecordedThem) {
   SimulatedClock clock;
   Json job = makeJob(2);
