@@ -299,6 +299,7 @@ class DataComm : public CommBase {
       for (auto& r : pool_) busy = busy || r.state.load(std::memory_order_acquire) == kPending;
       tel_->failure = why;
       tel_->failureCode = code;
+      tel_->failedUnixNs = toUnixNanos(ctx->clock().wallNow());
       tel_->peerClosed.store(peerClosed, std::memory_order_relaxed);
       tel_->failed.store(true, std::memory_order_release);
       // A peer that closes an idle connection is normal teardown; anything else is a fault.
@@ -826,6 +827,13 @@ Context::~Context() {
   }
   stopCv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  // Last words: the failures of connections still open not reported yet (a rank usually exits
+  // right after a connection error, often before the reporter's next tick; the notice is what
+  // lets C4D tell the rank that died first from the peers that failed because of it).
+  {
+    std::lock_guard tickLock(reportMu_);
+    tick(false, false);
+  }
   std::vector<CommBase*> left;
   {
     std::lock_guard lock(mu_);
@@ -841,8 +849,20 @@ void Context::registerComm(CommBase* comm, std::shared_ptr<ConnTelemetry> tel) {
 }
 
 void Context::unregisterComm(CommBase* comm) {
-  std::lock_guard lock(mu_);
-  comms_.erase(comm);
+  std::shared_ptr<ConnTelemetry> tel;
+  {
+    std::lock_guard lock(mu_);
+    auto it = comms_.find(comm);
+    if (it == comms_.end()) return;
+    tel = std::move(it->second);
+    comms_.erase(it);
+  }
+  // A failed connection closed before the reporter's next tick (a rank closes its comms and
+  // exits right after an error): its notice goes now or never.
+  if (tel) {
+    std::lock_guard tickLock(reportMu_);
+    reportFailureOnce(*tel, toUnixNanos(clock_->wallNow()));
+  }
 }
 
 std::vector<std::shared_ptr<ConnTelemetry>> Context::connections() const {
@@ -1155,6 +1175,26 @@ void Context::tickNow(bool forceReport) {
   tick(forceReport, true);
 }
 
+void Context::reportFailureOnce(ConnTelemetry& t, std::int64_t wallNs) {
+  if (!t.failed.load(std::memory_order_acquire) ||
+      t.failureReported.exchange(true, std::memory_order_relaxed)) {
+    return;
+  }
+  report::AnomalyNotice n;
+  n.id = identity();
+  // The failure's own time, not the tick's: C4D orders a crash cascade by it (a rank that failed
+  // before anyone saw it fail is a victim of the peer it names).
+  n.timeUnixNs = t.failedUnixNs != 0 ? t.failedUnixNs : wallNs;
+  n.kind = t.peerClosed.load() ? report::AnomalyKind::kPeerClosed
+                               : report::AnomalyKind::kConnectionError;
+  n.connectionId = t.id;
+  n.direction = t.direction;
+  n.peerRank = t.peerRank;
+  n.peerNode = t.peerNode;
+  n.detail = t.failure.substr(0, report::kMaxTextBytes);
+  sendMessage(n);
+}
+
 void Context::sendMessage(const report::Message& m) {
   if (!reporter_->sender) return;
   auto bytes = report::encodeCbor(m);
@@ -1206,20 +1246,7 @@ void Context::tick(bool forceReport, bool planDue) {
         sendMessage(n);
       }
     }
-    if (t->failed.load(std::memory_order_acquire) &&
-        !t->failureReported.exchange(true, std::memory_order_relaxed)) {
-      report::AnomalyNotice n;
-      n.id = identity();
-      n.timeUnixNs = wallNs;
-      n.kind = t->peerClosed.load() ? report::AnomalyKind::kPeerClosed
-                                    : report::AnomalyKind::kConnectionError;
-      n.connectionId = t->id;
-      n.direction = t->direction;
-      n.peerRank = t->peerRank;
-      n.peerNode = t->peerNode;
-      n.detail = t->failure.substr(0, report::kMaxTextBytes);
-      sendMessage(n);
-    }
+    reportFailureOnce(*t, wallNs);
   }
   if (!forceReport) return;
   report::RankReport r;

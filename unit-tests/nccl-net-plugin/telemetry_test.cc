@@ -184,32 +184,89 @@ TEST(Telemetry, MissingAgentNeverBlocksAndCountsDrops) {
   EXPECT_EQ(waitAll({{*w, nullptr}, {*r, nullptr}}), "");
 }
 
-TEST(Telemetry, ConnectionFailureIsReported) {
-  auto path = tempSocket("failure");
+// Rank 1 (context b on `clock`, reporting to `server` with hour-long report and stall
+// intervals) with a receive in flight from rank 0, whose context has ended: b's connection `recv`
+// has failed. With a SimulatedClock b's reporter never ticks by itself.
+struct FailedReceive {
+  std::optional<UnixDatagramServer> server;
+  std::unique_ptr<Context> b;
+  CommBase* recv = nullptr;
+};
+FailedReceive failedReceive(const char* name, Clock* clock = nullptr) {
+  FailedReceive f;
+  auto path = tempSocket(name);
   auto server = UnixDatagramServer::bind(path);
-  ASSERT_TRUE(server.has_value());
+  EXPECT_TRUE(server.has_value());
+  if (!server) return f;
+  f.server.emplace(std::move(*server));
   auto cfgB = baseConfig("node-b", 1);
   cfgB.agentSocket = path;
   cfgB.reportIntervalMs = 3600 * 1000;
   cfgB.stallMs = 3600 * 1000;
   auto a = makeContext(baseConfig("node-a", 0));
-  auto b = makeContext(cfgB);
-  Pair p = connectPair(*a, *b);
-  ASSERT_NE(p.send, nullptr);
+  f.b = makeContext(cfgB, clock);
+  Pair p = connectPair(*a, *f.b);
+  EXPECT_NE(p.send, nullptr);
+  if (p.send == nullptr) return f;
+  f.recv = p.recv;
   char buf[64];
   void* d[1] = {buf};
   std::size_t s[1] = {sizeof(buf)};
   int t[1] = {0};
   auto r = irecv(p.recv, 1, d, s, t);
-  ASSERT_TRUE(r && *r);
+  EXPECT_TRUE(r && *r);
   a.reset();
-  EXPECT_NE(waitRequest(*r, nullptr, std::chrono::seconds(5)), "");
-  b->tickNow(false);
-  auto msgs = drain(*server);
+  if (r && *r) {
+    EXPECT_NE(waitRequest(*r, nullptr, std::chrono::seconds(5)), "");
+  }
+  return f;
+}
+
+TEST(Telemetry, ConnectionFailureIsReported) {
+  auto f = failedReceive("failure");
+  ASSERT_TRUE(f.server && f.b);
+  f.b->tickNow(false);
+  auto msgs = drain(*f.server);
   ASSERT_EQ(msgs.size(), 1u);
   auto* n = std::get_if<report::AnomalyNotice>(&msgs[0]);
   ASSERT_NE(n, nullptr);
   EXPECT_EQ(n->kind, report::AnomalyKind::kPeerClosed);
+}
+
+// A rank that exits right after a connection error (usually before its reporter's next tick)
+// still reports the failure on its way out: when it closes the connection, or when its context
+// ends with the connection open. Once, stamped with the time of the failure.
+TEST(Telemetry, AFailureIsReportedWhenItsConnectionOrContextEndsBeforeTheNextTick) {
+  auto peerClosed = [](const std::vector<report::Message>& msgs) {
+    std::vector<report::AnomalyNotice> out;
+    for (const auto& m : msgs) {
+      auto* n = std::get_if<report::AnomalyNotice>(&m);
+      if (n != nullptr && n->kind == report::AnomalyKind::kPeerClosed) out.push_back(*n);
+    }
+    return out;
+  };
+  SimulatedClock clock;
+  {
+    auto f = failedReceive("words-at-end", &clock);
+    ASSERT_TRUE(f.server && f.b);
+    ASSERT_TRUE(drain(*f.server).empty()) << "the reporter has not ticked";
+    std::int64_t failed = toUnixNanos(clock.wallNow());
+    clock.advance(std::chrono::seconds(3));
+    f.b.reset();
+    auto notices = peerClosed(drain(*f.server));
+    ASSERT_EQ(notices.size(), 1u);
+    EXPECT_EQ(notices[0].timeUnixNs, failed) << "the failure's time, not the flush's";
+  }
+  {
+    auto f = failedReceive("words-at-close", &clock);
+    ASSERT_TRUE(f.server && f.b && f.recv);
+    ASSERT_TRUE(drain(*f.server).empty()) << "the reporter has not ticked";
+    ASSERT_TRUE(closeComm(f.recv, CommKind::kRecv).has_value());
+    EXPECT_EQ(peerClosed(drain(*f.server)).size(), 1u) << "sent as the connection closed";
+    f.b->tickNow(true);
+    f.b.reset();
+    EXPECT_TRUE(peerClosed(drain(*f.server)).empty()) << "and only then";
+  }
 }
 
 TEST(Telemetry, LargeReportsAreSplitIntoParts) {

@@ -105,6 +105,7 @@ struct ConnTelemetry {
   std::vector<InflightSlot> inflight;
   std::string failure;  // set once before `failed` is stored (release), with its code
   ErrorCode failureCode = ErrorCode::kUnavailable;
+  std::int64_t failedUnixNs = 0;  // when it failed (wall clock), set with `failure`
 
   std::atomic<std::uint64_t> postedOps{0};
   std::atomic<std::uint64_t> completedOps{0};

@@ -121,6 +121,8 @@ class Context {
   void tick(bool forceReport, bool planDue);
   void applyPlanToLiveConnections();
   void sendMessage(const report::Message& m);
+  // Sends the failure notice of a failed connection unless it was sent already.
+  void reportFailureOnce(ConnTelemetry& t, std::int64_t wallNs);
   report::RankIdentity identity() const;
 
   PluginConfig config_;
