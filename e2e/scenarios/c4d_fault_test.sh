@@ -6,7 +6,13 @@
 # the NCCL plugin; then a fault is injected into one rank:
 #   freeze (default)  SIGSTOP the rank's process: it stops posting and reporting while its pod
 #                     runs; its peers wait on it -> non-communication hang of its node
-#   crash             SIGKILL the rank's process: the pod fails -> whole-job restart, no cordon
+#   crash             SIGKILL the rank's process while its pod stays up: each pod is an
+#                     MPI-operator-style worker whose main process (here a shell, there sshd)
+#                     outlives the rank it started and ends only with a rank that succeeded. No
+#                     pod fails, so only C4D can see the crash: the rank's reports stop and its
+#                     peers report the connection closed -> crash of that rank (the peers that
+#                     then fail are its victims) -> whole-job restart, no cordon (no node
+#                     evidence)
 # Checks (freeze): C4D names the frozen rank's node (Event FaultDetected on the TrainingJob,
 # FaultSuspected and NodeCordoned on the Node), the node is cordoned and tainted
 # c4.dev/faulty:NoSchedule, the job restarts as attempt 1 from status.lastCheckpoint away from
@@ -21,7 +27,7 @@
 #
 #   c4d_fault_test.sh <build dir> <work dir> [freeze|crash]   (C4_E2E_KEEP=1 keeps it running;
 #                                                              C4_E2E_RANKS, default 8)
-#   C4_E2E_NO_DETECTION=1 c4d_fault_test.sh ... freeze         the control: the same fault with the
+#   C4_E2E_NO_DETECTION=1 c4d_fault_test.sh ... freeze|crash   the control: the same fault with the
 #                                                              report endpoint and C4D off must
 #                                                              leave the job hung
 set -euo pipefail
@@ -49,6 +55,15 @@ tj() { kubectl get tj -n "$NS" train -o jsonpath="$1"; }
 now_s() { date +%s.%N; }
 T_START=$(now_s)
 mkdir -p "$WORK/ckpt"
+launcher=""
+if [[ $FAULT == crash ]]; then
+  # The worker's main process: runs the rank (the image's program) and, should the rank fail,
+  # stays up the way an sshd worker pod does after mpirun's rank on it died.
+  # shellcheck disable=SC2016
+  launcher=$(printf '        command: [sh, -c, %s, %s]' \
+    "'\"\$0\" \"\$@\" && exit 0; echo \"rank exited with \$?; the worker stays up\"; exec sleep 100000'" \
+    "$NETBENCH")
+fi
 kubectl apply -n "$NS" -f - >/dev/null <<YAML
 apiVersion: c4.dev/v1alpha1
 kind: TrainingJob
@@ -69,6 +84,7 @@ spec:
           limits: {nvidia.com/gpu: "4"}
         args: [--steps, "$STEPS", --step-compute-ms, "60", --state-bytes, 256K, --json,
                --checkpoint-dir, \$(C4_CHECKPOINT_DIR), --checkpoint-every, "20"]
+$launcher
 YAML
 wait_until 90 "train Running" bash -c "[[ \$(kubectl get tj -n $NS train -o jsonpath='{.status.phase}') == Running ]]"
 if [[ -n ${C4_E2E_NO_DETECTION:-} ]]; then
@@ -88,7 +104,7 @@ echo "training: attempt 0 running, checkpoint at step $step_before; fault: $FAUL
 T_FAULT=$(now_s)
 case $FAULT in
   freeze) "$TESTENV" pod-signal --dir "$CLUSTER" "$NS/$victim_pod" STOP ;;
-  crash) "$TESTENV" pod-signal --dir "$CLUSTER" "$NS/$victim_pod" KILL ;;
+  crash) "$TESTENV" pod-signal --dir "$CLUSTER" "$NS/$victim_pod" KILL --process c4-netbench ;;
 esac
 
 event_time() {  # event_time <object name> <reason>: creation time of the first such Event, or ""
@@ -96,14 +112,20 @@ event_time() {  # event_time <object name> <reason>: creation time of the first 
     -o jsonpath='{.items[0].metadata.creationTimestamp}' 2>/dev/null
 }
 if [[ -n ${C4_E2E_NO_DETECTION:-} ]]; then
-  # The control run: without C4D a frozen rank hangs the job (a killed one still fails its pod).
-  [[ $FAULT == freeze ]] || fail "the control run is for the freeze fault"
+  # The control run: without C4D a frozen rank, or a dead one whose pod stays up, hangs the job.
   sleep 30
   [[ $(tj '{.status.attempt}') == 0 ]] || fail "the job restarted without C4D: the scenario does not test C4D"
   [[ -z $(kubectl get events -n "$NS" --field-selector reason=FaultDetected -o name) ]] \
     || fail "a verdict without C4D"
-  echo "control: without C4D the frozen job is still hung at attempt 0 after 30 s"
-  echo "PASS: the freeze scenario depends on C4D"
+  if [[ $FAULT == crash ]]; then
+    grep -q 'rank exited with' "$CLUSTER/pods/$NS/$victim_pod/trainer.log" \
+      || fail "the killed rank's worker did not see it exit"
+    [[ $(kubectl get pod -n "$NS" "$victim_pod" -o jsonpath='{.status.phase}') == Running ]] \
+      || fail "$victim_pod is not Running: the pod, not C4D, would show the crash"
+  fi
+  echo "control: without C4D the job is still hung at attempt 0 after 30 s ($FAULT of rank 2," \
+    "its pod $(kubectl get pod -n "$NS" "$victim_pod" -o jsonpath='{.status.phase}'))"
+  echo "PASS: the $FAULT scenario depends on C4D"
   exit 0
 fi
 wait_until 60 "restart to attempt 1" bash -c "[[ \$(kubectl get tj -n $NS train -o jsonpath='{.status.attempt}') == 1 ]]"
@@ -127,9 +149,18 @@ if [[ $FAULT == freeze ]]; then
   [[ $(tj '{.status.avoidNodes}') == *"$victim_node"* ]] || fail "status.avoidNodes lacks $victim_node"
   echo "node $victim_node: cordoned, tainted c4.dev/faulty:NoSchedule, fault history: $history"
 else
+  wait_until 10 "Event FaultDetected" bash -c "[[ -n \$(kubectl get events -n $NS --field-selector involvedObject.name=train,reason=FaultDetected -o name) ]]"
+  detected=$(kubectl get events -n "$NS" --field-selector involvedObject.name=train,reason=FaultDetected \
+    -o jsonpath='{.items[0].message}')
+  echo "verdict: $detected"
+  [[ $detected == "crash of "*"rank 2 (pod $victim_pod on node $victim_node)"* ]] \
+    || fail "the verdict does not name rank 2 on $victim_node"
+  [[ $(kubectl get pod -n "$NS" "$victim_pod" -o jsonpath='{.status.phase}') != Failed ]] \
+    || fail "$victim_pod failed: the pod, not C4D, showed the crash"
   [[ $(kubectl get node "$victim_node" -o jsonpath='{.spec.unschedulable}') != true ]] \
     || fail "a crash without node evidence cordoned $victim_node"
   [[ $(tj '{.status.faults[-1:].class}') == crash ]] || fail "status.faults lacks the crash"
+  [[ $(tj '{.status.restartsCountTowardsMax}') == 0 ]] || fail "a C4 diagnosis spent the user's budget"
 fi
 
 wait_until 90 "attempt 1 Running" bash -c "[[ \$(kubectl get tj -n $NS train -o jsonpath='{.status.phase}') == Running ]]"

@@ -206,6 +206,9 @@ done
 node_a=$(node_of "train-$src") node_b=$(node_of "train-$dst")
 echo "training: attempt 0 running, checkpoint at step $step_before; fault: $MODE on rank $src ($node_a) -> rank $dst ($node_b)"
 
+# Nothing was wrong before the fault: a verdict now is a false one (and would pass for the
+# fault's below).
+[[ -z $(verdicts) ]] || fail "a verdict before the fault was injected: $(verdicts)"
 T_FAULT=$(now_s)
 case $MODE in
   blackhole)

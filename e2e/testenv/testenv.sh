@@ -12,8 +12,10 @@
 #   testenv.sh restart-apiserver --dir DIR        stop and restart kube-apiserver (same flags, port)
 #   testenv.sh status --dir DIR                   print the state of every tracked process
 #   testenv.sh logs --dir DIR NS/POD [CONTAINER]  print a runner pod's log
-#   testenv.sh pod-signal --dir DIR NS/POD [CONTAINER] STOP|CONT|KILL|TERM
-#                                                 signal a runner pod's process (group)
+#   testenv.sh pod-signal --dir DIR NS/POD [CONTAINER] STOP|CONT|KILL|TERM [--process NAME]
+#                                                 signal a runner pod's process (group); with
+#                                                 --process only the container's descendant
+#                                                 processes named NAME (a rank under a launcher)
 #
 # --fabric (root only) builds the netns fabric (see fabric.sh); --pods starts the pod runner
 # (podrunner/, pods annotated c4.dev/runner=process run as local processes). --host-ports N
@@ -29,11 +31,11 @@ die() { echo "testenv: $*" >&2; exit 1; }
 log() { echo "testenv [$(date +%H:%M:%S)]: $*" >&2; }
 
 CMD=${1:-}
-[[ -n $CMD ]] || { sed -n '2,20p' "$0"; exit 2; }
+[[ -n $CMD ]] || { sed -n '2,23p' "$0"; exit 2; }
 shift
 POS=()
 DIR="" NODES=4 LEAVES=2 SPINES=2 FABRIC=0 PODS=0 LINK_RATE=1gbit PATH_MODE=sport HOST_PORTS=0
-KCM_QPS="" KCM_BURST=""
+KCM_QPS="" KCM_BURST="" PROCESS=""
 while (($#)); do
   case "$1" in
     --dir) DIR=${2:?--dir needs a value}; shift 2 ;;
@@ -47,7 +49,8 @@ while (($#)); do
     --host-ports) HOST_PORTS=${2:?}; shift 2 ;;
     --kcm-api-qps) KCM_QPS=${2:?}; shift 2 ;;
     --kcm-api-burst) KCM_BURST=${2:?}; shift 2 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    --process) PROCESS=${2:?--process needs a name}; shift 2 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     -*) die "unknown argument '$1' (see --help)" ;;
     *) POS+=("$1"); shift ;;
   esac
@@ -532,7 +535,21 @@ do_pod_signal() {
   unset 'POS[-1]'
   f=$(pod_file pid); pid=$(<"$f")
   pod_proc_owned "$pid" || die "process $pid of ${POS[0]} is not running"
-  kill -"$sig" -- "-$pid"
+  if [[ -z $PROCESS ]]; then
+    kill -"$sig" -- "-$pid"
+    return
+  fi
+  local p found=0
+  for p in $(descendants "$pid"); do
+    [[ $(cat "/proc/$p/comm" 2>/dev/null) == "${PROCESS:0:15}" ]] || continue
+    kill -"$sig" "$p" 2>/dev/null && found=1
+  done
+  ((found)) || die "no process '$PROCESS' under the container of ${POS[0]}"
+}
+
+descendants() {  # descendants <pid>: every process below it
+  local c
+  for c in $(pgrep -P "$1"); do echo "$c"; descendants "$c"; done
 }
 
 do_restart_apiserver() {

@@ -68,6 +68,8 @@ fail() {
     [[ -f $f ]] && grep -qiE 'error|fail|cannot|traceback' "$f" &&
       { echo "--- $f (tail)" >&2; tail -n 8 "$f" >&2; }
   done
+  # Again after the logs: a reader of a long, clipped output sees the cause at either end.
+  echo "FAIL: $*" >&2
   exit 1
 }
 
