@@ -161,6 +161,11 @@ constexpr double kStragglerNoiseFloor = 0.05;
 // clearWindows ticks is not a straggler (its lateness may be the link's).
 constexpr double kStragglerTransferRatio = 0.5;
 
+// A rank one of whose connections spent at least this share of the window transferring data is
+// not a straggler: its lateness is that connection's (a healthy job's connections move their
+// data in a few percent of the window; a link at a tenth of its rate takes most of it).
+constexpr double kStragglerMaxIoShare = 0.3;
+
 // A rank that waits at most this fraction of the job's typical own wait may be a straggler
 // whose lateness spread along a synchronous ring (see the straggler rule).
 constexpr double kStragglerOwnWaitRatio = 0.25;
@@ -182,6 +187,7 @@ struct Edge {
   bool measured = false;   // carried >= minMeasureBytes: rate is meaningful
   double rate = 0.0;       // bytes per second of transfer time
   double waitShare = 0.0;  // receiver's wait time / window
+  double ioShare = 0.0;  // the larger of the two ends' transfer time / window (first byte -> done)
   bool slow = false;
 };
 
@@ -203,6 +209,7 @@ void JobAnalyser::reset() {
   peerErrors_.clear();
   crashVictims_.clear();
   slowTransferAt_.clear();
+  lastSlowLinkSeen_.reset();
   findings_.clear();
   observations_.clear();
 }
@@ -416,6 +423,7 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
       if (rcv->hasDelta && rcv->delta > 0) {
         e.moved = true;
         e.waitShare = static_cast<double>(rcv->waitSumUs) * 1e-6 / rcv->intervalSec;
+        e.ioShare = static_cast<double>(rcv->xferSumUs) * 1e-6 / rcv->intervalSec;
         if (rcv->delta >= th.minMeasureBytes && rcv->xferSumUs > 0 &&
             static_cast<double>(rcv->xferSumUs) * 1e-6 >= th.minMeasureTransferSeconds) {
           e.measured = true;
@@ -436,6 +444,10 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
       e.measured = true;
     }
     if (e.measured) rates.push_back(e.rate);
+    if (snd && reporting[static_cast<std::size_t>(e.src)] && snd->hasDelta) {
+      e.ioShare =
+          std::max(e.ioShare, static_cast<double>(snd->xferSumUs) * 1e-6 / snd->intervalSec);
+    }
     if (snd && reporting[static_cast<std::size_t>(e.src)]) {
       e.posted = snd->inflight > 0 || (rcv && snd->conns == rcv->conns && snd->bytes > rcv->bytes);
       // Bytes queued that do not move (a dead link): the sender wrote payload to its sockets that
@@ -804,6 +816,7 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
       if (e.slow) {
         touchesSlow[static_cast<std::size_t>(e.src)] = 1;
         touchesSlow[static_cast<std::size_t>(e.dst)] = 1;
+        lastSlowLinkSeen_ = now;
       }
       if (a != b) {
         const double ratio = e.rate / medianRate;
@@ -921,11 +934,26 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
   }
 
   // --- Non-communication slow (straggler) -----------------------------------------------------
-  if (!warmup && !hangRulesOff) {
+  // Judged only while every connection of the job is at a normal rate, and clearWindows ticks
+  // after the last slow one: a slow link makes the ring late everywhere downstream of it, and a
+  // rank late by the link's doing (its receiver's neighbours, ranks sharing its node) must not be
+  // named a straggler. A real straggler during a slow link is named once the link is dealt with.
+  const bool linkSlowLately =
+      lastSlowLinkSeen_ && secs(now - *lastSlowLinkSeen_) < th.clearWindows * th.windowSeconds;
+  if (!warmup && !hangRulesOff && !linkSlowLately) {
     // Per rank: median wait share of its peers on it (out-edges) and of it on its peers
     // (in-edges), over edges whose bytes moved this window.
     std::vector<std::pair<std::int32_t, double>> outs, ins;
+    // Per rank: the largest share of the window one of its connections spent moving data. A
+    // straggler is late because it computes; a rank whose connection spends much of the window
+    // transferring (the two ends of a slow link, before its rate is measured) is late because of
+    // that connection.
+    std::vector<double> ioShare(un, 0.0);
     for (const Edge& e : edges) {
+      ioShare[static_cast<std::size_t>(e.src)] =
+          std::max(ioShare[static_cast<std::size_t>(e.src)], e.ioShare);
+      ioShare[static_cast<std::size_t>(e.dst)] =
+          std::max(ioShare[static_cast<std::size_t>(e.dst)], e.ioShare);
       if (!e.moved) continue;
       outs.emplace_back(e.src, e.waitShare);
       ins.emplace_back(e.dst, e.waitShare);
@@ -982,7 +1010,7 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
       for (std::int32_t r = 0; r < n; ++r) {
         const auto ur = static_cast<std::size_t>(r);
         if (outCount[ur] == 0 || inCount[ur] == 0 || touchesSlow[ur] || crashCand[ur] ||
-            !reporting[ur]) {
+            !reporting[ur] || ioShare[ur] >= kStragglerMaxIoShare) {
           continue;
         }
         if (auto it = slowTransferAt_.find(r);
@@ -1053,6 +1081,7 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
         const double busyTypical = std::max(0.05, 1.0 - std::clamp(typicalWait, 0.0, 1.0));
         const double busyRatio = std::clamp(busySelf / busyTypical, 1.0, 20.0);
         v.slowdown = std::max(1.0 / (1.0 - share), busyRatio);
+        if (v.slowdown < factorIf(off, th.minStragglerSlowdown)) continue;
         c.relaxed = off;
         v.evidence.message = strf(
             "straggler rank %d on node %s: its %d peers wait on it %.0f%% of the window, the job's "

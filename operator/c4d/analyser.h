@@ -86,6 +86,8 @@ class JobAnalyser {
   // Per rank: the last tick it had a measured connection slower than half the job median (a
   // rank on a slow link is not a straggler, even in a window where the link measured normal).
   std::map<std::int32_t, WallTime> slowTransferAt_;
+  // The last tick with a slow connection (comm-slow rule) anywhere in the job.
+  std::optional<WallTime> lastSlowLinkSeen_;
   std::map<std::string, Finding> findings_;
   std::map<std::string, ObservationState> observations_;
 };

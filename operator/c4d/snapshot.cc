@@ -95,6 +95,9 @@ Status validate(const Thresholds& t) {
     return invalid("thresholds.stragglerFactor must be > 1");
   }
   if (!positive(t.minLatenessShare)) return invalid("thresholds.minLatenessShare must be > 0");
+  if (!std::isfinite(t.minStragglerSlowdown) || t.minStragglerSlowdown < 1.0) {
+    return invalid("thresholds.minStragglerSlowdown must be >= 1");
+  }
   if (t.confirmationWindows < 1) return invalid("thresholds.confirmationWindows must be >= 1");
   if (t.clearWindows < 1) return invalid("thresholds.clearWindows must be >= 1");
   if (t.warmupWindows < 0) return invalid("thresholds.warmupWindows must be >= 0");

@@ -36,10 +36,13 @@ struct Thresholds {
   double slowFactor = 4.0;        // a connection slower than median / slowFactor is slow
   double stragglerFactor = 3.0;   // a rank's lateness above this x the job's noise = straggler
   double minLatenessShare = 0.1;  // ... and above this share of the window
-  int confirmationWindows = 2;    // consecutive windows a finding must persist
-  int clearWindows = 3;           // consecutive windows without it before a verdict clears
-  int warmupWindows = 3;          // windows after an attempt starts with no rate-based rules
-  int minPeersEvidence = 2;       // peers that must show the syndrome (capped at the degree)
+  // ... and slowing the job down at least this much (a milder lateness is within the noise of a
+  // busy job, and costs less than anything done about it)
+  double minStragglerSlowdown = 1.25;
+  int confirmationWindows = 2;  // consecutive windows a finding must persist
+  int clearWindows = 3;         // consecutive windows without it before a verdict clears
+  int warmupWindows = 3;        // windows after an attempt starts with no rate-based rules
+  int minPeersEvidence = 2;     // peers that must show the syndrome (capped at the degree)
   std::uint64_t minMeasureBytes = 1 << 20;  // bytes a connection must carry to be measured
   // ... and transfer time it must spend in the window: a rate over a few microseconds of
   // copies into socket buffers says nothing about the link.
