@@ -110,6 +110,7 @@ PluginConfig loadConfig(const std::function<std::optional<std::string>(const cha
   l.integer<std::uint32_t>("C4_STALL_MS", cfg.stallMs, 1, 3600 * 1000);
   l.text("C4_PLAN_FILE", cfg.planFile);
   l.integer<std::uint32_t>("C4_PLAN_POLL_MS", cfg.planPollMs, 10, 600 * 1000);
+  l.integer<std::uint32_t>("C4_PLAN_WAIT_MS", cfg.planWaitMs, 0, 600 * 1000);
   l.integer<std::uint64_t>("C4_MIN_CHUNK_BYTES", cfg.minChunkBytes, 1, 1ull << 30);
   l.integer<std::uint32_t>("C4_TCP_USER_TIMEOUT_MS", cfg.tcpUserTimeoutMs, 0, 3600 * 1000);
   l.integer<std::uint64_t>("C4_MAX_STAGED_BYTES", cfg.maxStagedBytes, 0, 1ull << 40);

@@ -977,6 +977,27 @@ Result<CommBase*> Context::connect(int dev, void* handle) {
                        "connect: the handle is not a valid C4 handle (bad magic, version or "
                        "checksum)");
     }
+    // An Enforce job's pod may start before the operator has planned its placement: a
+    // connection to another node waits (up to C4_PLAN_WAIT_MS) for the plan to cover the pair,
+    // since its source ports are chosen now and stay for the connection's life.
+    if (config_.planWaitMs > 0 && !config_.planFile.empty() &&
+        h.nodeHash != nodeHash(config_.node)) {
+      auto current = plan_.current();
+      const bool covered = current && current->find(config_.node, h.nodeHash) != nullptr;
+      const std::int64_t now = nanos(*clock_);
+      std::lock_guard lock(mu_);
+      if (!covered) {
+        auto since = planWaitSince_.try_emplace(handle, now).first->second;
+        if (now - since < static_cast<std::int64_t>(config_.planWaitMs) * 1'000'000) {
+          return nullptr;  // not yet: NCCL calls again
+        }
+        log().warn("no plan for this node pair within C4_PLAN_WAIT_MS; connecting unplanned",
+                   {{"plan_file", config_.planFile},
+                    {"plan_version", current ? current->version : -1},
+                    {"wait_ms", config_.planWaitMs}});
+      }
+      planWaitSince_.erase(handle);
+    }
     auto owned = std::make_unique<PendingConnect>();
     pc = owned.get();
     pc->handle = h;

@@ -199,6 +199,9 @@ Json buildPod(const Json& job, const TrainingJobSpec& spec, std::int64_t index,
     setEnv(container, "C4_AGENT_SOCKET",
            settings.agent_socket_dir + "/" + settings.agent_socket_name);
     setEnv(container, "C4_PLAN_FILE", settings.plan_mount_dir + "/plan.json");
+    if (spec.traffic_mode == "Enforce") {
+      setEnv(container, "C4_PLAN_WAIT_MS", std::to_string(settings.plan_wait_ms));
+    }
     setEnv(container, "C4_JOB", job_name);
     setEnv(container, "C4_NAMESPACE", ns);
     setEnv(container, "C4_POD_NAME", fieldRef("metadata.name"));

@@ -3,8 +3,10 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "c4/common/log.h"
 #include "test_util.h"
@@ -198,6 +200,60 @@ TEST_F(PlanFileTest, SubflowsBindPlannedPortsAndFollowWeightChanges) {
   transfer(8 << 20);
   EXPECT_EQ(tel->subflows[0].bytes.load(), 8u << 20);
   EXPECT_EQ(tel->subflows[1].bytes.load(), 8u << 20);
+}
+
+// C4_PLAN_WAIT_MS: a connection to another node waits for the plan to cover its pair (an
+// Enforce job's pod can start before its placement is planned), then binds the planned ports.
+TEST_F(PlanFileTest, AConnectionWaitsForItsPlanThenBindsThePlannedPorts) {
+  std::uint16_t p0 = freePort(), p1 = freePort();
+  auto cfgA = baseConfig("node-a", 0);
+  cfgA.planFile = file;  // not there yet
+  cfgA.planPollMs = 20;
+  cfgA.planWaitMs = 10000;
+  auto a = makeContext(cfgA);
+  auto b = makeContext(baseConfig("node-b", 1));
+  auto start = std::chrono::steady_clock::now();
+  std::thread planner([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    write(R"({"version": 1, "pairs": [{"localNode": "node-a", "peerNode": "node-b", "subflows": [)"
+          R"({"localPort": )" +
+          std::to_string(p0) + R"(, "pathId": 0, "weight": 1}, {"localPort": )" +
+          std::to_string(p1) + R"(, "pathId": 1, "weight": 1}]}]})");
+  });
+  Pair p = connectPair(*a, *b);
+  planner.join();
+  ASSERT_NE(p.send, nullptr);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(300));
+  EXPECT_EQ(subflowLocalPorts(p.send), (std::vector<std::uint16_t>{p0, p1}));
+}
+
+// ... and connects unplanned (default spread) once the wait is over; a pair on one node never
+// waits.
+TEST_F(PlanFileTest, WithoutItsPlanAConnectionGoesUnplannedAfterThePlanWait) {
+  auto sink = std::make_shared<CaptureLogSink>();
+  setLogSink(sink);
+  auto cfgA = baseConfig("node-a", 0);
+  cfgA.planFile = file;  // never written
+  cfgA.planWaitMs = 200;
+  auto a = makeContext(cfgA);
+  auto b = makeContext(baseConfig("node-b", 1));
+  auto start = std::chrono::steady_clock::now();
+  Pair p = connectPair(*a, *b);
+  ASSERT_NE(p.send, nullptr);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(200));
+  EXPECT_EQ(subflowLocalPorts(p.send).size(), static_cast<std::size_t>(cfgA.subflows));
+  bool warned = false;
+  for (const auto& r : sink->records()) {
+    warned = warned || r.message.find("C4_PLAN_WAIT_MS") != std::string::npos;
+  }
+  EXPECT_TRUE(warned);
+  setLogSink(std::make_shared<StderrLogSink>());
+
+  auto local = makeContext(baseConfig("node-a", 2));
+  start = std::chrono::steady_clock::now();
+  Pair same = connectPair(*a, *local);
+  ASSERT_NE(same.send, nullptr);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(200));
 }
 
 TEST_F(PlanFileTest, UnplannedPairUsesDefaultSpread) {

@@ -138,6 +138,13 @@ TEST(BuildPodTest, InjectsTheEnvironmentContractLabelsOwnersAndVolumes) {
   EXPECT_EQ(envOf(pod, "NCCL_NET_PLUGIN"), "/opt/c4/lib/libnccl-net-c4.so");
   EXPECT_EQ(envOf(pod, "C4_AGENT_SOCKET"), "/var/run/c4/agent.sock");
   EXPECT_EQ(envOf(pod, "C4_PLAN_FILE"), "/etc/c4/plan/plan.json");
+  EXPECT_EQ(envOf(pod, "C4_PLAN_WAIT_MS"), "<unset>") << "Advisory (default): nothing waits";
+  Json enforce = makeJob(4);
+  enforce["spec"]["trafficPlanning"] = {{"mode", "Enforce"}};
+  EXPECT_EQ(envOf(buildPod(enforce, *parseTrainingJobSpec(enforce), 2, 1, 1200, PodSettings{}),
+                  "C4_PLAN_WAIT_MS"),
+            "60000")
+      << "Enforce: connections wait for the plan";
   EXPECT_EQ(envOf(pod, "C4_JOB"), "llm");
   EXPECT_EQ(envOf(pod, "C4_NAMESPACE"), "team");
   EXPECT_EQ(envOf(pod, "C4_POD_NAME"), "<ref>");

@@ -130,10 +130,11 @@ class Context {
   std::vector<NetInterface> devices_;
   std::uint64_t commId_;
 
-  mutable std::mutex mu_;  // comms_, pending_
+  mutable std::mutex mu_;  // comms_, pending_, planWaitSince_
   std::map<CommBase*, std::shared_ptr<ConnTelemetry>> comms_;
   struct PendingConnect;
   std::map<void*, std::unique_ptr<PendingConnect>> pending_;
+  std::map<void*, std::int64_t> planWaitSince_;  // handle -> first connect call (clock ns)
 
   PlanWatcher plan_;
   std::mutex reportMu_;  // one tick at a time (reporter thread vs tickNow)
