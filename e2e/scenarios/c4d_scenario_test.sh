@@ -125,7 +125,7 @@ if [[ $MODE == pause ]]; then
   if [[ $CONTROL == silent ]]; then
     wait_until 30 "a verdict on the unannounced pause" bash -c "[[ -n \$(kubectl get events -n $NS --field-selector involvedObject.name=train,reason=FaultDetected -o name) ]]"
     T_VERDICT=$(now_s)
-    v=$(verdicts | head -1)
+    v=$(verdicts | sed -n 1p)
     echo "verdict: $v"
     [[ $v == *"of node $pause_node"* ]] || fail "the verdict on the unannounced pause does not name $pause_node"
     python3 -c "import sys; print(f'control: verdict {float(sys.argv[2]) - float(sys.argv[1]):.1f}s into the unannounced pause')" "$T_FAULT" "$T_VERDICT"
@@ -254,7 +254,7 @@ fi
 
 wait_until 60 "Event FaultDetected" bash -c "[[ -n \$(kubectl get events -n $NS --field-selector involvedObject.name=train,reason=FaultDetected -o name) ]]"
 T_VERDICT=$(now_s)
-detected=$(verdicts | head -1)
+detected=$(verdicts | sed -n 1p)  # sed reads it all: no SIGPIPE for kubectl under pipefail
 echo "verdict: $detected"
 [[ $detected == "$expect_class of "* ]] || fail "verdict class: want $expect_class"
 culprit_nodes=()

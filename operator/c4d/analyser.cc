@@ -38,6 +38,14 @@ __attribute__((format(printf, 1, 2))) std::string strf(const char* format, ...) 
   return std::string(buf, std::min(static_cast<std::size_t>(n), sizeof buf - 1));
 }
 
+// The q-quantile (0..1, nearest rank below) of v (reordered); 0 for an empty v.
+double quantile(std::vector<double>& v, double q) {
+  if (v.empty()) return 0.0;
+  const auto k = static_cast<std::size_t>(q * static_cast<double>(v.size() - 1));
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
+  return v[k];
+}
+
 double median(std::vector<double>& v) {
   if (v.empty()) return 0.0;
   const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
@@ -157,7 +165,7 @@ void aggregate(const ReportSample& r, std::int32_t worldSize, std::int32_t self,
 // lateness of a straggler (0.15 at the default 3).
 constexpr double kStragglerNoiseFloor = 0.05;
 
-// A rank with a connection slower than this fraction of the job median in the last
+// A rank with a connection slower than this fraction of the job's reference rate in the last
 // clearWindows ticks is not a straggler (its lateness may be the link's).
 constexpr double kStragglerTransferRatio = 0.5;
 
@@ -403,7 +411,7 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
 
   const WallTime stallFloor = lastPauseSeen_ ? *lastPauseSeen_ : WallTime::min();
   std::vector<std::int32_t> outDegree(un, 0);
-  std::vector<double> rates;
+  std::vector<double> rates, interRates;
   for (std::size_t i = 0; i < edges.size(); ++i) {
     Edge& e = edges[i];
     const Side* rcv = e.recv >= 0 ? &sides[static_cast<std::size_t>(e.recv)] : nullptr;
@@ -443,7 +451,10 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
       e.rate = e.measured ? std::min(e.rate, sendRate) : sendRate;
       e.measured = true;
     }
-    if (e.measured) rates.push_back(e.rate);
+    if (e.measured) {
+      rates.push_back(e.rate);
+      if (nodeOf(e.src) != nodeOf(e.dst)) interRates.push_back(e.rate);
+    }
     if (snd && reporting[static_cast<std::size_t>(e.src)] && snd->hasDelta) {
       e.ioShare =
           std::max(e.ioShare, static_cast<double>(snd->xferSumUs) * 1e-6 / snd->intervalSec);
@@ -780,11 +791,16 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
   }
 
   // --- Communication slow ---------------------------------------------------------------------
-  double medianRate = 0.0;
+  // The rate a connection is compared with: the 75th percentile of the measured connections
+  // between nodes (links join nodes; connections within a node run at memory speed and say
+  // nothing about them), so a slow NIC that carries half of a small job's connections still
+  // stands out; the median of all measured connections when fewer than 4 cross nodes.
+  double refRate = 0.0;
   std::vector<char> touchesSlow(un, 0);
-  std::size_t measuredCount = rates.size();
+  const bool interRef = interRates.size() >= 4;
+  std::size_t measuredCount = interRef ? interRates.size() : rates.size();
   if (!warmup && rates.size() >= 4) {
-    medianRate = median(rates);
+    refRate = interRef ? quantile(interRates, 0.75) : median(rates);
     struct Line {
       std::size_t measured = 0, slow = 0;
       std::size_t firstPeer = std::numeric_limits<std::size_t>::max();
@@ -808,8 +824,8 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
       if (!e.measured) continue;
       const std::size_t a = nodeOf(e.src), b = nodeOf(e.dst);
       const double factor = factorIf(offender[a] || offender[b], th.slowFactor);
-      e.slow = e.rate * factor < medianRate;
-      if (e.rate < kStragglerTransferRatio * medianRate) {
+      e.slow = e.rate * factor < refRate;
+      if (e.rate < kStragglerTransferRatio * refRate) {
         slowTransferAt_[e.src] = now;
         slowTransferAt_[e.dst] = now;
       }
@@ -819,7 +835,7 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
         lastSlowLinkSeen_ = now;
       }
       if (a != b) {
-        const double ratio = e.rate / medianRate;
+        const double ratio = e.rate / refRate;
         addLine(row[a], b, e.slow, ratio);
         addLine(col[b], a, e.slow, ratio);
       }
@@ -854,15 +870,16 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
       const bool isRow = wholeLine(row[x]);
       const Line& l = isRow ? row[x] : col[x];
       v.evidence.message = strf(
-          "all %zu measured connections %s node %s (%s) are slow: down to %.2fx the job median "
+          "all %zu measured connections %s node %s (%s) are slow: down to %.2fx the job's "
+          "reference "
           "transfer rate %.1f MB/s (threshold 1/slowFactor = %.2fx): its NIC",
           l.measured, isRow ? "out of" : "into", nodes[x].name.c_str(), isRow ? "row" : "column",
-          l.minRatio, medianRate / 1e6, 1.0 / factor);
+          l.minRatio, refRate / 1e6, 1.0 / factor);
       if (isRow && wholeLine(col[x])) v.evidence.message += "; its column is slow too";
       v.evidence.numbers = {{"slowConnections", static_cast<double>(l.slow)},
                             {"measuredConnections", static_cast<double>(l.measured)},
                             {"minRatioToMedian", l.minRatio},
-                            {"medianBytesPerSecond", medianRate},
+                            {"referenceBytesPerSecond", refRate},
                             {"slowFactor", factor}};
       candidates.push_back(std::move(c));
     }
@@ -882,7 +899,7 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
       p.ranks.push_back(e.src);
       p.ranks.push_back(e.dst);
       ++p.edges;
-      const double ratio = e.rate / medianRate;
+      const double ratio = e.rate / refRate;
       if (ratio < p.minRatio) {
         p.minRatio = ratio;
         p.minRate = e.rate;
@@ -915,19 +932,19 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
       }
       v.evidence.message = strf(
           "%zu connection(s) between %s and %s slow: rank %d -> rank %d transfers at %.1f MB/s, "
-          "%.2fx the job median %.1f MB/s of %zu measured connections (threshold 1/slowFactor = "
-          "%.2fx)",
+          "%.2fx the job's reference rate %.1f MB/s (75th percentile of %zu measured connections) "
+          "(threshold 1/slowFactor = %.2fx)",
           p.edges, nodes[a].name.c_str(), nodes[b].name.c_str(), p.exSrc, p.exDst, p.minRate / 1e6,
-          p.minRatio, medianRate / 1e6, measuredCount, 1.0 / factor);
+          p.minRatio, refRate / 1e6, measuredCount, 1.0 / factor);
       if (v.nodeEvidence) {
         v.evidence.message +=
             "; node health: " +
             nodes[static_cast<std::size_t>(v.culprit.node == nodes[a].name ? a : b)].healthDetail;
       }
       v.evidence.numbers = {{"slowConnections", static_cast<double>(p.edges)},
-                            {"ratioToMedian", p.minRatio},
+                            {"ratioToReference", p.minRatio},
                             {"bytesPerSecond", p.minRate},
-                            {"medianBytesPerSecond", medianRate},
+                            {"referenceBytesPerSecond", refRate},
                             {"slowFactor", factor}};
       candidates.push_back(std::move(c));
     }
@@ -1210,7 +1227,7 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
   result.stats.silentRanks = un - reportingCount;
   result.stats.edges = edges.size();
   result.stats.measuredEdges = measuredCount;
-  result.stats.medianRateBytesPerSec = medianRate;
+  result.stats.referenceRateBytesPerSec = refRate;
   result.stats.paused = hangRulesOff;
   result.stats.warmup = warmup;
   result.stats.pendingFindings = pending;

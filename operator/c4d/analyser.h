@@ -83,8 +83,8 @@ class JobAnalyser {
   std::vector<EdgeState> edges_;  // sorted by key
   std::vector<PeerError> peerErrors_;
   std::vector<char> crashVictims_;  // per rank: died of another rank's crash in this attempt
-  // Per rank: the last tick it had a measured connection slower than half the job median (a
-  // rank on a slow link is not a straggler, even in a window where the link measured normal).
+  // Per rank: the last tick it had a measured connection slower than half the job's reference rate
+  // (a rank on a slow link is not a straggler, even in a window where the link measured normal).
   std::map<std::int32_t, WallTime> slowTransferAt_;
   // The last tick with a slow connection (comm-slow rule) anywhere in the job.
   std::optional<WallTime> lastSlowLinkSeen_;

@@ -78,12 +78,12 @@ struct Observation {
 struct WindowStats {
   std::size_t reportingRanks = 0;
   std::size_t silentRanks = 0;
-  std::size_t edges = 0;               // rank->rank connections seen (aggregated per direction)
-  std::size_t measuredEdges = 0;       // edges that carried enough bytes to rate
-  double medianRateBytesPerSec = 0.0;  // median transfer rate of the measured edges
-  bool paused = false;                 // hang and straggler rules suspended this window
-  bool warmup = false;                 // rate rules off (attempt just started)
-  std::size_t pendingFindings = 0;     // seen, not yet confirmed
+  std::size_t edges = 0;                  // rank->rank connections seen (aggregated per direction)
+  std::size_t measuredEdges = 0;          // edges that carried enough bytes to rate
+  double referenceRateBytesPerSec = 0.0;  // 75th percentile rate of measured inter-node edges
+  bool paused = false;                    // hang and straggler rules suspended this window
+  bool warmup = false;                    // rate rules off (attempt just started)
+  std::size_t pendingFindings = 0;        // seen, not yet confirmed
 };
 
 struct TickResult {
