@@ -8,7 +8,8 @@
 # Jobs: 4 ranks of c4-netbench allreduce through the plugin, one per node, placed so that the
 # ring alternates leaves (every hop crosses the spine: 2 connections per leaf and direction on 2
 # uplinks; a job placed otherwise is recreated). Each pod waits for a go-file the test writes once
-# the job is placed (and, for Enforce, its plan is in the pods' ConfigMap).
+# the job is placed; an Enforce job's ranks then start before their plan exists, and the plugin's
+# connections wait for it (C4_PLAN_WAIT_MS, set by the operator) before they bind their ports.
 #   1. Enforce: the plan ConfigMap (version >= 1, every cross-leaf pair on both paths) and the
 #      busbw of RUNS runs;
 #   2. Off: the same job RUNS times with ephemeral ports through the same sport rule;
@@ -237,9 +238,10 @@ YAML
     wait_until 60 "$name pods gone" bash -c "[[ -z \$(kubectl get pods -n $NS -l c4.dev/job-name=$name -o name) ]]"
   done
   placement_alternates "$name" || fail "$name: no alternating placement in 12 tries"
-  if [[ $mode != Off ]]; then
-    wait_until 20 "$name plan version >= 1" bash -c "[[ \$(kubectl get configmap -n $NS $name-c4-plan -o jsonpath='{.metadata.annotations.c4\.dev/plan-version}' 2>/dev/null) -ge 1 ]]"
-    sleep 3  # the pod runner refreshes ConfigMap files every second; the plugin reads at init
+  # Released at once, plan or not: the ranks' connections wait for the plan (C4_PLAN_WAIT_MS).
+  if [[ $mode == Enforce ]]; then
+    [[ $(kubectl get pod -n "$NS" "$name-0" -o jsonpath='{.spec.containers[0].env[?(@.name=="C4_PLAN_WAIT_MS")].value}') == 60000 ]] \
+      || fail "$name: the Enforce job's pods lack C4_PLAN_WAIT_MS"
   fi
   touch "$WORK/go-$name"
 }
