@@ -84,6 +84,13 @@ const PlanPair* Plan::find(std::string_view localNode, std::uint64_t peerHash) c
   return nullptr;
 }
 
+bool Plan::mentions(std::string_view node) const {
+  for (const auto& p : pairs) {
+    if (p.localNode == node || p.peerNode == node) return true;
+  }
+  return false;
+}
+
 int Plan::planeOf(std::string_view node, std::string* why) const {
   auto unknown = [&](std::string reason) {
     if (why != nullptr) *why = std::move(reason);

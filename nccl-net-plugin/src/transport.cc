@@ -978,12 +978,14 @@ Result<CommBase*> Context::connect(int dev, void* handle) {
                        "checksum)");
     }
     // An Enforce job's pod may start before the operator has planned its placement: a
-    // connection to another node waits (up to C4_PLAN_WAIT_MS) for the plan to cover the pair,
-    // since its source ports are chosen now and stay for the connection's life.
+    // connection to another node waits (up to C4_PLAN_WAIT_MS) for a plan that includes this
+    // node, since its source ports are chosen now and stay for the connection's life. A pair
+    // that plan leaves out (a flow the planner does not plan) connects unplanned at once.
     if (config_.planWaitMs > 0 && !config_.planFile.empty() &&
         h.nodeHash != nodeHash(config_.node)) {
       auto current = plan_.current();
-      const bool covered = current && current->find(config_.node, h.nodeHash) != nullptr;
+      const bool covered = current && (current->find(config_.node, h.nodeHash) != nullptr ||
+                                       current->mentions(config_.node));
       const std::int64_t now = nanos(*clock_);
       std::lock_guard lock(mu_);
       if (!covered) {
@@ -991,7 +993,7 @@ Result<CommBase*> Context::connect(int dev, void* handle) {
         if (now - since < static_cast<std::int64_t>(config_.planWaitMs) * 1'000'000) {
           return nullptr;  // not yet: NCCL calls again
         }
-        log().warn("no plan for this node pair within C4_PLAN_WAIT_MS; connecting unplanned",
+        log().warn("no plan for this node within C4_PLAN_WAIT_MS; connecting unplanned",
                    {{"plan_file", config_.planFile},
                     {"plan_version", current ? current->version : -1},
                     {"wait_ms", config_.planWaitMs}});

@@ -22,8 +22,8 @@ struct PodSettings {
   std::string plugin_library = "libnccl-net-c4.so";
   std::string plan_mount_dir = "/etc/c4/plan";
   int master_port = 29500;
-  // C4_PLAN_WAIT_MS of an Enforce job's pods: how long a connection waits for the plan to cover
-  // its node pair (the plan follows the placement; the kubelet refreshes a ConfigMap volume
+  // C4_PLAN_WAIT_MS of an Enforce job's pods: how long a connection waits for a plan that
+  // includes its node (the plan follows the placement; the kubelet refreshes a ConfigMap volume
   // within about a minute).
   int plan_wait_ms = 60000;
 };

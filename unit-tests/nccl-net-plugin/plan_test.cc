@@ -202,7 +202,7 @@ TEST_F(PlanFileTest, SubflowsBindPlannedPortsAndFollowWeightChanges) {
   EXPECT_EQ(tel->subflows[1].bytes.load(), 8u << 20);
 }
 
-// C4_PLAN_WAIT_MS: a connection to another node waits for the plan to cover its pair (an
+// C4_PLAN_WAIT_MS: a connection to another node waits for a plan that includes its node (an
 // Enforce job's pod can start before its placement is planned), then binds the planned ports.
 TEST_F(PlanFileTest, AConnectionWaitsForItsPlanThenBindsThePlannedPorts) {
   std::uint16_t p0 = freePort(), p1 = freePort();
@@ -225,6 +225,14 @@ TEST_F(PlanFileTest, AConnectionWaitsForItsPlanThenBindsThePlannedPorts) {
   ASSERT_NE(p.send, nullptr);
   EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(300));
   EXPECT_EQ(subflowLocalPorts(p.send), (std::vector<std::uint16_t>{p0, p1}));
+  // The plan includes node-a now: a pair it leaves out (node-a -> node-c) connects at once,
+  // unplanned.
+  auto c = makeContext(baseConfig("node-c", 2));
+  start = std::chrono::steady_clock::now();
+  Pair other = connectPair(*a, *c);
+  ASSERT_NE(other.send, nullptr);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_EQ(subflowLocalPorts(other.send).size(), static_cast<std::size_t>(cfgA.subflows));
 }
 
 // ... and connects unplanned (default spread) once the wait is over; a pair on one node never

@@ -37,7 +37,7 @@ struct PluginConfig {
   // C4_PLAN_POLL_MS: how often the plan file's mtime is checked.
   std::uint32_t planPollMs = 500;
   // C4_PLAN_WAIT_MS: with a plan file, how long a connection to another node waits (connect
-  // answers "not yet") for the plan to cover its node pair before it connects unplanned; 0 = no
+  // answers "not yet") for a plan that includes this node before it connects unplanned; 0 = no
   // wait. The operator sets it for Enforce jobs, whose pods may start before their plan exists.
   std::uint32_t planWaitMs = 0;
   // C4_MIN_CHUNK_BYTES: messages smaller than 2x this go on one subflow.

@@ -43,6 +43,8 @@ struct Plan {
 
   // Subflows planned for (localNode, peer whose node hashes to peerHash); nullptr when unplanned.
   [[nodiscard]] const PlanPair* find(std::string_view localNode, std::uint64_t peerHash) const;
+  // True if a pair starts or ends at `node`: the plan is for a placement that includes it.
+  [[nodiscard]] bool mentions(std::string_view node) const;
   // The plane of `node` as NCCL should see it (planeId of every device), or kPlaneUnknown. NCCL's
   // topology search never pairs NICs of two different known planes, so a plane is reported only
   // when the plan is complete for the job: it names a plane for `node` and for every node its
