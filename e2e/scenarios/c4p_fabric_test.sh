@@ -206,7 +206,7 @@ scheduled() {
 start_job() {  # start_job <name> <mode> <netbench args...>: created, placed alternating, released
   local name=$1 mode=$2 try
   shift 2
-  for ((try = 0; try < 12; try++)); do
+  for ((try = 0; try < 30; try++)); do  # 1 in 3 placements alternate
     kubectl apply -n "$NS" -f - >/dev/null <<YAML
 apiVersion: c4.dev/v1alpha1
 kind: TrainingJob
@@ -237,7 +237,7 @@ YAML
     kubectl delete tj -n "$NS" "$name" --wait=true >/dev/null
     wait_until 60 "$name pods gone" bash -c "[[ -z \$(kubectl get pods -n $NS -l c4.dev/job-name=$name -o name) ]]"
   done
-  placement_alternates "$name" || fail "$name: no alternating placement in 12 tries"
+  placement_alternates "$name" || fail "$name: no alternating placement in 30 tries"
   # Released at once, plan or not: the ranks' connections wait for the plan (C4_PLAN_WAIT_MS).
   if [[ $mode == Enforce ]]; then
     [[ $(kubectl get pod -n "$NS" "$name-0" -o jsonpath='{.spec.containers[0].env[?(@.name=="C4_PLAN_WAIT_MS")].value}') == 60000 ]] \
