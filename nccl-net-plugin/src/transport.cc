@@ -827,8 +827,13 @@ Context::~Context() {
   }
   stopCv_.notify_all();
   if (thread_.joinable()) thread_.join();
-  // Connections still open are closed here; closing a failed one sends its notice if the
-  // reporter has not (unregisterComm), so a rank that exits right after an error still says so.
+  // Last words: the failures of connections still open not reported yet (a rank usually exits
+  // right after a connection error, often before the reporter's next tick; the notice is what
+  // lets C4D tell the rank that died first from the peers that failed because of it).
+  {
+    std::lock_guard tickLock(reportMu_);
+    tick(false, false);
+  }
   std::vector<CommBase*> left;
   {
     std::lock_guard lock(mu_);
