@@ -174,6 +174,10 @@ constexpr double kStragglerTransferRatio = 0.5;
 // data in a few percent of the window; a link at a tenth of its rate takes most of it).
 constexpr double kStragglerMaxIoShare = 0.3;
 
+// The comm-slow reference is at most the median of the per-window references of this many
+// recent windows (see the comm-slow rule).
+constexpr double kReferenceMemoryWindows = 30.0;
+
 // A rank that waits at most this fraction of the job's typical own wait may be a straggler
 // whose lateness spread along a synchronous ring (see the straggler rule).
 constexpr double kStragglerOwnWaitRatio = 0.25;
@@ -193,6 +197,7 @@ struct Edge {
   std::uint64_t queuedBytes = 0;
   bool moved = false;      // the receiver's bytes moved this window (measurable window)
   bool measured = false;   // carried >= minMeasureBytes: rate is meaningful
+  bool fast = false;       // carried >= minMeasureBytes too fast to measure (never slow)
   double rate = 0.0;       // bytes per second of transfer time
   double waitShare = 0.0;  // receiver's wait time / window
   double ioShare = 0.0;  // the larger of the two ends' transfer time / window (first byte -> done)
@@ -218,6 +223,7 @@ void JobAnalyser::reset() {
   crashVictims_.clear();
   slowTransferAt_.clear();
   lastSlowLinkSeen_.reset();
+  refHistory_.clear();
   findings_.clear();
   observations_.clear();
 }
@@ -412,6 +418,7 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
   const WallTime stallFloor = lastPauseSeen_ ? *lastPauseSeen_ : WallTime::min();
   std::vector<std::int32_t> outDegree(un, 0);
   std::vector<double> rates, interRates;
+  std::vector<double> bounds, interBounds;  // rates of connections too fast to measure: lower bounds
   for (std::size_t i = 0; i < edges.size(); ++i) {
     Edge& e = edges[i];
     const Side* rcv = e.recv >= 0 ? &sides[static_cast<std::size_t>(e.recv)] : nullptr;
@@ -454,6 +461,15 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
     if (e.measured) {
       rates.push_back(e.rate);
       if (nodeOf(e.src) != nodeOf(e.dst)) interRates.push_back(e.rate);
+    } else if (e.moved && rcv && rcv->delta >= th.minMeasureBytes &&
+               static_cast<double>(rcv->xferSumUs) * 1e-6 < th.minMeasureTransferSeconds) {
+      // Too fast to measure: its data was already in the plugin's buffers when the receive was
+      // posted (upstream of a slow link, a ring's fast connections all look like this). It moved
+      // this much in under minMeasureTransferSeconds, so its rate is at least delta / that.
+      const double atLeast = static_cast<double>(rcv->delta) / th.minMeasureTransferSeconds;
+      e.fast = true;
+      bounds.push_back(atLeast);
+      if (nodeOf(e.src) != nodeOf(e.dst)) interBounds.push_back(atLeast);
     }
     if (snd && reporting[static_cast<std::size_t>(e.src)] && snd->hasDelta) {
       e.ioShare =
@@ -795,12 +811,40 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
   // between nodes (links join nodes; connections within a node run at memory speed and say
   // nothing about them), so a slow NIC that carries half of a small job's connections still
   // stands out; the median of all measured connections when fewer than 4 cross nodes.
+  //
+  // Where a slow link paces a ring, the other connections' data is buffered before their receives
+  // are posted: they are too fast to measure, and the slow connections may be the only measured
+  // ones. So the window's reference also counts those connections at their lower-bound rates, and
+  // is never above the recent past's: the median of the per-window references (measured
+  // connections only) of the last kReferenceMemoryWindows windows. A job-wide slowdown lowers the
+  // window's reference with it; a burst of unmeasurably fast connections cannot raise it.
   double refRate = 0.0;
   std::vector<char> touchesSlow(un, 0);
   const bool interRef = interRates.size() >= 4;
-  std::size_t measuredCount = interRef ? interRates.size() : rates.size();
+  const std::size_t measuredCount = interRef ? interRates.size() : rates.size();
+  std::size_t refCount = 0;  // connections the window's reference is taken over
   if (!warmup && rates.size() >= 4) {
-    refRate = interRef ? quantile(interRates, 0.75) : median(rates);
+    const double measuredRef = interRef ? quantile(interRates, 0.75) : median(rates);
+    refHistory_.push_back({now, measuredRef});
+  }
+  std::erase_if(refHistory_, [&](const RefSample& r) {
+    return secs(now - r.time) > kReferenceMemoryWindows * th.windowSeconds;
+  });
+  if (!warmup && !refHistory_.empty()) {
+    std::vector<double> recent;
+    recent.reserve(refHistory_.size());
+    for (const RefSample& r : refHistory_) recent.push_back(r.rate);
+    const double recentRef = median(recent);
+    const bool interNow = interRates.size() + interBounds.size() >= 4;
+    std::vector<double> window = interNow ? interRates : rates;
+    const std::vector<double>& extra = interNow ? interBounds : bounds;
+    window.insert(window.end(), extra.begin(), extra.end());
+    refCount = window.size();
+    if (window.size() >= 4) {
+      refRate = std::min(interNow ? quantile(window, 0.75) : median(window), recentRef);
+    }
+  }
+  if (refRate > 0.0) {
     struct Line {
       std::size_t measured = 0, slow = 0;
       std::size_t firstPeer = std::numeric_limits<std::size_t>::max();
@@ -821,6 +865,11 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
       }
     };
     for (Edge& e : edges) {
+      if (e.fast && nodeOf(e.src) != nodeOf(e.dst)) {
+        // Not slow: a node whose out- or in-connections include one is no slow NIC.
+        addLine(row[nodeOf(e.src)], nodeOf(e.dst), false, 1.0);
+        addLine(col[nodeOf(e.dst)], nodeOf(e.src), false, 1.0);
+      }
       if (!e.measured) continue;
       const std::size_t a = nodeOf(e.src), b = nodeOf(e.dst);
       const double factor = factorIf(offender[a] || offender[b], th.slowFactor);
@@ -932,10 +981,10 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
       }
       v.evidence.message = strf(
           "%zu connection(s) between %s and %s slow: rank %d -> rank %d transfers at %.1f MB/s, "
-          "%.2fx the job's reference rate %.1f MB/s (75th percentile of %zu measured connections) "
-          "(threshold 1/slowFactor = %.2fx)",
+          "%.2fx the job's reference rate %.1f MB/s (75th percentile of %zu connections, at most "
+          "the last 30 windows' median) (threshold 1/slowFactor = %.2fx)",
           p.edges, nodes[a].name.c_str(), nodes[b].name.c_str(), p.exSrc, p.exDst, p.minRate / 1e6,
-          p.minRatio, refRate / 1e6, measuredCount, 1.0 / factor);
+          p.minRatio, refRate / 1e6, refCount, 1.0 / factor);
       if (v.nodeEvidence) {
         v.evidence.message +=
             "; node health: " +

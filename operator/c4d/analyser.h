@@ -88,6 +88,12 @@ class JobAnalyser {
   std::map<std::int32_t, WallTime> slowTransferAt_;
   // The last tick with a slow connection (comm-slow rule) anywhere in the job.
   std::optional<WallTime> lastSlowLinkSeen_;
+  // The comm-slow reference of the recent windows (measured connections only), oldest first.
+  struct RefSample {
+    WallTime time{};
+    double rate = 0.0;
+  };
+  std::vector<RefSample> refHistory_;
   std::map<std::string, Finding> findings_;
   std::map<std::string, ObservationState> observations_;
 };

@@ -974,5 +974,55 @@ TEST(C4dAnalyserWire, ASlowLinkIsRatedByTheSendersTransferTimeWhenTheReceiverSee
   EXPECT_EQ(run.verdict->action, Action::kReplan);
 }
 
+
+// The e2e slow node link (10%, 2 MiB of state, run 2026-12-03): the slow connection's receiver
+// takes 0.5-1 s of each window to drain it, while every other connection's data is buffered
+// before its receive is posted (1-8 ms of transfer: too fast to measure). The slow connection was
+// the only measured one and no reference existed, so no verdict came for a minute. The other
+// connections now count at their lower-bound rates (bytes / minMeasureTransferSeconds).
+TEST(C4dAnalyserWire, ASlowLinkWhosePeersAreTooFastToMeasureIsFound) {
+  constexpr std::uint64_t kPaced = 6 << 20;  // per window once the slow link paces the ring
+  auto run = runRing(20, [&](int w, int src) {
+    RingWindow e;
+    const std::uint64_t done = w < 8 ? static_cast<std::uint64_t>(w + 1) * kPerWindow
+                                     : 8 * kPerWindow + static_cast<std::uint64_t>(w - 7) * kPaced;
+    e.sentWire = e.recvWire = e.sentDone = e.recvDone = done;
+    e.sendXferUs = 0;  // sends complete into the socket buffers
+    if (w >= 8) e.recvXferUs = src == 1 ? 900000 : 3000;
+    return e;
+  });
+  ASSERT_TRUE(run.verdict) << "the slow link was not found";
+  EXPECT_EQ(run.verdict->key(), "commSlow/link/node-1<->node-2");
+  EXPECT_LE(run.window - 8, 3);
+}
+
+// A job-wide slowdown (every connection 6.7x slower, e.g. a busy host) is no slow link: the
+// window's reference falls with it.
+TEST(C4dAnalyserWire, AJobWideSlowdownIsNoSlowLink) {
+  auto run = runRing(20, [&](int w, int /*src*/) {
+    RingWindow e;
+    e.sentWire = e.recvWire = e.sentDone = e.recvDone =
+        static_cast<std::uint64_t>(w + 1) * kPerWindow;
+    if (w >= 8) e.recvXferUs = e.sendXferUs = 200000;
+    return e;
+  });
+  EXPECT_FALSE(run.verdict) << run.verdict->key() << ": " << run.verdict->evidence.message;
+}
+
+// Connections too fast to measure count at a lower bound (64 MiB / 10 ms = 6.7 GB/s) that is far
+// above what the job's links measure (560 MB/s); the reference never exceeds the recent past's,
+// so the measured connections are not slow against those bounds.
+TEST(C4dAnalyserWire, ConnectionsTooFastToMeasureDoNotRaiseTheReferenceAboveTheRecentPast) {
+  auto run = runRing(20, [&](int w, int src) {
+    RingWindow e;
+    e.sentWire = e.recvWire = e.sentDone = e.recvDone =
+        static_cast<std::uint64_t>(w + 1) * kPerWindow;
+    e.recvXferUs = e.sendXferUs = 120000;
+    if (w >= 8 && src >= 2) e.recvXferUs = e.sendXferUs = 1000;
+    return e;
+  });
+  EXPECT_FALSE(run.verdict) << run.verdict->key() << ": " << run.verdict->evidence.message;
+}
+
 }  // namespace
 }  // namespace c4::c4d
