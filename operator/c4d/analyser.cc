@@ -418,7 +418,8 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
   const WallTime stallFloor = lastPauseSeen_ ? *lastPauseSeen_ : WallTime::min();
   std::vector<std::int32_t> outDegree(un, 0);
   std::vector<double> rates, interRates;
-  std::vector<double> bounds, interBounds;  // rates of connections too fast to measure: lower bounds
+  std::vector<double> bounds,
+      interBounds;  // rates of connections too fast to measure: lower bounds
   for (std::size_t i = 0; i < edges.size(); ++i) {
     Edge& e = edges[i];
     const Side* rcv = e.recv >= 0 ? &sides[static_cast<std::size_t>(e.recv)] : nullptr;

@@ -974,7 +974,6 @@ TEST(C4dAnalyserWire, ASlowLinkIsRatedByTheSendersTransferTimeWhenTheReceiverSee
   EXPECT_EQ(run.verdict->action, Action::kReplan);
 }
 
-
 // The e2e slow node link (10%, 2 MiB of state, run 2026-12-03): the slow connection's receiver
 // takes 0.5-1 s of each window to drain it, while every other connection's data is buffered
 // before its receive is posted (1-8 ms of transfer: too fast to measure). The slow connection was
