@@ -13,8 +13,11 @@
 #   freeze (default)  the rank's process is stopped (SIGSTOP): C4D sees its peers wait on a rank
 #                     that stopped reporting, names its node, cordons and taints it, and restarts
 #                     the job from the last checkpoint on the healthy nodes;
-#   crash             the rank's process is killed: the pod fails, the job restarts from the
-#                     checkpoint; no node is cordoned without node-level evidence.
+#   crash             the rank's process is killed while its pod stays up (each pod is an
+#                     MPI-operator-style worker whose main process outlives its rank): its peers'
+#                     connections fail, C4D names the rank that died first (not the peers that
+#                     failed after it) and restarts the job from the checkpoint; no node is
+#                     cordoned without node-level evidence.
 # It shows `kubectl get nodes`, the C4P plan, the verdict, `kubectl describe trainingjob` with its
 # Events, the goodput, what a real Prometheus scraped from the operator and node plugins (goodput,
 # verdicts, node actions, firing alerts), and writes DIR/timeline.svg: the training step of every rank over time with
@@ -95,6 +98,8 @@ echo "Prometheus (Debian's prometheus) scrapes the operator and every node plugi
 
 say "a TrainingJob: 4 ranks of c4-netbench training through the C4 NCCL plugin"
 mkdir -p "$WORK/ckpt" "$WORK/steps"
+launcher=""
+[[ $FAULT != crash ]] || launcher=$(c4_mpi_worker_command)
 T_START=$(now_s)
 kubectl apply -n "$NS" -f - <<YAML
 apiVersion: c4.dev/v1alpha1
@@ -121,6 +126,7 @@ spec:
         args: [--steps, "700", --step-compute-ms, "60", --state-bytes, 256K, --json,
                --checkpoint-dir, \$(C4_CHECKPOINT_DIR), --checkpoint-every, "20",
                --step-log, $WORK/steps]
+$launcher
 YAML
 wait_until 90 "train Running" bash -c "[[ \$(kubectl get tj -n $NS train -o jsonpath='{.status.phase}') == Running ]]"
 kubectl get tj -n "$NS"
@@ -153,7 +159,7 @@ say "the fault: $FAULT rank 2 ($victim_pod on $victim_node)"
 T_FAULT=$(now_s)
 case $FAULT in
   freeze) "$TESTENV" pod-signal --dir "$CLUSTER" "$NS/$victim_pod" STOP ;;
-  crash) "$TESTENV" pod-signal --dir "$CLUSTER" "$NS/$victim_pod" KILL ;;
+  crash) "$TESTENV" pod-signal --dir "$CLUSTER" "$NS/$victim_pod" KILL --process c4-netbench ;;
 esac
 # Poll for the verdict, the cordon and the restart, so the timeline marks them to ~0.3 s (Events
 # and status carry whole seconds).
@@ -174,7 +180,7 @@ if [[ -z $T_VERDICT && -n $(kubectl get events -n "$NS" --field-selector \
   T_VERDICT=$T_RESTART
 fi
 python3 -c "import sys; print(f'restart {float(sys.argv[2]) - float(sys.argv[1]):.1f} s after the fault')" "$T_FAULT" "$T_RESTART"
-echo "status.faults: $(tj '{.status.faults[-1:].class}') of node $(tj '{.status.faults[-1:].node}'): $(tj '{.status.faults[-1:].summary}')"
+echo "status.faults: $(tj '{.status.faults[-1:].class}'): $(tj '{.status.faults[-1:].summary}')"
 if [[ $FAULT == freeze ]]; then
   wait_until 20 "$victim_node cordoned" bash -c \
     "[[ \$(kubectl get node $victim_node -o jsonpath='{.spec.unschedulable}') == true ]]"

@@ -56,14 +56,7 @@ now_s() { date +%s.%N; }
 T_START=$(now_s)
 mkdir -p "$WORK/ckpt"
 launcher=""
-if [[ $FAULT == crash ]]; then
-  # The worker's main process: runs the rank (the image's program) and, should the rank fail,
-  # stays up the way an sshd worker pod does after mpirun's rank on it died.
-  # shellcheck disable=SC2016
-  launcher=$(printf '        command: [sh, -c, %s, %s]' \
-    "'\"\$0\" \"\$@\" && exit 0; echo \"rank exited with \$?; the worker stays up\"; exec sleep 100000'" \
-    "$NETBENCH")
-fi
+[[ $FAULT != crash ]] || launcher=$(c4_mpi_worker_command)
 kubectl apply -n "$NS" -f - >/dev/null <<YAML
 apiVersion: c4.dev/v1alpha1
 kind: TrainingJob

@@ -43,6 +43,17 @@ c4_scenario_init() {
   trap c4_cleanup EXIT
 }
 
+# The container `command:` line (8 spaces of YAML indent) of an MPI-operator-style worker: its
+# main process runs the rank (the image's program, c4-netbench) and, should the rank exit with an
+# error, stays up the way an sshd worker pod does after mpirun's rank on it died. Killing the rank
+# (`testenv.sh pod-signal ... KILL --process c4-netbench`) then fails no pod: only C4D can tell.
+c4_mpi_worker_command() {
+  # shellcheck disable=SC2016
+  printf '        command: [sh, -c, %s, %s]' \
+    "'\"\$0\" \"\$@\" && exit 0; echo \"rank exited with \$?; the worker stays up\"; exec sleep 100000'" \
+    "$NETBENCH"
+}
+
 c4_cleanup() {
   if [[ -n ${C4_E2E_KEEP:-} ]]; then
     echo "kept: $CLUSTER (operator pid $OP_PID; source $CLUSTER/env)"
