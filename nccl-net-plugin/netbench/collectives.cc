@@ -63,48 +63,122 @@ std::pair<std::size_t, std::size_t> chunk(std::size_t count, int world, int c) {
 
 }  // namespace
 
+// The ring allreduce, pipelined across its 2 (world - 1) steps the way NCCL's ring is: reduce-
+// scatter steps 0 .. world-2, then allgather steps world-1 .. 2 world-3. What a rank sends in step
+// k >= 1 is the chunk it received (and, in the reduce-scatter, reduced) in step k - 1, so slice j
+// of step k goes out as soon as slice j of step k - 1 has arrived: the link does not idle at the
+// step boundaries. Sends to `next` and receives from `prev` are each posted in (step, slice)
+// order, which is also the order the peer posts its side in.
 Status ringAllreduce(Net& net, int rank, int world, std::uint32_t* data, std::size_t count,
                      std::vector<std::uint32_t>& scratch, const CollectiveOptions& o) {
   if (world == 1) return {};
-  int next = (rank + 1) % world;
-  int prev = (rank + world - 1) % world;
-  scratch.resize(count / static_cast<std::size_t>(world) + 1);
-  for (int s = 0; s < world - 1; ++s) {  // reduce-scatter
-    int sendC = (rank - s + world) % world;
-    int recvC = (rank - s - 1 + 2 * world) % world;
-    auto [sb, se] = chunk(count, world, sendC);
-    auto [rb, re] = chunk(count, world, recvC);
-    std::uint32_t* dst = data + rb;
-    std::uint32_t* tmp = scratch.data();
-    std::vector<Stream> st(2);
-    st[0].send = true;
-    st[0].peer = next;
-    st[0].ptr = reinterpret_cast<char*>(data + sb);
-    st[0].bytes = (se - sb) * 4;
-    st[1].peer = prev;
-    st[1].ptr = reinterpret_cast<char*>(tmp);
-    st[1].bytes = (re - rb) * 4;
-    st[1].onSlice = [dst, tmp](std::size_t off, std::size_t len) {
-      for (std::size_t i = off / 4; i < (off + len) / 4; ++i) dst[i] += tmp[i];
-    };
-    C4_RETURN_IF_ERROR(runStreams(net, st, rank, o));
+  const int next = (rank + 1) % world;
+  const int prev = (rank + world - 1) % world;
+  const int steps = 2 * (world - 1);
+  const std::size_t slice =
+      std::max<std::size_t>(4, std::min(o.sliceBytes, net.maxMessageBytes()) & ~std::size_t{3});
+  const std::size_t maxChunk = count / static_cast<std::size_t>(world) + 1;
+  // Two step-sized receive buffers for the reduce-scatter, used by alternate steps: a receive of
+  // step k is posted only once step k - 2's receive of the same buffer has completed.
+  scratch.resize(2 * maxChunk);
+  auto mod = [world](int x) { return ((x % world) + world) % world; };
+  // Chunk index sent / received in step k.
+  auto sendChunk = [&](int k) {
+    return k < world - 1 ? mod(rank - k) : mod(rank - (k - (world - 1)) + 1);
+  };
+  auto recvChunk = [&](int k) {
+    return k < world - 1 ? mod(rank - k - 1) : mod(rank - (k - (world - 1)));
+  };
+  auto chunkBytes = [&](int c) {
+    auto [b, e] = chunk(count, world, c);
+    return (e - b) * 4;
+  };
+  auto slices = [&](std::size_t bytes) {
+    return std::max<std::size_t>(1, (bytes + slice - 1) / slice);
+  };
+  struct Op {
+    void* req;
+    int step;
+    std::size_t off, len;
+  };
+  std::deque<Op> sends, recvs;
+  int sendStep = 0, recvStep = 0;            // the step whose slices are being posted
+  std::size_t sendSlice = 0, recvSlice = 0;  // the next slice of that step to post
+  std::vector<std::size_t> recvCompleted(static_cast<std::size_t>(steps), 0);
+  const std::size_t window = static_cast<std::size_t>(o.window);
+  auto recvPtr = [&](int k, std::size_t off) -> char* {
+    if (k < world - 1) {
+      return reinterpret_cast<char*>(scratch.data() + static_cast<std::size_t>(k % 2) * maxChunk) +
+             off;
+    }
+    return reinterpret_cast<char*>(data + chunk(count, world, recvChunk(k)).first) + off;
+  };
+  for (;;) {
+    bool progressed = false;
+    // Post sends: slice j of step k needs slice j of step k - 1's receive (the same chunk).
+    while (sendStep < steps && sends.size() < window) {
+      const std::size_t bytes = chunkBytes(sendChunk(sendStep));
+      const std::size_t n = slices(bytes);
+      if (sendStep > 0 && recvCompleted[static_cast<std::size_t>(sendStep - 1)] <= sendSlice) break;
+      const std::size_t off = sendSlice * slice;
+      const std::size_t len = std::min(slice, bytes - std::min(off, bytes));
+      char* ptr =
+          reinterpret_cast<char*>(data + chunk(count, world, sendChunk(sendStep)).first) + off;
+      auto r = net.isend(next, ptr, len, rank);
+      if (!r) return std::unexpected(r.error());
+      if (*r == nullptr) break;  // request limit: retry after completions
+      sends.push_back({*r, sendStep, off, len});
+      progressed = true;
+      if (++sendSlice == n) {
+        sendSlice = 0;
+        ++sendStep;
+      }
+    }
+    // Post receives; a reduce-scatter buffer is reused two steps later.
+    while (recvStep < steps && recvs.size() < window) {
+      const std::size_t bytes = chunkBytes(recvChunk(recvStep));
+      const std::size_t n = slices(bytes);
+      if (recvStep >= 2 && recvStep < world - 1 &&
+          recvCompleted[static_cast<std::size_t>(recvStep - 2)] <= recvSlice) {
+        break;
+      }
+      const std::size_t off = recvSlice * slice;
+      const std::size_t len = std::min(slice, bytes - std::min(off, bytes));
+      auto r = net.irecv(prev, recvPtr(recvStep, off), len, prev);
+      if (!r) return std::unexpected(r.error());
+      if (*r == nullptr) break;
+      recvs.push_back({*r, recvStep, off, len});
+      progressed = true;
+      if (++recvSlice == n) {
+        recvSlice = 0;
+        ++recvStep;
+      }
+    }
+    while (!sends.empty()) {
+      auto t = net.test(sends.front().req);
+      if (!t) return std::unexpected(t.error());
+      if (!*t) break;
+      sends.pop_front();
+      progressed = true;
+    }
+    while (!recvs.empty()) {
+      auto t = net.test(recvs.front().req);
+      if (!t) return std::unexpected(t.error());
+      if (!*t) break;
+      const Op& op = recvs.front();
+      if (op.step < world - 1) {  // reduce-scatter: add into the chunk this rank owns this step
+        std::uint32_t* dst = data + chunk(count, world, recvChunk(op.step)).first;
+        const std::uint32_t* tmp =
+            scratch.data() + static_cast<std::size_t>(op.step % 2) * maxChunk;
+        for (std::size_t i = op.off / 4; i < (op.off + op.len) / 4; ++i) dst[i] += tmp[i];
+      }
+      ++recvCompleted[static_cast<std::size_t>(op.step)];
+      recvs.pop_front();
+      progressed = true;
+    }
+    if (sendStep == steps && recvStep == steps && sends.empty() && recvs.empty()) return {};
+    if (!progressed) net.idle();
   }
-  for (int s = 0; s < world - 1; ++s) {  // allgather
-    int sendC = (rank - s + 1 + world) % world;
-    int recvC = (rank - s + world) % world;
-    auto [sb, se] = chunk(count, world, sendC);
-    auto [rb, re] = chunk(count, world, recvC);
-    std::vector<Stream> st(2);
-    st[0].send = true;
-    st[0].peer = next;
-    st[0].ptr = reinterpret_cast<char*>(data + sb);
-    st[0].bytes = (se - sb) * 4;
-    st[1].peer = prev;
-    st[1].ptr = reinterpret_cast<char*>(data + rb);
-    st[1].bytes = (re - rb) * 4;
-    C4_RETURN_IF_ERROR(runStreams(net, st, rank, o));
-  }
-  return {};
 }
 
 Status allToAll(Net& net, int rank, int world, const std::uint32_t* send, std::uint32_t* recv,

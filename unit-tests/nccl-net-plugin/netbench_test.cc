@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -66,6 +67,27 @@ TEST_F(NetbenchTest, AllreduceOverPluginAndBaselineVerifies) {
     EXPECT_EQ(r.rc, 0) << r.out;
     EXPECT_NE(r.out.find("4194304"), std::string::npos) << r.out;
     EXPECT_EQ(r.out.find(" 1\n"), std::string::npos) << "wrong words reported:\n" << r.out;
+  }
+}
+
+// The ring is pipelined across its steps (a slice of step k goes out once the same slice of step
+// k - 1 arrived, reduce-scatter buffers reused two steps later): many slices per step, odd chunk
+// sizes and windows down to 1 must still give the verified sum.
+TEST_F(NetbenchTest, AllreducePipelinedAcrossStepsVerifiesWithSmallSlicesAndWindows) {
+  for (const char* opts : {"--launch 5 -b 4 -e 1M -f 7 --slice-bytes 4K --window 1",
+                           "--launch 4 -b 12 -e 3M -f 9 --slice-bytes 64K --window 2",
+                           "--launch 2 -b 4 -e 2M -f 8 --slice-bytes 4K --window 16 --baseline"}) {
+    Outcome r = run(std::string(opts) + " -n 2 -w 1");
+    EXPECT_EQ(r.rc, 0) << opts << "\n" << r.out;
+    // Every size's row ends with its count of wrong words: all must be 0.
+    std::istringstream lines(r.out);
+    int rows = 0;
+    for (std::string line; std::getline(lines, line);) {
+      if (line.empty() || line.find_first_not_of(" 0123456789.") != std::string::npos) continue;
+      ++rows;
+      EXPECT_EQ(line.substr(line.find_last_of(' ') + 1), "0") << opts << ": " << line;
+    }
+    EXPECT_GE(rows, 4) << opts << "\n" << r.out;
   }
 }
 
