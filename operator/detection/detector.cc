@@ -1,6 +1,7 @@
 #include "operator/detection/detector.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <set>
 #include <utility>
 
@@ -275,6 +276,7 @@ void Detector::analyse(const std::string& key, const Json& job, JobState& state,
     state.uid = uid;
     state.attempt = static_cast<std::uint32_t>(attempt);
     state.last_anomaly_ns = 0;
+    state.replanned.clear();
     std::lock_guard lock(mu_);
     state.diagnosis.reset();
   }
@@ -310,10 +312,67 @@ void Detector::analyse(const std::string& key, const Json& job, JobState& state,
   auto spec = parseTrainingJobSpec(job);
   const bool dry_run = spec && spec->fault_tolerance.dry_run;
   for (const auto& v : result->verdicts) act(key, job, state, v, dry_run);
+  escalatePersistentSlowLinks(key, job, state, *result, *snap, now, dry_run);
   for (const auto& o : result->observations) {
     if (!o.isNew) continue;
     observations_.labels({std::string(c4d::observationKindName(o.kind))}).inc();
     events_.record(job, "Warning", "TelemetryMissing", o.message);
+  }
+}
+
+// A slow link C4P re-planned around (or that no plan covers) and that is still slow after
+// replan_grace lies where no path choice helps: at an end of the link, its host link or NIC.
+// The end with node-level evidence (NIC/RDMA/GPU fault or a repeat offender) is that node's NIC
+// (cordon and restart); without such evidence the job restarts away from both ends, neither
+// cordoned. A finding that cleared in the meantime (the re-plan worked) is forgotten.
+void Detector::escalatePersistentSlowLinks(const std::string& key, const Json& job, JobState& state,
+                                           const c4d::TickResult& result,
+                                           const c4d::JobSnapshot& snap, WallTime now,
+                                           bool dry_run) {
+  for (auto it = state.replanned.begin(); it != state.replanned.end();) {
+    auto active = std::find_if(result.active.begin(), result.active.end(),
+                               [&](const c4d::Verdict& v) { return v.key() == it->first; });
+    if (active == result.active.end()) {
+      it = state.replanned.erase(it);
+      continue;
+    }
+    const double since = std::chrono::duration<double>(now - it->second).count();
+    if (now - it->second < config_.replan_grace) {
+      ++it;
+      continue;
+    }
+    it = state.replanned.erase(it);
+    c4d::Verdict v = *active;
+    auto suspect = [&](const std::string& name) {
+      for (const auto& n : snap.nodes) {
+        if (n.name == name) {
+          return n.hasHardwareFault() ||
+                 n.repeatOffenderScore >= snap.thresholds.repeatOffenderMinScore;
+        }
+      }
+      return false;
+    };
+    const bool a = suspect(v.culprit.node), b = suspect(v.culprit.peerNode);
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%.1f s", since);
+    std::string message = "still slow " + std::string(secs) +
+                          " after C4P was asked to re-plan around it (" + v.evidence.message + ")";
+    if (a != b) {
+      const std::string node = a ? v.culprit.node : v.culprit.peerNode;
+      v.culprit = c4d::Culprit{};
+      v.culprit.kind = c4d::CulpritKind::kNode;
+      v.culprit.node = node;
+      v.nodeEvidence = true;
+      v.action = c4d::Action::kCordonAndRestart;
+      v.evidence.message = message + "; node " + node + " has node-level evidence: its NIC";
+    } else {
+      v.action = c4d::Action::kRestartOnly;
+      v.evidence.message = message +
+                           "; a NIC at either end: restart away from both, neither cordoned "
+                           "without node-level evidence";
+    }
+    v.evidence.numbers.push_back({"secondsAfterReplan", since});
+    act(key, job, state, v, dry_run);
   }
 }
 
@@ -385,6 +444,7 @@ void Detector::act(const std::string& key, const Json& job, JobState& state, con
   if (dry_run) return;
   if (action == c4d::Action::kReplan && v.culprit.kind == c4d::CulpritKind::kLink &&
       !v.culprit.node.empty() && !v.culprit.peerNode.empty()) {
+    state.replanned.emplace(v.key(), now);  // escalated if still slow after replan_grace
     std::function<void(const std::string&, const std::string&, const std::string&)> replan;
     {
       std::lock_guard lock(mu_);

@@ -63,6 +63,10 @@ struct DetectorConfig {
   double straggler_min_slowdown = 2.0;
   // Report samples per rank handed to the analyser (it uses the newest two).
   std::size_t report_samples = 3;
+  // A slow link (commSlow, action replan) still found this long after C4P was asked to re-plan
+  // around it is treated as a NIC fault at one of its ends (DESIGN: re-plan first; if the
+  // slowness persists, the node's NIC).
+  Duration replan_grace = std::chrono::seconds{30};
 };
 
 // One entry of a node's fault history.
@@ -122,10 +126,15 @@ class Detector {
     std::uint32_t attempt = 0;
     std::int64_t last_anomaly_ns = 0;
     std::optional<DiagnosedFault> diagnosis;
+    // Slow-link verdicts (by key) C4P was asked to re-plan around, and when.
+    std::map<std::string, WallTime> replanned;
   };
   void analyse(const std::string& key, const Json& job, JobState& state, WallTime now);
   void act(const std::string& key, const Json& job, JobState& state, const c4d::Verdict& v,
            bool dry_run);
+  void escalatePersistentSlowLinks(const std::string& key, const Json& job, JobState& state,
+                                   const c4d::TickResult& result, const c4d::JobSnapshot& snap,
+                                   WallTime now, bool dry_run);
   void recordNodeFault(const std::string& node_name, const NodeFaultRecord& record);
   bool stragglerWorthRestart(const Json& job, const c4d::Verdict& v, WallTime now) const;
 

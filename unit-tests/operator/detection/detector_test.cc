@@ -234,6 +234,90 @@ TEST_F(DetectorTest, AStragglerRestartsTheJobOnlyWhenTheSlowdownCostsMoreThanARe
   EXPECT_TRUE(event_only) << "the straggler is reported as an Event";
 }
 
+// A slow link is first handed to C4P (a re-plan around it, no restart). Still slow after
+// replan_grace, it lies where no path choice helps, at an end of the link: without node-level
+// evidence the job restarts away from both ends, neither cordoned.
+TEST_F(DetectorTest, ASlowLinkStillSlowAfterTheReplanGraceRestartsAwayFromBothEnds) {
+  DetectorConfig config;
+  config.replan_grace = std::chrono::seconds{10};
+  build({}, config);
+  std::vector<std::string> replans;
+  detector_->setReplan([&](const std::string& job, const std::string& a, const std::string& b) {
+    replans.push_back(job + " " + a + "<->" + b);
+  });
+  for (int i = 0; i < 8; ++i) step();
+  synth_->slowLink(1, 2, 0.1);
+  int windows = 0;
+  while (replans.empty() && windows < 20) {
+    step();
+    ++windows;
+  }
+  ASSERT_EQ(replans, std::vector<std::string>{"team/llm node-1<->node-2"});
+  for (int i = 0; i < 8; ++i) step();
+  EXPECT_FALSE(detector_->diagnosis("team/llm")) << "within the grace C4P gets to re-plan";
+  for (int i = 0; i < 4; ++i) step();
+  auto d = detector_->diagnosis("team/llm");
+  ASSERT_TRUE(d) << "still slow after the grace";
+  EXPECT_EQ(d->fault_class, "commSlow");
+  EXPECT_EQ(d->nodes, (std::vector<std::string>{"node-1", "node-2"}));
+  EXPECT_FALSE(d->cordon);
+  EXPECT_EQ(enqueued_, std::vector<std::string>{"team/llm"});
+  bool escalated = false;
+  for (const auto& e : eventsWithReason("FaultDetected")) {
+    const std::string m = e["message"].get<std::string>();
+    escalated |= m.find("after C4P was asked to re-plan") != std::string::npos &&
+                 m.find("action restartOnly") != std::string::npos;
+  }
+  EXPECT_TRUE(escalated);
+  EXPECT_EQ(replans.size(), 1u);
+}
+
+// The end with node-level evidence (here a repeat offender: a fault in its history) is the NIC:
+// cordoned and avoided.
+TEST_F(DetectorTest, APersistentSlowLinkCordonsTheEndWithNodeEvidence) {
+  DetectorConfig config;
+  config.replan_grace = std::chrono::seconds{10};
+  build({}, config);
+  Json node = *nodes_.store().get("node-2");
+  node["metadata"]["annotations"]["c4.dev/fault-history"] =
+      appendFaultHistory(node, {clock_.wallNow(), "commSlow", "team/other"}, 10);
+  nodes_.store().upsert(node);
+  for (int i = 0; i < 8; ++i) step();
+  synth_->slowLink(1, 2, 0.1);
+  for (int i = 0; i < 30 && !detector_->diagnosis("team/llm"); ++i) step();
+  auto d = detector_->diagnosis("team/llm");
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->fault_class, "commSlow");
+  EXPECT_EQ(d->nodes, std::vector<std::string>{"node-2"});
+  EXPECT_TRUE(d->cordon);
+  bool escalated = false;
+  for (const auto& e : eventsWithReason("FaultDetected")) {
+    const std::string m = e["message"].get<std::string>();
+    escalated |= m.find("after C4P was asked to re-plan") != std::string::npos &&
+                 m.find("node node-2 has node-level evidence: its NIC") != std::string::npos &&
+                 m.find("action cordonAndRestart") != std::string::npos;
+  }
+  EXPECT_TRUE(escalated);
+}
+
+// A link the re-plan (or anything else) made normal again within the grace is not escalated.
+TEST_F(DetectorTest, ASlowLinkThatRecoversWithinTheReplanGraceIsNotEscalated) {
+  DetectorConfig config;
+  config.replan_grace = std::chrono::seconds{10};
+  build({}, config);
+  int replans = 0;
+  detector_->setReplan(
+      [&](const std::string&, const std::string&, const std::string&) { ++replans; });
+  for (int i = 0; i < 8; ++i) step();
+  synth_->slowLink(1, 2, 0.1);
+  for (int i = 0; i < 20 && replans == 0; ++i) step();
+  ASSERT_EQ(replans, 1);
+  synth_->slowLink(1, 2, 1.0);
+  for (int i = 0; i < 30; ++i) step();
+  EXPECT_FALSE(detector_->diagnosis("team/llm"));
+  EXPECT_TRUE(enqueued_.empty());
+}
+
 TEST(FaultHistoryTest, AppendsBoundedAndSkipsMalformedEntries) {
   Json node = {{"metadata", {{"name", "n"}}}};
   WallTime t0{std::chrono::seconds{1'800'000'000}};
