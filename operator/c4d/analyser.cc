@@ -957,6 +957,55 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
         p.exDst = e.dst;
       }
     }
+    // Slow links of two or more node pairs that all share one node: that node's NIC (its row or
+    // column may hold a single connection each, too few for the whole-line rule).
+    std::optional<std::size_t> slowCommon;
+    if (slowPairs.size() >= 2) {
+      std::set<std::size_t> shared{slowPairs.begin()->first.first, slowPairs.begin()->first.second};
+      for (const auto& [key, p] : slowPairs) {
+        std::set<std::size_t> next;
+        for (std::size_t x : shared) {
+          if (x == key.first || x == key.second) next.insert(x);
+        }
+        shared = std::move(next);
+      }
+      if (shared.size() == 1) slowCommon = *shared.begin();
+    }
+    if (slowCommon) {
+      const std::size_t x = *slowCommon;
+      std::vector<std::int32_t> ranks;
+      std::size_t nEdges = 0;
+      double minRatio = kInf;
+      for (const auto& [key, p] : slowPairs) {
+        ranks.insert(ranks.end(), p.ranks.begin(), p.ranks.end());
+        nEdges += p.edges;
+        minRatio = std::min(minRatio, p.minRatio);
+      }
+      std::sort(ranks.begin(), ranks.end());
+      ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+      const bool off = offender[x] != 0;
+      const double factor = factorIf(off, th.slowFactor);
+      Candidate c;
+      Verdict& v = c.verdict;
+      v.faultClass = FaultClass::kCommSlow;
+      v.culprit = nodeCulprit(nodes[x].name);
+      v.ranks = std::move(ranks);
+      v.action = Action::kCordonAndRestart;
+      v.nodeEvidence = nodes[x].hasHardwareFault();
+      v.repeatOffender = off;
+      c.relaxed = off;
+      v.evidence.message = strf(
+          "%zu connection(s) slow on %zu links that all share node %s: down to %.2fx the job's "
+          "reference rate %.1f MB/s (threshold 1/slowFactor = %.2fx): its NIC",
+          nEdges, slowPairs.size(), nodes[x].name.c_str(), minRatio, refRate / 1e6, 1.0 / factor);
+      v.evidence.numbers = {{"slowConnections", static_cast<double>(nEdges)},
+                            {"slowLinks", static_cast<double>(slowPairs.size())},
+                            {"ratioToReference", minRatio},
+                            {"referenceBytesPerSecond", refRate},
+                            {"slowFactor", factor}};
+      candidates.push_back(std::move(c));
+      slowPairs.clear();
+    }
     for (auto& [key, p] : slowPairs) {
       const auto [a, b] = key;
       const bool off = offender[a] || offender[b];

@@ -1023,5 +1023,22 @@ TEST(C4dAnalyserWire, ConnectionsTooFastToMeasureDoNotRaiseTheReferenceAboveTheR
   EXPECT_FALSE(run.verdict) << run.verdict->key() << ": " << run.verdict->evidence.message;
 }
 
+// The e2e slow node link where the node carries one rank of the ring: its one connection in and
+// its one connection out are slow, too few for the whole-row rule, and gave two link verdicts
+// (node-0<->node-2, node-1<->node-2). Slow links that all share a node are that node's NIC.
+TEST(C4dAnalyserWire, SlowLinksThatAllShareANodeAreItsNic) {
+  auto run = runRing(20, [&](int w, int src) {
+    RingWindow e;
+    e.sentWire = e.recvWire = e.sentDone = e.recvDone =
+        static_cast<std::uint64_t>(w + 1) * kPerWindow;
+    if (w >= 8 && (src == 0 || src == 1)) e.recvXferUs = 900000;  // 0 -> 1 and 1 -> 2
+    return e;
+  });
+  ASSERT_TRUE(run.verdict) << "the slow node was not found";
+  EXPECT_EQ(run.verdict->key(), "commSlow/node/node-1");
+  EXPECT_EQ(run.verdict->action, Action::kCordonAndRestart);
+  EXPECT_THAT(run.verdict->evidence.message, ::testing::HasSubstr("all share node node-1"));
+}
+
 }  // namespace
 }  // namespace c4::c4d
