@@ -16,8 +16,8 @@
 #      reports both, asserts planned >= RATIO x unplanned (mean) and planned >= IDEAL_FRACTION of
 #      the ideal the links allow (host link rate: every rank sends one ring connection; 0.8, not
 #      0.9: TCP carries at most 1448 payload bytes per 1514-byte frame, 95.6 %, and the ACKs of
-#      the incoming connection share the link; the pipelined ring reaches about 87 % of the
-#      nominal rate, 91 % of the payload rate, printed too);
+#      the incoming connection share the link; the pipelined ring reaches about 86 % of the
+#      nominal rate, 90 % of the payload rate, printed too);
 #   3. Enforce, long run: a spine link is cut mid-run; a new plan version (weights off the dead
 #      path) must be in the ConfigMap within 5 s; the link comes back after HOLD_DOWN s (data
 #      already queued on the dead subflow waits for it: TCP cannot move it); the job completes

@@ -79,7 +79,7 @@ Status ringAllreduce(Net& net, int rank, int world, std::uint32_t* data, std::si
       std::max<std::size_t>(4, std::min(o.sliceBytes, net.maxMessageBytes()) & ~std::size_t{3});
   const std::size_t maxChunk = count / static_cast<std::size_t>(world) + 1;
   // Two step-sized receive buffers for the reduce-scatter, used by alternate steps: a receive of
-  // step k is posted only once step k - 2's receive of the same buffer has completed.
+  // step k is posted only once step k - 1's (and so step k - 2's) has completed.
   scratch.resize(2 * maxChunk);
   auto mod = [world](int x) { return ((x % world) + world) % world; };
   // Chunk index sent / received in step k.
@@ -134,14 +134,14 @@ Status ringAllreduce(Net& net, int rank, int world, std::uint32_t* data, std::si
         ++sendStep;
       }
     }
-    // Post receives; a reduce-scatter buffer is reused two steps later.
+    // Post receives: slice j of step k once slice j of step k - 1 has arrived, as its sender
+    // sends it; a receive is not posted steps ahead, so its wait (posted -> first byte, what C4D
+    // reads) stays the wait of one step. Receives complete in order, so step k - 2 (whose
+    // reduce-scatter buffer step k reuses) has then completed too.
     while (recvStep < steps && recvs.size() < window) {
       const std::size_t bytes = chunkBytes(recvChunk(recvStep));
       const std::size_t n = slices(bytes);
-      if (recvStep >= 2 && recvStep < world - 1 &&
-          recvCompleted[static_cast<std::size_t>(recvStep - 2)] <= recvSlice) {
-        break;
-      }
+      if (recvStep > 0 && recvCompleted[static_cast<std::size_t>(recvStep - 1)] <= recvSlice) break;
       const std::size_t off = recvSlice * slice;
       const std::size_t len = std::min(slice, bytes - std::min(off, bytes));
       auto r = net.irecv(prev, recvPtr(recvStep, off), len, prev);
