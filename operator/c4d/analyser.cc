@@ -56,6 +56,29 @@ double median(std::vector<double>& v) {
   return (lo + hi) / 2.0;
 }
 
+// Sorts ranks and drops duplicates.
+void sortUnique(std::vector<std::int32_t>& ranks) {
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+}
+
+// The one node that every (a, b) node pair (the keys of `pairs`) has at an end, when there are
+// two or more pairs; none otherwise.
+template <typename Pairs>
+std::optional<std::size_t> commonNode(const Pairs& pairs) {
+  if (pairs.size() < 2) return std::nullopt;
+  std::set<std::size_t> shared = {pairs.begin()->first.first, pairs.begin()->first.second};
+  for (const auto& [key, p] : pairs) {
+    std::set<std::size_t> next;
+    for (std::size_t x : shared) {
+      if (x == key.first || x == key.second) next.insert(x);
+    }
+    shared = std::move(next);
+  }
+  if (shared.size() != 1) return std::nullopt;
+  return *shared.begin();
+}
+
 std::string rankList(const std::vector<std::int32_t>& ranks) {
   std::string out;
   const std::size_t shown = std::min<std::size_t>(ranks.size(), 8);
@@ -704,22 +727,7 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
         p.exampleDst = e.dst;
       }
     }
-    auto finishRanks = [](std::vector<std::int32_t>& v) {
-      std::sort(v.begin(), v.end());
-      v.erase(std::unique(v.begin(), v.end()), v.end());
-    };
-    std::optional<std::size_t> common;
-    if (pairs.size() >= 2) {
-      std::set<std::size_t> shared = {pairs.begin()->first.first, pairs.begin()->first.second};
-      for (const auto& [key, p] : pairs) {
-        std::set<std::size_t> next;
-        for (std::size_t x : shared) {
-          if (x == key.first || x == key.second) next.insert(x);
-        }
-        shared = std::move(next);
-      }
-      if (shared.size() == 1) common = *shared.begin();
-    }
+    const std::optional<std::size_t> common = commonNode(pairs);
     auto hangCandidate = [&](CulpritKind kind, std::size_t a, std::size_t b,
                              std::vector<std::int32_t> ranks, std::size_t nEdges, double maxAge,
                              std::size_t nPairs, std::int32_t exSrc, std::int32_t exDst,
@@ -727,7 +735,7 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
       Candidate c;
       Verdict& v = c.verdict;
       v.faultClass = FaultClass::kCommHang;
-      finishRanks(ranks);
+      sortUnique(ranks);
       v.ranks = std::move(ranks);
       const bool off = offender[a] || offender[b];
       const double threshold = relaxedIf(off, nQueued > 0 ? th.silenceSeconds : th.hangSeconds);
@@ -893,6 +901,21 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
     auto wholeLine = [](const Line& l) {
       return l.measured >= 2 && l.slow == l.measured && l.manyPeers;
     };
+    // A slow NIC of node x: cordon and restart; the caller writes the evidence.
+    auto nicCandidate = [&](std::size_t x, std::vector<std::int32_t> ranks) {
+      sortUnique(ranks);
+      const bool off = offender[x] != 0;
+      Candidate c;
+      Verdict& v = c.verdict;
+      v.faultClass = FaultClass::kCommSlow;
+      v.culprit = nodeCulprit(nodes[x].name);
+      v.ranks = std::move(ranks);
+      v.action = Action::kCordonAndRestart;
+      v.nodeEvidence = nodes[x].hasHardwareFault();
+      v.repeatOffender = off;
+      c.relaxed = off;
+      return c;
+    };
     std::vector<char> nicSlow(nodes.size(), 0);
     for (std::size_t x = 0; x < nodes.size(); ++x) {
       if (!wholeLine(row[x]) && !wholeLine(col[x])) continue;
@@ -904,19 +927,9 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
           ranks.push_back(e.dst);
         }
       }
-      std::sort(ranks.begin(), ranks.end());
-      ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
-      const bool off = offender[x] != 0;
-      const double factor = factorIf(off, th.slowFactor);
-      Candidate c;
+      const double factor = factorIf(offender[x] != 0, th.slowFactor);
+      Candidate c = nicCandidate(x, std::move(ranks));
       Verdict& v = c.verdict;
-      v.faultClass = FaultClass::kCommSlow;
-      v.culprit = nodeCulprit(nodes[x].name);
-      v.ranks = std::move(ranks);
-      v.action = Action::kCordonAndRestart;
-      v.nodeEvidence = nodes[x].hasHardwareFault();
-      v.repeatOffender = off;
-      c.relaxed = off;
       const bool isRow = wholeLine(row[x]);
       const Line& l = isRow ? row[x] : col[x];
       v.evidence.message = strf(
@@ -959,19 +972,7 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
     }
     // Slow links of two or more node pairs that all share one node: that node's NIC (its row or
     // column may hold a single connection each, too few for the whole-line rule).
-    std::optional<std::size_t> slowCommon;
-    if (slowPairs.size() >= 2) {
-      std::set<std::size_t> shared{slowPairs.begin()->first.first, slowPairs.begin()->first.second};
-      for (const auto& [key, p] : slowPairs) {
-        std::set<std::size_t> next;
-        for (std::size_t x : shared) {
-          if (x == key.first || x == key.second) next.insert(x);
-        }
-        shared = std::move(next);
-      }
-      if (shared.size() == 1) slowCommon = *shared.begin();
-    }
-    if (slowCommon) {
+    if (const std::optional<std::size_t> slowCommon = commonNode(slowPairs)) {
       const std::size_t x = *slowCommon;
       std::vector<std::int32_t> ranks;
       std::size_t nEdges = 0;
@@ -981,19 +982,9 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
         nEdges += p.edges;
         minRatio = std::min(minRatio, p.minRatio);
       }
-      std::sort(ranks.begin(), ranks.end());
-      ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
-      const bool off = offender[x] != 0;
-      const double factor = factorIf(off, th.slowFactor);
-      Candidate c;
+      const double factor = factorIf(offender[x] != 0, th.slowFactor);
+      Candidate c = nicCandidate(x, std::move(ranks));
       Verdict& v = c.verdict;
-      v.faultClass = FaultClass::kCommSlow;
-      v.culprit = nodeCulprit(nodes[x].name);
-      v.ranks = std::move(ranks);
-      v.action = Action::kCordonAndRestart;
-      v.nodeEvidence = nodes[x].hasHardwareFault();
-      v.repeatOffender = off;
-      c.relaxed = off;
       v.evidence.message = strf(
           "%zu connection(s) slow on %zu links that all share node %s: down to %.2fx the job's "
           "reference rate %.1f MB/s (threshold 1/slowFactor = %.2fx): its NIC",
@@ -1013,8 +1004,7 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
       Candidate c;
       Verdict& v = c.verdict;
       v.faultClass = FaultClass::kCommSlow;
-      std::sort(p.ranks.begin(), p.ranks.end());
-      p.ranks.erase(std::unique(p.ranks.begin(), p.ranks.end()), p.ranks.end());
+      sortUnique(p.ranks);
       v.ranks = std::move(p.ranks);
       v.repeatOffender = off;
       c.relaxed = off;

@@ -744,6 +744,14 @@ RingRun runRing(int windows, EdgeFn edge, int kRanks = 4) {
 
 constexpr std::uint64_t kPerWindow = 64 << 20;
 
+// Window w of an edge that moved kPerWindow bytes every window so far, at both ends.
+RingWindow steadyWindow(int w) {
+  RingWindow e;
+  e.sentWire = e.recvWire = e.sentDone = e.recvDone =
+      static_cast<std::uint64_t>(w + 1) * kPerWindow;
+  return e;
+}
+
 // The e2e black hole (nftables drop between two nodes, c4-netbench over the plugin): the sender
 // has written payload to its sockets that never arrives; every rank waits. With TCP's user
 // timeout at 10 s the connection fails at hangSeconds, so the verdict must come from the bytes
@@ -843,9 +851,7 @@ TEST(C4dAnalyserWire, ARankLateFromTransferringIsNoStraggler) {
 // straggler is busy 92% of a step where a typical rank is busy 42%, a 2.2x slower job.
 TEST(C4dAnalyserWire, StragglerInASynchronousRingIsMeasuredByBusyShares) {
   auto run = runRing(20, [&](int w, int src) {
-    RingWindow e;
-    e.sentWire = e.recvWire = e.sentDone = e.recvDone =
-        static_cast<std::uint64_t>(w + 1) * kPerWindow;
+    RingWindow e = steadyWindow(w);
     e.recvWaitShare = w < 8 ? 0.1 : 0.58;
     if (w >= 8 && src == 2) e.recvWaitShare = 0.70;  // rank 3 waits on the straggler
     if (w >= 8 && src == 1) e.recvWaitShare = 0.08;  // the straggler waits on its upstream
@@ -865,9 +871,7 @@ TEST(C4dAnalyserWire, StragglerInASynchronousRingIsMeasuredByBusyShares) {
 // downstream rank is its echo, not a second straggler.
 TEST(C4dAnalyserWire, StragglerWhoseLatenessSpreadsAlongTheRingIsFoundByItsOwnShortWait) {
   auto run = runRing(20, [&](int w, int src) {
-    RingWindow e;
-    e.sentWire = e.recvWire = e.sentDone = e.recvDone =
-        static_cast<std::uint64_t>(w + 1) * kPerWindow;
+    RingWindow e = steadyWindow(w);
     e.recvWaitShare = w < 8 ? 0.1 : 0.6;
     if (w >= 8 && src == 1) e.recvWaitShare = 0.05;  // rank 2 (the straggler) on rank 1
     if (w >= 8 && src == 3) e.recvWaitShare = 0.72;  // rank 0 on rank 3: the echo
@@ -885,9 +889,7 @@ TEST(C4dAnalyserWire, StragglerWhoseLatenessSpreadsAlongTheRingIsFoundByItsOwnSh
 // straggler; the rule needs it to wait under a quarter of the typical wait.
 TEST(C4dAnalyserWire, ARankThatWaitsSomewhatLessIsNotAStraggler) {
   auto run = runRing(20, [&](int w, int src) {
-    RingWindow e;
-    e.sentWire = e.recvWire = e.sentDone = e.recvDone =
-        static_cast<std::uint64_t>(w + 1) * kPerWindow;
+    RingWindow e = steadyWindow(w);
     e.recvWaitShare = w < 8 ? 0.1 : 0.39;
     if (w >= 8 && src == 1) e.recvWaitShare = 0.19;
     return e;
@@ -901,9 +903,7 @@ TEST(C4dAnalyserWire, ARankThatWaitsSomewhatLessIsNotAStraggler) {
 // under half the median within clearWindows is not a straggler.
 TEST(C4dAnalyserWire, ARankOnAnIntermittentlySlowLinkIsNotAStraggler) {
   auto run = runRing(25, [&](int w, int src) {
-    RingWindow e;
-    e.sentWire = e.recvWire = e.sentDone = e.recvDone =
-        static_cast<std::uint64_t>(w + 1) * kPerWindow;
+    RingWindow e = steadyWindow(w);
     e.recvWaitShare = w < 8 ? 0.1 : 0.37;
     if (w >= 8 && src == 1) {
       e.recvWaitShare = 0.31;  // rank 2 receives over the slow link
@@ -922,9 +922,7 @@ TEST(C4dAnalyserWire, ARankOnAnIntermittentlySlowLinkIsNotAStraggler) {
 // the measured noise says nothing; the noise floor (0.05, x stragglerFactor 3 = 0.15) does.
 TEST(C4dAnalyserWire, ALatenessWithinTheNoiseFloorIsNotAStraggler) {
   auto run = runRing(20, [&](int w, int src) {
-    RingWindow e;
-    e.sentWire = e.recvWire = e.sentDone = e.recvDone =
-        static_cast<std::uint64_t>(w + 1) * kPerWindow;
+    RingWindow e = steadyWindow(w);
     e.recvWaitShare = 0.4;
     if (w >= 8 && src == 0) e.recvWaitShare = 0.51;
     return e;
@@ -939,9 +937,7 @@ TEST(C4dAnalyserWire, ALatenessWithinTheNoiseFloorIsNotAStraggler) {
 // fault was injected.)
 TEST(C4dAnalyserWire, AStragglerSlowingTheJobLessThanMinStragglerSlowdownIsNoVerdict) {
   auto run = runRing(20, [&](int w, int src) {
-    RingWindow e;
-    e.sentWire = e.recvWire = e.sentDone = e.recvDone =
-        static_cast<std::uint64_t>(w + 1) * kPerWindow;
+    RingWindow e = steadyWindow(w);
     e.recvWaitShare = 0.42;
     if (w >= 8 && src == 1) e.recvWaitShare = 0.54;  // rank 2 waits on rank 1
     if (w >= 8 && src == 0) e.recvWaitShare = 0.36;  // rank 1 waits on rank 0
@@ -956,9 +952,7 @@ TEST(C4dAnalyserWire, AStragglerSlowingTheJobLessThanMinStragglerSlowdownIsNoVer
 // receiver's peers wait on it. The sender's view rates the link: commSlow, not a straggler.
 TEST(C4dAnalyserWire, ASlowLinkIsRatedByTheSendersTransferTimeWhenTheReceiverSeesNone) {
   auto run = runRing(20, [&](int w, int src) {
-    RingWindow e;
-    e.sentWire = e.recvWire = e.sentDone = e.recvDone =
-        static_cast<std::uint64_t>(w + 1) * kPerWindow;
+    RingWindow e = steadyWindow(w);
     e.recvWaitShare = w < 8 ? 0.1 : 0.4;
     if (w >= 8 && src == 1) {
       e.recvXferUs = 1000;
@@ -998,9 +992,7 @@ TEST(C4dAnalyserWire, ASlowLinkWhosePeersAreTooFastToMeasureIsFound) {
 // window's reference falls with it.
 TEST(C4dAnalyserWire, AJobWideSlowdownIsNoSlowLink) {
   auto run = runRing(20, [&](int w, int /*src*/) {
-    RingWindow e;
-    e.sentWire = e.recvWire = e.sentDone = e.recvDone =
-        static_cast<std::uint64_t>(w + 1) * kPerWindow;
+    RingWindow e = steadyWindow(w);
     if (w >= 8) e.recvXferUs = e.sendXferUs = 200000;
     return e;
   });
@@ -1012,9 +1004,7 @@ TEST(C4dAnalyserWire, AJobWideSlowdownIsNoSlowLink) {
 // so the measured connections are not slow against those bounds.
 TEST(C4dAnalyserWire, ConnectionsTooFastToMeasureDoNotRaiseTheReferenceAboveTheRecentPast) {
   auto run = runRing(20, [&](int w, int src) {
-    RingWindow e;
-    e.sentWire = e.recvWire = e.sentDone = e.recvDone =
-        static_cast<std::uint64_t>(w + 1) * kPerWindow;
+    RingWindow e = steadyWindow(w);
     e.recvXferUs = e.sendXferUs = 120000;
     if (w >= 8 && src >= 2) e.recvXferUs = e.sendXferUs = 1000;
     return e;
@@ -1027,9 +1017,7 @@ TEST(C4dAnalyserWire, ConnectionsTooFastToMeasureDoNotRaiseTheReferenceAboveTheR
 // (node-0<->node-2, node-1<->node-2). Slow links that all share a node are that node's NIC.
 TEST(C4dAnalyserWire, SlowLinksThatAllShareANodeAreItsNic) {
   auto run = runRing(20, [&](int w, int src) {
-    RingWindow e;
-    e.sentWire = e.recvWire = e.sentDone = e.recvDone =
-        static_cast<std::uint64_t>(w + 1) * kPerWindow;
+    RingWindow e = steadyWindow(w);
     if (w >= 8 && (src == 0 || src == 1)) e.recvXferUs = 900000;  // 0 -> 1 and 1 -> 2
     return e;
   });
@@ -1047,9 +1035,7 @@ TEST(C4dAnalyserWire, ComparableLatenessOnTwoNodesAtOnceIsNoStraggler) {
   auto run = runRing(
       20,
       [&](int w, int src) {
-        RingWindow e;
-        e.sentWire = e.recvWire = e.sentDone = e.recvDone =
-            static_cast<std::uint64_t>(w + 1) * kPerWindow;
+        RingWindow e = steadyWindow(w);
         e.recvWaitShare = 0.23;
         if (w >= 8 && (src == 2 || src == 6)) e.recvWaitShare = 0.72;
         if (w >= 8 && (src == 1 || src == 5)) e.recvWaitShare = 0.19;
@@ -1064,9 +1050,7 @@ TEST(C4dAnalyserWire, TheSameLatenessOnOneNodeIsAStraggler) {
   auto run = runRing(
       20,
       [&](int w, int src) {
-        RingWindow e;
-        e.sentWire = e.recvWire = e.sentDone = e.recvDone =
-            static_cast<std::uint64_t>(w + 1) * kPerWindow;
+        RingWindow e = steadyWindow(w);
         e.recvWaitShare = 0.23;
         if (w >= 8 && src == 2) e.recvWaitShare = 0.72;
         if (w >= 8 && src == 1) e.recvWaitShare = 0.19;
