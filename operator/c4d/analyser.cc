@@ -16,6 +16,9 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 double secs(Duration d) {
   return std::chrono::duration<double>(d).count();
 }
+Duration toDuration(double seconds) {
+  return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(seconds));
+}
 
 std::uint64_t edgeKey(std::int32_t src, std::int32_t dst) {
   return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(src)) << 32) |
@@ -127,6 +130,7 @@ struct Side {
   std::uint32_t inflight = 0;
   std::uint64_t oldestUs = 0;
   std::uint64_t waitSumUs = 0;
+  std::uint64_t waitMaxUs = 0;
   std::uint64_t xferSumUs = 0;
   double intervalSec = 1.0;
   WallTime time{};
@@ -143,6 +147,7 @@ struct Agg {
   std::uint32_t inflight = 0;
   std::uint64_t oldestUs = 0;
   std::uint64_t waitSumUs = 0;
+  std::uint64_t waitMaxUs = 0;
   std::uint64_t xferSumUs = 0;
 };
 
@@ -178,6 +183,7 @@ void aggregate(const ReportSample& r, std::int32_t worldSize, std::int32_t self,
     a.inflight += c.inflight;
     a.oldestUs = std::max(a.oldestUs, c.inflight > 0 ? c.oldestInflightUs : 0);
     a.waitSumUs += c.wait.sumUs;
+    a.waitMaxUs = std::max(a.waitMaxUs, c.wait.maxUs);
     a.xferSumUs += c.transfer.sumUs;
   }
 }
@@ -223,6 +229,9 @@ struct Edge {
   bool fast = false;       // carried >= minMeasureBytes too fast to measure (never slow)
   double rate = 0.0;       // bytes per second of transfer time
   double waitShare = 0.0;  // receiver's wait time / window
+  // The receiver's longest wait completed this window may have begun before the last pause
+  // ended: its wait share measures the pause, not the peer.
+  bool waitSpansPause = false;
   double ioShare = 0.0;  // the larger of the two ends' transfer time / window (first byte -> done)
   bool slow = false;
 };
@@ -367,6 +376,7 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
       s.inflight = a.inflight;
       s.oldestUs = a.oldestUs;
       s.waitSumUs = a.waitSumUs;
+      s.waitMaxUs = a.waitMaxUs;
       s.xferSumUs = a.xferSumUs;
       s.intervalSec = std::max(1e-3, static_cast<double>(newest.intervalMs) / 1000.0);
       s.time = newest.time;
@@ -439,6 +449,9 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
   edges_ = std::move(newStates);
 
   const WallTime stallFloor = lastPauseSeen_ ? *lastPauseSeen_ : WallTime::min();
+  // The last pause ended before the first tick that no longer saw it.
+  const WallTime pauseEndBound =
+      lastPauseSeen_ ? *lastPauseSeen_ + toDuration(th.windowSeconds) : WallTime::min();
   std::vector<std::int32_t> outDegree(un, 0);
   std::vector<double> rates, interRates;
   std::vector<double> bounds,
@@ -462,6 +475,9 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
       if (rcv->hasDelta && rcv->delta > 0) {
         e.moved = true;
         e.waitShare = static_cast<double>(rcv->waitSumUs) * 1e-6 / rcv->intervalSec;
+        e.waitSpansPause = lastPauseSeen_ && rcv->time - toDuration(rcv->intervalSec) -
+                                                     std::chrono::microseconds{rcv->waitMaxUs} <
+                                                 pauseEndBound;
         e.ioShare = static_cast<double>(rcv->xferSumUs) * 1e-6 / rcv->intervalSec;
         if (rcv->delta >= th.minMeasureBytes && rcv->xferSumUs > 0 &&
             static_cast<double>(rcv->xferSumUs) * 1e-6 >= th.minMeasureTransferSeconds) {
@@ -1060,7 +1076,10 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
           std::max(ioShare[static_cast<std::size_t>(e.src)], e.ioShare);
       ioShare[static_cast<std::size_t>(e.dst)] =
           std::max(ioShare[static_cast<std::size_t>(e.dst)], e.ioShare);
-      if (!e.moved) continue;
+      // A wait that may have begun during an announced pause measures the pause: the peers of
+      // a rank that checkpointed for 20 s report 20 s waits when the step completes, in a report
+      // that may reach the operator after pauseGraceSeconds.
+      if (!e.moved || e.waitSpansPause) continue;
       outs.emplace_back(e.src, e.waitShare);
       ins.emplace_back(e.dst, e.waitShare);
     }

@@ -272,6 +272,27 @@ TEST(C4dAnalyser, AnnouncedCheckpointPauseSuspendsHangRules) {
   EXPECT_EQ(c[0].verdict.faultClass, FaultClass::kNonCommHang);
 }
 
+// The e2e pause: rank 0 alone announces a 20 s checkpoint while the ring waits on it. When it
+// resumes, its peers' receives complete with 20 s waits, in reports that reach the operator after
+// pauseGraceSeconds: a straggler's syndrome (peers waiting 2000% of a window on rank 0, rank 0
+// waiting on no one) that the pause, not rank 0, caused. The straggler rule stays on for what
+// comes after.
+TEST(C4dAnalyser, WaitsCompletedAfterAnAnnouncedPauseAreNoStraggler) {
+  Harness h(spec(4, 8, 2, 1));
+  h.run(kWarm);
+  h.job.pause(report::ProgressState::kCheckpointing, 0, 0);
+  auto v = h.run(20);
+  h.job.resume(1);  // the waits reach the analyser past pauseGraceSeconds
+  const auto after = h.run(20);
+  v.insert(v.end(), after.begin(), after.end());
+  EXPECT_TRUE(v.empty()) << describe(v);
+
+  h.job.straggler(11, 3.0);
+  const auto s = h.run(20);
+  ASSERT_EQ(s.size(), 1u) << describe(s);
+  EXPECT_EQ(s[0].verdict.key(), "nonCommSlow/node/node-5");
+}
+
 TEST(C4dAnalyser, EvaluationPauseSuspendsHangRulesToo) {
   Harness h(spec(9));
   h.run(kWarm);

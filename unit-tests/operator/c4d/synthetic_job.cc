@@ -165,13 +165,23 @@ void SyntheticJob::pluginOutage(int node) {
   snap_.nodes[static_cast<std::size_t>(node)].telemetryArriving = false;
 }
 
-void SyntheticJob::pause(report::ProgressState state) {
+void SyntheticJob::pause(report::ProgressState state, int rank, int announcedBy) {
   if (mode_ != Mode::kPaused) stallSince_ = now_;
   mode_ = Mode::kPaused;
-  for (auto& r : ranks_) r.progress = ProgressSample{state, window_, now_};
+  pausedRank_ = rank;
+  for (int r = 0; r < worldSize(); ++r) {
+    if (announcedBy < 0 || r == announcedBy) {
+      ranks_[static_cast<std::size_t>(r)].progress = ProgressSample{state, window_, now_};
+    }
+  }
 }
 
-void SyntheticJob::resume() {
+void SyntheticJob::resume(int backlogLagWindows) {
+  if (backlogLagWindows >= 0 && mode_ == Mode::kPaused) {
+    backlogFrom_ = window_ + 1 + backlogLagWindows;
+    backlogTo_ = backlogFrom_ + 1;
+    backlogUs_ = std::chrono::duration<double, std::micro>(now_ - stallSince_).count();
+  }
   mode_ = Mode::kFlow;
   for (auto& r : ranks_)
     r.progress = ProgressSample{report::ProgressState::kTraining, window_, now_};
@@ -295,8 +305,18 @@ void SyntheticJob::step() {
         if (e.src == stragglerRank_) wait += extraWait;
         if (e.dst == stragglerRank_) wait = 0.02 * jit();
       }
-      const double waitUs = wait * 1e6;
-      r.wait = {kOpsPerWindow, toU64(waitUs), toU64(waitUs / 5.0), toU64(waitUs / 20.0),
+      double waitUs = wait * 1e6;
+      double waitMaxUs = waitUs / 5.0;
+      if (window_ >= backlogFrom_ && window_ <= backlogTo_) {
+        if (e.dst == pausedRank_) {
+          waitUs = 0.02 * jit() * 1e6;  // the paused rank's peers were waiting, not it
+          waitMaxUs = waitUs / 5.0;
+        } else {
+          waitUs += backlogUs_;
+          waitMaxUs = backlogUs_;
+        }
+      }
+      r.wait = {kOpsPerWindow, toU64(waitUs), toU64(waitMaxUs), toU64(waitUs / 20.0),
                 toU64(waitUs / 5.0)};
       r.transfer = {kOpsPerWindow, toU64(xferUs), toU64(xferUs / 5.0), toU64(xferUs / 20.0),
                     toU64(xferUs / 5.0)};
@@ -307,7 +327,7 @@ void SyntheticJob::step() {
       s.inflight = static_cast<std::uint32_t>(inflight2(rng_));
       s.oldestInflightUs = s.inflight > 0 ? toU64(young(rng_) / 2.0) : 0;
     } else if (mode_ == Mode::kStalled || mode_ == Mode::kPaused) {
-      const int hung = mode_ == Mode::kPaused ? 0 : frozenRank_;
+      const int hung = mode_ == Mode::kPaused ? pausedRank_ : frozenRank_;
       if (e.blocked) {
         s.inflight = 1;
         s.oldestInflightUs = toU64(ageUs);

@@ -69,8 +69,14 @@ class SyntheticJob {
   void killNic(int node);
   void crash(int rank, int podLagWindows, bool cascade = false);
   void pluginOutage(int node);
-  void pause(report::ProgressState state = report::ProgressState::kCheckpointing);
-  void resume();
+  // Rank `rank` pauses (a checkpoint): the ring stalls behind it. `announcedBy`: who sends the
+  // pause state, -1 every rank (a job-wide checkpoint), else that rank alone.
+  void pause(report::ProgressState state = report::ProgressState::kCheckpointing, int rank = 0,
+             int announcedBy = -1);
+  // Back to training. backlogLagWindows >= 0: the receives that waited through the pause
+  // complete then, and the reports carrying those waits (the pause's length on every receiver
+  // but the paused rank) are the ones of the two windows backlogLagWindows after the resume.
+  void resume(int backlogLagWindows = -1);
   void idle();
   void healAll();     // back to healthy traffic (faults cleared, pods running)
   void newAttempt();  // restart: attempt + 1, new connections, counters from 0
@@ -123,6 +129,10 @@ class SyntheticJob {
   double stragglerFactor_ = 1.0;
   int frozenRank_ = -1;
   int crashedRank_ = -1;
+  int pausedRank_ = 0;
+  std::int64_t backlogFrom_ = -1;  // windows whose receives carry the pause's waits
+  std::int64_t backlogTo_ = -1;
+  double backlogUs_ = 0.0;
   std::int64_t podFailWindow_ = -1;
   std::int64_t cascadeWindow_ = -1;
 };
