@@ -2,6 +2,7 @@
 # Emulated leaf-spine fabric made of network namespaces (root only).
 #
 #   fabric.sh up    --dir DIR --nodes N --leaves L --spines S [--link-rate R] [--path-mode M]
+#                   [--tcp-cc reno|bbr]   (the hosts' TCP congestion control; default reno)
 #   fabric.sh down  --dir DIR
 #   fabric.sh links --dir DIR                       list link names
 #   fabric.sh link  --dir DIR LINK down|up
@@ -26,8 +27,8 @@
 set -euo pipefail
 die() { echo "fabric: $*" >&2; exit 1; }
 
-CMD=${1:-}; [[ -n $CMD ]] || { sed -n '2,24p' "$0"; exit 2; }; shift
-DIR="" NODES="" LEAVES="" SPINES="" RATE=1gbit PATH_MODE=sport
+CMD=${1:-}; [[ -n $CMD ]] || { sed -n '2,25p' "$0"; exit 2; }; shift
+DIR="" NODES="" LEAVES="" SPINES="" RATE=1gbit PATH_MODE=sport TCP_CC=reno
 ARGS=()
 while (($#)); do
   case "$1" in
@@ -37,6 +38,7 @@ while (($#)); do
     --spines) SPINES=${2:?}; shift 2 ;;
     --link-rate) RATE=${2:?}; shift 2 ;;
     --path-mode) PATH_MODE=${2:?}; shift 2 ;;
+    --tcp-cc) TCP_CC=${2:?}; shift 2 ;;
     --) shift; ARGS+=("$@"); break ;;
     *) ARGS+=("$1"); shift ;;
   esac
@@ -162,6 +164,11 @@ spine_routes() {  # spine_routes <leaf k> <spine j>
 do_up() {
   [[ $(id -u) == 0 ]] || die "the netns fabric needs root"
   [[ -n $NODES && -n $LEAVES && -n $SPINES ]] || die "up needs --nodes, --leaves and --spines"
+  # A namespace other than the machine's may only select what the machine allows.
+  local allowed
+  allowed=$(cat /proc/sys/net/ipv4/tcp_allowed_congestion_control)
+  [[ " $allowed " == *" $TCP_CC "* ]] \
+    || die "--tcp-cc '$TCP_CC' is not one a network namespace may select (allowed: $allowed)"
   [[ -f $F/netns.list ]] && do_down
   mkdir -p "$F"
   : >"$F/netns.list"
@@ -181,6 +188,10 @@ do_up() {
   for ((i = 0; i < NODES; i++)); do
     ns=$PREFIX-node-$i; k=$(node_leaf "$i"); lns=$PREFIX-leaf-$k; addr=$(node_addr "$i")
     mk_ns "$ns"
+    # The hosts' TCP congestion control: reno by default (loss-based, and one a network
+    # namespace may always select), not the machine's: BBR kept pacing a link cut to 10 % at
+    # its old rate into the shaper's tail drop and lost thousands of segments per connection.
+    in_ns "$ns" sysctl -qw net.ipv4.tcp_congestion_control="$TCP_CC"
     ip link add name eth0 netns "$ns" type veth peer name "h$i" netns "$lns"
     in_ns "$ns" ip addr add "$addr/32" dev eth0
     in_ns "$ns" ip link set eth0 up

@@ -8,7 +8,9 @@
 #  5. a rate cut on one link applies; 6. hash mode (fib_multipath_hash_policy=1) spreads source
 #     ports over both spines; 7. loss injection is visible as drops on that link;
 #  8. delay uses netem where the kernel has it and is refused clearly otherwise;
-#  9. the host namespace gets no fabric address or route.
+#  9. the host namespace gets no fabric address or route;
+# 10. the hosts run reno unless told otherwise; a congestion control a namespace may not select
+#     is refused with its reason, and the running fabric is left as it was.
 # Nothing is addressed outside the namespaces the fabric creates.
 #   fabric_test.sh <work dir>
 set -euo pipefail
@@ -119,5 +121,20 @@ fi
 if ip -4 addr show | grep -qE 'inet 198\.(18|19)\.' || ip -4 route show | grep -qE '^198\.(18|19)\.'; then
   fail "a fabric address or route leaked into the host namespace"
 fi
+
+# 10. congestion control: the hosts' default, and a refused --tcp-cc changes nothing.
+for n in node-0 node-3; do
+  cc=$("$FABRIC" exec --dir "$DIR" "$n" sysctl -n net.ipv4.tcp_congestion_control)
+  [[ $cc == reno ]] || fail "$n runs '$cc', not the fabric's default reno"
+done
+if "$FABRIC" up --dir "$DIR" --nodes 4 --leaves 2 --spines 2 --link-rate ${RATE_MBIT}mbit \
+  --tcp-cc no-such-cc 2>"$DIR/cc.err"; then
+  fail "--tcp-cc no-such-cc accepted"
+fi
+grep -q "not one a network namespace may select" "$DIR/cc.err" \
+  || fail "--tcp-cc refused without its reason: $(cat "$DIR/cc.err")"
+[[ $("$FABRIC" exec --dir "$DIR" node-0 sysctl -n net.ipv4.tcp_congestion_control) == reno ]] \
+  || fail "a refused --tcp-cc changed the running fabric"
+echo "tcp congestion control: reno; a bad --tcp-cc refused, fabric unchanged"
 
 echo "FABRIC PASS"
