@@ -11,6 +11,7 @@
 //   c4-ingest-bench [--nodes N] [--rate R] [--duration S] [--warmup S] [--client reuse|fresh]
 //                   [--client-threads T] [--server-threads T] [--keep-alive-max-count N]
 //                   [--keep-alive-timeout S] [--global-rate R --global-burst B]
+//                   [--server-cpus LIST] [--client-cpus LIST]
 //   c4-ingest-bench --handler-only ROUNDS [--nodes N]   (ReportHandler::handle() in-process)
 //   c4-ingest-bench --serve-only SECONDS [--nodes N]    (only the endpoint, for a real node
 //       plugin: prints its URL and CA file; token "token-<i>" is node i's, pod "<job>-<i>")
@@ -18,15 +19,20 @@
 // --client reuse: one libcurl handle per node for the whole run (kept-alive connection when the
 //   server keeps it, TLS session resumed when it reconnects). --client fresh: a new handle per
 //   request, i.e. a full TCP + TLS handshake each time.
+// --server-cpus / --client-cpus: pin the server process / the load generator to these CPUs
+//   (comma-separated numbers), so one does not run on the other's core.
 #include <curl/curl.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -62,13 +68,55 @@ struct Options {
   int keep_alive_timeout_s = 1;
   double global_rate = 0;  // 0: the handler's default limit
   double global_burst = 0;
-  int handler_rounds = 0;  // --handler-only <rounds>
-  int serve_seconds = 0;   // --serve-only <seconds>
+  int handler_rounds = 0;        // --handler-only <rounds>
+  int serve_seconds = 0;         // --serve-only <seconds>
+  std::vector<int> server_cpus;  // empty: not pinned
+  std::vector<int> client_cpus;
 };
 
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr, "c4-ingest-bench: %s (see the comment at the top of ingest_load.cc)\n", why);
   std::exit(2);
+}
+
+std::vector<int> parseCpus(const std::string& list) {
+  std::vector<int> cpus;
+  std::stringstream in(list);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    std::size_t used = 0;
+    int cpu = -1;
+    try {
+      cpu = std::stoi(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || cpu < 0 || cpu >= CPU_SETSIZE) {
+      usage(("bad CPU list '" + list + "' (comma-separated CPU numbers)").c_str());
+    }
+    cpus.push_back(cpu);
+  }
+  if (cpus.empty()) usage("empty CPU list");
+  return cpus;
+}
+
+std::string cpuList(const std::vector<int>& cpus) {
+  if (cpus.empty()) return "any";
+  std::string out;
+  for (int c : cpus) out += (out.empty() ? "" : ",") + std::to_string(c);
+  return out;
+}
+
+// Pins the calling process (its threads created from now on inherit it).
+void pinTo(const std::vector<int>& cpus, const char* who) {
+  if (cpus.empty()) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int c : cpus) CPU_SET(static_cast<std::size_t>(c), &set);
+  if (::sched_setaffinity(0, sizeof set, &set) != 0) {
+    std::fprintf(stderr, "c4-ingest-bench: cannot pin the %s: %s\n", who, std::strerror(errno));
+    std::exit(2);
+  }
 }
 
 Options parse(int argc, char** argv) {
@@ -107,6 +155,10 @@ Options parse(int argc, char** argv) {
       o.global_burst = std::stod(value());
     } else if (a == "--keep-alive-timeout") {
       o.keep_alive_timeout_s = std::stoi(value());
+    } else if (a == "--server-cpus") {
+      o.server_cpus = parseCpus(value());
+    } else if (a == "--client-cpus") {
+      o.client_cpus = parseCpus(value());
     } else {
       usage(("unknown flag " + a).c_str());
     }
@@ -432,6 +484,7 @@ int main(int argc, char** argv) {
     if (server == 0) {
       ::close(ready[0]);
       ::close(stop[1]);
+      pinTo(o.server_cpus, "server");
       serve(o, dir, ready[1], stop[0]);
     }
     ::close(ready[1]);
@@ -456,8 +509,10 @@ int main(int argc, char** argv) {
   if (child == 0) {
     ::close(to_parent[0]);
     ::close(to_child[1]);
+    pinTo(o.server_cpus, "server");
     serve(o, dir, to_parent[1], to_child[0]);
   }
+  pinTo(o.client_cpus, "load generator");
   ::close(to_parent[1]);
   ::close(to_child[0]);
   std::string port_line;
@@ -588,13 +643,13 @@ int main(int argc, char** argv) {
   std::printf(
       "nodes=%d ranks=%d rate=%.2f/node/s offered=%.0f/s window=%ds client=%s "
       "client_threads=%d server_threads=%d keep_alive_max_count=%d keep_alive_timeout=%ds "
-      "global_limit=%s batch_bytes=%zu\n",
+      "global_limit=%s batch_bytes=%zu server_cpus=%s client_cpus=%s\n",
       o.shape.nodes, o.shape.nodes * o.shape.ranks_per_node, o.rate, o.rate * o.shape.nodes,
       o.duration_s, o.reuse ? "reuse" : "fresh", o.client_threads, o.server_threads,
       o.keep_alive_max_count, o.keep_alive_timeout_s,
       o.global_rate > 0 ? (std::to_string(static_cast<long>(o.global_rate)) + "/s").c_str()
                         : "default",
-      bodies[0].bytes.size());
+      bodies[0].bytes.size(), cpuList(o.server_cpus).c_str(), cpuList(o.client_cpus).c_str());
   std::printf("completed=%.0f/s", static_cast<double>(lat.size()) / window);
   for (const auto& [st, n] : statuses) {
     std::printf(" status_%d=%.1f/s", st, static_cast<double>(n) / window);

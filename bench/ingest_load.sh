@@ -6,6 +6,8 @@
 #   bench/ingest_load.sh [build-dir]
 #   env: NODES=2048 DURATION=30 WARMUP=5 RUNS="close-resume close-full keepalive overload"
 #        OVERLOAD_RATES="2 4" OVERLOAD_GLOBAL_LIMIT=200
+#        SERVER_CPUS, CLIENT_CPUS (e.g. 0 and 1: the server and the load generator on their own
+#        cores; unset: not pinned)
 #
 # The overload runs offer 2x and 4x the 1 Hz rate against a global limit of
 # OVERLOAD_GLOBAL_LIMIT batches/s (what the operator sets with --report-global-qps; its default,
@@ -20,12 +22,15 @@ WARMUP=${WARMUP:-5}
 OVERLOAD_RATES=${OVERLOAD_RATES:-"2 4"}
 OVERLOAD_GLOBAL_LIMIT=${OVERLOAD_GLOBAL_LIMIT:-200}
 RUNS=${RUNS:-"close-resume close-full keepalive overload"}
+PIN=()
+[[ -z ${SERVER_CPUS:-} ]] || PIN+=(--server-cpus "$SERVER_CPUS")
+[[ -z ${CLIENT_CPUS:-} ]] || PIN+=(--client-cpus "$CLIENT_CPUS")
 
 echo "# $(date -u +%FT%TZ) $(uname -r) $(nproc) CPUs: $(lscpu | sed -n 's/^Model name: *//p')"
 echo "# $(openssl version); $(curl --version | head -1 | cut -d' ' -f1-2,4-5)"
 run() {
   echo "## $* (load average $(cut -d' ' -f1-3 /proc/loadavg))"
-  "$BIN" --nodes "$NODES" --duration "$DURATION" --warmup "$WARMUP" "$@"
+  "$BIN" --nodes "$NODES" --duration "$DURATION" --warmup "$WARMUP" ${PIN[@]+"${PIN[@]}"} "$@"
 }
 for r in $RUNS; do
   case $r in
