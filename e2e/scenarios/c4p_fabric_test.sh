@@ -25,7 +25,7 @@
 # Numbers: docs/benchmarks.md, "C4P on the emulated fabric".
 #
 #   c4p_fabric_test.sh <build dir> <work dir>   (C4_E2E_KEEP=1: leave it all running)
-#   env: RATE (100mbit) RUNS (3) RATIO (1.3) IDEAL_FRACTION (0.8) HOLD_DOWN (5)
+#   env: RATE (100mbit) RUNS (3) RATIO (1.3) IDEAL_FRACTION (0.8) HOLD_DOWN (5) MTU (1500)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=$(cd "${1:?usage: $0 <build dir> <work dir>}" && pwd)
@@ -35,6 +35,7 @@ RUNS=${RUNS:-3}
 RATIO=${RATIO:-1.3}
 IDEAL_FRACTION=${IDEAL_FRACTION:-0.8}
 HOLD_DOWN=${HOLD_DOWN:-5}
+MTU=${MTU:-1500}
 TESTENV=$ROOT/e2e/testenv/testenv.sh
 FABRIC=$ROOT/e2e/testenv/fabric.sh
 if [[ $(id -u) -ne 0 ]]; then echo "SKIP: the netns fabric and pods as processes need root"; exit 77; fi
@@ -80,7 +81,7 @@ wait_until() {  # wait_until <seconds> <description> <command...>
 # and the one ahead idles at the end of every slice. No link here is cut to a fraction of its
 # rate, where BBR lost thousands of segments (the C4D slow-link scenario).
 "$TESTENV" up --dir "$CLUSTER" --nodes 4 --leaves 2 --spines 2 --fabric --pods --host-ports 1 \
-  --link-rate "$RATE" --path-mode sport --tcp-cc bbr
+  --link-rate "$RATE" --path-mode sport --tcp-cc bbr --mtu "$MTU"
 # shellcheck disable=SC1091
 source "$CLUSTER/env"
 REPORT_PORT=$C4_TESTENV_HOST_PORTS
@@ -287,16 +288,18 @@ done
 COMPARE_OK=ok
 if ((RUNS > 0)); then
 echo "busbw GB/s planned: ${PLANNED[*]}; unplanned: ${UNPLANNED[*]}; link rate $RATE_GBPS Gbit/s"
-python3 - "$RATE_GBPS" "$RATIO" "$IDEAL_FRACTION" "${PLANNED[*]}" "${UNPLANNED[*]}" \
+python3 - "$RATE_GBPS" "$RATIO" "$IDEAL_FRACTION" "${PLANNED[*]}" "${UNPLANNED[*]}" "$MTU" \
   >"$WORK/compare.txt" <<'PY'
 import statistics, sys
 rate, ratio, frac = map(float, sys.argv[1:4])
 planned = [float(x) for x in sys.argv[4].split()]
 unplanned = [float(x) for x in sys.argv[5].split()]
+mtu = int(sys.argv[6])
 ideal = rate / 8  # GB/s: every rank sends its ring share through one host link
 p, u = statistics.mean(planned), statistics.mean(unplanned)
-# What TCP can carry of it: 1448 payload bytes (MSS with timestamps) per 1514-byte frame.
-payload = ideal * 1448 / 1514
+# What TCP can carry of it: MTU - 52 payload bytes (IP, TCP with timestamps) per frame of
+# MTU + 14 bytes (the Ethernet header; the shaper counts it): 1448 of 1514 at MTU 1500.
+payload = ideal * (mtu - 52) / (mtu + 14)
 print(f"planned mean {p:.4f} GB/s ({p / ideal:.0%} of ideal {ideal:.4f}, {p / payload:.0%} of its "
       f"TCP payload {payload:.4f}), unplanned mean {u:.4f} GB/s, ratio {p / u:.2f}")
 ok = p >= ratio * u and p >= frac * ideal

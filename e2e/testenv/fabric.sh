@@ -3,6 +3,7 @@
 #
 #   fabric.sh up    --dir DIR --nodes N --leaves L --spines S [--link-rate R] [--path-mode M]
 #                   [--tcp-cc reno|bbr]   (the hosts' TCP congestion control; default reno)
+#                   [--mtu BYTES]         (every link's MTU, 1280 ... 9216; default 1500)
 #   fabric.sh down  --dir DIR
 #   fabric.sh links --dir DIR                       list link names
 #   fabric.sh link  --dir DIR LINK down|up
@@ -27,8 +28,8 @@
 set -euo pipefail
 die() { echo "fabric: $*" >&2; exit 1; }
 
-CMD=${1:-}; [[ -n $CMD ]] || { sed -n '2,25p' "$0"; exit 2; }; shift
-DIR="" NODES="" LEAVES="" SPINES="" RATE=1gbit PATH_MODE=sport TCP_CC=reno
+CMD=${1:-}; [[ -n $CMD ]] || { sed -n '2,26p' "$0"; exit 2; }; shift
+DIR="" NODES="" LEAVES="" SPINES="" RATE=1gbit PATH_MODE=sport TCP_CC=reno MTU=1500
 ARGS=()
 while (($#)); do
   case "$1" in
@@ -39,6 +40,7 @@ while (($#)); do
     --link-rate) RATE=${2:?}; shift 2 ;;
     --path-mode) PATH_MODE=${2:?}; shift 2 ;;
     --tcp-cc) TCP_CC=${2:?}; shift 2 ;;
+    --mtu) MTU=${2:?}; shift 2 ;;
     --) shift; ARGS+=("$@"); break ;;
     *) ARGS+=("$1"); shift ;;
   esac
@@ -169,11 +171,13 @@ do_up() {
   allowed=$(cat /proc/sys/net/ipv4/tcp_allowed_congestion_control)
   [[ " $allowed " == *" $TCP_CC "* ]] \
     || die "--tcp-cc '$TCP_CC' is not one a network namespace may select (allowed: $allowed)"
+  [[ $MTU =~ ^[0-9]+$ ]] && ((MTU >= 1280 && MTU <= 9216)) \
+    || die "--mtu '$MTU' is not a link MTU (bytes, 1280 ... 9216)"
   [[ -f $F/netns.list ]] && do_down
   mkdir -p "$F"
   : >"$F/netns.list"
-  printf 'NODES=%s\nLEAVES=%s\nSPINES=%s\nRATE=%s\n' "$NODES" "$LEAVES" "$SPINES" "$RATE" \
-    >"$F/plan.env"
+  printf 'NODES=%s\nLEAVES=%s\nSPINES=%s\nRATE=%s\nMTU=%s\n' "$NODES" "$LEAVES" "$SPINES" \
+    "$RATE" "$MTU" >"$F/plan.env"
   local i k j ns lns sns addr
   for ((k = 0; k < LEAVES; k++)); do
     mk_ns "$PREFIX-leaf-$k"
@@ -192,7 +196,7 @@ do_up() {
     # namespace may always select), not the machine's: BBR kept pacing a link cut to 10 % at
     # its old rate into the shaper's tail drop and lost thousands of segments per connection.
     in_ns "$ns" sysctl -qw net.ipv4.tcp_congestion_control="$TCP_CC"
-    ip link add name eth0 netns "$ns" type veth peer name "h$i" netns "$lns"
+    ip link add name eth0 netns "$ns" mtu "$MTU" type veth peer name "h$i" netns "$lns" mtu "$MTU"
     in_ns "$ns" ip addr add "$addr/32" dev eth0
     in_ns "$ns" ip link set eth0 up
     in_ns "$lns" ip addr add "198.18.$k.1/32" dev "h$i"
@@ -206,7 +210,8 @@ do_up() {
     lns=$PREFIX-leaf-$k
     for ((j = 0; j < SPINES; j++)); do
       sns=$PREFIX-spine-$j
-      ip link add name "s$j" netns "$lns" type veth peer name "l$k" netns "$sns"
+      ip link add name "s$j" netns "$lns" mtu "$MTU" type veth peer name "l$k" netns "$sns" \
+        mtu "$MTU"
       in_ns "$lns" ip addr add "198.19.$k.$((4 * j + 1))/30" dev "s$j"
       in_ns "$sns" ip addr add "198.19.$k.$((4 * j + 2))/30" dev "l$k"
       in_ns "$lns" ip link set "s$j" up

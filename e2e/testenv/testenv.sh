@@ -5,7 +5,8 @@
 #
 #   testenv.sh build                              build or find the cached binaries; last line = bin dir
 #   testenv.sh up --dir DIR [--nodes N] [--leaves L] [--spines S] [--fabric] [--pods]
-#                 [--link-rate RATE] [--path-mode sport|hash] [--tcp-cc reno|bbr] [--host-ports N]
+#                 [--link-rate RATE] [--path-mode sport|hash] [--tcp-cc reno|bbr] [--mtu BYTES]
+#                 [--host-ports N]
 #                 [--kcm-api-qps Q --kcm-api-burst B]  (controller-manager client limits;
 #                                                       default its own, 20/30)
 #   testenv.sh down --dir DIR                     stop exactly what `up` started; remove its netns
@@ -35,7 +36,7 @@ CMD=${1:-}
 shift
 POS=()
 DIR="" NODES=4 LEAVES=2 SPINES=2 FABRIC=0 PODS=0 LINK_RATE=1gbit PATH_MODE=sport HOST_PORTS=0
-TCP_CC=reno
+TCP_CC=reno MTU=1500
 KCM_QPS="" KCM_BURST="" PROCESS=""
 while (($#)); do
   case "$1" in
@@ -48,6 +49,7 @@ while (($#)); do
     --link-rate) LINK_RATE=${2:?}; shift 2 ;;
     --path-mode) PATH_MODE=${2:?}; shift 2 ;;
     --tcp-cc) TCP_CC=${2:?}; shift 2 ;;
+    --mtu) MTU=${2:?}; shift 2 ;;
     --host-ports) HOST_PORTS=${2:?}; shift 2 ;;
     --kcm-api-qps) KCM_QPS=${2:?}; shift 2 ;;
     --kcm-api-burst) KCM_BURST=${2:?}; shift 2 ;;
@@ -454,7 +456,7 @@ do_up() {
   if ((FABRIC)); then
     log "building the netns fabric ($LEAVES leaves x $SPINES spines, $NODES hosts)"
     "$HERE/fabric.sh" up --dir "$DIR" --nodes "$NODES" --leaves "$LEAVES" --spines "$SPINES" \
-      --link-rate "$LINK_RATE" --path-mode "$PATH_MODE" --tcp-cc "$TCP_CC" \
+      --link-rate "$LINK_RATE" --path-mode "$PATH_MODE" --tcp-cc "$TCP_CC" --mtu "$MTU" \
       || fail "fabric setup failed"
   fi
   create_nodes

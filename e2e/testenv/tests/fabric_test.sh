@@ -10,7 +10,9 @@
 #  8. delay uses netem where the kernel has it and is refused clearly otherwise;
 #  9. the host namespace gets no fabric address or route;
 # 10. the hosts run reno unless told otherwise; a congestion control a namespace may not select
-#     is refused with its reason, and the running fabric is left as it was.
+#     is refused with its reason, and the running fabric is left as it was;
+# 11. every link has MTU 1500 unless told otherwise; a bad --mtu is refused and changes nothing;
+#     with --mtu 9000 a 9000-byte packet that may not be fragmented crosses the spine.
 # Nothing is addressed outside the namespaces the fabric creates.
 #   fabric_test.sh <work dir>
 set -euo pipefail
@@ -136,5 +138,39 @@ grep -q "not one a network namespace may select" "$DIR/cc.err" \
 [[ $("$FABRIC" exec --dir "$DIR" node-0 sysctl -n net.ipv4.tcp_congestion_control) == reno ]] \
   || fail "a refused --tcp-cc changed the running fabric"
 echo "tcp congestion control: reno; a bad --tcp-cc refused, fabric unchanged"
+
+# 11. MTU: the default on a host link and a spine link, a refused value, then jumbo frames.
+mtu_of() { "$FABRIC" exec --dir "$DIR" "$1" cat "/sys/class/net/$2/mtu"; }
+[[ $(mtu_of node-0 eth0) == 1500 && $(mtu_of leaf-0 s1) == 1500 ]] \
+  || fail "links do not have the default MTU 1500"
+if "$FABRIC" up --dir "$DIR" --nodes 4 --leaves 2 --spines 2 --mtu 100000 2>"$DIR/mtu.err"; then
+  fail "--mtu 100000 accepted"
+fi
+grep -q "is not a link MTU" "$DIR/mtu.err" || fail "--mtu refused without its reason: $(cat "$DIR/mtu.err")"
+[[ $(mtu_of node-0 eth0) == 1500 ]] || fail "a refused --mtu changed the running fabric"
+"$FABRIC" up --dir "$DIR" --nodes 4 --leaves 2 --spines 2 --link-rate ${RATE_MBIT}mbit --mtu 9000
+[[ $(mtu_of node-0 eth0) == 9000 && $(mtu_of spine-1 l0) == 9000 ]] \
+  || fail "--mtu 9000 not applied to the host and spine links"
+# A 9000-byte IP packet (8972 bytes of UDP payload), don't-fragment set, from node-0 (leaf 0) to
+# node-1 (leaf 1): host link, leaf, spine, leaf, host link. A smaller MTU on any hop drops it.
+"$FABRIC" exec --dir "$DIR" node-1 timeout 10 python3 -c '
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind((sys.argv[1], 5300))
+s.settimeout(8)
+print(len(s.recv(65535)))' "$(ip_of node-1)" >"$DIR/jumbo.out" 2>&1 &
+JUMBO=$!
+sleep 0.5
+"$FABRIC" exec --dir "$DIR" node-0 python3 -c '
+import socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.IPPROTO_IP, 10, 2)  # IP_MTU_DISCOVER = IP_PMTUDISC_DO: never fragment
+for _ in range(3):
+    s.sendto(bytes(8972), (sys.argv[1], 5300))
+    time.sleep(0.2)' "$(ip_of node-1)" || fail "node-0 could not send a 9000-byte packet"
+wait "$JUMBO" || true
+[[ $(cat "$DIR/jumbo.out") == 8972 ]] \
+  || fail "a 9000-byte packet did not cross the fabric with --mtu 9000: $(cat "$DIR/jumbo.out")"
+echo "mtu: 1500 by default; a bad --mtu refused, fabric unchanged; 9000-byte frames cross the spine"
 
 echo "FABRIC PASS"
