@@ -2,8 +2,8 @@
 # e2e: C4P on the emulated fabric (root only; exit 77 = skipped otherwise). A private test cluster
 # of 4 KWOK nodes on 2 leaves and 2 spines of the netns fabric, every link shaped to RATE (host
 # links too), path mode sport (a TCP flow from a host takes spine sport % 2). The operator runs
-# with --traffic-planning and its report endpoint; the node plugin runs as a DaemonSet (as in
-# report_pipeline_test.sh). A Fabric object describes the fabric (sourcePortModulo, base 0).
+# with --traffic-planning and its report endpoint; the node plugin runs as a DaemonSet (both set up
+# by lib/c4.sh, as in the other scenarios). A Fabric object describes the fabric (sourcePortModulo, base 0).
 #
 # Jobs: 4 ranks of c4-netbench allreduce through the plugin, one per node, placed so that the
 # ring alternates leaves (every hop crosses the spine: 2 connections per leaf and direction on 2
@@ -17,7 +17,7 @@
 #      the ideal the links allow (host link rate: every rank sends one ring connection; 0.8, not
 #      0.9: TCP carries at most 1448 payload bytes per 1514-byte frame, 95.6 %, and the ACKs of
 #      the incoming connection share the link; the pipelined ring reaches about 86 % of the
-#      nominal rate, 90 % of the payload rate, printed too);
+#      nominal rate, 90 % of the payload rate, printed too; with MTU=9000, 93-94 % of nominal);
 #   3. Enforce, long run: a spine link is cut mid-run; a new plan version (weights off the dead
 #      path) must be in the ConfigMap within 5 s; the link comes back after HOLD_DOWN s (data
 #      already queued on the dead subflow waits for it: TCP cannot move it); the job completes
@@ -28,86 +28,30 @@
 #   env: RATE (100mbit) RUNS (3) RATIO (1.3) IDEAL_FRACTION (0.8) HOLD_DOWN (5) MTU (1500)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-BUILD=$(cd "${1:?usage: $0 <build dir> <work dir>}" && pwd)
-WORK=${2:?usage: $0 <build dir> <work dir>}
 RATE=${RATE:-100mbit}
 RUNS=${RUNS:-3}
 RATIO=${RATIO:-1.3}
 IDEAL_FRACTION=${IDEAL_FRACTION:-0.8}
 HOLD_DOWN=${HOLD_DOWN:-5}
 MTU=${MTU:-1500}
-TESTENV=$ROOT/e2e/testenv/testenv.sh
 FABRIC=$ROOT/e2e/testenv/fabric.sh
-if [[ $(id -u) -ne 0 ]]; then echo "SKIP: the netns fabric and pods as processes need root"; exit 77; fi
-OPERATOR=$BUILD/operator/c4-operator
-NODE_PLUGIN=$BUILD/node-plugin/c4-node-plugin
-NETBENCH=$BUILD/nccl-net-plugin/netbench/c4-netbench
-PLUGIN_SO=$BUILD/nccl-net-plugin/libnccl-net-c4.so
-for f in "$OPERATOR" "$NODE_PLUGIN" "$NETBENCH" "$PLUGIN_SO"; do
-  [[ -e $f ]] || { echo "FAIL: $f not built" >&2; exit 1; }
-done
-
-rm -rf "$WORK" && mkdir -p "$WORK"
-WORK=$(cd "$WORK" && pwd)
-CLUSTER=$WORK/cluster
-NS=c4-e2e
-SYS=c4-system
-OP_PID=""
-cleanup() {
-  if [[ -n ${C4_E2E_KEEP:-} ]]; then echo "kept: $CLUSTER (operator pid $OP_PID)"; return; fi
-  [[ -n $OP_PID ]] && kill "$OP_PID" 2>/dev/null && wait "$OP_PID" 2>/dev/null || true
-  "$TESTENV" down --dir "$CLUSTER" >/dev/null 2>&1 || true
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*" >&2
-  echo "--- operator log (tail)" >&2
-  grep -v 'component=events' "$WORK/operator.log" | tail -n 40 >&2 || true
-  exit 1
-}
-wait_until() {  # wait_until <seconds> <description> <command...>
-  local secs=$1 what=$2 i
-  shift 2
-  for ((i = 0; i < secs * 5; i++)); do
-    if "$@" >/dev/null 2>&1; then return 0; fi
-    sleep 0.2
-  done
-  fail "timed out after ${secs}s waiting for: $what"
-}
+# shellcheck source=lib/c4.sh
+source "$ROOT/e2e/scenarios/lib/c4.sh"
+c4_scenario_init "${1:-}" "${2:-}"
 
 # The hosts run BBR, not the fabric's default reno: the planned ring measured 80 % of the
 # nominal rate with reno (3 runs, 2026-12-04) against 86 % with BBR. Likely cause: a
 # connection's two subflows share the host link, reno's sawtooth lets one fall behind the other,
 # and the one ahead idles at the end of every slice. No link here is cut to a fraction of its
 # rate, where BBR lost thousands of segments (the C4D slow-link scenario).
-"$TESTENV" up --dir "$CLUSTER" --nodes 4 --leaves 2 --spines 2 --fabric --pods --host-ports 1 \
-  --link-rate "$RATE" --path-mode sport --tcp-cc bbr --mtu "$MTU"
-# shellcheck disable=SC1091
-source "$CLUSTER/env"
-REPORT_PORT=$C4_TESTENV_HOST_PORTS
+c4_cluster_up 4 --link-rate "$RATE" --path-mode sport --tcp-cc bbr --mtu "$MTU"
 RATE_GBPS=$(python3 -c '
 import re, sys
 m = re.fullmatch(r"([0-9.]+)(kbit|mbit|gbit)", sys.argv[1])
 print(float(m.group(1)) * {"kbit": 1e-6, "mbit": 1e-3, "gbit": 1}[m.group(2)])' "$RATE")
 
-# ---- PKI, CRDs, namespaces, RBAC of the node plugin -------------------------------------------
-openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=c4-e2e-ca \
-  -keyout "$WORK/ca.key" -out "$WORK/ca.crt" 2>/dev/null
-openssl req -newkey rsa:2048 -nodes -subj /CN=c4-operator -keyout "$WORK/tls.key" \
-  -out "$WORK/tls.csr" 2>/dev/null
-printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n' >"$WORK/ext.cnf"
-openssl x509 -req -in "$WORK/tls.csr" -CA "$WORK/ca.crt" -CAkey "$WORK/ca.key" -CAcreateserial \
-  -days 1 -extfile "$WORK/ext.cnf" -out "$WORK/tls.crt" 2>/dev/null
-kubectl apply -f "$ROOT/crds/trainingjob.yaml" -f "$ROOT/crds/fabric.yaml" >/dev/null
-kubectl wait --for condition=established crd/trainingjobs.c4.dev crd/fabrics.c4.dev \
-  --timeout=60s >/dev/null
-kubectl create namespace "$SYS" >/dev/null
-kubectl create namespace "$NS" >/dev/null
-kubectl create serviceaccount -n "$SYS" c4-node-plugin >/dev/null
-kubectl create clusterrole c4-node-plugin --verb=get,list,watch --resource=pods >/dev/null
-kubectl create clusterrolebinding c4-node-plugin --clusterrole=c4-node-plugin \
-  --serviceaccount="$SYS:c4-node-plugin" >/dev/null
-kubectl create configmap -n "$SYS" c4-operator-ca --from-file=ca.crt="$WORK/ca.crt" >/dev/null
+kubectl apply -f "$ROOT/crds/fabric.yaml" >/dev/null
+kubectl wait --for condition=established crd/fabrics.c4.dev --timeout=60s >/dev/null
 
 # ---- The Fabric: what fabric.sh built ----------------------------------------------------------
 kubectl apply -f - >/dev/null <<YAML
@@ -122,74 +66,10 @@ spec:
   pathSelection: {rule: sourcePortModulo, sourcePortModulo: {base: 0}}
 YAML
 
-# ---- The operator and the node plugin DaemonSet -------------------------------------------------
-"$OPERATOR" --kubeconfig "$KUBECONFIG" --namespace "$NS" --leader-elect=false \
-  --metrics-address 127.0.0.1 --metrics-port 0 --traffic-planning --log-level "${LOG_LEVEL:-info}" \
-  --report-bind-address "127.0.0.1:$REPORT_PORT" --tls-cert-file "$WORK/tls.crt" \
-  --tls-key-file "$WORK/tls.key" --report-audience c4-operator \
-  --report-serviceaccount "$SYS/c4-node-plugin" >"$WORK/operator.log" 2>&1 &
-OP_PID=$!
-wait_until 30 "operator metrics port" grep -qE 'metricsPort=[1-9]' "$WORK/operator.log"
-OP_METRICS=$(grep -m1 -oE 'metricsPort=[0-9]+' "$WORK/operator.log" | cut -d= -f2)
+# ---- PKI, RBAC, the operator with traffic planning, the node plugin DaemonSet (lib/c4.sh) ------
+c4_install_c4 --traffic-planning --log-level "${LOG_LEVEL:-info}"
 wait_until 30 "Fabric accepted" bash -c \
   "kubectl get fabric e2e -o jsonpath='{.status.conditions[0].status}' | grep -qx True"
-
-kubectl apply -f - >/dev/null <<YAML
-apiVersion: apps/v1
-kind: DaemonSet
-metadata: {name: c4-node-plugin, namespace: $SYS}
-spec:
-  selector: {matchLabels: {app: c4-node-plugin}}
-  template:
-    metadata:
-      labels: {app: c4-node-plugin}
-      annotations: {c4.dev/runner: process}
-    spec:
-      serviceAccountName: c4-node-plugin
-      tolerations: [{operator: Exists}]
-      terminationGracePeriodSeconds: 5
-      containers:
-      - name: node-plugin
-        image: c4/node-plugin
-        command: [$NODE_PLUGIN]
-        args:
-        - --node-name=\$(NODE_NAME)
-        - --socket=/var/run/c4/agent.sock
-        - --operator-url=https://127.0.0.1:$REPORT_PORT/v1/reports
-        - --ca-file=/etc/c4/ca/ca.crt
-        - --token-file=/var/run/secrets/c4/token
-        - --plugin-source=$PLUGIN_SO
-        - --plugin-install-dir=/opt/c4/lib
-        - --metrics-bind-address=127.0.0.1:9400
-        env:
-        - name: NODE_NAME
-          valueFrom: {fieldRef: {fieldPath: spec.nodeName}}
-        volumeMounts:
-        - {name: agent, mountPath: /var/run/c4}
-        - {name: plugin, mountPath: /opt/c4/lib}
-        - {name: ca, mountPath: /etc/c4/ca, readOnly: true}
-        - {name: token, mountPath: /var/run/secrets/c4, readOnly: true}
-      volumes:
-      - name: agent
-        hostPath: {path: /var/run/c4, type: DirectoryOrCreate}
-      - name: plugin
-        hostPath: {path: /opt/c4/lib, type: DirectoryOrCreate}
-      - name: ca
-        configMap: {name: c4-operator-ca}
-      - name: token
-        projected:
-          sources:
-          - serviceAccountToken: {audience: c4-operator, expirationSeconds: 3600, path: token}
-YAML
-all_running() {
-  [[ $(kubectl get pods -n "$SYS" -l app=c4-node-plugin \
-        -o jsonpath='{range .items[*]}{.status.phase}{"\n"}{end}' | grep -c '^Running$') == 4 ]]
-}
-wait_until 90 "4 node plugin pods Running" all_running
-for i in 0 1 2 3; do
-  wait_until 30 "plugin installed on node-$i" \
-    test -s "$CLUSTER/nodes/node-$i/root/opt/c4/lib/libnccl-net-c4.so"
-done
 echo "operator (traffic planning) and node plugins running; Fabric e2e accepted"
 
 # ---- Jobs --------------------------------------------------------------------------------------
