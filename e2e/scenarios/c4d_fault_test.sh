@@ -57,28 +57,7 @@ T_START=$(now_s)
 mkdir -p "$WORK/ckpt"
 launcher=""
 [[ $FAULT != crash ]] || launcher=$(c4_mpi_worker_command)
-kubectl apply -n "$NS" -f - >/dev/null <<YAML
-apiVersion: c4.dev/v1alpha1
-kind: TrainingJob
-metadata: {name: train}
-spec:
-  replicas: $RANKS
-  checkpoint: {dir: $WORK/ckpt}
-  faultTolerance: {maxRestarts: 2, restartBackoffSeconds: 1}
-  template:
-    metadata:
-      annotations: {c4.dev/runner: process}
-    spec:
-      terminationGracePeriodSeconds: 2
-      containers:
-      - name: trainer
-        image: c4/netbench
-        resources:
-          limits: {nvidia.com/gpu: "4"}
-        args: [--steps, "$STEPS", --step-compute-ms, "60", --state-bytes, 256K, --json,
-               --checkpoint-dir, \$(C4_CHECKPOINT_DIR), --checkpoint-every, "20"]
-$launcher
-YAML
+c4_apply_train_job "$RANKS" "$STEPS" 256K "" "$launcher"
 wait_until 90 "train Running" bash -c "[[ \$(kubectl get tj -n $NS train -o jsonpath='{.status.phase}') == Running ]]"
 if [[ -n ${C4_E2E_NO_DETECTION:-} ]]; then
   # No report pipeline, no status.lastCheckpoint: the ranks' checkpoint files say it.

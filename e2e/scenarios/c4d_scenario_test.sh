@@ -87,28 +87,7 @@ if [[ $MODE == pause ]]; then
   extra_args=", --pause-at-step, \"60\", --pause-ms, \"20000\", --pause-rank, \"0\""
   [[ $CONTROL == silent ]] && extra_args+=", --pause-silent"
 fi
-kubectl apply -n "$NS" -f - >/dev/null <<YAML
-apiVersion: c4.dev/v1alpha1
-kind: TrainingJob
-metadata: {name: train}
-spec:
-  replicas: $RANKS
-  checkpoint: {dir: $WORK/ckpt}
-  faultTolerance: {maxRestarts: 2, restartBackoffSeconds: 1}
-  template:
-    metadata:
-      annotations: {c4.dev/runner: process}
-    spec:
-      terminationGracePeriodSeconds: 2
-      containers:
-      - name: trainer
-        image: c4/netbench
-        resources:
-          limits: {nvidia.com/gpu: "4"}
-        args: [--steps, "$STEPS", --step-compute-ms, "60", --state-bytes, "$STATE", --json,
-               --checkpoint-dir, \$(C4_CHECKPOINT_DIR), --checkpoint-every, "20",
-               --slow-file, $WORK/slow$extra_args]
-YAML
+c4_apply_train_job "$RANKS" "$STEPS" "$STATE" ", --slow-file, $WORK/slow$extra_args"
 wait_until 120 "train Running" bash -c "[[ \$(kubectl get tj -n $NS train -o jsonpath='{.status.phase}') == Running ]]"
 placement=""
 for ((r = 0; r < RANKS; r++)); do placement+=" $r:$(node_of "train-$r")"; done

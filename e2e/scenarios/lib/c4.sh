@@ -3,6 +3,7 @@
 #   c4_scenario_init <build dir> <work dir>      paths, root check (exit 77), a fresh work dir,
 #                                                cleanup on exit (C4_E2E_KEEP=1 keeps it all)
 #   c4_cluster_up <nodes> [testenv up args...]   private cluster: fabric, pods, one host port
+#   c4_apply_train_job <ranks> <steps> <state> the C4D scenarios' TrainingJob "train"
 #   c4_install_c4 [operator args...]             CRD, PKI, RBAC, operator on the host (TLS report
 #                                                endpoint forwarded into every node netns; off with
 #                                                C4_E2E_NO_DETECTION=1), node plugin DaemonSet;
@@ -52,6 +53,37 @@ c4_mpi_worker_command() {
   printf '        command: [sh, -c, %s, %s]' \
     "'\"\$0\" \"\$@\" && exit 0; echo \"rank exited with \$?; the worker stays up\"; exec sleep 100000'" \
     "$NETBENCH"
+}
+
+# The C4D scenarios' TrainingJob "train": c4-netbench ranks in training mode (60 ms of compute a
+# step, a checkpoint every 20 steps into $WORK/ckpt), 2 restarts, 1 s backoff, 4 GPUs a pod.
+#   c4_apply_train_job <ranks> <steps> <state bytes> [more args] [command line]
+# more args: appended to the args list (", --flag, value ..."); command line: a `command:` line
+# for the container (c4_mpi_worker_command).
+c4_apply_train_job() {
+  local ranks=$1 steps=$2 state=$3 more=${4:-} command=${5:-}
+  kubectl apply -n "$NS" -f - >/dev/null <<YAML
+apiVersion: c4.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: train}
+spec:
+  replicas: $ranks
+  checkpoint: {dir: $WORK/ckpt}
+  faultTolerance: {maxRestarts: 2, restartBackoffSeconds: 1}
+  template:
+    metadata:
+      annotations: {c4.dev/runner: process}
+    spec:
+      terminationGracePeriodSeconds: 2
+      containers:
+      - name: trainer
+        image: c4/netbench
+        resources:
+          limits: {nvidia.com/gpu: "4"}
+        args: [--steps, "$steps", --step-compute-ms, "60", --state-bytes, "$state", --json,
+               --checkpoint-dir, \$(C4_CHECKPOINT_DIR), --checkpoint-every, "20"$more]
+$command
+YAML
 }
 
 c4_cleanup() {
