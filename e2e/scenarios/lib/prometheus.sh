@@ -45,15 +45,35 @@ scrape_configs:
 YAML
   promtool check config "$dir/prometheus.yml" >"$dir/check.log" 2>&1 ||
     fail "promtool check config: $(cat "$dir/check.log")"
-  local port
-  port=$((20000 + RANDOM % 30000))  # a port nothing listens on
-  while (: <"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do port=$((20000 + RANDOM % 30000)); done
-  prometheus --config.file="$dir/prometheus.yml" --storage.tsdb.path="$dir/data" \
-    --web.listen-address="127.0.0.1:$port" --log.level=warn >"$dir/prometheus.log" 2>&1 &
-  PROM_PID=$!
-  PROM_URL=http://127.0.0.1:$port
+  # A port below the kernel's ephemeral range: a port inside it may be the local end of any
+  # client connection on the machine, which a connect() probe does not see and which makes
+  # bind() fail (CI: "bind: address already in use"). Should the port be taken after all,
+  # Prometheus exits at once and another port is tried.
+  local port lo try ready=0
+  lo=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range)
+  ((lo > 11000)) || lo=32768
+  for ((try = 1; try <= 5 && !ready; try++)); do
+    port=$((10000 + RANDOM % (lo - 10000)))
+    if (: <"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then continue; fi  # something listens
+    prometheus --config.file="$dir/prometheus.yml" --storage.tsdb.path="$dir/data" \
+      --web.listen-address="127.0.0.1:$port" --log.level=warn >"$dir/prometheus.log" 2>&1 &
+    PROM_PID=$!
+    PROM_URL=http://127.0.0.1:$port
+    for ((i = 0; i < 150; i++)); do
+      if curl -sf "$PROM_URL/-/ready" >/dev/null 2>&1; then ready=1; break; fi
+      kill -0 "$PROM_PID" 2>/dev/null || break
+      sleep 0.2
+    done
+    if ((!ready)); then
+      kill -0 "$PROM_PID" 2>/dev/null &&
+        fail "Prometheus not ready after 30 s: $(tail -n 3 "$dir/prometheus.log")"
+      wait "$PROM_PID" 2>/dev/null || true
+      PROM_PID=""
+      echo "prometheus: exited on port $port ($(tail -n 1 "$dir/prometheus.log")); another port" >&2
+    fi
+  done
+  ((ready)) || fail "Prometheus did not start in 5 tries: $(tail -n 3 "$dir/prometheus.log")"
   export PROM_URL
-  wait_until 30 "Prometheus ready" curl -sf "$PROM_URL/-/ready"
   targets_up() { [[ $(c4_prom_value 'sum(up{job=~"c4-.*"})') == "$1" ]]; }
   wait_until 20 "$((nodes + 1)) Prometheus targets up" targets_up $((nodes + 1))
   echo "prometheus: $PROM_URL scraping the operator and $nodes node plugins (1 s), C4 alert rules loaded; ready in $((SECONDS - t0)) s"
