@@ -67,7 +67,9 @@ flow node-0 node-1 5201 40002 4 >"$DIR/a" & fa=$!; flow node-2 node-3 5201 40004
 a=$(<"$DIR/a"); b=$(<"$DIR/b"); d1=$(( $(spine_bytes 1) - s1 ))
 echo "colliding flows: $a and $b Mbit/s (sum $((a + b))); spine-1 carried $d1 B"
 within $((a + b)) $RATE_MBIT 10 || fail "colliding flows do not add up to one link"
-((a < RATE_MBIT * 70 / 100 && b < RATE_MBIT * 70 / 100)) || fail "colliding flows did not share"
+# Neither gets the link alone (about 95 % of it, item 1); reno may share unevenly over 4 s (CI: 74
+# and 22 Mbit/s, the first flow ahead), so the bar is 85 %, and the sum is one link, not two.
+((a < RATE_MBIT * 85 / 100 && b < RATE_MBIT * 85 / 100)) || fail "colliding flows did not share"
 ((d1 < 2000000)) || fail "colliding flows leaked onto spine-1"
 
 # 4. link down stops that path only.
