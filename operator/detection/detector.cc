@@ -216,7 +216,12 @@ Detector::Detector(ingest::ReportStore& store, Informer& jobs, Informer& pods, I
           metrics::exponentialBuckets(0.5, 2.0, 10))),
       tick_seconds_(registry.histogram("c4_c4d_tick_duration_seconds",
                                        "Time of one analysis window over every job.", {},
-                                       metrics::exponentialBuckets(0.0005, 2.0, 14))) {
+                                       metrics::exponentialBuckets(0.0005, 2.0, 14))),
+      deferred_(registry.counter(
+          "c4_c4d_deferred_total",
+          "Communication hangs left to C4P (a failed, degraded or suspect link on the "
+          "connection's planned paths), by outcome: deferred, then cleared or acted.",
+          {"outcome"})) {
   // Every class's histogram and the observation counter from the start at 0, so increase() in
   // alerts and dashboards sees the first verdict of a class and the first observation.
   for (auto c : {c4d::FaultClass::kCrash, c4d::FaultClass::kCommHang, c4d::FaultClass::kNonCommHang,
@@ -225,6 +230,7 @@ Detector::Detector(ingest::ReportStore& store, Informer& jobs, Informer& pods, I
   }
   observations_.labels(
       {std::string(c4d::observationKindName(c4d::ObservationKind::kTelemetryMissing))});
+  for (const char* outcome : {"deferred", "cleared", "acted"}) deferred_.labels({outcome});
 }
 
 Detector::~Detector() {
@@ -277,6 +283,7 @@ void Detector::analyse(const std::string& key, const Json& job, JobState& state,
     state.attempt = static_cast<std::uint32_t>(attempt);
     state.last_anomaly_ns = 0;
     state.replanned.clear();
+    state.deferred.clear();
     std::lock_guard lock(mu_);
     state.diagnosis.reset();
   }
@@ -311,7 +318,32 @@ void Detector::analyse(const std::string& key, const Json& job, JobState& state,
   }
   auto spec = parseTrainingJobSpec(job);
   const bool dry_run = spec && spec->fault_tolerance.dry_run;
-  for (const auto& v : result->verdicts) act(key, job, state, v, dry_run);
+  for (const auto& v : result->verdicts) {
+    auto why =
+        v.faultClass == c4d::FaultClass::kCommHang ? trafficExplanation(key, v) : std::nullopt;
+    if (!why) {
+      act(key, job, state, v, dry_run);
+      continue;
+    }
+    // C4P answers for this connection first (see the header): an Event now, action later only
+    // if the hang outlasts the grace or the explanation.
+    state.deferred[v.key()] = JobState::Deferred{v, now, *why};
+    deferred_.labels({"deferred"}).inc();
+    const std::string culprit = describeCulprit(v.culprit);
+    const double grace = std::chrono::duration<double>(config_.traffic_plan_grace).count();
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%.0f s", grace);
+    log_.warn("Fault left to C4P", {{"job", key},
+                                    {"class", c4d::faultClassName(v.faultClass)},
+                                    {"culprit", culprit},
+                                    {"explanation", *why},
+                                    {"evidence", v.evidence.message}});
+    events_.record(job, "Warning", "FaultDetected",
+                   std::string(c4d::faultClassName(v.faultClass)) + " of " + culprit + ": " +
+                       v.evidence.message + "; action " + std::string(c4d::actionName(v.action)) +
+                       " deferred up to " + secs + ": " + *why);
+  }
+  resolveDeferred(key, job, state, *result, now, dry_run);
   escalatePersistentSlowLinks(key, job, state, *result, *snap, now, dry_run);
   for (const auto& o : result->observations) {
     if (!o.isNew) continue;
@@ -336,6 +368,9 @@ void Detector::escalatePersistentSlowLinks(const std::string& key, const Json& j
       it = state.replanned.erase(it);
       continue;
     }
+    // Slowness C4P explains (a link on the connection's paths failed or degraded) is the
+    // remaining links' capacity, not a NIC: the clock starts again when the explanation ends.
+    if (trafficExplanation(key, *active)) it->second = now;
     const double since = std::chrono::duration<double>(now - it->second).count();
     if (now - it->second < config_.replan_grace) {
       ++it;
@@ -372,6 +407,60 @@ void Detector::escalatePersistentSlowLinks(const std::string& key, const Json& j
                            "without node-level evidence";
     }
     v.evidence.numbers.push_back({"secondsAfterReplan", since});
+    act(key, job, state, v, dry_run);
+  }
+}
+
+std::optional<std::string> Detector::trafficExplanation(const std::string& key,
+                                                        const c4d::Verdict& v) const {
+  if (v.culprit.kind != c4d::CulpritKind::kLink || v.culprit.node.empty() ||
+      v.culprit.peerNode.empty()) {
+    return std::nullopt;
+  }
+  TrafficExplanation explain;
+  {
+    std::lock_guard lock(mu_);
+    explain = explain_;
+  }
+  if (!explain) return std::nullopt;
+  return explain(key, v.culprit.node, v.culprit.peerNode);
+}
+
+// Deferred hangs: one that cleared is forgotten (Event FaultCleared); one that outlasts the grace,
+// or whose explanation C4P no longer gives, is acted on as the verdict says.
+void Detector::resolveDeferred(const std::string& key, const Json& job, JobState& state,
+                               const c4d::TickResult& result, WallTime now, bool dry_run) {
+  for (auto it = state.deferred.begin(); it != state.deferred.end();) {
+    auto active = std::find_if(result.active.begin(), result.active.end(),
+                               [&](const c4d::Verdict& v) { return v.key() == it->first; });
+    const double since = std::chrono::duration<double>(now - it->second.since).count();
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%.1f s", since);
+    const std::string culprit = describeCulprit(it->second.verdict.culprit);
+    if (active == result.active.end()) {
+      deferred_.labels({"cleared"}).inc();
+      log_.info("Fault left to C4P cleared", {{"job", key}, {"culprit", culprit}});
+      events_.record(job, "Normal", "FaultCleared",
+                     std::string(c4d::faultClassName(it->second.verdict.faultClass)) + " of " +
+                         culprit + " cleared " + secs + " after it was left to C4P (" +
+                         it->second.why + "); nothing done");
+      it = state.deferred.erase(it);
+      continue;
+    }
+    auto why = trafficExplanation(key, *active);
+    const bool expired = now - it->second.since >= config_.traffic_plan_grace;
+    if (why && !expired) {
+      it->second.why = *why;
+      ++it;
+      continue;
+    }
+    c4d::Verdict v = *active;
+    v.evidence.message += expired ? "; still hung " + std::string(secs) +
+                                        " after it was left to C4P (" + it->second.why + ")"
+                                  : "; C4P no longer explains it (it was: " + it->second.why + ")";
+    v.evidence.numbers.push_back({"secondsLeftToC4P", since});
+    it = state.deferred.erase(it);
+    deferred_.labels({"acted"}).inc();
     act(key, job, state, v, dry_run);
   }
 }
@@ -473,6 +562,11 @@ void Detector::act(const std::string& key, const Json& job, JobState& state, con
     enqueue = enqueue_;
   }
   if (enqueue) enqueue(key);
+}
+
+void Detector::setTrafficExplanation(TrafficExplanation explain) {
+  std::lock_guard lock(mu_);
+  explain_ = std::move(explain);
 }
 
 void Detector::setReplan(

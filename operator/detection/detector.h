@@ -15,6 +15,15 @@
 //     looks at that connection's subflows with a lower bar;
 //   - telemetry missing from a node: a Warning Event `TelemetryMissing`, never an action.
 //
+// Coordination with C4P (setTrafficExplanation): a communication hang between two nodes whose
+// planned paths cross a link C4P holds failed, degraded or suspect is C4P's to handle first — it
+// moves new data off the link, and bytes queued on it move when the link or the routing does. The
+// verdict is deferred (a Warning Event `FaultDetected` that says so) and acted on only if the hang
+// outlasts `traffic_plan_grace` or C4P's explanation ends first; a hang that clears within the
+// grace gets a Normal Event `FaultCleared` and no action. A slow link C4P explains is not
+// escalated to a NIC fault while the explanation holds (the remaining links are slower, not the
+// NIC).
+//
 // Repeat offenders: a node's score is the number of entries in its fault history within
 // `repeat_offender_window`; the analyser relaxes its thresholds for nodes with a score >= 1.
 //
@@ -67,6 +76,11 @@ struct DetectorConfig {
   // around it is treated as a NIC fault at one of its ends (DESIGN: re-plan first; if the
   // slowness persists, the node's NIC).
   Duration replan_grace = std::chrono::seconds{30};
+  // How long a communication hang C4P explains (a failed, degraded or suspect link on the
+  // connection's planned paths) is left to C4P before the detector acts. Longer than the plugin's
+  // TCP user timeout (10 s), which ends a connection whose bytes stay stuck: then the crash rule
+  // takes over.
+  Duration traffic_plan_grace = std::chrono::seconds{15};
 };
 
 // One entry of a node's fault history.
@@ -110,6 +124,12 @@ class Detector {
   void setReplan(std::function<void(const std::string& key, const std::string& node,
                                     const std::string& peer_node)>
                      replan);
+  // C4P's view of a connection between two nodes of job "<ns>/<name>": why it may hang or slow
+  // down without a fault at either end (a link on its planned paths that C4P holds failed,
+  // degraded or suspect), or nullopt. Called from the detector's thread; must be thread-safe.
+  using TrafficExplanation = std::function<std::optional<std::string>(
+      const std::string& key, const std::string& node, const std::string& peer_node)>;
+  void setTrafficExplanation(TrafficExplanation explain);
   // The restart-causing verdict of the job's current attempt, if any (thread-safe).
   [[nodiscard]] std::optional<DiagnosedFault> diagnosis(const std::string& key) const;
 
@@ -128,6 +148,13 @@ class Detector {
     std::optional<DiagnosedFault> diagnosis;
     // Slow-link verdicts (by key) C4P was asked to re-plan around, and when.
     std::map<std::string, WallTime> replanned;
+    // Hang verdicts (by key) left to C4P: the verdict, since when, and C4P's explanation.
+    struct Deferred {
+      c4d::Verdict verdict;
+      WallTime since{};
+      std::string why;
+    };
+    std::map<std::string, Deferred> deferred;
   };
   void analyse(const std::string& key, const Json& job, JobState& state, WallTime now);
   void act(const std::string& key, const Json& job, JobState& state, const c4d::Verdict& v,
@@ -135,6 +162,11 @@ class Detector {
   void escalatePersistentSlowLinks(const std::string& key, const Json& job, JobState& state,
                                    const c4d::TickResult& result, const c4d::JobSnapshot& snap,
                                    WallTime now, bool dry_run);
+  // C4P's explanation of a link verdict's connection, if the verdict is one C4P may answer for.
+  std::optional<std::string> trafficExplanation(const std::string& key,
+                                                const c4d::Verdict& v) const;
+  void resolveDeferred(const std::string& key, const Json& job, JobState& state,
+                       const c4d::TickResult& result, WallTime now, bool dry_run);
   void recordNodeFault(const std::string& node_name, const NodeFaultRecord& record);
   bool stragglerWorthRestart(const Json& job, const c4d::Verdict& v, WallTime now) const;
 
@@ -151,11 +183,13 @@ class Detector {
   metrics::Family<metrics::Counter>& observations_;
   metrics::Family<metrics::Histogram>& detection_seconds_;
   metrics::Family<metrics::Histogram>& tick_seconds_;
+  metrics::Family<metrics::Counter>& deferred_;
 
-  mutable std::mutex mu_;  // guards jobs_state_ diagnoses, enqueue_ and replan_
+  mutable std::mutex mu_;  // guards jobs_state_ diagnoses, enqueue_, replan_ and explain_
   std::map<std::string, JobState> job_state_;
   std::function<void(const std::string&)> enqueue_;
   std::function<void(const std::string&, const std::string&, const std::string&)> replan_;
+  TrafficExplanation explain_;
 
   std::mutex loop_mu_;
   std::condition_variable_any loop_cv_;

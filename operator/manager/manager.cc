@@ -188,6 +188,11 @@ Status Manager::build(const KubeConfig& kube_config) {
           [this](const std::string& key, const std::string& node, const std::string& peer) {
             trafficplan_->onSlowConnection(key, node, peer);
           });
+      // C4P answers first for hangs and slowness on links it holds failed or suspects.
+      detector_->setTrafficExplanation(
+          [this](const std::string& key, const std::string& node, const std::string& peer) {
+            return trafficplan_->explainConnection(key, node, peer);
+          });
     }
   }
   if (ingest_) {

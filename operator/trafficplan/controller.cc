@@ -273,13 +273,80 @@ std::optional<std::int64_t> TrafficPlanController::planVersion(const std::string
 
 void TrafficPlanController::sync() {
   syncFabric();
-  if (!planner_) return;
+  if (!planner_) {
+    publishExplanations();
+    return;
+  }
   syncNodes();
   syncJobs();
   restoreTelemetry();
   syncTelemetry();
   flushWrites();
   syncFabricStatus();
+  publishExplanations();
+}
+
+std::optional<std::string> TrafficPlanController::explainConnection(
+    const std::string& key, const std::string& node, const std::string& peer_node) const {
+  std::lock_guard lock(explain_mu_);
+  auto job = explanations_.find(key);
+  if (job == explanations_.end()) return std::nullopt;
+  auto pair = job->second.find({std::min(node, peer_node), std::max(node, peer_node)});
+  if (pair == job->second.end()) return std::nullopt;
+  return pair->second;
+}
+
+void TrafficPlanController::publishExplanations() {
+  std::map<std::string, std::map<std::pair<std::string, std::string>, std::string>> out;
+  if (planner_) {
+    std::map<std::pair<c4p::LinkRef, c4p::Direction>, std::string> suspects;
+    for (const auto& s : monitor_.suspects()) {
+      suspects.try_emplace({s.link, s.direction}, s.evidence);
+    }
+    const c4p::Fabric& fabric = planner_->fabric();
+    // Why C4P answers for one link direction, or "" when it is healthy and unsuspected.
+    auto linkWhy = [&](const c4p::LinkRef& link, c4p::Direction dir) -> std::string {
+      const std::string name =
+          "link " + c4p::linkName(link) + " " + std::string(c4p::directionName(dir));
+      const double fraction = fabric.capacityFraction(link.plane, link.leaf, link.uplink, dir);
+      if (fraction <= 0) return "C4P holds " + name + " failed";
+      if (fraction < 1) {
+        char text[32];
+        std::snprintf(text, sizeof text, "%.0f %%", fraction * 100);
+        return "C4P holds " + name + " degraded to " + text + " of its capacity";
+      }
+      auto s = suspects.find({link, dir});
+      if (s != suspects.end()) return "C4P suspects " + name + " (" + s->second + ")";
+      return {};
+    };
+    for (const auto& [key, state] : jobs_) {
+      if (state.mode != c4p::Mode::kEnforce) continue;
+      const c4p::JobPlan* plan = planner_->plan(key);
+      if (plan == nullptr) continue;
+      for (const auto& pair : plan->pairs) {
+        auto src = nodes_.find(pair.local_node);
+        auto dst = nodes_.find(pair.peer_node);
+        if (src == nodes_.end() || dst == nodes_.end()) continue;
+        const std::pair<std::string, std::string> nodes{std::min(pair.local_node, pair.peer_node),
+                                                        std::max(pair.local_node, pair.peer_node)};
+        if (out[key].contains(nodes)) continue;
+        for (const auto& sf : pair.subflows) {
+          if (sf.path < 0) continue;
+          std::string why =
+              linkWhy({src->second.plane, src->second.leaf, sf.path}, c4p::Direction::kUp);
+          if (why.empty()) {
+            why = linkWhy({dst->second.plane, dst->second.leaf, sf.path}, c4p::Direction::kDown);
+          }
+          if (why.empty()) continue;
+          out[key][nodes] = why + " on the path of " + pair.local_node + " -> " + pair.peer_node +
+                            " (path " + std::to_string(sf.path) + ")";
+          break;
+        }
+      }
+    }
+  }
+  std::lock_guard lock(explain_mu_);
+  explanations_ = std::move(out);
 }
 
 void TrafficPlanController::restoreTelemetry() {

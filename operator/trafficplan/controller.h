@@ -131,6 +131,16 @@ class TrafficPlanController {
   void onSlowConnection(const std::string& key, const std::string& node,
                         const std::string& peer_node);
 
+  // Why the connections between `node` and `peer_node` (either direction) of job `key` may hang
+  // or slow down without a fault at either end, as of the last sync: a link direction on a
+  // planned path of the pair (any subflow, whatever its weight: bytes queued before a re-plan
+  // still use it) that the planner holds failed or degraded (description or telemetry) or that
+  // the link monitor suspects. Only Enforce jobs (their flows follow the plan). Thread-safe: C4D
+  // calls it (Detector::setTrafficExplanation).
+  [[nodiscard]] std::optional<std::string> explainConnection(const std::string& key,
+                                                             const std::string& node,
+                                                             const std::string& peer_node) const;
+
   // One pass: fabric, nodes, jobs, telemetry, Fabric status.
   void sync();
 
@@ -159,6 +169,8 @@ class TrafficPlanController {
   void syncJobs();
   void syncTelemetry();
   void syncFabricStatus();
+  // Recomputes what explainConnection answers.
+  void publishExplanations();
   void restoreTelemetry();
   // Writes are collected during a sync (one per job, the reasons joined) and made at its end.
   void queueWrite(const std::string& key, const std::string& reason);
@@ -194,6 +206,10 @@ class TrafficPlanController {
   };
   std::vector<RestoredLink> restore_links_;  // from the Fabric's status, applied after the jobs
   std::map<std::string, std::string> pending_writes_;  // job -> reasons
+
+  mutable std::mutex explain_mu_;
+  // job -> (node, peer) sorted -> why C4P answers for that pair's connections
+  std::map<std::string, std::map<std::pair<std::string, std::string>, std::string>> explanations_;
 
   std::mutex mu_;  // hints_, kicked_, stopping_
   std::vector<std::pair<std::string, std::string>> hints_;

@@ -103,6 +103,16 @@ std::vector<LinkVerdict> LinkMonitor::observe(const std::vector<ConnectionDelta>
   return out;
 }
 
+std::vector<LinkSuspect> LinkMonitor::suspects() const {
+  std::vector<LinkSuspect> out;
+  for (const auto& [key, streak] : streak_) {
+    auto why = evidence_.find(key);
+    out.push_back({key.first, key.second == 0 ? c4p::Direction::kUp : c4p::Direction::kDown, streak,
+                   why == evidence_.end() ? std::string() : why->second});
+  }
+  return out;
+}
+
 void LinkMonitor::reset(const c4p::LinkRef& link) {
   for (int d = 0; d < 2; ++d) {
     streak_.erase({link, d});

@@ -75,6 +75,13 @@ struct LinkVerdict {
   std::string evidence;  // "node-a -> node-b path 1: 0 of 5.2 MB expected"
 };
 
+struct LinkSuspect {
+  c4p::LinkRef link;
+  c4p::Direction direction = c4p::Direction::kUp;
+  int observations = 0;  // consecutive observations as an uncleared suspect
+  std::string evidence;
+};
+
 class LinkMonitor {
  public:
   explicit LinkMonitor(LinkMonitorOptions options = {});
@@ -89,6 +96,10 @@ class LinkMonitor {
   // directions confirmed failed by this observation (each reported once until reset()).
   std::vector<LinkVerdict> observe(const std::vector<ConnectionDelta>& deltas,
                                    const c4p::Fabric& fabric, const Locate& locate);
+
+  // The link directions that are suspects now (a stalled subflow named them and nothing has
+  // cleared them yet, confirmed or not), with the evidence that made each one.
+  [[nodiscard]] std::vector<LinkSuspect> suspects() const;
 
   // Forgets a link's history (it was restored or the fabric changed).
   void reset(const c4p::LinkRef& link);

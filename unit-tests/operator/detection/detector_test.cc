@@ -318,6 +318,155 @@ TEST_F(DetectorTest, ASlowLinkThatRecoversWithinTheReplanGraceIsNotEscalated) {
   EXPECT_TRUE(enqueued_.empty());
 }
 
+// C4P answers first for a hang on a link it holds failed or suspects: the verdict is an Event
+// that says it was deferred, and a hang that clears within the grace costs no restart.
+TEST_F(DetectorTest, AHangOnALinkC4PExplainsIsLeftToC4PAndClearsWithoutARestart) {
+  DetectorConfig config;
+  config.traffic_plan_grace = std::chrono::seconds{15};
+  build({}, config);
+  std::vector<std::string> asked;
+  detector_->setTrafficExplanation([&](const std::string& job, const std::string& a,
+                                       const std::string& b) -> std::optional<std::string> {
+    asked.push_back(job + " " + a + "<->" + b);
+    if (a == "node-1" && b == "node-2") return "C4P holds link plane0/leaf-0/uplink0 Up failed";
+    return std::nullopt;
+  });
+  for (int i = 0; i < 8; ++i) step();
+  synth_->blackhole(1, 2);
+  int windows = 0;
+  while (eventsWithReason("FaultDetected").empty() && windows < 20) {
+    step();
+    ++windows;
+  }
+  auto detected = eventsWithReason("FaultDetected");
+  ASSERT_EQ(detected.size(), 1u);
+  const std::string m = detected[0]["message"].get<std::string>();
+  EXPECT_NE(m.find("commHang"), std::string::npos) << m;
+  EXPECT_NE(m.find("deferred up to 15 s: C4P holds link plane0/leaf-0/uplink0 Up failed"),
+            std::string::npos)
+      << m;
+  EXPECT_EQ(asked.front(), "team/llm node-1<->node-2");
+  for (int i = 0; i < 5; ++i) step();
+  EXPECT_FALSE(detector_->diagnosis("team/llm")) << "left to C4P within the grace";
+  synth_->healAll();
+  for (int i = 0; i < 30; ++i) step();
+  EXPECT_FALSE(detector_->diagnosis("team/llm"));
+  EXPECT_TRUE(enqueued_.empty());
+  auto cleared = eventsWithReason("FaultCleared");
+  ASSERT_EQ(cleared.size(), 1u);
+  EXPECT_EQ(cleared[0]["type"], "Normal");
+  EXPECT_NE(cleared[0]["message"].get<std::string>().find("after it was left to C4P"),
+            std::string::npos);
+  const std::string metrics = registry_.expose();
+  EXPECT_NE(metrics.find("c4_c4d_deferred_total{outcome=\"deferred\"} 1"), std::string::npos);
+  EXPECT_NE(metrics.find("c4_c4d_deferred_total{outcome=\"cleared\"} 1"), std::string::npos);
+  EXPECT_NE(metrics.find("c4_c4d_deferred_total{outcome=\"acted\"} 0"), std::string::npos);
+}
+
+// A hang that outlasts the grace is acted on as the verdict says, with the deferral in its
+// evidence; until then nothing happens.
+TEST_F(DetectorTest, AHangThatOutlastsTheC4PGraceRestartsTheJob) {
+  DetectorConfig config;
+  config.traffic_plan_grace = std::chrono::seconds{10};
+  build({}, config);
+  detector_->setTrafficExplanation([](const std::string&, const std::string&, const std::string&) {
+    return std::optional<std::string>("C4P suspects link plane0/leaf-1/uplink1 Down");
+  });
+  for (int i = 0; i < 8; ++i) step();
+  synth_->blackhole(1, 2);
+  int windows = 0;
+  while (eventsWithReason("FaultDetected").empty() && windows < 20) {
+    step();
+    ++windows;
+  }
+  ASSERT_EQ(eventsWithReason("FaultDetected").size(), 1u);
+  const WallTime deferred_at = clock_.wallNow();
+  while (!detector_->diagnosis("team/llm") && windows < 60) {
+    step();
+    ++windows;
+  }
+  auto d = detector_->diagnosis("team/llm");
+  ASSERT_TRUE(d);
+  EXPECT_GE(clock_.wallNow() - deferred_at, std::chrono::seconds{10});
+  EXPECT_LE(clock_.wallNow() - deferred_at, std::chrono::seconds{12});
+  EXPECT_EQ(d->fault_class, "commHang");
+  EXPECT_EQ(d->nodes, (std::vector<std::string>{"node-1", "node-2"}));
+  EXPECT_FALSE(d->cordon);
+  EXPECT_NE(d->summary.find("after it was left to C4P (C4P suspects link"), std::string::npos)
+      << d->summary;
+  EXPECT_EQ(enqueued_, std::vector<std::string>{"team/llm"});
+  EXPECT_NE(registry_.expose().find("c4_c4d_deferred_total{outcome=\"acted\"} 1"),
+            std::string::npos);
+}
+
+// When C4P stops explaining the hang (it lifted the link state) before the grace, the detector
+// acts at once; a hang on a pair C4P does not explain is acted on as before (next test).
+TEST_F(DetectorTest, AHangC4PNoLongerExplainsIsActedOnAtOnce) {
+  build({});
+  bool explained = true;
+  detector_->setTrafficExplanation([&](const std::string&, const std::string& a,
+                                       const std::string&) -> std::optional<std::string> {
+    if (explained && a == "node-1") return "C4P holds link plane0/leaf-0/uplink0 Up failed";
+    return std::nullopt;
+  });
+  for (int i = 0; i < 8; ++i) step();
+  synth_->blackhole(1, 2);
+  for (int i = 0; i < 20 && eventsWithReason("FaultDetected").empty(); ++i) step();
+  ASSERT_EQ(eventsWithReason("FaultDetected").size(), 1u);
+  step();
+  EXPECT_FALSE(detector_->diagnosis("team/llm"));
+  explained = false;
+  step();
+  auto d = detector_->diagnosis("team/llm");
+  ASSERT_TRUE(d);
+  EXPECT_NE(d->summary.find("C4P no longer explains it"), std::string::npos) << d->summary;
+}
+
+TEST_F(DetectorTest, AHangOnAPairC4PDoesNotExplainIsNotDeferred) {
+  detector_->setTrafficExplanation(
+      [](const std::string&, const std::string& a, const std::string&) {
+        return a == "node-0" ? std::optional<std::string>("elsewhere") : std::nullopt;
+      });
+  for (int i = 0; i < 8; ++i) step();
+  synth_->blackhole(1, 2);
+  for (int i = 0; i < 20 && !detector_->diagnosis("team/llm"); ++i) step();
+  ASSERT_TRUE(detector_->diagnosis("team/llm"));
+  for (const auto& e : eventsWithReason("FaultDetected")) {
+    EXPECT_EQ(e["message"].get<std::string>().find("deferred"), std::string::npos);
+  }
+}
+
+// Slowness on a link C4P holds failed is what the remaining links allow: not escalated to a NIC
+// while C4P explains it; escalated after the replan grace once the explanation ends.
+TEST_F(DetectorTest, ASlowLinkC4PExplainsIsNotEscalatedWhileTheExplanationHolds) {
+  DetectorConfig config;
+  config.replan_grace = std::chrono::seconds{10};
+  build({}, config);
+  int replans = 0;
+  detector_->setReplan(
+      [&](const std::string&, const std::string&, const std::string&) { ++replans; });
+  bool explained = true;
+  detector_->setTrafficExplanation([&](const std::string&, const std::string&, const std::string&) {
+    return explained ? std::optional<std::string>(
+                           "C4P holds link plane0/leaf-0/uplink1 "
+                           "Down failed")
+                     : std::nullopt;
+  });
+  for (int i = 0; i < 8; ++i) step();
+  synth_->slowLink(1, 2, 0.1);
+  for (int i = 0; i < 20 && replans == 0; ++i) step();
+  ASSERT_EQ(replans, 1) << "a slow link still goes to C4P";
+  for (int i = 0; i < 30; ++i) step();
+  EXPECT_FALSE(detector_->diagnosis("team/llm")) << "explained by C4P: not a NIC";
+  explained = false;
+  for (int i = 0; i < 8; ++i) step();
+  EXPECT_FALSE(detector_->diagnosis("team/llm")) << "the replan grace starts again";
+  for (int i = 0; i < 6; ++i) step();
+  auto d = detector_->diagnosis("team/llm");
+  ASSERT_TRUE(d) << "still slow after the grace without C4P's explanation";
+  EXPECT_EQ(d->fault_class, "commSlow");
+}
+
 TEST(FaultHistoryTest, AppendsBoundedAndSkipsMalformedEntries) {
   Json node = {{"metadata", {{"name", "n"}}}};
   WallTime t0{std::chrono::seconds{1'800'000'000}};

@@ -571,5 +571,63 @@ TEST_F(TelemetryTest, ASlowConnectionVerdictLowersTheBar) {
   EXPECT_EQ(planDocument().version, 2);
 }
 
+// What C4D asks before it acts on a hang or slowness between two nodes: a suspect, then failed,
+// link direction on the pair's planned paths; either direction of the pair; nothing for
+// connections whose paths avoid it or that stay inside a leaf.
+TEST_F(TelemetryTest, ConnectionsOnSuspectAndFailedLinksAreExplainedToC4D) {
+  auto controller = makeController();
+  placeJob("Enforce", 0, {"n0", "n1", "n2", "n3"});
+  controller->sync();
+  std::uint64_t p0 = 0, p1 = 0;
+  for (std::uint64_t seq = 1; seq <= 2; ++seq) {
+    report(seq, p0 += 10'000'000, p1 += 10'000'000);
+    controller->sync();
+  }
+  EXPECT_FALSE(controller->explainConnection("team/llm", "n1", "n2"));
+  report(3, p0, p1 += 10'000'000);  // path 0 stops: a suspect
+  controller->sync();
+  auto why = controller->explainConnection("team/llm", "n2", "n1");
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("C4P suspects link plane0/leaf-a/uplink0 Up (n1 -> n2 path 0"),
+            std::string::npos)
+      << *why;
+  EXPECT_EQ(controller->explainConnection("team/llm", "n1", "n2"), why);
+  EXPECT_FALSE(controller->explainConnection("team/llm", "n3", "n0"))
+      << "n3 -> n0 uses leaf-b up and leaf-a down, which carry healthy traffic";
+  EXPECT_FALSE(controller->explainConnection("team/llm", "n0", "n1")) << "inside a leaf";
+  EXPECT_FALSE(controller->explainConnection("team/other", "n1", "n2"));
+  report(4, p0, p1, true);  // confirmed: failed
+  controller->sync();
+  ASSERT_EQ(planDocument().version, 2);
+  why = controller->explainConnection("team/llm", "n1", "n2");
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("C4P holds link plane0/leaf-a/uplink0 Up failed on the path of n1 -> n2 "
+                      "(path 0)"),
+            std::string::npos)
+      << *why;
+}
+
+TEST_F(TrafficPlanTest, ADegradedLinkInTheDescriptionExplainsOnlyEnforceJobs) {
+  api_.put(fabrics(), fabricObject(2, {{"links",
+                                        {{{"leaf", "leaf-b"},
+                                          {"uplink", 1},
+                                          {"direction", "Up"},
+                                          {"capacityFraction", 0.5}}}}}));
+  auto controller = makeController();
+  placeJob("Advisory", 0, {"n0", "n1", "n2", "n3"});
+  controller->sync();
+  ASSERT_TRUE(configMap());
+  EXPECT_FALSE(controller->explainConnection("team/llm", "n3", "n0"))
+      << "an Advisory job's flows do not follow the plan";
+  placeJob("Enforce", 0, {"n0", "n1", "n2", "n3"});
+  controller->sync();
+  auto why = controller->explainConnection("team/llm", "n0", "n3");
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("C4P holds link plane0/leaf-b/uplink1 Up degraded to 50 % of its capacity"),
+            std::string::npos)
+      << *why;
+  EXPECT_FALSE(controller->explainConnection("team/llm", "n1", "n2")) << "leaf-a up, leaf-b down";
+}
+
 }  // namespace
 }  // namespace c4::op::trafficplan
