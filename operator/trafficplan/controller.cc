@@ -133,7 +133,7 @@ std::vector<ConnectionDelta> connectionDeltas(
       delta.local_node = sender;
       delta.peer_node = receiver;
       delta.stalled = last.stats.bytes == prev.stats.bytes && last.stats.inflight > 0 &&
-                      last.stats.oldestInflightUs >= 1'000'000;
+                      last.stats.oldestInflightUs >= kStalledWaitUs;
       std::vector<double> normalised(n, 0.0);
       double most = 0;
       for (std::size_t i = 0; i < n; ++i) {
@@ -225,13 +225,24 @@ void TrafficPlanController::start() {
   stopping_ = false;
   thread_ = std::thread([this] {
     std::unique_lock lock(mu_);
+    MonoTime last_sync{};
+    bool first = true;
     while (!stopping_) {
+      const bool full = first || kicked_ || clock_.monoNow() - last_sync >= config_.period;
       kicked_ = false;
+      first = false;
       lock.unlock();
-      sync();
+      if (full) {
+        last_sync = clock_.monoNow();
+        sync();
+      } else {
+        syncTelemetryOnly();
+      }
       lock.lock();
-      clock_.waitUntil(lock, cv_, clock_.monoNow() + config_.period,
-                       [this] { return stopping_ || kicked_; });
+      const Duration wait = config_.telemetry_period > Duration::zero()
+                                ? std::min(config_.telemetry_period, config_.period)
+                                : config_.period;
+      clock_.waitUntil(lock, cv_, clock_.monoNow() + wait, [this] { return stopping_ || kicked_; });
     }
   });
 }
@@ -280,6 +291,14 @@ void TrafficPlanController::sync() {
   syncNodes();
   syncJobs();
   restoreTelemetry();
+  syncTelemetry();
+  flushWrites();
+  syncFabricStatus();
+  publishExplanations();
+}
+
+void TrafficPlanController::syncTelemetryOnly() {
+  if (!planner_) return;
   syncTelemetry();
   flushWrites();
   syncFabricStatus();

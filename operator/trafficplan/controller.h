@@ -35,7 +35,8 @@
 // from the Fabric's status (source telemetry).
 //
 // Writes go through the client it is given (the manager's fenced client: leader only). One
-// thread (start/stop) runs sync() every `period` and when kick() is called; sync() may also be
+// thread (start/stop) runs sync() every `period` and when kick() is called, and the telemetry
+// part alone (syncTelemetryOnly) every `telemetry_period` in between; sync() may also be
 // called directly (tests), never concurrently with the thread.
 #pragma once
 
@@ -74,6 +75,10 @@ const ResourceType& fabrics();
 struct TrafficPlanConfig {
   std::string fabric_name;  // "" = the only Fabric of the cluster
   Duration period = std::chrono::seconds{1};
+  // Between full syncs, the telemetry alone (link evidence from new reports, plan writes, the
+  // Fabric's status) runs this often, so a dead link is acted on soon after the report that
+  // confirms it arrives. Zero: only with the full sync.
+  Duration telemetry_period = std::chrono::milliseconds{250};
   Duration link_hold = std::chrono::minutes{5};  // how long a telemetry link state lasts
   LinkMonitorOptions monitor;
   c4p::PlannerOptions planner;
@@ -99,6 +104,11 @@ std::optional<std::vector<std::string>> jobPlacement(const Json& job, std::int64
 // its socket, which a dead path's socket buffer still accepts); subflow i of the receiver is the
 // sender's subflow i (the hello's index), so its path and weight are the plan pair's subflow i.
 // Windows in which the receiving rank reported another plan version are skipped.
+// A window in which nothing arrived on a connection counts as stalled (ConnectionDelta::stalled)
+// when an operation has waited at least this long at its end: a receive posted during a compute
+// phase waits too, but its subflows are level, so the lag rule finds nothing there.
+inline constexpr std::int64_t kStalledWaitUs = 500'000;
+
 std::vector<ConnectionDelta> connectionDeltas(
     const ingest::JobRecord& record, const c4p::JobPlan& plan, std::int64_t plan_version,
     std::map<std::pair<std::int32_t, std::uint64_t>, std::uint64_t>& seen);
@@ -143,6 +153,9 @@ class TrafficPlanController {
 
   // One pass: fabric, nodes, jobs, telemetry, Fabric status.
   void sync();
+  // The telemetry part of sync() alone (new reports, writes, Fabric status), against the fabric,
+  // nodes and jobs of the last sync().
+  void syncTelemetryOnly();
 
   // Introspection (not thread-safe against the thread; tests call it between syncs).
   [[nodiscard]] const c4p::Planner* planner() const { return planner_.get(); }

@@ -22,6 +22,7 @@ void LinkMonitor::hint(const std::string& local_node, const std::string& peer_no
 
 std::vector<LinkVerdict> LinkMonitor::observe(const std::vector<ConnectionDelta>& deltas,
                                               const c4p::Fabric& fabric, const Locate& locate) {
+  if (deltas.empty()) return {};        // no report arrived: nothing to judge (hints wait for one)
   std::map<Key, std::string> suspects;  // -> evidence of the first stalled subflow
   std::set<Key> cleared;
   for (const auto& conn : deltas) {
@@ -73,7 +74,6 @@ std::vector<LinkVerdict> LinkMonitor::observe(const std::vector<ConnectionDelta>
     }
   }
   hints_.clear();
-  if (deltas.empty()) return {};  // no report arrived: nothing to judge
 
   std::vector<LinkVerdict> out;
   std::map<Key, int> next;

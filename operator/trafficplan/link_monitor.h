@@ -64,7 +64,8 @@ struct ConnectionDelta {
   std::string local_node;  // the sender's node
   std::string peer_node;   // the receiver's node
   std::vector<SubflowDelta> subflows;
-  // Nothing arrived between the two samples while an operation has waited for >= 1 s.
+  // Nothing arrived between the two samples while an operation has waited for >= 0.5 s
+  // (kStalledWaitUs in controller.h).
   bool stalled = false;
 };
 
@@ -89,7 +90,8 @@ class LinkMonitor {
   // Where nodes are (the controller's view of the node labels).
   using Locate = std::function<std::optional<c4p::NodeLocation>(const std::string& node)>;
 
-  // A C4D verdict named this (sender, receiver) node pair slow; used by the next observe().
+  // A C4D verdict named this (sender, receiver) node pair slow; used by the next observe() that
+  // has reports.
   void hint(const std::string& local_node, const std::string& peer_node);
 
   // One observation of every planned job's connections since the last one. Returns the link

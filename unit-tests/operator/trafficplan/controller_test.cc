@@ -629,5 +629,40 @@ TEST_F(TrafficPlanTest, ADegradedLinkInTheDescriptionExplainsOnlyEnforceJobs) {
   EXPECT_FALSE(controller->explainConnection("team/llm", "n1", "n2")) << "leaf-a up, leaf-b down";
 }
 
+// Between full syncs (period) the thread runs the telemetry pass alone every telemetry_period:
+// new reports are judged and plans written, against the fabric, nodes and jobs of the last sync.
+TEST_F(TelemetryTest, ATelemetryPassJudgesNewReportsWithoutAFullSync) {
+  auto controller = makeController();
+  placeJob("Enforce", 0, {"n0", "n1", "n2", "n3"});
+  controller->sync();
+  ASSERT_EQ(planDocument().version, 1);
+  std::uint64_t p0 = 0, p1 = 0;
+  report(1, p0 += 10'000'000, p1 += 10'000'000);
+  controller->syncTelemetryOnly();
+  report(2, p0 += 10'000'000, p1 += 10'000'000);
+  controller->syncTelemetryOnly();
+  // A description change waits for the full sync.
+  api_.put(fabrics(), fabricObject(2, {{"links", Json::array({{{"leaf", "leaf-b"},
+                                                               {"uplink", 1},
+                                                               {"direction", "Up"},
+                                                               {"capacityFraction", 0}}})}}));
+  report(3, p0, p1 += 10'000'000);
+  controller->syncTelemetryOnly();
+  controller->syncTelemetryOnly();  // no new report: no observation
+  EXPECT_EQ(planDocument().version, 1);
+  report(4, p0, p1, true);
+  controller->syncTelemetryOnly();
+  c4p::PlanDocument doc = planDocument();
+  EXPECT_EQ(doc.version, 2) << "the dead path, found by telemetry passes alone";
+  EXPECT_NE((*configMap())["metadata"]["annotations"]["c4.dev/plan-reason"].get<std::string>().find(
+                "telemetry"),
+            std::string::npos);
+  EXPECT_EQ(api_.peek(fabrics(), "", "default")->at("status").value("degradedLinks", 0), 2)
+      << "telemetry states only: the new description is not read yet";
+  controller->sync();
+  EXPECT_EQ(planDocument().version, 3) << "the full sync takes the description";
+  EXPECT_EQ(api_.peek(fabrics(), "", "default")->at("status").value("degradedLinks", 0), 3);
+}
+
 }  // namespace
 }  // namespace c4::op::trafficplan

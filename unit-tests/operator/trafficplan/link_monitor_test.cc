@@ -115,6 +115,30 @@ TEST_F(LinkMonitorTest, AStalledConnectionShowsItsDeadSubflowByItsLag) {
   EXPECT_TRUE(other.observe({waiting}, fabric_, locate).empty());
 }
 
+// The controller observes more often than reports arrive: an observation without reports changes
+// nothing, keeps a C4D hint for the next one with reports, and lists the suspects.
+TEST_F(LinkMonitorTest, ObservationsWithoutReportsKeepHintsAndSuspects) {
+  // Path 2 carries 30 % of its share: a suspect only with a hint (bar 50 %).
+  const auto slow = conn({4'000'000, 4'000'000, 900'000, 4'000'000});
+  monitor_.hint("a1", "b1");
+  EXPECT_TRUE(observe({}).empty());
+  EXPECT_TRUE(monitor_.suspects().empty());
+  EXPECT_TRUE(observe({slow}).empty());
+  auto suspects = monitor_.suspects();
+  ASSERT_EQ(suspects.size(), 2u) << "the hint survived the empty observation";
+  EXPECT_EQ(suspects[0].link, (c4p::LinkRef{0, "leaf-a", 2}));
+  EXPECT_EQ(suspects[0].direction, c4p::Direction::kUp);
+  EXPECT_EQ(suspects[0].observations, 1);
+  EXPECT_NE(suspects[0].evidence.find("a1 -> b1 path 2"), std::string::npos);
+  EXPECT_EQ(suspects[1].link, (c4p::LinkRef{0, "leaf-b", 2}));
+  EXPECT_EQ(suspects[1].direction, c4p::Direction::kDown);
+  EXPECT_TRUE(observe({}).empty());
+  EXPECT_EQ(monitor_.suspects().size(), 2u) << "no reports: no observation";
+  EXPECT_EQ(monitor_.suspects()[0].observations, 1);
+  observe({conn({4'000'000, 4'000'000, 4'000'000, 4'000'000})});
+  EXPECT_TRUE(monitor_.suspects().empty()) << "a healthy subflow clears them";
+}
+
 TEST_F(LinkMonitorTest, ResetForgetsAReportedLink) {
   auto stalled = conn({4'000'000, 4'000'000, 0, 4'000'000});
   observe({stalled});
