@@ -6,7 +6,7 @@
 #                   [--mtu BYTES]         (every link's MTU, 1280 ... 9216; default 1500)
 #   fabric.sh down  --dir DIR
 #   fabric.sh links --dir DIR                       list link names
-#   fabric.sh link  --dir DIR LINK down|up
+#   fabric.sh link  --dir DIR LINK down|up          (port down/up; see Failures below)
 #   fabric.sh link  --dir DIR LINK set [--rate R] [--delay D] [--loss P]   (both directions;
 #                   replaces all three: omitted = plan rate, no delay, no loss)
 #   fabric.sh path-mode --dir DIR sport|hash
@@ -25,10 +25,20 @@
 #   sport (default): TCP/UDP flows entering from a host take spine (source port % S); other
 #                    packets (ICMP) use the kernel's multipath route.
 #   hash:            Linux L4 multipath hashing (fib_multipath_hash_policy=1) over all spines.
+# Failures of a leaf-spine link (both ends, both directions):
+#   link down: the ports go down and routing converges at once (ECMP member removal once BGP
+#              has withdrawn the routes): spine t is live for leaves k and m when leaf-k:spine-t
+#              and leaf-m:spine-t are both up. Leaf k's multipath route to leaf m keeps only the
+#              live spines; a flow pinned to spine j (sport) takes spine j if it is live, else the
+#              next live one of j+1, j+2, ... (cyclically); no live spine = blackhole (the leaves
+#              are cut apart). `link up` restores the routes.
+#   gray:      `link set --loss 100`: the link stays up and drops every packet, routing does not
+#              notice, and the flows pinned to it are blackholed; `link set` restores it.
+#   A node link (node-I) down cuts that host off; up restores it.
 set -euo pipefail
 die() { echo "fabric: $*" >&2; exit 1; }
 
-CMD=${1:-}; [[ -n $CMD ]] || { sed -n '2,26p' "$0"; exit 2; }; shift
+CMD=${1:-}; [[ -n $CMD ]] || { sed -n '2,37p' "$0"; exit 2; }; shift
 DIR="" NODES="" LEAVES="" SPINES="" RATE=1gbit PATH_MODE=sport TCP_CC=reno MTU=1500
 ARGS=()
 while (($#)); do
@@ -123,8 +133,12 @@ NFT
       local ppm
       ppm=$(python3 -c 'import sys; v=float(sys.argv[1].rstrip("%")); assert 0<=v<=100; print(int(v*10000))' "$loss") \
         || die "bad loss '$loss' (percent, e.g. 1 or 0.5%)"
-      ((ppm == 0)) || in_ns "$ns" nft add rule ip c4loss "$chain" numgen random mod 1000000 \
-        lt "$ppm" counter drop
+      if ((ppm >= 1000000)); then  # 100 %: numgen's range stops at 999999
+        in_ns "$ns" nft add rule ip c4loss "$chain" counter drop
+      elif ((ppm > 0)); then
+        in_ns "$ns" nft add rule ip c4loss "$chain" numgen random mod 1000000 lt "$ppm" \
+          counter drop
+      fi
     fi
   fi
 }
@@ -152,14 +166,56 @@ host_routes() {  # host_routes <i>
   in_ns "$lns" ip route replace "$addr/32" dev "h$i" scope link
 }
 
-spine_routes() {  # spine_routes <leaf k> <spine j>
-  local k=$1 j=$2 m
+spine_routes() {  # spine_routes <leaf k> <spine j>: the spine's route down to the leaf
+  local k=$1 j=$2
   in_ns "$PREFIX-spine-$j" ip route replace "198.18.$k.0/24" via "198.19.$k.$((4 * j + 1))" \
     dev "l$k"
-  for ((m = 0; m < LEAVES; m++)); do
-    ((m == k)) && continue
-    in_ns "$PREFIX-leaf-$k" ip route replace "198.18.$m.0/24" via "198.19.$k.$((4 * j + 2))" \
-      dev "s$j" table $((100 + j))
+}
+
+# Which leaf-spine links are down: one file per link in $F/down (created by `link down`).
+spine_live() {  # spine_live <leaf k> <leaf m> <spine t>: both leaves' links to spine t are up
+  [[ ! -e $F/down/leaf-$1:spine-$3 && ! -e $F/down/leaf-$2:spine-$3 ]]
+}
+
+# converge_routes: every leaf's routes to every other leaf, from the links that are up (what the
+# leaves hold once routing has converged). For leaf k and leaf m: table 100+j (spine j's sport
+# flows) goes via spine j if it is live for k and m, else via the next live spine j+1, j+2, ...
+# (cyclically); the main table's multipath route (hash mode, ICMP) has every live spine. No live
+# spine: blackhole in both.
+converge_routes() {
+  local k m j n t cmds live nh
+  for ((k = 0; k < LEAVES; k++)); do
+    cmds=""
+    for ((m = 0; m < LEAVES; m++)); do
+      ((m == k)) && continue
+      live=()
+      for ((t = 0; t < SPINES; t++)); do
+        spine_live "$k" "$m" "$t" && live+=("$t")
+      done
+      for ((j = 0; j < SPINES; j++)); do
+        nh="blackhole 198.18.$m.0/24"
+        for ((n = 0; n < SPINES; n++)); do
+          t=$(((j + n) % SPINES))
+          if spine_live "$k" "$m" "$t"; then
+            nh="198.18.$m.0/24 via 198.19.$k.$((4 * t + 2)) dev s$t"
+            break
+          fi
+        done
+        cmds+="route replace $nh table $((100 + j))"$'\n'
+      done
+      if ((${#live[@]} == 0)); then
+        nh="blackhole 198.18.$m.0/24"
+      elif ((${#live[@]} == 1)); then
+        t=${live[0]}
+        nh="198.18.$m.0/24 via 198.19.$k.$((4 * t + 2)) dev s$t"
+      else
+        nh="198.18.$m.0/24"
+        for t in "${live[@]}"; do nh+=" nexthop via 198.19.$k.$((4 * t + 2)) dev s$t"; done
+      fi
+      cmds+="route replace $nh"$'\n'
+    done
+    [[ -z $cmds ]] || in_ns "$PREFIX-leaf-$k" ip -batch - <<<"$cmds" \
+      || die "leaf-$k: could not install its routes"
   done
 }
 
@@ -221,9 +277,8 @@ do_up() {
     done
   done
   # Routes between leaves: a multipath route (hash mode, ICMP) plus one table per spine that
-  # the sport rule selects through the packet mark (0x100 + spine).
-  # A spine's table ends in a blackhole, so a flow pinned to a dead link is dropped, not rerouted.
-  local m nh
+  # the sport rule selects through the packet mark (0x100 + spine); see converge_routes. A
+  # spine's table ends in a blackhole for anything outside the plan.
   for ((k = 0; k < LEAVES; k++)); do
     lns=$PREFIX-leaf-$k
     in_ns "$lns" ip rule add pref 100 to "198.18.$k.0/24" lookup main
@@ -232,19 +287,8 @@ do_up() {
       in_ns "$lns" ip route add blackhole 198.18.0.0/15 table $((100 + j))
       spine_routes "$k" "$j"
     done
-    for ((m = 0; m < LEAVES; m++)); do
-      ((m == k)) && continue
-      nh=()
-      for ((j = 0; j < SPINES; j++)); do
-        nh+=(nexthop via "198.19.$k.$((4 * j + 2))" dev "s$j")
-      done
-      if ((SPINES == 1)); then
-        in_ns "$lns" ip route add "198.18.$m.0/24" via "198.19.$k.2" dev s0
-      else
-        in_ns "$lns" ip route add "198.18.$m.0/24" "${nh[@]}"
-      fi
-    done
   done
+  converge_routes
   # sport % S -> mark, as an nftables map over the whole port range (exact for any S).
   python3 - "$SPINES" >"$F/sport-map.nft" <<'EOF'
 import sys
@@ -296,11 +340,18 @@ do_link() {
   case "$op" in
     down|up)
       while read -r ns dev; do in_ns "$ns" ip link set "$dev" "$op"; done <<<"$ends"
-      if [[ $op == up ]]; then
-        if [[ $l =~ ^node-([0-9]+)$ ]]; then host_routes "${BASH_REMATCH[1]}"
-        elif [[ $l =~ ^leaf-([0-9]+):spine-([0-9]+)$ ]]; then
+      if [[ $l =~ ^node-([0-9]+)$ ]]; then
+        [[ $op == down ]] || host_routes "${BASH_REMATCH[1]}"
+      elif [[ $l =~ ^leaf-([0-9]+):spine-([0-9]+)$ ]]; then
+        # Routing converges at once: the leaves drop the dead spine for the pairs it served.
+        mkdir -p "$F/down"
+        if [[ $op == down ]]; then
+          : >"$F/down/$l"
+        else
+          rm -f "$F/down/$l"
           spine_routes "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}"
         fi
+        converge_routes
       fi ;;
     set)
       a=("${ARGS[@]:2}")

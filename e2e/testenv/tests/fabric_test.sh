@@ -4,7 +4,9 @@
 #  1. a flow's throughput matches the tc rate within 10%;
 #  2. two flows whose planned source ports map to different spines each get the full rate;
 #  3. two flows forced onto one spine share it;
-#  4. taking a leaf-spine link down stops the flows on that path, not the others; up restores it;
+#  4. taking a leaf-spine link down converges routing: a flow pinned to that spine takes the next
+#     live spine in both directions, a leaf pair with no live spine gets a blackhole; up restores
+#     the pinned path; a gray failure (link up, 100 % loss) blackholes the flows pinned to it only;
 #  5. a rate cut on one link applies; 6. hash mode (fib_multipath_hash_policy=1) spreads source
 #     ports over both spines; 7. loss injection is visible as drops on that link;
 #  8. delay uses netem where the kernel has it and is refused clearly otherwise;
@@ -30,10 +32,14 @@ fail() { echo "FABRIC FAIL: $*" >&2; exit 1; }
 ip_of() { "$FABRIC" ip --dir "$DIR" "$1"; }
 # node-0, node-2 on leaf-0; node-1, node-3 on leaf-1.
 FLOW=$HERE/tools/flow.py
+# Port 5201 is odd: the server's packets back to leaf 0 take spine 1. Port 5202 is even: both
+# directions of a connection from an even source port are pinned to spine 0.
 for n in node-1 node-3; do
-  setsid "$FABRIC" exec --dir "$DIR" "$n" python3 "$FLOW" server --bind "$(ip_of "$n")" --port 5201 \
-    >"$DIR/server-$n.log" 2>&1 &
-  disown
+  for port in 5201 5202; do
+    setsid "$FABRIC" exec --dir "$DIR" "$n" python3 "$FLOW" server --bind "$(ip_of "$n")" \
+      --port "$port" >"$DIR/server-$n-$port.log" 2>&1 &
+    disown
+  done
 done
 sleep 0.5  # let the servers bind (they die with their namespaces on cleanup)
 
@@ -43,8 +49,13 @@ flow() {
     --sport "$4" --seconds "$5" 2>>"$DIR/flow.log" || echo 0
 }
 within() { python3 -c 'import sys; v,t,p=map(float,sys.argv[1:]); sys.exit(0 if abs(v-t)<=t*p/100 else 1)' "$@"; }
-spine_bytes() {  # bytes spine-j forwarded out towards leaf-1
-  ip netns exec "$("$FABRIC" ns --dir "$DIR" "spine-$1")" cat /sys/class/net/l1/statistics/tx_bytes
+spine_stat() {  # spine_stat <j> <port l0|l1> <counter>: spine-j's counter on that port
+  ip netns exec "$("$FABRIC" ns --dir "$DIR" "spine-$1")" cat "/sys/class/net/$2/statistics/$3"
+}
+spine_bytes() { spine_stat "$1" l1 tx_bytes; }  # bytes spine-j forwarded out towards leaf-1
+# leaf_route <leaf k> <table> <dst leaf m>: leaf k's route to leaf m's /24, on one line
+leaf_route() {
+  "$FABRIC" exec --dir "$DIR" "leaf-$1" ip route show table "$2" "198.18.$3.0/24" | tr -s ' \t\n' ' '
 }
 
 # 1. single flow matches the rate.
@@ -63,27 +74,68 @@ within "$a" $RATE_MBIT 10 && within "$b" $RATE_MBIT 10 || fail "planned flows no
 
 # 3. forced onto one spine (both even ports): they share spine-0's link.
 s1=$(spine_bytes 1)
-flow node-0 node-1 5201 40002 4 >"$DIR/a" & fa=$!; flow node-2 node-3 5201 40004 4 >"$DIR/b"; wait $fa
+flow node-0 node-1 5201 40002 8 >"$DIR/a" & fa=$!; flow node-2 node-3 5201 40004 8 >"$DIR/b"; wait $fa
 a=$(<"$DIR/a"); b=$(<"$DIR/b"); d1=$(( $(spine_bytes 1) - s1 ))
 echo "colliding flows: $a and $b Mbit/s (sum $((a + b))); spine-1 carried $d1 B"
 within $((a + b)) $RATE_MBIT 10 || fail "colliding flows do not add up to one link"
-# Neither gets the link alone (about 95 % of it, item 1); reno may share unevenly over 4 s (CI: 74
-# and 22 Mbit/s, the first flow ahead), so the bar is 85 %, and the sum is one link, not two.
-((a < RATE_MBIT * 85 / 100 && b < RATE_MBIT * 85 / 100)) || fail "colliding flows did not share"
+# Neither gets the link alone (about 95 % of it, item 1); the sum is one link, not two. Over 4 s
+# reno shared unevenly (CI: 74 and 22 Mbit/s, the first flow ahead); 8 s leave it time to even out.
+((a < RATE_MBIT * 70 / 100 && b < RATE_MBIT * 70 / 100)) || fail "colliding flows did not share"
 ((d1 < 2000000)) || fail "colliding flows leaked onto spine-1"
 
-# 4. link down stops that path only.
+# 4. link down: routing converges. Ports 40010 and 5202 are even, so both directions of the
+# connection are pinned to spine 0; with leaf-0:spine-0 down, leaf 0 (data) and leaf 1 (ACKs)
+# both take the next live spine, spine 1, which forwards the data out of l1 and the ACKs out of l0.
 "$FABRIC" link --dir "$DIR" leaf-0:spine-0 down
-a=$(flow node-0 node-1 5201 40010 3)
-b=$(flow node-0 node-1 5201 40011 3)
-echo "leaf-0:spine-0 down: even port $a Mbit/s, odd port $b Mbit/s"
-((a == 0)) || fail "flow on the downed path still moved data"
-within "$b" $RATE_MBIT 10 || fail "flow on the healthy path was hurt"
+fwd=$(spine_stat 1 l1 tx_bytes); rev=$(spine_stat 1 l0 tx_packets); old=$(spine_stat 0 l1 rx_packets)
+a=$(flow node-0 node-1 5202 40010 3)
+fwd=$(( $(spine_stat 1 l1 tx_bytes) - fwd )); rev=$(( $(spine_stat 1 l0 tx_packets) - rev ))
+old=$(( $(spine_stat 0 l1 rx_packets) - old ))
+echo "leaf-0:spine-0 down: flow pinned to spine 0 $a Mbit/s; spine-1 carried $fwd B to leaf-1" \
+  "and $rev packets to leaf-0; spine-0 got $old packets from leaf-1"
+within "$a" $RATE_MBIT 10 || fail "flow pinned to the downed link was not rerouted at full rate"
+((fwd > 20000000)) || fail "the rerouted flow's data did not cross spine-1"
+((rev > 100)) || fail "the rerouted flow's ACKs did not cross spine-1"
+((old < 20)) || fail "leaf-1 still sent the flow's packets to spine-0, which cannot reach leaf-0"
+[[ $(leaf_route 1 main 0) == "198.18.0.0/24 via 198.19.1.6 dev s1 " ]] \
+  || fail "leaf-1's multipath route to leaf-0 kept spine-0: $(leaf_route 1 main 0)"
+# No live spine between the leaves: every route from leaf 0 to leaf 1 is a blackhole.
+"$FABRIC" link --dir "$DIR" leaf-1:spine-1 down
+for t in 100 101 main; do
+  [[ $(leaf_route 0 "$t" 1) == "blackhole 198.18.1.0/24 " ]] \
+    || fail "leaves without a live spine: leaf-0 table $t has '$(leaf_route 0 "$t" 1)'"
+done
+"$FABRIC" link --dir "$DIR" leaf-1:spine-1 up
 "$FABRIC" link --dir "$DIR" leaf-0:spine-0 up
 sleep 0.5
-a=$(flow node-0 node-1 5201 40012 3)
-echo "link up again: even port $a Mbit/s"
+# Up again: the same kind of flow (new even port: the last one waits in TIME_WAIT) takes spine 0.
+fwd=$(spine_stat 0 l1 tx_bytes); rev=$(spine_stat 0 l0 tx_packets); old=$(spine_bytes 1)
+a=$(flow node-0 node-1 5202 40012 3)
+fwd=$(( $(spine_stat 0 l1 tx_bytes) - fwd )); rev=$(( $(spine_stat 0 l0 tx_packets) - rev ))
+old=$(( $(spine_bytes 1) - old ))
+echo "link up again: flow pinned to spine 0 $a Mbit/s; spine-0 carried $fwd B and $rev packets;" \
+  "spine-1 $old B"
 within "$a" $RATE_MBIT 10 || fail "path did not recover after link up"
+((fwd > 20000000 && rev > 100)) || fail "after link up the flow did not take spine-0 again"
+((old < 2000000)) || fail "after link up the flow still crossed spine-1"
+[[ $(leaf_route 1 main 0) == *"dev s0 "*"dev s1 "* ]] \
+  || fail "link up did not restore leaf-1's multipath route: $(leaf_route 1 main 0)"
+
+# 4b. gray failure: the link stays up and drops every packet. Routing keeps it, so a flow pinned
+# to spine 0 is blackholed (its SYN never arrives: the client reports 0) while spine 1 carries on.
+"$FABRIC" link --dir "$DIR" leaf-0:spine-0 set --loss 100
+old=$(spine_bytes 0)
+flow node-0 node-1 5201 40014 2 >"$DIR/a" & fa=$!; b=$(flow node-2 node-3 5201 40015 3); wait $fa
+a=$(<"$DIR/a"); old=$(( $(spine_bytes 0) - old ))
+echo "leaf-0:spine-0 at 100% loss: flow pinned to spine 0 $a Mbit/s ($old B via spine-0)," \
+  "flow pinned to spine 1 $b Mbit/s"
+((a == 0 && old < 10000)) || fail "a flow crossed the gray link"
+within "$b" $RATE_MBIT 10 || fail "flow on the healthy path was hurt by the gray link"
+[[ $(leaf_route 0 100 1) == *"dev s0 "* ]] || fail "routing noticed the gray link: $(leaf_route 0 100 1)"
+"$FABRIC" link --dir "$DIR" leaf-0:spine-0 set
+a=$(flow node-0 node-1 5201 40016 3)
+echo "gray link restored: flow pinned to spine 0 $a Mbit/s"
+within "$a" $RATE_MBIT 10 || fail "path did not recover after the loss was removed"
 
 # 5. rate cut on one link.
 "$FABRIC" link --dir "$DIR" leaf-0:spine-1 set --rate 40mbit
