@@ -24,6 +24,7 @@ std::vector<LinkVerdict> LinkMonitor::observe(const std::vector<ConnectionDelta>
                                               const c4p::Fabric& fabric, const Locate& locate) {
   if (deltas.empty()) return {};        // no report arrived: nothing to judge (hints wait for one)
   std::map<Key, std::string> suspects;  // -> evidence of the first stalled subflow
+  std::set<Key> lagging;                // suspects named by a stalled connection's lag
   std::set<Key> cleared;
   for (const auto& conn : deltas) {
     auto src = locate(conn.local_node);
@@ -45,8 +46,11 @@ std::vector<LinkVerdict> LinkMonitor::observe(const std::vector<ConnectionDelta>
         std::string why = conn.local_node + " -> " + conn.peer_node + " path " +
                           std::to_string(path) + ": connection stalled, " +
                           megabytes(static_cast<double>(s.lag_bytes)) + " behind its siblings";
-        suspects.try_emplace(Key{c4p::LinkRef{src->plane, src->leaf, path}, 0}, why);
-        suspects.try_emplace(Key{c4p::LinkRef{dst->plane, dst->leaf, path}, 1}, why);
+        for (Key key : {Key{c4p::LinkRef{src->plane, src->leaf, path}, 0},
+                        Key{c4p::LinkRef{dst->plane, dst->leaf, path}, 1}}) {
+          suspects.try_emplace(key, why);
+          lagging.insert(key);
+        }
       }
       continue;
     }
@@ -81,7 +85,9 @@ std::vector<LinkVerdict> LinkMonitor::observe(const std::vector<ConnectionDelta>
     auto prev = streak_.find(key);
     const int streak = (prev == streak_.end() ? 0 : prev->second) + 1;
     next[key] = streak;
-    if (streak >= options_.confirm_windows && !reported_.contains(key)) {
+    const int needed =
+        lagging.contains(key) ? options_.stalled_confirm_windows : options_.confirm_windows;
+    if (streak >= needed && !reported_.contains(key)) {
       reported_.insert(key);
       out.push_back(
           {key.first, key.second == 0 ? c4p::Direction::kUp : c4p::Direction::kDown, 0.0, why});

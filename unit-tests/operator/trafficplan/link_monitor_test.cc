@@ -102,17 +102,33 @@ TEST_F(LinkMonitorTest, AStalledConnectionShowsItsDeadSubflowByItsLag) {
   waiting.stalled = true;
   waiting.subflows[3].lag_bytes = 3'000'000;  // the others delivered their in-flight shares
   waiting.subflows[1].lag_bytes = 100'000;    // a partial slice: below min_lag_bytes
-  observe({waiting});
-  auto verdicts = observe({waiting});
+  auto verdicts = observe({waiting});         // strong evidence: one observation confirms it
   ASSERT_EQ(verdicts.size(), 2u);
   EXPECT_EQ(verdicts[0].link, (c4p::LinkRef{0, "leaf-a", 3}));
   EXPECT_NE(verdicts[0].evidence.find("connection stalled, 3.0 MB behind its siblings"),
             std::string::npos);
+  // With stalled_confirm_windows 2 it takes a second window.
+  LinkMonitorOptions two;
+  two.stalled_confirm_windows = 2;
+  LinkMonitor cautious(two);
+  EXPECT_TRUE(cautious.observe({waiting}, fabric_, locate).empty());
+  EXPECT_EQ(cautious.observe({waiting}, fabric_, locate).size(), 2u);
   // Not stalled (nothing in flight): the same lag is no evidence.
   LinkMonitor other;
   waiting.stalled = false;
   other.observe({waiting}, fabric_, locate);
   EXPECT_TRUE(other.observe({waiting}, fabric_, locate).empty());
+}
+
+// A subflow that carried too little in a moving window is a suspect for confirm_windows (2),
+// also when a later window's lag evidence names it (that window confirms it).
+TEST_F(LinkMonitorTest, WindowEvidenceNeedsTwoObservationsLagEvidenceOne) {
+  EXPECT_TRUE(observe({conn({4'000'000, 4'000'000, 0, 4'000'000})}).empty());
+  EXPECT_EQ(monitor_.suspects().size(), 2u);
+  auto waiting = conn({0, 0, 0, 0});
+  waiting.stalled = true;
+  waiting.subflows[2].lag_bytes = 2'000'000;
+  EXPECT_EQ(observe({waiting}).size(), 2u);
 }
 
 // The controller observes more often than reports arrive: an observation without reports changes
