@@ -319,20 +319,24 @@ void Detector::analyse(const std::string& key, const Json& job, JobState& state,
   auto spec = parseTrainingJobSpec(job);
   const bool dry_run = spec && spec->fault_tolerance.dry_run;
   for (const auto& v : result->verdicts) {
-    auto why =
-        v.faultClass == c4d::FaultClass::kCommHang ? trafficExplanation(key, v) : std::nullopt;
+    // Which verdicts C4P answers for first (see the header): a hang, and a slowness that would
+    // restart the job (a node named because all its slow links share it). A slow link (replan)
+    // is C4P's anyway.
+    const bool deferrable =
+        v.faultClass == c4d::FaultClass::kCommHang ||
+        (v.faultClass == c4d::FaultClass::kCommSlow && v.action != c4d::Action::kReplan);
+    auto why = deferrable ? trafficExplanation(key, v, *snap) : std::nullopt;
     if (!why) {
       act(key, job, state, v, dry_run);
       continue;
     }
-    // C4P answers for this connection first (see the header): an Event now, action later only
-    // if the hang outlasts the grace or the explanation.
+    const bool hang = v.faultClass == c4d::FaultClass::kCommHang;
     state.deferred[v.key()] = JobState::Deferred{v, now, *why};
     deferred_.labels({"deferred"}).inc();
     const std::string culprit = describeCulprit(v.culprit);
-    const double grace = std::chrono::duration<double>(config_.traffic_plan_grace).count();
     char secs[32];
-    std::snprintf(secs, sizeof secs, "%.0f s", grace);
+    std::snprintf(secs, sizeof secs, "%.0f s",
+                  std::chrono::duration<double>(config_.traffic_plan_grace).count());
     log_.warn("Fault left to C4P", {{"job", key},
                                     {"class", c4d::faultClassName(v.faultClass)},
                                     {"culprit", culprit},
@@ -341,9 +345,11 @@ void Detector::analyse(const std::string& key, const Json& job, JobState& state,
     events_.record(job, "Warning", "FaultDetected",
                    std::string(c4d::faultClassName(v.faultClass)) + " of " + culprit + ": " +
                        v.evidence.message + "; action " + std::string(c4d::actionName(v.action)) +
-                       " deferred up to " + secs + ": " + *why);
+                       (hang ? " deferred up to " + std::string(secs) + ": "
+                             : " held while C4P explains it: ") +
+                       *why);
   }
-  resolveDeferred(key, job, state, *result, now, dry_run);
+  resolveDeferred(key, job, state, *result, *snap, now, dry_run);
   escalatePersistentSlowLinks(key, job, state, *result, *snap, now, dry_run);
   for (const auto& o : result->observations) {
     if (!o.isNew) continue;
@@ -370,7 +376,7 @@ void Detector::escalatePersistentSlowLinks(const std::string& key, const Json& j
     }
     // Slowness C4P explains (a link on the connection's paths failed or degraded) is the
     // remaining links' capacity, not a NIC: the clock starts again when the explanation ends.
-    if (trafficExplanation(key, *active)) it->second = now;
+    if (trafficExplanation(key, *active, snap)) it->second = now;
     const double since = std::chrono::duration<double>(now - it->second).count();
     if (now - it->second < config_.replan_grace) {
       ++it;
@@ -412,9 +418,9 @@ void Detector::escalatePersistentSlowLinks(const std::string& key, const Json& j
 }
 
 std::optional<std::string> Detector::trafficExplanation(const std::string& key,
-                                                        const c4d::Verdict& v) const {
-  if (v.culprit.kind != c4d::CulpritKind::kLink || v.culprit.node.empty() ||
-      v.culprit.peerNode.empty()) {
+                                                        const c4d::Verdict& v,
+                                                        const c4d::JobSnapshot& snap) const {
+  if (v.faultClass != c4d::FaultClass::kCommHang && v.faultClass != c4d::FaultClass::kCommSlow) {
     return std::nullopt;
   }
   TrafficExplanation explain;
@@ -422,14 +428,41 @@ std::optional<std::string> Detector::trafficExplanation(const std::string& key,
     std::lock_guard lock(mu_);
     explain = explain_;
   }
-  if (!explain) return std::nullopt;
-  return explain(key, v.culprit.node, v.culprit.peerNode);
+  if (!explain || v.culprit.node.empty()) return std::nullopt;
+  if (v.culprit.kind == c4d::CulpritKind::kLink) {
+    if (v.culprit.peerNode.empty()) return std::nullopt;
+    return explain(key, v.culprit.node, v.culprit.peerNode);
+  }
+  // A node named only because every hung or slow link of the job touches it (no node-level
+  // evidence): C4P explains it when it explains every one of those links.
+  if (v.culprit.kind != c4d::CulpritKind::kNode || v.nodeEvidence) return std::nullopt;
+  std::set<std::string> peers;
+  for (std::int32_t r : v.ranks) {
+    if (r < 0 || static_cast<std::size_t>(r) >= snap.ranks.size()) continue;
+    const std::int32_t n = snap.ranks[static_cast<std::size_t>(r)].node;
+    if (n < 0 || static_cast<std::size_t>(n) >= snap.nodes.size()) continue;
+    const std::string& name = snap.nodes[static_cast<std::size_t>(n)].name;
+    if (name != v.culprit.node) peers.insert(name);
+  }
+  if (peers.empty()) return std::nullopt;
+  std::string first;
+  for (const auto& peer : peers) {
+    auto why = explain(key, v.culprit.node, peer);
+    if (!why) return std::nullopt;
+    if (first.empty()) first = *why;
+  }
+  if (peers.size() > 1) {
+    first += " (and the paths to its " + std::to_string(peers.size() - 1) + " other peer(s))";
+  }
+  return first;
 }
 
-// Deferred hangs: one that cleared is forgotten (Event FaultCleared); one that outlasts the grace,
-// or whose explanation C4P no longer gives, is acted on as the verdict says.
+// Verdicts left to C4P: one that cleared is forgotten (Event FaultCleared); a hang that outlasts
+// the grace, or any verdict C4P no longer explains, is acted on as the verdict says. Slowness is
+// held as long as C4P explains it (the remaining links are slower; that lasts as the link does).
 void Detector::resolveDeferred(const std::string& key, const Json& job, JobState& state,
-                               const c4d::TickResult& result, WallTime now, bool dry_run) {
+                               const c4d::TickResult& result, const c4d::JobSnapshot& snap,
+                               WallTime now, bool dry_run) {
   for (auto it = state.deferred.begin(); it != state.deferred.end();) {
     auto active = std::find_if(result.active.begin(), result.active.end(),
                                [&](const c4d::Verdict& v) { return v.key() == it->first; });
@@ -447,8 +480,9 @@ void Detector::resolveDeferred(const std::string& key, const Json& job, JobState
       it = state.deferred.erase(it);
       continue;
     }
-    auto why = trafficExplanation(key, *active);
-    const bool expired = now - it->second.since >= config_.traffic_plan_grace;
+    auto why = trafficExplanation(key, *active, snap);
+    const bool expired = active->faultClass == c4d::FaultClass::kCommHang &&
+                         now - it->second.since >= config_.traffic_plan_grace;
     if (why && !expired) {
       it->second.why = *why;
       ++it;

@@ -20,9 +20,10 @@
 // moves new data off the link, and bytes queued on it move when the link or the routing does. The
 // verdict is deferred (a Warning Event `FaultDetected` that says so) and acted on only if the hang
 // outlasts `traffic_plan_grace` or C4P's explanation ends first; a hang that clears within the
-// grace gets a Normal Event `FaultCleared` and no action. A slow link C4P explains is not
-// escalated to a NIC fault while the explanation holds (the remaining links are slower, not the
-// NIC).
+// grace gets a Normal Event `FaultCleared` and no action. Slowness C4P explains is the remaining
+// links' capacity, not a NIC: a slow link is not escalated, and a node named only because all the
+// slow links touch it is held, while the explanation lasts. A node culprit counts as explained
+// when every link between it and the verdict's other nodes is.
 //
 // Repeat offenders: a node's score is the number of entries in its fault history within
 // `repeat_offender_window`; the analyser relaxes its thresholds for nodes with a score >= 1.
@@ -163,10 +164,11 @@ class Detector {
                                    const c4d::TickResult& result, const c4d::JobSnapshot& snap,
                                    WallTime now, bool dry_run);
   // C4P's explanation of a link verdict's connection, if the verdict is one C4P may answer for.
-  std::optional<std::string> trafficExplanation(const std::string& key,
-                                                const c4d::Verdict& v) const;
+  std::optional<std::string> trafficExplanation(const std::string& key, const c4d::Verdict& v,
+                                                const c4d::JobSnapshot& snap) const;
   void resolveDeferred(const std::string& key, const Json& job, JobState& state,
-                       const c4d::TickResult& result, WallTime now, bool dry_run);
+                       const c4d::TickResult& result, const c4d::JobSnapshot& snap, WallTime now,
+                       bool dry_run);
   void recordNodeFault(const std::string& node_name, const NodeFaultRecord& record);
   bool stragglerWorthRestart(const Json& job, const c4d::Verdict& v, WallTime now) const;
 

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "synthetic_job.h"
 #include "testing/fake_kube_client.h"
 
@@ -465,6 +467,61 @@ TEST_F(DetectorTest, ASlowLinkC4PExplainsIsNotEscalatedWhileTheExplanationHolds)
   auto d = detector_->diagnosis("team/llm");
   ASSERT_TRUE(d) << "still slow after the grace without C4P's explanation";
   EXPECT_EQ(d->fault_class, "commSlow");
+}
+
+// A node named only because all the slow links touch it is held while C4P explains every one of
+// those links (a failed uplink on their paths: the remaining links carry them slower), and acted
+// on when the explanation ends. One unexplained link is enough to act at once.
+TEST_F(DetectorTest, ASlowNodeWhoseLinksC4PExplainsIsHeldWhileTheExplanationLasts) {
+  build({});
+  bool explained = true;
+  std::set<std::string> asked;
+  detector_->setTrafficExplanation([&](const std::string&, const std::string& a,
+                                       const std::string& b) -> std::optional<std::string> {
+    asked.insert(a + "<->" + b);
+    if (!explained || a != "node-2") return std::nullopt;
+    return "C4P holds link plane0/leaf-1/uplink0 Up failed";
+  });
+  for (int i = 0; i < 8; ++i) step();
+  synth_->slowNic(2, 0.1);
+  for (int i = 0; i < 20 && eventsWithReason("FaultDetected").empty(); ++i) step();
+  auto detected = eventsWithReason("FaultDetected");
+  ASSERT_EQ(detected.size(), 1u);
+  const std::string m = detected[0]["message"].get<std::string>();
+  EXPECT_NE(m.find("commSlow of node node-2"), std::string::npos) << m;
+  EXPECT_NE(m.find("action cordonAndRestart held while C4P explains it: C4P holds link"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("(and the paths to its 1 other peer(s))"), std::string::npos) << m;
+  EXPECT_EQ(asked, (std::set<std::string>{"node-2<->node-1", "node-2<->node-3"}));
+  for (int i = 0; i < 40; ++i) step();
+  EXPECT_FALSE(detector_->diagnosis("team/llm")) << "no grace for slowness C4P explains";
+  explained = false;
+  step();
+  auto d = detector_->diagnosis("team/llm");
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->fault_class, "commSlow");
+  EXPECT_EQ(d->nodes, std::vector<std::string>{"node-2"});
+  EXPECT_TRUE(d->cordon);
+  EXPECT_NE(d->summary.find("C4P no longer explains it"), std::string::npos) << d->summary;
+}
+
+TEST_F(DetectorTest, ASlowNodeIsActedOnWhenC4PExplainsOnlySomeOfItsLinks) {
+  build({});
+  detector_->setTrafficExplanation([](const std::string&, const std::string& a,
+                                      const std::string& b) -> std::optional<std::string> {
+    if (a == "node-2" && b == "node-1") return "C4P holds link plane0/leaf-1/uplink0 Up failed";
+    return std::nullopt;
+  });
+  for (int i = 0; i < 8; ++i) step();
+  synth_->slowNic(2, 0.1);
+  for (int i = 0; i < 20 && !detector_->diagnosis("team/llm"); ++i) step();
+  auto d = detector_->diagnosis("team/llm");
+  ASSERT_TRUE(d);
+  EXPECT_TRUE(d->cordon);
+  for (const auto& e : eventsWithReason("FaultDetected")) {
+    EXPECT_EQ(e["message"].get<std::string>().find("held while"), std::string::npos);
+  }
 }
 
 TEST(FaultHistoryTest, AppendsBoundedAndSkipsMalformedEntries) {
