@@ -104,6 +104,12 @@ class DetectorTest : public ::testing::Test {
     detector_->tick();
   }
 
+  // Steps until an Event with `reason` exists (at most `windows` windows); returns those Events.
+  std::vector<Json> stepUntilEvent(const std::string& reason, int windows = 20) {
+    for (int i = 0; i < windows && eventsWithReason(reason).empty(); ++i) step();
+    return eventsWithReason(reason);
+  }
+
   std::vector<Json> eventsWithReason(const std::string& reason) {
     std::vector<Json> out;
     for (const auto& e : client_.stored(resources::events())) {
@@ -335,12 +341,7 @@ TEST_F(DetectorTest, AHangOnALinkC4PExplainsIsLeftToC4PAndClearsWithoutARestart)
   });
   for (int i = 0; i < 8; ++i) step();
   synth_->blackhole(1, 2);
-  int windows = 0;
-  while (eventsWithReason("FaultDetected").empty() && windows < 20) {
-    step();
-    ++windows;
-  }
-  auto detected = eventsWithReason("FaultDetected");
+  auto detected = stepUntilEvent("FaultDetected");
   ASSERT_EQ(detected.size(), 1u);
   const std::string m = detected[0]["message"].get<std::string>();
   EXPECT_NE(m.find("commHang"), std::string::npos) << m;
@@ -376,14 +377,10 @@ TEST_F(DetectorTest, AHangThatOutlastsTheC4PGraceRestartsTheJob) {
   });
   for (int i = 0; i < 8; ++i) step();
   synth_->blackhole(1, 2);
-  int windows = 0;
-  while (eventsWithReason("FaultDetected").empty() && windows < 20) {
-    step();
-    ++windows;
-  }
-  ASSERT_EQ(eventsWithReason("FaultDetected").size(), 1u);
+  ASSERT_EQ(stepUntilEvent("FaultDetected").size(), 1u);
   const WallTime deferred_at = clock_.wallNow();
-  while (!detector_->diagnosis("team/llm") && windows < 60) {
+  int windows = 0;
+  while (!detector_->diagnosis("team/llm") && windows < 40) {
     step();
     ++windows;
   }
@@ -413,8 +410,7 @@ TEST_F(DetectorTest, AHangC4PNoLongerExplainsIsActedOnAtOnce) {
   });
   for (int i = 0; i < 8; ++i) step();
   synth_->blackhole(1, 2);
-  for (int i = 0; i < 20 && eventsWithReason("FaultDetected").empty(); ++i) step();
-  ASSERT_EQ(eventsWithReason("FaultDetected").size(), 1u);
+  ASSERT_EQ(stepUntilEvent("FaultDetected").size(), 1u);
   step();
   EXPECT_FALSE(detector_->diagnosis("team/llm"));
   explained = false;
@@ -484,8 +480,7 @@ TEST_F(DetectorTest, ASlowNodeWhoseLinksC4PExplainsIsHeldWhileTheExplanationLast
   });
   for (int i = 0; i < 8; ++i) step();
   synth_->slowNic(2, 0.1);
-  for (int i = 0; i < 20 && eventsWithReason("FaultDetected").empty(); ++i) step();
-  auto detected = eventsWithReason("FaultDetected");
+  auto detected = stepUntilEvent("FaultDetected");
   ASSERT_EQ(detected.size(), 1u);
   const std::string m = detected[0]["message"].get<std::string>();
   EXPECT_NE(m.find("commSlow of node node-2"), std::string::npos) << m;
