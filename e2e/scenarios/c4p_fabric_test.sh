@@ -212,7 +212,7 @@ fi
 
 # ---- 3. a gray failure during a run: C4P from telemetry, C4D defers to it -----------------------
 wait_replan() {  # wait_replan <job> <version before> <t0>: sets REPLAN_S, fails after 10 s
-  local v
+  local v i
   for ((i = 0; i < 100; i++)); do
     v=$(plan_version "$1")
     [[ -n $v && $v -gt $2 ]] && break

@@ -219,8 +219,8 @@ Detector::Detector(ingest::ReportStore& store, Informer& jobs, Informer& pods, I
                                        metrics::exponentialBuckets(0.0005, 2.0, 14))),
       deferred_(registry.counter(
           "c4_c4d_deferred_total",
-          "Communication hangs left to C4P (a failed, degraded or suspect link on the "
-          "connection's planned paths), by outcome: deferred, then cleared or acted.",
+          "Communication hangs and slow nodes left to C4P (a failed, degraded or suspect link "
+          "on the connections' planned paths), by outcome: deferred, then cleared or acted.",
           {"outcome"})) {
   // Every class's histogram and the observation counter from the start at 0, so increase() in
   // alerts and dashboards sees the first verdict of a class and the first observation.
@@ -374,8 +374,8 @@ void Detector::escalatePersistentSlowLinks(const std::string& key, const Json& j
       it = state.replanned.erase(it);
       continue;
     }
-    // Slowness C4P explains (a link on the connection's paths failed or degraded) is the
-    // remaining links' capacity, not a NIC: the clock starts again when the explanation ends.
+    // Slowness C4P explains (a link on the connection's paths failed, degraded or suspect) is
+    // the remaining links' capacity, not a NIC: the clock starts again when the explanation ends.
     if (trafficExplanation(key, *active, snap)) it->second = now;
     const double since = std::chrono::duration<double>(now - it->second).count();
     if (now - it->second < config_.replan_grace) {

@@ -149,7 +149,8 @@ class Detector {
     std::optional<DiagnosedFault> diagnosis;
     // Slow-link verdicts (by key) C4P was asked to re-plan around, and when.
     std::map<std::string, WallTime> replanned;
-    // Hang verdicts (by key) left to C4P: the verdict, since when, and C4P's explanation.
+    // Verdicts (by key) left to C4P — hangs, and slow nodes C4P explains: the verdict, since
+    // when, and C4P's explanation.
     struct Deferred {
       c4d::Verdict verdict;
       WallTime since{};
@@ -163,7 +164,8 @@ class Detector {
   void escalatePersistentSlowLinks(const std::string& key, const Json& job, JobState& state,
                                    const c4d::TickResult& result, const c4d::JobSnapshot& snap,
                                    WallTime now, bool dry_run);
-  // C4P's explanation of a link verdict's connection, if the verdict is one C4P may answer for.
+  // C4P's explanation of a comm verdict's link (or of every link of a node named without
+  // node-level evidence), or nullopt.
   std::optional<std::string> trafficExplanation(const std::string& key, const c4d::Verdict& v,
                                                 const c4d::JobSnapshot& snap) const;
   void resolveDeferred(const std::string& key, const Json& job, JobState& state,

@@ -317,26 +317,30 @@ std::optional<std::string> TrafficPlanController::explainConnection(
 
 void TrafficPlanController::publishExplanations() {
   std::map<std::string, std::map<std::pair<std::string, std::string>, std::string>> out;
+  std::map<std::pair<c4p::LinkRef, c4p::Direction>, std::string> suspects;
   if (planner_) {
-    std::map<std::pair<c4p::LinkRef, c4p::Direction>, std::string> suspects;
     for (const auto& s : monitor_.suspects()) {
       suspects.try_emplace({s.link, s.direction}, s.evidence);
     }
+  }
+  // Every link healthy and none suspected (the usual case, every telemetry pass): nothing to
+  // explain, no pair to visit.
+  if (planner_ && (!suspects.empty() || !planner_->fabric().degradedLinks().empty())) {
     const c4p::Fabric& fabric = planner_->fabric();
     // Why C4P answers for one link direction, or "" when it is healthy and unsuspected.
     auto linkWhy = [&](const c4p::LinkRef& link, c4p::Direction dir) -> std::string {
+      const double fraction = fabric.capacityFraction(link.plane, link.leaf, link.uplink, dir);
+      auto s = fraction < 1 ? suspects.end() : suspects.find({link, dir});
+      if (fraction >= 1 && s == suspects.end()) return {};
       const std::string name =
           "link " + c4p::linkName(link) + " " + std::string(c4p::directionName(dir));
-      const double fraction = fabric.capacityFraction(link.plane, link.leaf, link.uplink, dir);
       if (fraction <= 0) return "C4P holds " + name + " failed";
       if (fraction < 1) {
         char text[32];
         std::snprintf(text, sizeof text, "%.0f %%", fraction * 100);
         return "C4P holds " + name + " degraded to " + text + " of its capacity";
       }
-      auto s = suspects.find({link, dir});
-      if (s != suspects.end()) return "C4P suspects " + name + " (" + s->second + ")";
-      return {};
+      return "C4P suspects " + name + " (" + s->second + ")";
     };
     for (const auto& [key, state] : jobs_) {
       if (state.mode != c4p::Mode::kEnforce) continue;
