@@ -344,7 +344,7 @@ class SendComm final : public DataComm {
   SendComm(Context* c, std::vector<UniqueFd> fds, std::shared_ptr<ConnTelemetry> tel)
       : DataComm(CommKind::kSend, c, std::move(fds), std::move(tel), kMaxSendRequests),
         queues_(fds_.size()),
-        credit_(fds_.size(), 0.0) {}
+        owed_(fds_.size(), 0.0) {}
 
  private:
   struct Frame {
@@ -354,7 +354,11 @@ class SendComm final : public DataComm {
     std::size_t done;  // bytes of header+data written
   };
   std::vector<std::deque<Frame>> queues_;
-  std::vector<double> credit_;  // smooth weighted round robin for single-frame messages
+  // Per subflow: the bytes its weight share of every message so far gives it, minus the bytes it
+  // was given (deficit round robin in bytes). Carried across messages, so each subflow's
+  // cumulative bytes stay within one whole message (or 4 KiB per subflow of split ones) of its
+  // weight share: the operator's link monitor reads a lag beyond that as a dead path.
+  std::vector<double> owed_;
 
   void admit(Request* r, LazyNow& /*now*/) override {
     r->firstByteNs = 0;
@@ -392,35 +396,55 @@ class SendComm final : public DataComm {
       queues_[sf].push_back(f);
       r->framesLeft++;
     };
-    std::uint64_t minChunk = ctx->config().minChunkBytes;
     std::size_t positive = 0;
-    for (double x : w) positive += x > 0 ? 1 : 0;
-    if (size < 2 * minChunk || positive == 1) {
-      // Whole message on one subflow, chosen by smooth weighted round robin.
-      std::size_t best = 0;
-      for (std::size_t i = 0; i < nsf; ++i) {
-        credit_[i] += w[i];
-        if (credit_[i] > credit_[best]) best = i;
+    for (std::size_t i = 0; i < nsf; ++i) {
+      if (w[i] > 0) {
+        ++positive;
+        owed_[i] += static_cast<double>(size) * (w[i] / total);
+      } else {
+        owed_[i] = 0;  // planned off its path: owed nothing, now or later
       }
-      credit_[best] -= total;
+    }
+    // The subflow owed the most (ties: the lowest index) among those with weight.
+    auto mostOwed = [&](const std::vector<std::size_t>& given) {
+      std::size_t best = nsf;
+      for (std::size_t i = 0; i < nsf; ++i) {
+        if (w[i] <= 0) continue;
+        if (best == nsf || owed_[i] - static_cast<double>(given[i]) >
+                               owed_[best] - static_cast<double>(given[best])) {
+          best = i;
+        }
+      }
+      return best;
+    };
+    std::vector<std::size_t> share(nsf, 0);
+    if (size < 2 * ctx->config().minChunkBytes || positive == 1) {
+      const std::size_t best = mostOwed(share);  // whole message on one subflow
+      owed_[best] -= static_cast<double>(size);
       push(best, 0, size);
       return;
     }
-    // Contiguous shares proportional to weight, 4 KiB aligned; the remainder goes to the
-    // heaviest subflow.
+    // Each subflow takes what it is owed, 4 KiB aligned; the sum is then made exact: an excess
+    // (owed bytes carried from earlier messages) comes off the largest shares, a remainder goes
+    // to the subflow owed the most.
     std::size_t assigned = 0;
-    std::size_t heaviest =
-        static_cast<std::size_t>(std::max_element(w.begin(), w.end()) - w.begin());
-    std::vector<std::size_t> share(nsf, 0);
     for (std::size_t i = 0; i < nsf; ++i) {
-      auto s = static_cast<std::size_t>(static_cast<double>(size) * (w[i] / total));
-      s &= ~static_cast<std::size_t>(4095);
-      share[i] = s;
-      assigned += s;
+      if (w[i] <= 0 || owed_[i] <= 0) continue;
+      share[i] =
+          std::min(size, static_cast<std::size_t>(owed_[i])) & ~static_cast<std::size_t>(4095);
+      assigned += share[i];
     }
-    share[heaviest] += size - assigned;
+    while (assigned > size) {
+      auto largest =
+          static_cast<std::size_t>(std::max_element(share.begin(), share.end()) - share.begin());
+      std::size_t cut = std::min(share[largest], assigned - size);
+      share[largest] -= cut;
+      assigned -= cut;
+    }
+    if (assigned < size) share[mostOwed(share)] += size - assigned;
     std::size_t off = 0;
     for (std::size_t i = 0; i < nsf; ++i) {
+      owed_[i] -= static_cast<double>(share[i]);
       if (share[i] == 0) continue;
       push(i, off, share[i]);
       off += share[i];

@@ -19,9 +19,13 @@
 // A stalled connection (nothing arrives while an operation waits) carries no window evidence, but
 // the data already in flight when a path died shows: its siblings delivered their shares of the
 // in-flight messages and the dead subflow did not. A subflow of a stalled connection whose lag
-// behind its siblings is at least `min_lag_bytes` is stalled (and nothing is cleared). That is a
-// whole window in which the connection completed nothing while one path held back a mebibyte its
-// siblings delivered: strong enough to confirm after `stalled_confirm_windows` observations.
+// behind its siblings is at least `min_lag_bytes` is stalled (and nothing is cleared). The plugin
+// schedules by bytes owed, so on healthy paths a subflow's cumulative bytes stay within one
+// whole message (below 2 x C4_MIN_CHUNK_BYTES, 128 KiB by default) or 4 KiB per subflow of its
+// weight share; a window in which the connection completed nothing while one path held back
+// twice that is strong enough to confirm after `stalled_confirm_windows` observations. (A dead
+// path holds at least its share of one in-flight message: 512 KiB of a 1 MiB slice on two
+// subflows; 1 MiB, the earlier bar, missed it.)
 //
 // A hint (a C4D kReplan verdict: the connection between two nodes is slow) lowers the bar for
 // that node pair: a subflow below `hint_ratio` of its share counts as stalled, once.
@@ -47,9 +51,9 @@ struct LinkMonitorOptions {
   double hint_ratio = 0.5;     // stall bar for a node pair a C4D kReplan verdict named
   std::uint64_t min_connection_bytes = 1 << 20;  // a connection must move this much per window
   int confirm_windows = 2;                       // consecutive observations before a verdict
-  int stalled_confirm_windows = 1;        // the same when this observation's evidence is a stalled
-                                          // connection's lag
-  std::uint64_t min_lag_bytes = 1 << 20;  // lag that marks a subflow of a stalled connection
+  int stalled_confirm_windows = 1;  // the same when this observation's evidence is a stalled
+                                    // connection's lag
+  std::uint64_t min_lag_bytes = 256 << 10;  // lag that marks a subflow of a stalled connection
 };
 
 // One subflow between two consecutive samples of a send connection.

@@ -101,7 +101,7 @@ TEST_F(LinkMonitorTest, AStalledConnectionShowsItsDeadSubflowByItsLag) {
   auto waiting = conn({0, 0, 0, 0});
   waiting.stalled = true;
   waiting.subflows[3].lag_bytes = 3'000'000;  // the others delivered their in-flight shares
-  waiting.subflows[1].lag_bytes = 100'000;    // a partial slice: below min_lag_bytes
+  waiting.subflows[1].lag_bytes = 130'000;    // one whole small message: below min_lag_bytes
   auto verdicts = observe({waiting});         // strong evidence: one observation confirms it
   ASSERT_EQ(verdicts.size(), 2u);
   EXPECT_EQ(verdicts[0].link, (c4p::LinkRef{0, "leaf-a", 3}));
@@ -118,6 +118,18 @@ TEST_F(LinkMonitorTest, AStalledConnectionShowsItsDeadSubflowByItsLag) {
   waiting.stalled = false;
   other.observe({waiting}, fabric_, locate);
   EXPECT_TRUE(other.observe({waiting}, fabric_, locate).empty());
+}
+
+// The smallest dead-path lag: a path died holding its half of the one 1 MiB slice in flight (a CI
+// run of the gray-failure e2e saw 0.7 MB stuck; the earlier 1 MiB bar missed it).
+TEST_F(LinkMonitorTest, OneInFlightSliceShareIsEnough) {
+  auto waiting = conn({0, 0, 0, 0});
+  waiting.stalled = true;
+  waiting.subflows[0].lag_bytes = 512 << 10;
+  auto verdicts = observe({waiting});
+  ASSERT_EQ(verdicts.size(), 2u);
+  EXPECT_EQ(verdicts[0].link, (c4p::LinkRef{0, "leaf-a", 0}));
+  EXPECT_EQ(verdicts[1].link, (c4p::LinkRef{0, "leaf-b", 0}));
 }
 
 // A subflow that carried too little in a moving window is a suspect for confirm_windows (2),
