@@ -173,7 +173,15 @@ Shipper::~Shipper() {
 bool Shipper::add(report::Message message) {
   bool flush = false;
   Item item;
+  std::lock_guard lock(mu_);
   if (auto* r = std::get_if<report::RankReport>(&message)) {
+    if (newlyStalledLocked(*r)) {
+      const MonoTime now = clock_.monoNow();
+      if (!last_stall_flush_ || now - *last_stall_flush_ >= config_.interval) {
+        last_stall_flush_ = now;
+        flush = true;
+      }
+    }
     item.bytes = estimateBytes(*r);
     item.value = std::move(*r);
   } else {
@@ -191,7 +199,6 @@ bool Shipper::add(report::Message message) {
     item.bytes = estimateBytes(notice);
     item.value = std::move(notice);
   }
-  std::lock_guard lock(mu_);
   if (item.bytes > config_.max_buffer_bytes) return false;
   const bool notice = isNotice(item.value);
   buffer_bytes_ += item.bytes;
@@ -204,6 +211,23 @@ bool Shipper::add(report::Message message) {
     cv_.notify_all();
   }
   return true;
+}
+
+bool Shipper::newlyStalledLocked(const report::RankReport& r) {
+  if (rank_conns_.size() >= kMaxTrackedRanks) rank_conns_.clear();
+  auto& previous = rank_conns_[{r.id.ns + "/" + r.id.pod, r.id.pid, r.id.rank}];
+  std::map<std::uint64_t, ConnState> current;
+  bool newly = false;
+  for (const auto& c : r.connections) {
+    if (c.direction != report::Direction::kRecv) continue;
+    auto before = previous.find(c.id);
+    const bool stalled = before != previous.end() && c.bytes == before->second.bytes &&
+                         c.inflight > 0 && c.oldestInflightUs >= report::kStalledWaitUs;
+    if (stalled && !before->second.stalled) newly = true;
+    current[c.id] = ConnState{c.bytes, stalled};
+  }
+  previous = std::move(current);
+  return newly;
 }
 
 void Shipper::setHealth(report::NodeHealth health, bool anomaly) {

@@ -107,7 +107,7 @@ std::optional<std::vector<std::string>> jobPlacement(const Json& job, std::int64
 // A window in which nothing arrived on a connection counts as stalled (ConnectionDelta::stalled)
 // when an operation has waited at least this long at its end: a receive posted during a compute
 // phase waits too, but its subflows are level, so the lag rule finds nothing there.
-inline constexpr std::int64_t kStalledWaitUs = 500'000;
+inline constexpr std::uint64_t kStalledWaitUs = report::kStalledWaitUs;
 
 std::vector<ConnectionDelta> connectionDeltas(
     const ingest::JobRecord& record, const c4p::JobPlan& plan, std::int64_t plan_version,

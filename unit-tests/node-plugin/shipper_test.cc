@@ -322,6 +322,48 @@ TEST_F(ShipperTest, AnomalyAndHealthFlushAtOnce) {
   s->stop();
 }
 
+// The first report in which a receiving connection stalled (a receive waits >= 0.5 s and nothing
+// arrived since the rank's previous report) goes out at once: C4P and C4D act on it. A stall
+// that goes on, or one whose bytes still moved, waits for the interval; at most one early send
+// per interval.
+TEST_F(ShipperTest, ANewlyStalledConnectionShipsAtOnce) {
+  config_.interval = std::chrono::seconds{60};
+  auto s = make();
+  s->start();
+  ASSERT_TRUE(clock_.awaitWaiters(1));
+  auto recv = [](int rank, std::uint64_t seq, std::uint64_t bytes, std::uint64_t oldest_us) {
+    auto r = report(rank, seq);
+    r.connections[0].direction = report::Direction::kRecv;
+    r.connections[0].bytes = bytes;
+    r.connections[0].inflight = oldest_us > 0 ? 1 : 0;
+    r.connections[0].oldestInflightUs = oldest_us;
+    return r;
+  };
+  auto settle = [&](std::size_t want) {
+    for (int i = 0; i < 500 && transport_.count() < want; ++i) ::usleep(2000);
+    ::usleep(20'000);
+    return transport_.count();
+  };
+  s->add(recv(0, 1, 100, 0));
+  s->add(recv(0, 2, 200, 900'000));  // waited long, but bytes arrived: not stalled
+  EXPECT_EQ(settle(0), 0u);
+  s->add(recv(0, 3, 200, 1'900'000));  // nothing since the last report: stalled now
+  ASSERT_EQ(settle(1), 1u);
+  EXPECT_EQ(transport_.posted[0].report.reports.size(), 3u);
+  s->add(recv(0, 4, 200, 2'900'000));  // the same stall: no early send
+  s->add(recv(1, 1, 100, 0));
+  s->add(recv(1, 2, 100, 600'000));  // another rank's new stall, within the interval
+  EXPECT_EQ(settle(1), 1u);
+  // An interval later the scheduled send takes them; a new stall then ships at once again.
+  ASSERT_TRUE(clock_.awaitWaiters(1));
+  clock_.advance(std::chrono::seconds{60});
+  ASSERT_EQ(settle(2), 2u);
+  s->add(recv(0, 5, 300, 100'000));
+  s->add(recv(0, 6, 300, 1'100'000));
+  EXPECT_EQ(settle(3), 3u);
+  s->stop();
+}
+
 TEST_F(ShipperTest, StopFlushesWhatItHolds) {
   config_.interval = std::chrono::seconds{60};
   auto s = make();

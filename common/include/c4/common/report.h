@@ -93,6 +93,11 @@ struct RankIdentity {
   friend bool operator==(const RankIdentity&, const RankIdentity&) = default;
 };
 
+// A receive that has waited this long while its connection delivered nothing for a whole report
+// interval marks the connection stalled: the node plugin ships that report at once and the
+// operator's link monitor reads the subflows' lag in that window (a dead path).
+inline constexpr std::uint64_t kStalledWaitUs = 500'000;
+
 struct RankReport {
   RankIdentity id;
   std::uint64_t seq = 0;

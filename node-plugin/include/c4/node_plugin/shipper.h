@@ -16,7 +16,10 @@
 // draw to a uniform value in [d/2, d]. Memory is bounded by max_buffer_bytes (an estimate of the
 // encoded size): past it the oldest items go first, counted. `seq` starts at the start time in
 // Unix microseconds and grows by one per POST. Notices (anomaly, checkpoint) and health
-// anomalies ask for an immediate send (not earlier than the backoff allows).
+// anomalies ask for an immediate send (not earlier than the backoff allows), and so does the
+// first report in which a receiving connection stalled (a receive waits >= 0.5 s and nothing
+// arrived since the rank's previous report), at most once per interval: a dead path reaches the
+// operator's link monitor and C4D without the batching delay.
 //
 // Thread-safe: add*() from any thread; run() on one thread; stop() from another.
 #pragma once
@@ -25,11 +28,13 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <variant>
 #include <vector>
 
@@ -124,8 +129,9 @@ class Shipper {
   Shipper(const Shipper&) = delete;
   Shipper& operator=(const Shipper&) = delete;
 
-  // Adds an attributed message; notices other than progress ask for an immediate send.
-  // Returns false only if the message alone exceeds the buffer bound.
+  // Adds an attributed message; notices other than progress ask for an immediate send, and so
+  // does a rank report with a newly stalled connection (see newlyStalledLocked), at most once per
+  // interval. Returns false only if the message alone exceeds the buffer bound.
   bool add(report::Message message);
   // The latest node health; `anomaly` asks for an immediate send.
   void setHealth(report::NodeHealth health, bool anomaly);
@@ -176,6 +182,10 @@ class Shipper {
   void successLocked();
   void updateGaugesLocked();
   Batch takeBatchLocked();
+  // True when one of the report's receiving connections stalled since the rank's previous report:
+  // a receive has waited at least report::kStalledWaitUs and the connection delivered nothing in
+  // between (the first silent window of a dead path or a hung peer). Remembers the report.
+  bool newlyStalledLocked(const report::RankReport& r);
 
   ShipperConfig config_;
   Clock& clock_;
@@ -202,6 +212,16 @@ class Shipper {
   std::optional<MonoTime> failing_since_;
   MonoTime shutdown_deadline_{};
   std::uint64_t dropped_items_ = 0;
+  // Per rank process (namespace/pod, pid, rank): each receiving connection's bytes in its last
+  // report and whether it was stalled then. Cleared when it outgrows kMaxTrackedRanks.
+  struct ConnState {
+    std::uint64_t bytes = 0;
+    bool stalled = false;
+  };
+  static constexpr std::size_t kMaxTrackedRanks = 4096;
+  std::map<std::tuple<std::string, std::uint32_t, std::int32_t>, std::map<std::uint64_t, ConnState>>
+      rank_conns_;
+  std::optional<MonoTime> last_stall_flush_;
   std::atomic<std::int64_t> last_loop_ns_{0};
   std::thread thread_;
 
