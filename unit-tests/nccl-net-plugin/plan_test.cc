@@ -107,6 +107,13 @@ struct PlanFileTest : ::testing::Test {
     file = (dir / "plan.json").string();
   }
   void TearDown() override { fs::remove_all(dir); }
+  // node-a reading the plan file, polled only when a test ticks it.
+  std::unique_ptr<Context> plannedContext() {
+    auto cfg = baseConfig("node-a", 0);
+    cfg.planFile = file;
+    cfg.planPollMs = 3600 * 1000;
+    return makeContext(cfg);
+  }
   // Atomic replace, as a ConfigMap update does (new inode).
   void write(const std::string& text) {
     std::string tmp = file + ".tmp";
@@ -151,21 +158,32 @@ std::uint16_t freePort() {
   return ntohs(a.sin_port);
 }
 
+// A plan with one pair node-a -> node-b of two subflows: ports p0 and p1, paths 10 and 11.
+std::string twoSubflowPlan(int version, std::uint16_t p0, std::uint16_t p1, double w0, double w1) {
+  return "{\"version\": " + std::to_string(version) +
+         ", \"pairs\": [{\"localNode\": \"node-a\", \"peerNode\": \"node-b\", \"subflows\": ["
+         "{\"localPort\": " +
+         std::to_string(p0) + ", \"pathId\": 10, \"weight\": " + std::to_string(w0) +
+         "}, {\"localPort\": " + std::to_string(p1) +
+         ", \"pathId\": 11, \"weight\": " + std::to_string(w1) + "}]}]}";
+}
+
+// One message of n bytes over the pair, both ends waited for.
+void transfer(const Pair& p, std::size_t n) {
+  std::vector<char> src(n), dst(n);
+  void* d[1] = {dst.data()};
+  std::size_t s[1] = {n};
+  int t[1] = {0};
+  auto r = irecv(p.recv, 1, d, s, t);
+  auto w = isend(p.send, src.data(), n, 0);
+  ASSERT_TRUE(r && *r && w && *w);
+  ASSERT_EQ(waitAll({{*w, nullptr}, {*r, nullptr}}), "");
+}
+
 TEST_F(PlanFileTest, SubflowsBindPlannedPortsAndFollowWeightChanges) {
-  std::uint16_t p0 = freePort(), p1 = freePort();
-  auto planText = [&](int version, double w0, double w1) {
-    return "{\"version\": " + std::to_string(version) +
-           ", \"pairs\": [{\"localNode\": \"node-a\", \"peerNode\": \"node-b\", \"subflows\": ["
-           "{\"localPort\": " +
-           std::to_string(p0) + ", \"pathId\": 10, \"weight\": " + std::to_string(w0) +
-           "}, {\"localPort\": " + std::to_string(p1) +
-           ", \"pathId\": 11, \"weight\": " + std::to_string(w1) + "}]}]}";
-  };
-  write(planText(1, 1, 0));
-  auto cfgA = baseConfig("node-a", 0);
-  cfgA.planFile = file;
-  cfgA.planPollMs = 3600 * 1000;  // explicit polls only
-  auto a = makeContext(cfgA);
+  const std::uint16_t p0 = freePort(), p1 = freePort();
+  write(twoSubflowPlan(1, p0, p1, 1, 0));
+  auto a = plannedContext();
   auto b = makeContext(baseConfig("node-b", 1));
   EXPECT_EQ(a->planVersion(), 1);
   Pair p = connectPair(*a, *b);
@@ -175,30 +193,20 @@ TEST_F(PlanFileTest, SubflowsBindPlannedPortsAndFollowWeightChanges) {
   auto tel = telemetryOf(p.send);
   EXPECT_EQ(tel->subflows[0].pathId, 10);
   EXPECT_EQ(tel->subflows[1].pathId, 11);
-  auto transfer = [&](std::size_t n) {
-    std::vector<char> src(n), dst(n);
-    void* d[1] = {dst.data()};
-    std::size_t s[1] = {n};
-    int t[1] = {0};
-    auto r = irecv(p.recv, 1, d, s, t);
-    auto w = isend(p.send, src.data(), n, 0);
-    ASSERT_TRUE(r && *r && w && *w);
-    ASSERT_EQ(waitAll({{*w, nullptr}, {*r, nullptr}}), "");
-  };
-  transfer(4 << 20);
+  transfer(p, 4 << 20);
   EXPECT_EQ(tel->subflows[0].bytes.load(), 4u << 20);
   EXPECT_EQ(tel->subflows[1].bytes.load(), 0u);
   // Path 10 fails: the operator moves all weight to subflow 1. No reconnect.
-  write(planText(2, 0, 1));
+  write(twoSubflowPlan(2, p0, p1, 0, 1));
   a->tickNow(false);
   EXPECT_EQ(a->planVersion(), 2);
-  transfer(4 << 20);
+  transfer(p, 4 << 20);
   EXPECT_EQ(tel->subflows[0].bytes.load(), 4u << 20);
   EXPECT_EQ(tel->subflows[1].bytes.load(), 4u << 20);
   // Even split.
-  write(planText(3, 1, 1));
+  write(twoSubflowPlan(3, p0, p1, 1, 1));
   a->tickNow(false);
-  transfer(8 << 20);
+  transfer(p, 8 << 20);
   EXPECT_EQ(tel->subflows[0].bytes.load(), 8u << 20);
   EXPECT_EQ(tel->subflows[1].bytes.load(), 8u << 20);
 }
@@ -281,58 +289,37 @@ TEST_F(PlanFileTest, UnplannedPairUsesDefaultSpread) {
 // message (or 4 KiB per subflow of split ones) of its weight share, whatever the mix of sizes
 // and weights. The operator's link monitor relies on it: a larger lag is a dead path.
 TEST_F(PlanFileTest, SubflowsCarryTheirWeightShareOfBytes) {
-  std::uint16_t p0 = freePort(), p1 = freePort();
-  auto planText = [&](int version, int w0, int w1) {
-    return "{\"version\": " + std::to_string(version) +
-           ", \"pairs\": [{\"localNode\": \"node-a\", \"peerNode\": \"node-b\", \"subflows\": ["
-           "{\"localPort\": " +
-           std::to_string(p0) + ", \"pathId\": 0, \"weight\": " + std::to_string(w0) +
-           "}, {\"localPort\": " + std::to_string(p1) +
-           ", \"pathId\": 1, \"weight\": " + std::to_string(w1) + "}]}]}";
-  };
-  write(planText(1, 1, 1));
-  auto cfgA = baseConfig("node-a", 0);
-  cfgA.planFile = file;
-  cfgA.planPollMs = 3600 * 1000;  // explicit polls only
-  auto a = makeContext(cfgA);
+  const std::uint16_t p0 = freePort(), p1 = freePort();
+  write(twoSubflowPlan(1, p0, p1, 1, 1));
+  auto a = plannedContext();
   auto b = makeContext(baseConfig("node-b", 1));
   Pair p = connectPair(*a, *b);
   ASSERT_NE(p.send, nullptr);
   auto tel = telemetryOf(p.send);
-  std::vector<char> src(2 << 20), dst(2 << 20);
-  auto transfer = [&](std::size_t n) {
-    void* d[1] = {dst.data()};
-    std::size_t s[1] = {n};
-    int t[1] = {0};
-    auto r = irecv(p.recv, 1, d, s, t);
-    auto w = isend(p.send, src.data(), n, 0);
-    ASSERT_TRUE(r && *r && w && *w);
-    ASSERT_EQ(waitAll({{*w, nullptr}, {*r, nullptr}}), "");
-  };
   auto bytes = [&](std::size_t i) { return static_cast<double>(tel->subflows[i].bytes.load()); };
   // Whole messages (below 2 x C4_MIN_CHUNK_BYTES) of alternating sizes, equal weights: a round
   // robin by count would put every large one on the same subflow.
-  for (int i = 0; i < 40; ++i) transfer(i % 2 == 0 ? 100 << 10 : 4 << 10);
+  for (int i = 0; i < 40; ++i) transfer(p, i % 2 == 0 ? 100 << 10 : 4 << 10);
   EXPECT_LE(std::abs(bytes(0) - bytes(1)), 100 << 10) << bytes(0) << " vs " << bytes(1);
   EXPECT_GT(bytes(0), 0);
   EXPECT_GT(bytes(1), 0);
   // Split messages whose 3:1 shares are not 4 KiB multiples: the remainders must not pile up
   // on one subflow (300 x 3 KiB would be 900 KiB).
-  write(planText(2, 3, 1));
+  write(twoSubflowPlan(2, p0, p1, 3, 1));
   a->tickNow(false);
   ASSERT_EQ(a->planVersion(), 2);
   const double b0 = bytes(0), b1 = bytes(1);
   const std::size_t size = (1 << 20) + (12 << 10);
-  for (int i = 0; i < 300; ++i) transfer(size);
+  for (int i = 0; i < 300; ++i) transfer(p, size);
   const double moved = (bytes(0) - b0) + (bytes(1) - b1);
   EXPECT_EQ(moved, 300.0 * static_cast<double>(size));
   EXPECT_LE(std::abs((bytes(0) - b0) - 0.75 * moved), 16 << 10)
       << "subflow 0 carried " << bytes(0) - b0 << " of " << moved;
   // All weight on subflow 1: subflow 0 carries nothing more.
-  write(planText(3, 0, 1));
+  write(twoSubflowPlan(3, p0, p1, 0, 1));
   a->tickNow(false);
   const double z0 = bytes(0);
-  for (int i = 0; i < 10; ++i) transfer(i % 2 == 0 ? size : 4 << 10);
+  for (int i = 0; i < 10; ++i) transfer(p, i % 2 == 0 ? size : 4 << 10);
   EXPECT_EQ(bytes(0), z0);
 }
 
