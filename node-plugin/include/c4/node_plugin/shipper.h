@@ -218,7 +218,8 @@ class Shipper {
     std::uint64_t bytes = 0;
     bool stalled = false;
   };
-  static constexpr std::size_t kMaxTrackedRanks = 4096;
+  static constexpr std::size_t kMaxTrackedRanks =
+      1024;  // rank processes; far more than a node runs
   std::map<std::tuple<std::string, std::uint32_t, std::int32_t>, std::map<std::uint64_t, ConnState>>
       rank_conns_;
   std::optional<MonoTime> last_stall_flush_;
