@@ -213,13 +213,13 @@ class Shipper {
   MonoTime shutdown_deadline_{};
   std::uint64_t dropped_items_ = 0;
   // Per rank process (namespace/pod, pid, rank): each receiving connection's bytes in its last
-  // report and whether it was stalled then. Cleared when it outgrows kMaxTrackedRanks.
+  // report and whether it was stalled then. Cleared when it outgrows kMaxTrackedRanks rank
+  // processes, far more than a node runs.
   struct ConnState {
     std::uint64_t bytes = 0;
     bool stalled = false;
   };
-  static constexpr std::size_t kMaxTrackedRanks =
-      1024;  // rank processes; far more than a node runs
+  static constexpr std::size_t kMaxTrackedRanks = 1024;
   std::map<std::tuple<std::string, std::uint32_t, std::int32_t>, std::map<std::uint64_t, ConnState>>
       rank_conns_;
   std::optional<MonoTime> last_stall_flush_;
