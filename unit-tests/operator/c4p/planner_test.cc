@@ -919,9 +919,9 @@ TEST(PlannerTest, ThreeTierOptimalOnTinyHealthyFabricsExhaustively) {
 }
 
 // Failed and degraded links of both tiers, jobs of unequal demand, a second job planned around
-// the first. The general method is a heuristic: on 4000 instances of this kind it misses the
-// optimum on 2 (1.5 instead of 1: both subflows of one connection would have to share a path,
-// and reaching that takes more than a move or a swap); it must reach it on 99 % of them.
+// the first. The general method is a heuristic: on 4000 instances of this kind (these 400 and
+// more of the same seed) it misses the optimum on 2 (1.5 instead of 1: the optimum is a chain of
+// changes away, none of which lowers the maximum on its own); it must reach it on 99 % of them.
 TEST(PlannerTest, ThreeTierOptimalOnTinyFabricsWithFailuresExhaustively) {
   auto instances = randomInstances3(400, /*healthy=*/false, 12);
   int leaf_failed = 0, leaf_half = 0, core_failed = 0, core_half = 0, two_jobs = 0, mixed = 0;
