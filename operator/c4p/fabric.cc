@@ -37,10 +37,11 @@ Result<int> intField(const Json& obj, const std::string& path, const char* key, 
   return static_cast<int>(it->get<std::int64_t>());
 }
 
-Result<double> positiveNumber(const Json& obj, const std::string& path, const char* key) {
+Result<double> positiveNumber(const Json& obj, const std::string& path, const char* key,
+                              const char* required = "required") {
   auto it = obj.find(key);
   std::string p = path + "." + key;
-  if (it == obj.end()) return std::unexpected(invalid(p, "required"));
+  if (it == obj.end()) return std::unexpected(invalid(p, required));
   if (!it->is_number() || !std::isfinite(it->get<double>()) || it->get<double>() <= 0 ||
       it->get<double>() > 1e6) {
     return std::unexpected(invalid(p, "must be a number in (0, 1e6] (Gbps)"));
@@ -62,9 +63,10 @@ Result<Direction> parseDirection(const Json& obj, const std::string& path) {
 
 Result<FabricSpec> parseSpec(const Json& s, const std::string& path) {
   if (!s.is_object()) return std::unexpected(invalid(path, "must be an object"));
-  C4_RETURN_IF_ERROR(onlyKeys(s, path,
-                              {"planes", "spines", "uplinksPerLeaf", "uplinkSpeedGbps",
-                               "hostLinkSpeedGbps", "pathSelection", "links"}));
+  C4_RETURN_IF_ERROR(
+      onlyKeys(s, path,
+               {"planes", "spines", "uplinksPerLeaf", "uplinkSpeedGbps", "hostLinkSpeedGbps",
+                "coreUplinksPerSpine", "coreUplinkSpeedGbps", "pathSelection", "links"}));
   FabricSpec spec;
   C4_ASSIGN_OR_RETURN(spec.planes, intField(s, path, "planes", 1, kMaxPlanes, 1));
   C4_ASSIGN_OR_RETURN(spec.spines, intField(s, path, "spines", 1, kMaxUplinksPerLeaf, {}));
@@ -77,6 +79,18 @@ Result<FabricSpec> parseSpec(const Json& s, const std::string& path) {
   }
   C4_ASSIGN_OR_RETURN(spec.uplink_speed_gbps, positiveNumber(s, path, "uplinkSpeedGbps"));
   C4_ASSIGN_OR_RETURN(spec.host_link_speed_gbps, positiveNumber(s, path, "hostLinkSpeedGbps"));
+  C4_ASSIGN_OR_RETURN(spec.core_uplinks_per_spine,
+                      intField(s, path, "coreUplinksPerSpine", 0, kMaxCoreUplinksPerSpine, 0));
+  if (spec.core_uplinks_per_spine > 0) {
+    C4_ASSIGN_OR_RETURN(
+        spec.core_uplink_speed_gbps,
+        positiveNumber(s, path, "coreUplinkSpeedGbps", "required when coreUplinksPerSpine > 0"));
+  } else if (s.contains("coreUplinkSpeedGbps")) {
+    return std::unexpected(invalid(path + ".coreUplinkSpeedGbps",
+                                   "only with coreUplinksPerSpine > 0 (a three-tier fabric)"));
+  }
+  // Path ids a source port selects: U per pod, U · C across pods.
+  const int path_ids = spec.uplinks_per_leaf * std::max(1, spec.core_uplinks_per_spine);
 
   std::string ps_path = path + ".pathSelection";
   auto ps = s.find("pathSelection");
@@ -120,14 +134,14 @@ Result<FabricSpec> parseSpec(const Json& s, const std::string& path) {
       if (!entry.is_object()) return std::unexpected(invalid(e_path, "must be an object"));
       C4_RETURN_IF_ERROR(onlyKeys(entry, e_path, {"port", "path"}));
       C4_ASSIGN_OR_RETURN(int port, intField(entry, e_path, "port", 1, 65535, {}));
-      C4_ASSIGN_OR_RETURN(int p, intField(entry, e_path, "path", 0, spec.uplinks_per_leaf - 1, {}));
+      C4_ASSIGN_OR_RETURN(int p, intField(entry, e_path, "path", 0, path_ids - 1, {}));
       if (!spec.port_table.emplace(static_cast<std::uint16_t>(port), p).second) {
         return std::unexpected(invalid(e_path + ".port", "duplicate port " + std::to_string(port)));
       }
     }
-    std::vector<bool> covered(static_cast<std::size_t>(spec.uplinks_per_leaf), false);
+    std::vector<bool> covered(static_cast<std::size_t>(path_ids), false);
     for (const auto& [port, p] : spec.port_table) covered[static_cast<std::size_t>(p)] = true;
-    for (int p = 0; p < spec.uplinks_per_leaf; ++p) {
+    for (int p = 0; p < path_ids; ++p) {
       if (!covered[static_cast<std::size_t>(p)]) {
         return std::unexpected(
             invalid(t_path + ".entries", "no port maps to path " + std::to_string(p)));
@@ -147,18 +161,54 @@ Result<FabricSpec> parseSpec(const Json& s, const std::string& path) {
       const Json& l = (*links)[i];
       std::string p = l_path + "[" + std::to_string(i) + "]";
       if (!l.is_object()) return std::unexpected(invalid(p, "must be an object"));
-      C4_RETURN_IF_ERROR(
-          onlyKeys(l, p, {"plane", "leaf", "uplink", "direction", "capacityFraction", "reason"}));
+      C4_RETURN_IF_ERROR(onlyKeys(l, p,
+                                  {"plane", "leaf", "uplink", "pod", "spine", "coreUplink",
+                                   "direction", "capacityFraction", "reason"}));
       LinkState st;
       C4_ASSIGN_OR_RETURN(st.link.plane, intField(l, p, "plane", 0, spec.planes - 1, 0));
-      auto leaf = l.find("leaf");
-      if (leaf == l.end() || !leaf->is_string() || leaf->get_ref<const std::string&>().empty() ||
-          leaf->get_ref<const std::string&>().size() > 63) {
-        return std::unexpected(invalid(p + ".leaf", "must be a leaf name of 1..63 characters"));
+      if (l.contains("spine")) {
+        // A spine–core link: (plane, pod, spine, coreUplink).
+        if (l.contains("leaf")) {
+          return std::unexpected(
+              invalid(p,
+                      "either leaf and uplink (a leaf–spine link) or spine and coreUplink (a "
+                      "spine–core link), not both"));
+        }
+        if (l.contains("uplink")) {
+          return std::unexpected(
+              invalid(p + ".uplink", "only with leaf; a spine–core link names its coreUplink"));
+        }
+        if (spec.core_uplinks_per_spine == 0) {
+          return std::unexpected(
+              invalid(p + ".spine", "spine–core links need coreUplinksPerSpine > 0"));
+        }
+        if (auto pod = l.find("pod"); pod != l.end()) {
+          if (!pod->is_string() || pod->get_ref<const std::string&>().empty() ||
+              pod->get_ref<const std::string&>().size() > 63) {
+            return std::unexpected(invalid(
+                p + ".pod",
+                "must be a pod name of 1..63 characters (omit it for nodes without the label)"));
+          }
+          st.link.pod = pod->get<std::string>();
+        }
+        C4_ASSIGN_OR_RETURN(st.link.spine, intField(l, p, "spine", 0, spec.spines - 1, {}));
+        C4_ASSIGN_OR_RETURN(st.link.uplink,
+                            intField(l, p, "coreUplink", 0, spec.core_uplinks_per_spine - 1, {}));
+      } else {
+        for (const char* key : {"pod", "coreUplink"}) {
+          if (l.contains(key)) {
+            return std::unexpected(invalid(p + "." + key, "only with spine (a spine–core link)"));
+          }
+        }
+        auto leaf = l.find("leaf");
+        if (leaf == l.end() || !leaf->is_string() || leaf->get_ref<const std::string&>().empty() ||
+            leaf->get_ref<const std::string&>().size() > 63) {
+          return std::unexpected(invalid(p + ".leaf", "must be a leaf name of 1..63 characters"));
+        }
+        st.link.leaf = leaf->get<std::string>();
+        C4_ASSIGN_OR_RETURN(st.link.uplink,
+                            intField(l, p, "uplink", 0, spec.uplinks_per_leaf - 1, {}));
       }
-      st.link.leaf = leaf->get<std::string>();
-      C4_ASSIGN_OR_RETURN(st.link.uplink,
-                          intField(l, p, "uplink", 0, spec.uplinks_per_leaf - 1, {}));
       C4_ASSIGN_OR_RETURN(st.direction, parseDirection(l, p));
       auto f = l.find("capacityFraction");
       if (f == l.end() || !f->is_number() || !std::isfinite(f->get<double>()) ||
@@ -213,6 +263,10 @@ std::string_view pathRuleName(PathRule r) {
 }
 
 std::string linkName(const LinkRef& link) {
+  if (link.isSpineTier()) {
+    return "plane" + std::to_string(link.plane) + "/" + (link.pod.empty() ? "-" : link.pod) +
+           "/spine" + std::to_string(link.spine) + "/core" + std::to_string(link.uplink);
+  }
   return "plane" + std::to_string(link.plane) + "/" + link.leaf + "/uplink" +
          std::to_string(link.uplink);
 }
@@ -232,7 +286,7 @@ Fabric::Fabric(FabricSpec spec) : spec_(std::move(spec)) {
     }
   }
   if (spec_.rule == PathRule::kTable) {
-    table_ports_.assign(static_cast<std::size_t>(spec_.uplinks_per_leaf), {});
+    table_ports_.assign(static_cast<std::size_t>(pathsPerPlane()), {});
     for (const auto& [port, p] : spec_.port_table) {
       table_ports_[static_cast<std::size_t>(p)].push_back(port);
     }
@@ -270,6 +324,13 @@ Result<Fabric> Fabric::fromSpec(FabricSpec spec) {
             {"uplinksPerLeaf", spec.uplinks_per_leaf},
             {"uplinkSpeedGbps", spec.uplink_speed_gbps},
             {"hostLinkSpeedGbps", spec.host_link_speed_gbps}};
+  // Rendered when set, so a two-tier spec renders as before and nonsense is refused by the parser.
+  if (spec.core_uplinks_per_spine != 0) {
+    s["coreUplinksPerSpine"] = spec.core_uplinks_per_spine;
+    s["coreUplinkSpeedGbps"] = spec.core_uplink_speed_gbps;
+  } else if (spec.core_uplink_speed_gbps != 0) {
+    s["coreUplinkSpeedGbps"] = spec.core_uplink_speed_gbps;
+  }
   if (spec.rule == PathRule::kSourcePortModulo) {
     s["pathSelection"] = {{"rule", "sourcePortModulo"},
                           {"sourcePortModulo", {{"base", spec.port_base}}}};
@@ -280,12 +341,21 @@ Result<Fabric> Fabric::fromSpec(FabricSpec spec) {
   }
   Json links = Json::array();
   for (const auto& st : spec.links) {
-    links.push_back({{"plane", st.link.plane},
-                     {"leaf", st.link.leaf},
-                     {"uplink", st.link.uplink},
-                     {"direction", directionName(st.direction)},
-                     {"capacityFraction", st.capacity_fraction},
-                     {"reason", st.reason}});
+    Json l = {{"plane", st.link.plane},
+              {"direction", directionName(st.direction)},
+              {"capacityFraction", st.capacity_fraction},
+              {"reason", st.reason}};
+    if (st.link.spine != -1) {
+      if (!st.link.pod.empty()) l["pod"] = st.link.pod;
+      if (!st.link.leaf.empty()) l["leaf"] = st.link.leaf;  // refused: not both
+      l["spine"] = st.link.spine;
+      l["coreUplink"] = st.link.uplink;
+    } else {
+      if (!st.link.pod.empty()) l["pod"] = st.link.pod;  // refused: only with spine
+      l["leaf"] = st.link.leaf;
+      l["uplink"] = st.link.uplink;
+    }
+    links.push_back(std::move(l));
   }
   if (!links.empty()) s["links"] = links;
   C4_ASSIGN_OR_RETURN(auto parsed, parseSpec(s, "spec"));
@@ -297,6 +367,33 @@ Status Fabric::validateLink(const LinkRef& link, std::string_view path) const {
   if (link.plane < 0 || link.plane >= spec_.planes) {
     return std::unexpected(
         invalid(p + ".plane", "must be in [0, " + std::to_string(spec_.planes - 1) + "]"));
+  }
+  if (link.spine != -1) {
+    if (spec_.core_uplinks_per_spine == 0) {
+      return std::unexpected(invalid(p + ".spine",
+                                     "spine–core links need coreUplinksPerSpine > 0 (a three-tier "
+                                     "fabric); -1 names a leaf uplink"));
+    }
+    if (link.spine < 0 || link.spine >= spec_.spines) {
+      return std::unexpected(invalid(p + ".spine", "must be -1 (a leaf uplink) or in [0, " +
+                                                       std::to_string(spec_.spines - 1) + "]"));
+    }
+    if (!link.leaf.empty()) {
+      return std::unexpected(invalid(p + ".leaf", "must be empty for a spine–core link"));
+    }
+    if (link.pod.size() > 63) {
+      return std::unexpected(invalid(p + ".pod", "must be a pod name of 0..63 characters"));
+    }
+    if (link.uplink < 0 || link.uplink >= spec_.core_uplinks_per_spine) {
+      return std::unexpected(invalid(
+          p + ".uplink",
+          "core uplink must be in [0, " + std::to_string(spec_.core_uplinks_per_spine - 1) + "]"));
+    }
+    return {};
+  }
+  if (!link.pod.empty()) {
+    return std::unexpected(
+        invalid(p + ".pod", "must be empty for a leaf uplink (leaves are named per plane)"));
   }
   if (link.leaf.empty() || link.leaf.size() > 63) {
     return std::unexpected(invalid(p + ".leaf", "must be a leaf name of 1..63 characters"));
@@ -331,7 +428,15 @@ int Fabric::adoptTelemetry(const Fabric& other) {
 
 double Fabric::capacityFraction(int plane, std::string_view leaf, int uplink,
                                 Direction direction) const {
-  LinkRef link{plane, std::string(leaf), uplink};
+  return capacityFraction(LinkRef{plane, std::string(leaf), uplink}, direction);
+}
+
+double Fabric::capacityGbps(int plane, std::string_view leaf, int uplink,
+                            Direction direction) const {
+  return capacityGbps(LinkRef{plane, std::string(leaf), uplink}, direction);
+}
+
+double Fabric::capacityFraction(const LinkRef& link, Direction direction) const {
   double f = 1.0;
   for (int d : {0, 1}) {
     if (direction != Direction::kBoth && static_cast<int>(direction) != d) continue;
@@ -344,9 +449,9 @@ double Fabric::capacityFraction(int plane, std::string_view leaf, int uplink,
   return f;
 }
 
-double Fabric::capacityGbps(int plane, std::string_view leaf, int uplink,
-                            Direction direction) const {
-  return spec_.uplink_speed_gbps * capacityFraction(plane, leaf, uplink, direction);
+double Fabric::capacityGbps(const LinkRef& link, Direction direction) const {
+  double speed = link.isSpineTier() ? spec_.core_uplink_speed_gbps : spec_.uplink_speed_gbps;
+  return speed * capacityFraction(link, direction);
 }
 
 std::vector<LinkState> Fabric::degradedLinks() const {
@@ -381,31 +486,115 @@ std::vector<LinkState> Fabric::degradedLinks() const {
   return out;
 }
 
+int Fabric::pathsPerPlane() const {
+  return spec_.uplinks_per_leaf * std::max(1, spec_.core_uplinks_per_spine);
+}
+
+int Fabric::pathCount(const NodeLocation& src, const NodeLocation& dst) const {
+  if (src.plane != dst.plane || src.leaf == dst.leaf) return 0;
+  if (src.pod == dst.pod) return spec_.uplinks_per_leaf;
+  return spec_.uplinks_per_leaf * spec_.core_uplinks_per_spine;
+}
+
+Result<std::vector<std::pair<LinkRef, Direction>>> Fabric::pathLinks(const NodeLocation& src,
+                                                                     const NodeLocation& dst,
+                                                                     int path) const {
+  if (src.plane != dst.plane) {
+    return makeError(ErrorCode::kInvalidArgument,
+                     "planes " + std::to_string(src.plane) + " and " + std::to_string(dst.plane) +
+                         " cannot reach each other through the fabric");
+  }
+  if (src.leaf == dst.leaf) {
+    if (src.pod != dst.pod) {
+      return makeError(ErrorCode::kInvalidArgument, "leaf " + src.leaf + " is in two pods (\"" +
+                                                        src.pod + "\" and \"" + dst.pod +
+                                                        "\"): a leaf belongs to one pod");
+    }
+    return makeError(ErrorCode::kInvalidArgument,
+                     "leaf " + src.leaf + ": traffic inside a leaf uses no uplink (no path)");
+  }
+  const int u_count = spec_.uplinks_per_leaf;
+  if (src.pod != dst.pod && spec_.core_uplinks_per_spine == 0) {
+    return makeError(ErrorCode::kInvalidArgument,
+                     "pods \"" + src.pod + "\" and \"" + dst.pod + "\" of plane " +
+                         std::to_string(src.plane) +
+                         " are not connected (coreUplinksPerSpine is 0: two tiers)");
+  }
+  const int count = pathCount(src, dst);
+  if (path < 0 || path >= count) {
+    return makeError(
+        ErrorCode::kInvalidArgument,
+        "path " + std::to_string(path) + " is outside [0, " + std::to_string(count - 1) + "]");
+  }
+  const int u = path % u_count;
+  std::vector<std::pair<LinkRef, Direction>> out;
+  out.emplace_back(LinkRef{src.plane, src.leaf, u}, Direction::kUp);
+  if (src.pod != dst.pod) {
+    const int c = path / u_count;
+    const int spine = u % spec_.spines;
+    out.emplace_back(LinkRef::spineTier(src.plane, src.pod, spine, c), Direction::kUp);
+    out.emplace_back(LinkRef::spineTier(dst.plane, dst.pod, spine, c), Direction::kDown);
+  }
+  out.emplace_back(LinkRef{dst.plane, dst.leaf, u}, Direction::kDown);
+  return out;
+}
+
 int Fabric::pathOfPort(std::uint16_t port) const {
   if (spec_.rule == PathRule::kTable) {
     auto it = spec_.port_table.find(port);
     return it == spec_.port_table.end() ? -1 : it->second;
   }
-  int u = spec_.uplinks_per_leaf;
-  return ((static_cast<int>(port) - spec_.port_base) % u + u) % u;
+  int n = pathsPerPlane();
+  return ((static_cast<int>(port) - spec_.port_base) % n + n) % n;
+}
+
+int Fabric::pathOfPortFor(std::uint16_t port, const NodeLocation& src,
+                          const NodeLocation& dst) const {
+  int count = pathCount(src, dst);
+  int id = pathOfPort(port);
+  if (count == 0 || id < 0) return -1;
+  return id % count;  // count is U (inside a pod) or U · C = pathsPerPlane() (across pods)
+}
+
+std::optional<std::uint16_t> Fabric::freePort(int path, int modulus, std::uint16_t first,
+                                              std::uint16_t last,
+                                              const std::set<std::uint16_t>& used) const {
+  if (path < 0 || path >= modulus || first > last) return std::nullopt;
+  if (spec_.rule == PathRule::kTable) {
+    // Every id congruent to `path`: one id per core uplink for a pair inside a pod.
+    std::optional<std::uint16_t> best;
+    for (std::size_t id = static_cast<std::size_t>(path); id < table_ports_.size();
+         id += static_cast<std::size_t>(modulus)) {
+      for (std::uint16_t port : table_ports_[id]) {
+        if (best && port >= *best) break;
+        if (port >= first && port <= last && !used.contains(port)) {
+          best = port;
+          break;
+        }
+      }
+    }
+    return best;
+  }
+  int offset = ((path + spec_.port_base - static_cast<int>(first)) % modulus + modulus) % modulus;
+  for (long port = static_cast<long>(first) + offset; port <= last; port += modulus) {
+    if (!used.contains(static_cast<std::uint16_t>(port))) return static_cast<std::uint16_t>(port);
+  }
+  return std::nullopt;
 }
 
 std::optional<std::uint16_t> Fabric::freePortForPath(int path, std::uint16_t first,
                                                      std::uint16_t last,
                                                      const std::set<std::uint16_t>& used) const {
-  if (path < 0 || path >= spec_.uplinks_per_leaf || first > last) return std::nullopt;
-  if (spec_.rule == PathRule::kTable) {
-    for (std::uint16_t port : table_ports_[static_cast<std::size_t>(path)]) {
-      if (port >= first && port <= last && !used.contains(port)) return port;
-    }
-    return std::nullopt;
-  }
-  int u = spec_.uplinks_per_leaf;
-  int offset = ((path + spec_.port_base - static_cast<int>(first)) % u + u) % u;
-  for (long port = static_cast<long>(first) + offset; port <= last; port += u) {
-    if (!used.contains(static_cast<std::uint16_t>(port))) return static_cast<std::uint16_t>(port);
-  }
-  return std::nullopt;
+  return freePort(path, pathsPerPlane(), first, last, used);
+}
+
+std::optional<std::uint16_t> Fabric::freePortForPathFor(const NodeLocation& src,
+                                                        const NodeLocation& dst, int path,
+                                                        std::uint16_t first, std::uint16_t last,
+                                                        const std::set<std::uint16_t>& used) const {
+  int count = pathCount(src, dst);
+  if (count == 0) return std::nullopt;
+  return freePort(path, count, first, last, used);
 }
 
 Result<NodeLocation> Fabric::locate(std::string_view node,
@@ -422,6 +611,14 @@ Result<NodeLocation> Fabric::locate(std::string_view node,
                      who + ": label " + std::string(kLeafLabel) + " is longer than 63 characters");
   }
   loc.leaf = leaf->second;
+  if (auto pod = labels.find(kPodLabel); pod != labels.end()) {
+    if (pod->second.empty() || pod->second.size() > 63) {
+      return makeError(ErrorCode::kInvalidArgument,
+                       who + ": label " + std::string(kPodLabel) +
+                           " must be 1..63 characters (omit it for the plane's single pod)");
+    }
+    loc.pod = pod->second;
+  }
   if (auto plane = labels.find(kPlaneLabel); plane != labels.end()) {
     const std::string& v = plane->second;
     bool digits = !v.empty() && v.size() <= 5 &&
@@ -442,6 +639,17 @@ Json renderFabricStatus(const Fabric& fabric, std::int64_t observed_generation,
                         double max_link_load) {
   Json links = Json::array();
   for (const auto& st : fabric.degradedLinks()) {
+    if (st.link.isSpineTier()) {
+      Json l = {{"plane", st.link.plane},
+                {"spine", st.link.spine},
+                {"coreUplink", st.link.uplink},
+                {"direction", directionName(st.direction)},
+                {"capacityFraction", st.capacity_fraction},
+                {"source", st.source}};
+      if (!st.link.pod.empty()) l["pod"] = st.link.pod;
+      links.push_back(std::move(l));
+      continue;
+    }
     links.push_back({{"plane", st.link.plane},
                      {"leaf", st.link.leaf},
                      {"uplink", st.link.uplink},

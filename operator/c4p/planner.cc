@@ -1,9 +1,11 @@
 #include "operator/c4p/planner.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -15,27 +17,95 @@ constexpr double kEps = 1e-9;
 using JobState = PlannerJobState;
 using JobMap = std::map<std::string, JobState>;
 
-// Dense numbering of the link directions the jobs touch: leaf g (global index over planes),
-// uplink u, direction d (0 up, 1 down) -> (g * U + u) * 2 + d.
+// One (source location, destination location) pair: its leaves and (across pods) pods in the
+// Index, and how many paths it has.
+struct Route {
+  std::string src_pod;
+  std::string dst_pod;
+  bool across_pods = false;
+  int count = 0;
+  int g_src = 0;  // global leaf indices
+  int g_dst = 0;
+  int k_src = -1;  // global pod indices (across pods)
+  int k_dst = -1;
+  int next = -1;  // another route between the same two leaves (other pods named), or -1
+};
+
+// The link directions of one path, in order along it (2 inside a pod, 4 across pods).
+struct PathLinks {
+  std::array<std::size_t, 4> l{};
+  std::size_t n = 0;
+  [[nodiscard]] const std::size_t* begin() const { return l.data(); }
+  [[nodiscard]] const std::size_t* end() const { return l.data() + n; }
+};
+
+// One link direction of a path, relative to its pair: a leaf link (uplink `a`) of the source or
+// destination leaf, or a spine–core link (spine `a`, core uplink `b`) of the source or destination
+// pod.
+struct Hop {
+  bool spine_tier = false;
+  bool at_dst = false;
+  int a = 0;
+  int b = 0;
+  int d = 0;  // 0 up, 1 down
+};
+
+// Dense numbering of the link directions the jobs' pairs can use. Leaf links first: leaf g
+// (global index over planes), uplink u, direction d (0 up, 1 down) -> (g·U + u)·2 + d. Then the
+// spine–core links of the pods that pairs across pods connect: pod k (global index over planes),
+// spine s, core uplink c, direction d -> base + ((k·S + s)·C + c)·2 + d. Capacities come from the
+// fabric. Every distinct pair of locations is a route; the link directions of its paths follow
+// Fabric::pathLinks, read once per kind of pair (inside a pod, across pods).
 struct Index {
   int uplinks = 0;
+  int spines = 0;
+  int core_uplinks = 0;
   std::map<std::pair<int, std::string>, int> leaf;
   std::vector<std::pair<int, std::string>> leaf_names;
-  std::vector<double> cap;  // Gbps
+  std::map<std::pair<int, std::string>, int> pod;
+  std::vector<std::pair<int, std::string>> pod_names;
+  std::size_t spine_base = 0;  // index of the first spine–core link direction
+  std::vector<double> cap;     // Gbps
+  std::vector<Route> routes;
+  // (source leaf, destination leaf) -> the first route between them; Route::next links the
+  // others (one per pair of pods named).
+  std::map<std::pair<int, int>, int> route;
+  // The route of every pair of the jobs, in the order of the job map and its jobs' pairs (the
+  // order collectItems visits them in: it must be given the same map).
+  std::vector<int> pair_route;
+  // Per kind of pair (inside a pod, across pods): every path's hops (path p: hops
+  // [p·n, (p + 1)·n)), from Fabric::pathLinks of the first pair of that kind (the paths of all
+  // pairs of a kind have the same form).
+  std::vector<Hop> shape[2];
+  std::size_t shape_hops[2] = {0, 0};
 
-  Index(const Fabric& fabric, const JobMap& jobs) : uplinks(fabric.uplinksPerLeaf()) {
-    std::set<std::pair<int, std::string>> names;
+  Index(const Fabric& fabric, const JobMap& jobs)
+      : uplinks(fabric.uplinksPerLeaf()),
+        spines(fabric.spines()),
+        core_uplinks(fabric.coreUplinksPerSpine()) {
+    using LeafIt = std::map<std::pair<int, std::string>, int>::iterator;
+    std::vector<std::pair<LeafIt, LeafIt>> ends;  // per pair: its leaves in `leaf`
     for (const auto& [_, js] : jobs) {
       for (const auto& p : js.pairs) {
-        names.insert({p.plane, p.src_leaf});
-        names.insert({p.plane, p.dst_leaf});
+        ends.emplace_back(leaf.try_emplace({p.plane, p.src.leaf}, 0).first,
+                          leaf.try_emplace({p.plane, p.dst.leaf}, 0).first);
+        if (p.src.pod != p.dst.pod) {
+          pod.try_emplace({p.plane, p.src.pod}, 0);
+          pod.try_emplace({p.plane, p.dst.pod}, 0);
+        }
       }
     }
-    for (const auto& n : names) {
-      leaf.emplace(n, static_cast<int>(leaf_names.size()));
-      leaf_names.push_back(n);
+    for (auto& [name, g] : leaf) {
+      g = static_cast<int>(leaf_names.size());
+      leaf_names.push_back(name);
     }
-    cap.resize(leaf_names.size() * static_cast<std::size_t>(uplinks) * 2);
+    for (auto& [name, k] : pod) {
+      k = static_cast<int>(pod_names.size());
+      pod_names.push_back(name);
+    }
+    spine_base = leaf_names.size() * static_cast<std::size_t>(uplinks) * 2;
+    cap.resize(spine_base + pod_names.size() * static_cast<std::size_t>(spines) *
+                                static_cast<std::size_t>(core_uplinks) * 2);
     for (std::size_t g = 0; g < leaf_names.size(); ++g) {
       for (int u = 0; u < uplinks; ++u) {
         for (int d : {0, 1}) {
@@ -45,12 +115,115 @@ struct Index {
         }
       }
     }
+    for (std::size_t l = spine_base; l < cap.size(); ++l) {
+      auto [ref, dir] = refOf(l);
+      cap[l] = fabric.capacityGbps(ref, dir);
+    }
+    std::size_t k = 0;
+    for (const auto& [_, js] : jobs) {
+      for (const auto& p : js.pairs) {
+        const int g_src = ends[k].first->second, g_dst = ends[k].second->second;
+        ++k;
+        int r = findRoute(p, g_src, g_dst);
+        if (r < 0) {
+          r = static_cast<int>(routes.size());
+          routes.push_back(makeRoute(fabric, p.src, p.dst, g_src, g_dst));
+          auto [first, added] = route.try_emplace({g_src, g_dst}, r);
+          if (!added) {
+            routes.back().next = first->second;
+            first->second = r;
+          }
+        }
+        pair_route.push_back(r);
+      }
+    }
   }
+
   [[nodiscard]] std::size_t link(int g, int u, int d) const {
     return (static_cast<std::size_t>(g) * static_cast<std::size_t>(uplinks) +
             static_cast<std::size_t>(u)) *
                2 +
            static_cast<std::size_t>(d);
+  }
+  [[nodiscard]] std::size_t spineLink(int k, int s, int c, int d) const {
+    return spine_base +
+           ((static_cast<std::size_t>(k) * static_cast<std::size_t>(spines) +
+             static_cast<std::size_t>(s)) *
+                static_cast<std::size_t>(core_uplinks) +
+            static_cast<std::size_t>(c)) *
+               2 +
+           static_cast<std::size_t>(d);
+  }
+  [[nodiscard]] std::pair<LinkRef, Direction> refOf(std::size_t l) const {
+    const Direction dir = l % 2 == 0 ? Direction::kUp : Direction::kDown;
+    if (l < spine_base) {
+      const std::size_t U = static_cast<std::size_t>(uplinks);
+      const auto& [plane, name] = leaf_names[l / 2 / U];
+      return {LinkRef{plane, name, static_cast<int>(l / 2 % U)}, dir};
+    }
+    const std::size_t C = static_cast<std::size_t>(core_uplinks);
+    const std::size_t S = static_cast<std::size_t>(spines);
+    const std::size_t x = (l - spine_base) / 2;
+    const auto& [plane, name] = pod_names[x / C / S];
+    return {LinkRef::spineTier(plane, name, static_cast<int>(x / C % S), static_cast<int>(x % C)),
+            dir};
+  }
+  // The route of pair p between global leaves g_src and g_dst; -1 before the constructor made it.
+  [[nodiscard]] int findRoute(const JobState::Pair& p, int g_src, int g_dst) const {
+    auto it = route.find({g_src, g_dst});
+    for (int r = it == route.end() ? -1 : it->second; r >= 0;
+         r = routes[static_cast<std::size_t>(r)].next) {
+      const Route& x = routes[static_cast<std::size_t>(r)];
+      if (x.src_pod == p.src.pod && x.dst_pod == p.dst.pod) return r;
+    }
+    return -1;
+  }
+  // The link directions of path `path` of route `r`; none for a path the route does not have
+  // (buildJob and setFabric keep every planned path inside its pair's paths).
+  [[nodiscard]] PathLinks links(int r, int path) const {
+    PathLinks out;
+    const Route& x = routes[static_cast<std::size_t>(r)];
+    if (path < 0 || path >= x.count) return out;
+    const std::size_t kind = x.across_pods ? 1 : 0;
+    const std::size_t n = std::min(shape_hops[kind], out.l.size());
+    const Hop* h = shape[kind].data() + static_cast<std::size_t>(path) * shape_hops[kind];
+    for (; out.n < n; ++out.n, ++h) {
+      out.l[out.n] = h->spine_tier ? spineLink(h->at_dst ? x.k_dst : x.k_src, h->a, h->b, h->d)
+                                   : link(h->at_dst ? x.g_dst : x.g_src, h->a, h->d);
+    }
+    return out;
+  }
+  [[nodiscard]] int pathCount(int r) const { return routes[static_cast<std::size_t>(r)].count; }
+
+ private:
+  Route makeRoute(const Fabric& fabric, const NodeLocation& src, const NodeLocation& dst, int g_src,
+                  int g_dst) {
+    Route r;
+    r.src_pod = src.pod;
+    r.dst_pod = dst.pod;
+    r.across_pods = src.pod != dst.pod;
+    r.count = std::max(fabric.pathCount(src, dst), 0);
+    r.g_src = g_src;
+    r.g_dst = g_dst;
+    if (r.across_pods) {
+      r.k_src = pod.at({src.plane, src.pod});
+      r.k_dst = pod.at({dst.plane, dst.pod});
+    }
+    const std::size_t kind = r.across_pods ? 1 : 0;
+    std::vector<Hop>& hops = shape[kind];
+    if (hops.empty() && r.count > 0) {
+      for (int path = 0; path < r.count; ++path) {
+        auto links = fabric.pathLinks(src, dst, path);
+        if (!links) continue;  // not reached: pathCount(src, dst) > path
+        for (const auto& [ref, dir] : *links) {
+          const int d = dir == Direction::kDown ? 1 : 0;
+          hops.push_back(ref.isSpineTier() ? Hop{true, ref.pod == dst.pod, ref.spine, ref.uplink, d}
+                                           : Hop{false, ref.leaf == dst.leaf, ref.uplink, 0, d});
+        }
+      }
+      shape_hops[kind] = hops.size() / static_cast<std::size_t>(r.count);
+    }
+    return r;
   }
 };
 
@@ -61,6 +234,7 @@ struct Item {
   int plane = 0;
   int src = 0;  // global leaf indices
   int dst = 0;
+  int route = 0;
   double unit = 0;  // Gbps at an equal share: pair demand / subflows
   bool free = false;
   int ordinal = 0;  // of the pair, over all jobs
@@ -74,11 +248,12 @@ std::vector<Item> collectItems(JobMap& jobs, const Index& ix,
     bool free = free_jobs == nullptr || free_jobs->contains(name);
     for (auto& p : js.pairs) {
       ++ordinal;
-      int src = ix.leaf.at({p.plane, p.src_leaf});
-      int dst = ix.leaf.at({p.plane, p.dst_leaf});
+      int route = ix.pair_route[static_cast<std::size_t>(ordinal - 1)];
+      int src = ix.routes[static_cast<std::size_t>(route)].g_src;
+      int dst = ix.routes[static_cast<std::size_t>(route)].g_dst;
       double unit = p.demand_gbps / static_cast<double>(p.subflows.size());
       for (std::size_t j = 0; j < p.subflows.size(); ++j) {
-        items.push_back({&p, j, p.plane, src, dst, unit, free, ordinal});
+        items.push_back({&p, j, p.plane, src, dst, route, unit, free, ordinal});
       }
     }
   }
@@ -90,7 +265,12 @@ double norm(double used, double cap) {
   return used / cap;
 }
 
-// Integer path assignment: every item carries `unit` on its path.
+template <typename Range>
+bool contains(const Range& v, std::size_t x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+// Integer path assignment: every item carries `unit` on every link direction of its path.
 class PathSolver {
  public:
   PathSolver(const Index& ix, std::vector<Item>& items, int max_moves)
@@ -123,6 +303,10 @@ class PathSolver {
     if (!general.empty()) {
       greedy(general);
       localSearch();
+      bool across = std::any_of(general.begin(), general.end(), [&](std::size_t i) {
+        return ix_.routes[static_cast<std::size_t>(items_[i].route)].across_pods;
+      });
+      if (across) plateauSearch(general.size());
     }
     for (std::size_t i = 0; i < items_.size(); ++i) {
       if (items_[i].free) items_[i].pair->subflows[items_[i].sub].path = path_[i];
@@ -137,25 +321,24 @@ class PathSolver {
   }
 
  private:
-  [[nodiscard]] std::size_t up(std::size_t i, int u) const { return ix_.link(items_[i].src, u, 0); }
-  [[nodiscard]] std::size_t down(std::size_t i, int u) const {
-    return ix_.link(items_[i].dst, u, 1);
+  [[nodiscard]] PathLinks links(std::size_t i, int path) const {
+    return ix_.links(items_[i].route, path);
   }
+  [[nodiscard]] int paths(std::size_t i) const { return ix_.pathCount(items_[i].route); }
   [[nodiscard]] double load(std::size_t l) const { return norm(used_[l], ix_.cap[l]); }
   [[nodiscard]] double loadWith(std::size_t l, double add) const {
     return norm(used_[l] + add, ix_.cap[l]);
   }
 
-  void place(std::size_t i, int u) {
-    path_[i] = u;
-    for (std::size_t l : {up(i, u), down(i, u)}) {
+  void place(std::size_t i, int path) {
+    path_[i] = path;
+    for (std::size_t l : links(i, path)) {
       used_[l] += items_[i].unit;
       on_link_[l].push_back(i);
     }
   }
   void unplace(std::size_t i) {
-    int u = path_[i];
-    for (std::size_t l : {up(i, u), down(i, u)}) {
+    for (std::size_t l : links(i, path_[i])) {
       used_[l] -= items_[i].unit;
       if (std::fabs(used_[l]) < kEps) used_[l] = 0;
       auto& v = on_link_[l];
@@ -164,12 +347,13 @@ class PathSolver {
     path_[i] = -1;
   }
 
-  // Tier 1 applies to a plane whose free items all carry the same demand and whose links (of the
-  // leaves involved) all have the same positive capacity.
+  // Tier 1 applies to a plane whose free items are all pairs inside one pod, all carry the same
+  // demand and whose leaf links (of the leaves involved) all have the same positive capacity.
   bool colourable(const std::vector<std::size_t>& list) const {
     double unit = items_[list.front()].unit;
     std::set<int> leaves;
     for (std::size_t i : list) {
+      if (ix_.routes[static_cast<std::size_t>(items_[i].route)].across_pods) return false;
       if (std::fabs(items_[i].unit - unit) > kEps * std::max(1.0, unit)) return false;
       leaves.insert(items_[i].src);
       leaves.insert(items_[i].dst);
@@ -272,36 +456,47 @@ class PathSolver {
     }
   }
 
-  // Subflows of i's pair already on path u.
-  [[nodiscard]] int siblingsOn(std::size_t i, int u) const {
+  // Link directions of path `path` that subflows of i's pair already use, counted per link; inside
+  // a pod only the up link is counted (the down link carries the same subflows of the pair), which
+  // is the number of sibling subflows on the path.
+  [[nodiscard]] int siblingsOn(std::size_t i, int path) const {
+    const bool across = ix_.routes[static_cast<std::size_t>(items_[i].route)].across_pods;
     int n = 0;
-    for (std::size_t j : on_link_[up(i, u)]) n += items_[j].pair == items_[i].pair ? 1 : 0;
+    for (std::size_t l : links(i, path)) {
+      for (std::size_t j : on_link_[l]) n += items_[j].pair == items_[i].pair ? 1 : 0;
+      if (!across) break;
+    }
     return n;
   }
 
-  // Largest demand first, each onto the path with the smallest resulting load; among equal
-  // loads the path with fewer subflows of the same pair (a failed link then takes as few of a
-  // connection's subflows as possible), then the smaller load sum.
+  // Largest demand first, each onto the path with the smallest resulting load over its link
+  // directions; among equal loads the path that shares fewer link directions with subflows of the
+  // same pair (a failed link then takes as few of a connection's subflows as possible), then the
+  // smaller load sum.
   void greedy(std::vector<std::size_t> list) {
     std::stable_sort(list.begin(), list.end(),
                      [&](std::size_t a, std::size_t b) { return items_[a].unit > items_[b].unit; });
     for (std::size_t i : list) {
       int best = 0, best_same = 0;
       double best_max = kInf, best_sum = kInf;
-      // Ties go to the first path in an order that starts at a different uplink per pair, so
-      // that pairs do not all pile their subflows onto the same block of uplinks.
-      const int start = (items_[i].ordinal * 7) % ix_.uplinks;
-      for (int t = 0; t < ix_.uplinks; ++t) {
-        const int u = (start + t) % ix_.uplinks;
-        double a = loadWith(up(i, u), items_[i].unit);
-        double b = loadWith(down(i, u), items_[i].unit);
-        double m = std::max(a, b), s = a + b;
-        int same = siblingsOn(i, u);
+      // Ties go to the first path in an order that starts at a different path per pair, so
+      // that pairs do not all pile their subflows onto the same block of paths.
+      const int n = paths(i);
+      const int start = n > 0 ? (items_[i].ordinal * 7) % n : 0;
+      for (int t = 0; t < n; ++t) {
+        const int p = (start + t) % n;
+        double m = -kInf, s = 0;
+        for (std::size_t l : links(i, p)) {
+          double x = loadWith(l, items_[i].unit);
+          m = std::max(m, x);
+          s += x;
+        }
+        int same = siblingsOn(i, p);
         bool better = m < best_max - kEps ||
                       (m <= best_max + kEps &&
                        (same < best_same || (same == best_same && s < best_sum - kEps)));
         if (better) {
-          best = u;
+          best = p;
           best_max = m;
           best_sum = s;
           best_same = same;
@@ -311,77 +506,165 @@ class PathSolver {
     }
   }
 
-  // Moves (then swaps) free items off the most loaded link while every link they touch ends
-  // below that link's load.
+  // The most loaded link direction (the first of equals) and its load.
+  [[nodiscard]] std::pair<std::size_t, double> top() const {
+    std::size_t first = 0;
+    double m = -1;
+    for (std::size_t l = 0; l < used_.size(); ++l) {
+      double x = load(l);
+      if (x > m + kEps) {
+        m = x;
+        first = l;
+      }
+    }
+    return {first, m};
+  }
+
+  // Moves (then swaps) free items off the most loaded link direction while every link direction
+  // they newly touch ends below that load.
   void localSearch() {
     for (int moves = 0; moves < max_moves_; ++moves) {
-      std::size_t top = 0;
-      double m = -1;
-      for (std::size_t l = 0; l < used_.size(); ++l) {
-        double x = load(l);
-        if (x > m + kEps) {
-          m = x;
-          top = l;
+      auto [t, m] = top();
+      if (m <= 0 || !(tryMove(t, m) || trySwap(t, m))) return;
+    }
+  }
+
+  // The largest load on the link directions path `path` adds to what i uses now (with i on
+  // them); none when that path also uses `top` (moving there would not relieve it) or adds none.
+  [[nodiscard]] std::optional<double> moveLoad(std::size_t i, int path, std::size_t top) const {
+    const auto now = links(i, path_[i]);
+    std::optional<double> x;
+    for (std::size_t l : links(i, path)) {
+      if (l == top) return std::nullopt;
+      if (!contains(now, l)) x = std::max(x.value_or(-kInf), loadWith(l, items_[i].unit));
+    }
+    return x;
+  }
+
+  // Plateau search, for solves with pairs across pods (whose 4-link paths leave the move/swap
+  // neighbourhood stuck more often): when no move or swap lowers the most loaded link direction,
+  // one subflow leaves it for a path whose new link directions end at most at that load, so the
+  // bottleneck moves on (as along an alternating path of König's colouring); a subflow that moved
+  // stays for the next kTabu steps; improving moves and swaps resume after every step. The best
+  // state seen (smallest maximum, then fewest link directions at it) is kept. Ends after
+  // min(2·(free items) + 8, 64) steps without a better state, or after kMaxSteps steps.
+  void plateauSearch(std::size_t free_items) {
+    constexpr int kTabu = 4;
+    constexpr long kMaxSteps = 256;
+    auto score = [&] {
+      double m = maxLoad();
+      int at = 0;
+      for (std::size_t l = 0; l < used_.size(); ++l) at += load(l) >= m - kEps ? 1 : 0;
+      return std::make_pair(m, at);
+    };
+    auto best_score = score();
+    std::vector<int> best = path_;
+    std::vector<long> moved_at(items_.size(), -kTabu - 1);
+    const long patience = std::min(2 * static_cast<long>(free_items) + 8, 64L);
+    const long steps = std::min(kMaxSteps, static_cast<long>(max_moves_));
+    long since_best = 0;
+    for (long step = 0; step < steps && since_best < patience; ++step, ++since_best) {
+      auto [t, m] = top();
+      if (m <= 0 || !std::isfinite(m)) break;
+      std::size_t best_i = 0;
+      int best_p = -1;
+      double best_x = m + kEps;
+      for (std::size_t i : on_link_[t]) {
+        if (!items_[i].free || step - moved_at[i] <= kTabu) continue;
+        for (int p = 0; p < paths(i); ++p) {
+          if (p == path_[i]) continue;
+          std::optional<double> x = moveLoad(i, p, t);
+          if (x && *x <= best_x && (best_p < 0 || *x < best_x - kEps)) {
+            best_x = *x;
+            best_i = i;
+            best_p = p;
+          }
         }
       }
-      if (m <= 0 || !(tryMove(top, m) || trySwap(top, m))) return;
+      if (best_p < 0) break;
+      unplace(best_i);
+      place(best_i, best_p);
+      moved_at[best_i] = step;
+      localSearch();
+      auto now = score();
+      if (now.first < best_score.first - kEps ||
+          (now.first <= best_score.first + kEps && now.second < best_score.second)) {
+        best_score = now;
+        best = path_;
+        since_best = -1;
+      }
     }
+    std::vector<std::size_t> differ;
+    for (std::size_t i = 0; i < items_.size(); ++i) {
+      if (path_[i] != best[i]) differ.push_back(i);
+    }
+    for (std::size_t i : differ) unplace(i);
+    for (std::size_t i : differ) place(i, best[i]);
   }
 
   bool tryMove(std::size_t top, double m) {
     std::size_t best_i = 0;
-    int best_u = -1;
+    int best_p = -1;
     double best = m - kEps;
     for (std::size_t i : on_link_[top]) {
       if (!items_[i].free) continue;
-      for (int u = 0; u < ix_.uplinks; ++u) {
-        if (u == path_[i]) continue;
-        double x =
-            std::max(loadWith(up(i, u), items_[i].unit), loadWith(down(i, u), items_[i].unit));
-        if (x < best) {
-          best = x;
+      for (int p = 0; p < paths(i); ++p) {
+        if (p == path_[i]) continue;
+        std::optional<double> x = moveLoad(i, p, top);
+        if (x && *x < best) {
+          best = *x;
           best_i = i;
-          best_u = u;
+          best_p = p;
         }
       }
     }
-    if (best_u < 0) return false;
+    if (best_p < 0) return false;
     unplace(best_i);
-    place(best_i, best_u);
+    place(best_i, best_p);
     return true;
   }
 
-  // Exchanges the paths of an item on the top link and an item on one of the links it would move
-  // to, when every link either touches ends below m.
+  // Exchanges the paths of an item on the top link and an item of the same path id on one of the
+  // link directions it would move to, when every link direction either touches ends below m.
   bool trySwap(std::size_t top, double m) {
     std::vector<std::size_t> candidates(on_link_[top].begin(), on_link_[top].end());
     for (std::size_t i : candidates) {
       if (!items_[i].free) continue;
       int pi = path_[i];
-      for (int u = 0; u < ix_.uplinks; ++u) {
-        if (u == pi) continue;
+      for (int p = 0; p < paths(i); ++p) {
+        if (p == pi) continue;
+        // Each candidate once, in the order of the links of path p.
         std::vector<std::size_t> others;
-        for (std::size_t l : {up(i, u), down(i, u)}) {
+        for (std::size_t l : links(i, p)) {
           for (std::size_t j : on_link_[l]) {
-            if (j != i && items_[j].free && path_[j] == u) others.push_back(j);
+            if (j != i && items_[j].free && path_[j] == p && pi < paths(j) &&
+                !contains(others, j)) {
+              others.push_back(j);
+            }
           }
         }
         for (std::size_t j : others) {
-          std::map<std::size_t, double> delta;
-          delta[up(i, pi)] -= items_[i].unit;
-          delta[down(i, pi)] -= items_[i].unit;
-          delta[up(i, u)] += items_[i].unit;
-          delta[down(i, u)] += items_[i].unit;
-          delta[up(j, u)] -= items_[j].unit;
-          delta[down(j, u)] -= items_[j].unit;
-          delta[up(j, pi)] += items_[j].unit;
-          delta[down(j, pi)] += items_[j].unit;
+          // Net change per link direction (at most 8 of them).
+          std::vector<std::pair<std::size_t, double>> delta;
+          auto add = [&](std::size_t l, double d) {
+            for (auto& [k, v] : delta) {
+              if (k == l) {
+                v += d;
+                return;
+              }
+            }
+            delta.emplace_back(l, d);
+          };
+          for (std::size_t l : links(i, pi)) add(l, -items_[i].unit);
+          for (std::size_t l : links(i, p)) add(l, items_[i].unit);
+          for (std::size_t l : links(j, p)) add(l, -items_[j].unit);
+          for (std::size_t l : links(j, pi)) add(l, items_[j].unit);
           bool ok = true;
           for (const auto& [l, d] : delta) ok = ok && loadWith(l, d) < m - kEps;
           if (!ok) continue;
           unplace(i);
           unplace(j);
-          place(i, u);
+          place(i, p);
           place(j, pi);
           return true;
         }
@@ -398,14 +681,13 @@ class PathSolver {
   std::vector<int> path_;
 };
 
-// Weighted loads: each subflow carries pair demand × weight.
+// Weighted loads: each subflow carries pair demand × weight on every link direction of its path.
 std::vector<double> weightedUse(const Index& ix, const std::vector<Item>& items) {
   std::vector<double> used(ix.cap.size(), 0.0);
   for (const auto& it : items) {
     const auto& s = it.pair->subflows[static_cast<std::size_t>(it.sub)];
     double c = it.pair->demand_gbps * s.weight;
-    used[ix.link(it.src, s.path, 0)] += c;
-    used[ix.link(it.dst, s.path, 1)] += c;
+    for (std::size_t l : ix.links(it.route, s.path)) used[l] += c;
   }
   return used;
 }
@@ -416,9 +698,10 @@ double maxNorm(const Index& ix, const std::vector<double>& used) {
   return m;
 }
 
-// Weights: equal over live paths, then, for pairs with a path loaded above 1, pairwise moves from
-// the pair's most loaded path to its least loaded one; the best state seen is kept. Weights are
-// rounded to 1e-4.
+// Weights: equal over live paths (a path is dead when any of its link directions has capacity
+// 0), then, for pairs with a path loaded above 1, pairwise moves from the pair's most loaded path
+// to its least loaded one (a path's load: the largest over its link directions); the best state
+// seen is kept. Weights are rounded to 1e-4.
 void balanceWeights(const Index& ix, std::vector<Item>& items, int rounds) {
   // Group the items of each pair (they are consecutive).
   std::vector<std::pair<std::size_t, std::size_t>> groups;
@@ -428,17 +711,23 @@ void balanceWeights(const Index& ix, std::vector<Item>& items, int rounds) {
     groups.push_back({i, j});
     i = j;
   }
-  auto alive = [&](const Item& it) {
-    int u = it.pair->subflows[static_cast<std::size_t>(it.sub)].path;
-    return ix.cap[ix.link(it.src, u, 0)] > 0 && ix.cap[ix.link(it.dst, u, 1)] > 0;
-  };
+  // Per item: the link directions of its path, and whether they all have capacity.
+  std::vector<PathLinks> path_of(items.size());
+  std::vector<bool> alive(items.size());
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const auto links = ix.links(
+        items[i].route, items[i].pair->subflows[static_cast<std::size_t>(items[i].sub)].path);
+    path_of[i] = links;
+    alive[i] =
+        std::all_of(links.begin(), links.end(), [&](std::size_t l) { return ix.cap[l] > 0; });
+  }
   for (auto [b, e] : groups) {
     std::size_t live = 0;
-    for (std::size_t i = b; i < e; ++i) live += alive(items[i]) ? 1U : 0U;
+    for (std::size_t i = b; i < e; ++i) live += alive[i] ? 1U : 0U;
     for (std::size_t i = b; i < e; ++i) {
       auto& s = items[i].pair->subflows[static_cast<std::size_t>(items[i].sub)];
       s.weight = live == 0 ? 1.0 / static_cast<double>(e - b)
-                           : (alive(items[i]) ? 1.0 / static_cast<double>(live) : 0.0);
+                           : (alive[i] ? 1.0 / static_cast<double>(live) : 0.0);
     }
   }
   std::vector<double> used = weightedUse(ix, items);
@@ -448,6 +737,11 @@ void balanceWeights(const Index& ix, std::vector<Item>& items, int rounds) {
     for (const auto& it : items)
       w.push_back(it.pair->subflows[static_cast<std::size_t>(it.sub)].weight);
     return w;
+  };
+  auto minCap = [&](PathLinks links) {
+    double c = kInf;
+    for (std::size_t l : links) c = std::min(c, ix.cap[l]);
+    return c;
   };
   std::vector<double> best = snapshot();
   double best_max = maxNorm(ix, used);
@@ -459,10 +753,10 @@ void balanceWeights(const Index& ix, std::vector<Item>& items, int rounds) {
       std::size_t hi = e, lo = e;
       double chi = -1, clo = kInf;
       for (std::size_t i = b; i < e; ++i) {
-        if (!alive(items[i])) continue;
+        if (!alive[i]) continue;
         const auto& s = items[i].pair->subflows[static_cast<std::size_t>(items[i].sub)];
-        std::size_t lu = ix.link(items[i].src, s.path, 0), ld = ix.link(items[i].dst, s.path, 1);
-        double c = std::max(norm(used[lu], ix.cap[lu]), norm(used[ld], ix.cap[ld]));
+        double c = -kInf;
+        for (std::size_t l : path_of[i]) c = std::max(c, norm(used[l], ix.cap[l]));
         if (s.weight > 1e-12 && c > chi) {
           chi = c;
           hi = i;
@@ -477,18 +771,16 @@ void balanceWeights(const Index& ix, std::vector<Item>& items, int rounds) {
       if (hi == e || lo == e || hi == lo || chi <= 1.0 + 1e-9 || chi - clo <= 1e-6) continue;
       auto& sh = items[hi].pair->subflows[static_cast<std::size_t>(items[hi].sub)];
       auto& sl = items[lo].pair->subflows[static_cast<std::size_t>(items[lo].sub)];
-      std::size_t hu = ix.link(items[hi].src, sh.path, 0), hd = ix.link(items[hi].dst, sh.path, 1);
-      std::size_t lu = ix.link(items[lo].src, sl.path, 0), ld = ix.link(items[lo].dst, sl.path, 1);
-      double a = demand / std::min(ix.cap[hu], ix.cap[hd]);
-      double c = demand / std::min(ix.cap[lu], ix.cap[ld]);
+      const auto hl = path_of[hi];
+      const auto ll = path_of[lo];
+      double a = demand / minCap(hl);
+      double c = demand / minCap(ll);
       double delta = std::min(sh.weight, 0.5 * (chi - clo) / (a + c));
       if (delta < 1e-9) continue;
       sh.weight -= delta;
       sl.weight += delta;
-      used[hu] -= demand * delta;
-      used[hd] -= demand * delta;
-      used[lu] += demand * delta;
-      used[ld] += demand * delta;
+      for (std::size_t l : hl) used[l] -= demand * delta;
+      for (std::size_t l : ll) used[l] += demand * delta;
       moved = true;
     }
     double m = maxNorm(ix, used);
@@ -519,13 +811,18 @@ void balanceWeights(const Index& ix, std::vector<Item>& items, int rounds) {
 }
 
 // Renames the colours (paths) of a plane so that as many subflows as possible keep their old
-// path; only when every link of the plane has the same capacity (renaming then keeps all loads).
+// path; only when every pair of the plane is inside one pod and every leaf link of the plane has
+// the same capacity (renaming then keeps all loads).
 void keepOldPaths(const Index& ix, std::vector<Item>& items,
                   const std::map<const JobState::Pair*, std::vector<int>>& old_paths) {
   std::map<int, std::vector<std::size_t>> by_plane;
   for (std::size_t i = 0; i < items.size(); ++i) by_plane[items[i].plane].push_back(i);
   const int U = ix.uplinks;
   for (auto& [plane, list] : by_plane) {
+    bool across = std::any_of(list.begin(), list.end(), [&](std::size_t i) {
+      return ix.routes[static_cast<std::size_t>(items[i].route)].across_pods;
+    });
+    if (across) continue;
     std::set<int> leaves;
     for (std::size_t i : list) {
       leaves.insert(items[i].src);
@@ -640,6 +937,7 @@ PlanOutcome Planner::finish(JobMap& jobs) {
   std::vector<double> used = weightedUse(ix, items);
   PlanOutcome out;
   out.max_link_load = maxNorm(ix, used);
+  std::size_t next = 0;  // the items are the jobs' subflows in this order
   for (auto& [name, js] : jobs) {
     JobPlan plan;
     plan.job = name;
@@ -647,12 +945,11 @@ PlanOutcome Planner::finish(JobMap& jobs) {
     plan.planes = js.planes;
     for (const auto& p : js.pairs) {
       plan.pairs.push_back({p.conn.src, p.conn.dst, p.plane, p.subflows});
-      int src = ix.leaf.at({p.plane, p.src_leaf});
-      int dst = ix.leaf.at({p.plane, p.dst_leaf});
       for (const auto& s : p.subflows) {
-        std::size_t lu = ix.link(src, s.path, 0), ld = ix.link(dst, s.path, 1);
-        plan.max_link_load =
-            std::max({plan.max_link_load, norm(used[lu], ix.cap[lu]), norm(used[ld], ix.cap[ld])});
+        for (std::size_t l : ix.links(items[next].route, s.path)) {
+          plan.max_link_load = std::max(plan.max_link_load, norm(used[l], ix.cap[l]));
+        }
+        ++next;
       }
     }
     if (!(plan == js.plan)) {
@@ -666,9 +963,16 @@ PlanOutcome Planner::finish(JobMap& jobs) {
 
 namespace {
 
-// Builds a job's state (cross-leaf pairs with equal weights, no paths yet).
+std::string quoted(const std::string& pod) {
+  return "\"" + pod + "\"";
+}
+
+// Builds a job's state (cross-leaf pairs with equal weights, no paths yet). Refuses connections
+// across planes, across pods that the fabric does not connect, and a leaf whose nodes name two
+// pods.
 Result<JobState> buildJob(const JobPlacement& placement,
-                          const std::map<std::string, NodeLocation>& nodes, double host_gbps) {
+                          const std::map<std::string, NodeLocation>& nodes, const Fabric& fabric) {
+  const double host_gbps = fabric.hostLinkSpeedGbps();
   C4_ASSIGN_OR_RETURN(auto conns, jobConnections(placement));
   JobState js;
   js.placement = placement;
@@ -680,6 +984,26 @@ Result<JobState> buildJob(const JobPlacement& placement,
                                                            kLeafLabel + ", " + kPlaneLabel + ")");
     }
     js.planes[n] = it->second.plane;
+  }
+  // A leaf belongs to one pod: when the job spans pods, every node of a leaf names the same one.
+  const bool one_pod =
+      std::all_of(placement.nodes.begin(), placement.nodes.end(), [&](const std::string& n) {
+        return nodes.at(n).pod == nodes.at(placement.nodes.front()).pod;
+      });
+  if (!one_pod) {
+    std::map<std::pair<int, std::string>, const std::string*> first_on_leaf;
+    for (const auto& n : placement.nodes) {
+      const NodeLocation& at = nodes.at(n);
+      auto [first, added] = first_on_leaf.emplace(std::make_pair(at.plane, at.leaf), &n);
+      const NodeLocation& other = nodes.at(*first->second);
+      if (!added && other.pod != at.pod) {
+        return makeError(ErrorCode::kInvalidArgument,
+                         "placement " + placement.job + ": leaf " + at.leaf + " of plane " +
+                             std::to_string(at.plane) + " has node " + *first->second + " in pod " +
+                             quoted(other.pod) + " and node " + n + " in pod " + quoted(at.pod) +
+                             " (label " + kPodLabel + "); a leaf belongs to one pod");
+      }
+    }
   }
   std::map<std::string, int> out_deg, in_deg;
   for (const auto& c : conns) {
@@ -697,11 +1021,19 @@ Result<JobState> buildJob(const JobPlacement& placement,
                            std::to_string(b.plane) + ") are connected but on different planes");
     }
     if (a.leaf == b.leaf) continue;
+    if (fabric.pathCount(a, b) == 0) {
+      return makeError(ErrorCode::kInvalidArgument,
+                       "placement " + placement.job + ": nodes " + c.src + " (pod " +
+                           quoted(a.pod) + ") and " + c.dst + " (pod " + quoted(b.pod) +
+                           ") of plane " + std::to_string(a.plane) +
+                           " are connected but the fabric does not connect their pods "
+                           "(coreUplinksPerSpine is 0: two tiers)");
+    }
     JobState::Pair p;
     p.conn = c;
     p.plane = a.plane;
-    p.src_leaf = a.leaf;
-    p.dst_leaf = b.leaf;
+    p.src = a;
+    p.dst = b;
     p.demand_gbps =
         host_gbps * c.count / static_cast<double>(std::max(out_deg[c.src], in_deg[c.dst]));
     p.subflows.assign(s, PlannedSubflow{0, -1, 1.0 / static_cast<double>(s)});
@@ -716,10 +1048,13 @@ Status assignPorts(JobMap& jobs, const Fabric& fabric, const PlannerOptions& o) 
   for (auto& [name, js] : jobs) {
     for (auto& p : js.pairs) {
       for (auto& s : p.subflows) {
-        if (s.local_port != 0 && fabric.pathOfPort(s.local_port) == s.path) continue;
+        if (s.local_port != 0 && fabric.pathOfPortFor(s.local_port, p.src, p.dst) == s.path) {
+          continue;
+        }
         auto& mine = used[p.conn.src];
         if (s.local_port != 0) mine.erase(s.local_port);
-        auto port = fabric.freePortForPath(s.path, o.port_first, o.port_last, mine);
+        auto port =
+            fabric.freePortForPathFor(p.src, p.dst, s.path, o.port_first, o.port_last, mine);
         if (!port) {
           return makeError(ErrorCode::kResourceExhausted,
                            "job " + name + ": no free source port for path " +
@@ -738,7 +1073,7 @@ Status assignPorts(JobMap& jobs, const Fabric& fabric, const PlannerOptions& o) 
 }  // namespace
 
 Result<PlanOutcome> Planner::planJob(const JobPlacement& placement) {
-  C4_ASSIGN_OR_RETURN(auto fresh, buildJob(placement, nodes_, fabric_.hostLinkSpeedGbps()));
+  C4_ASSIGN_OR_RETURN(auto fresh, buildJob(placement, nodes_, fabric_));
   // Plan 1: every other job pinned.
   JobMap pinned = jobs_;
   pinned.erase(placement.job);
@@ -824,12 +1159,27 @@ Result<PlanOutcome> Planner::setFabric(Fabric fabric) {
       }
     }
     for (const auto& p : js.pairs) {
+      const int count = fabric.pathCount(p.src, p.dst);
+      if (count == 0) {
+        return makeError(ErrorCode::kFailedPrecondition,
+                         "fabric: job " + name + " connects " + p.conn.src + " (pod " +
+                             quoted(p.src.pod) + ") and " + p.conn.dst + " (pod " +
+                             quoted(p.dst.pod) + ") of plane " + std::to_string(p.plane) +
+                             ", pods the new description does not connect "
+                             "(coreUplinksPerSpine is 0)");
+      }
       for (const auto& s : p.subflows) {
-        if (s.path >= fabric.uplinksPerLeaf()) {
+        if (s.path < count) continue;
+        if (p.src.pod == p.dst.pod) {
           return makeError(ErrorCode::kFailedPrecondition, "fabric: job " + name + " uses path " +
                                                                std::to_string(s.path) +
                                                                ", beyond the new uplinksPerLeaf");
         }
+        return makeError(ErrorCode::kFailedPrecondition,
+                         "fabric: job " + name + " uses path " + std::to_string(s.path) +
+                             " between pods " + quoted(p.src.pod) + " and " + quoted(p.dst.pod) +
+                             ", beyond the new uplinksPerLeaf × coreUplinksPerSpine (" +
+                             std::to_string(count) + " paths)");
       }
     }
   }
@@ -857,16 +1207,10 @@ std::vector<LinkLoad> Planner::linkLoads() const {
   auto items = collectItems(copy, ix, nullptr);
   auto used = weightedUse(ix, items);
   std::vector<LinkLoad> out;
-  for (std::size_t g = 0; g < ix.leaf_names.size(); ++g) {
-    for (int u = 0; u < ix.uplinks; ++u) {
-      for (int d : {0, 1}) {
-        std::size_t l = ix.link(static_cast<int>(g), u, d);
-        if (used[l] <= kEps) continue;
-        out.push_back({LinkRef{ix.leaf_names[g].first, ix.leaf_names[g].second, u},
-                       d == 0 ? Direction::kUp : Direction::kDown, ix.cap[l], used[l],
-                       norm(used[l], ix.cap[l])});
-      }
-    }
+  for (std::size_t l = 0; l < used.size(); ++l) {
+    if (used[l] <= kEps) continue;
+    auto [ref, dir] = ix.refOf(l);
+    out.push_back({std::move(ref), dir, ix.cap[l], used[l], norm(used[l], ix.cap[l])});
   }
   std::stable_sort(out.begin(), out.end(),
                    [](const LinkLoad& a, const LinkLoad& b) { return a.load > b.load; });

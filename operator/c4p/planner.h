@@ -1,34 +1,45 @@
 // The C4P planner: assigns every subflow of every job on the fabric a path (an uplink index of its
-// plane) so that the most loaded leaf–spine link carries as little as possible, then a share of
-// the connection's bytes per subflow (weight) and a source port the fabric's rule maps to that
-// path.
+// plane inside a pod; an (uplink, core uplink) pair across pods, Fabric::pathLinks) so that the
+// most loaded link direction carries as little as possible, then a share of the connection's bytes
+// per subflow (weight) and a source port the fabric's rule maps to that path for the pair.
 //
 // Load. A connection's demand is the host link speed divided by the larger of its source's
 // outgoing and its destination's incoming connection count (what the host links alone would give
-// it); a subflow carries demand × weight. The load of a link direction is the sum of what its
-// subflows carry divided by its usable capacity (Fabric::capacityGbps); a load above 1 means the
-// link, not the hosts, limits the collective. A link of capacity 0 must carry nothing.
+// it); a subflow carries demand × weight on every link direction of its path: 2 inside a pod (leaf
+// up, leaf down), 4 across pods (leaf up, spine → core, core → spine, leaf down). The load of a
+// link direction is the sum of what its subflows carry divided by its usable capacity
+// (Fabric::capacityGbps; spine–core links have their own speed); a load above 1 means the link,
+// not the hosts, limits the collective. A link of capacity 0 must carry nothing.
 //
-// Paths, two tiers per plane:
-//   1. Edge colouring. When all subflows of a plane carry the same demand, all its links are
-//      healthy and nothing of the plane is pinned, the cross-leaf subflows form a bipartite
-//      multigraph (source leaf → destination leaf) of maximum degree Δ. König: Δ colours suffice
-//      (alternating-path colouring); the colours are folded onto the U uplinks one round of U
-//      at a time, a bijection per round with a different stride. Every link then carries at
-//      most ⌈Δ/U⌉ subflows, which is optimal; with Δ ≤ U no two subflows share a link.
-//   2. General (unequal demands or capacities, failed links, pinned subflows of other jobs):
-//      largest demand first onto the path with the smallest resulting load, then local search
-//      that moves or swaps subflows off the most loaded link while that lowers it.
-// Weights: equal within a connection, then rebalanced (subflows on a failed link get 0; for a
-// connection with a path loaded above 1, weight moves from its most loaded path to its least
-// loaded one; the best state is kept). Ports: the lowest free port of the configured range that the
-// fabric maps to the path, distinct per source node across all jobs.
+// Paths, per plane:
+//   1. Edge colouring. When every free subflow of a plane is a pair inside one pod, all carry the
+//      same demand, all their leaf links are healthy and nothing of the plane is pinned, the
+//      cross-leaf subflows form a bipartite multigraph (source leaf → destination leaf) of maximum
+//      degree Δ. König: Δ colours suffice (alternating-path colouring); the colours are folded onto
+//      the U uplinks one round of U at a time, a bijection per round with a different stride.
+//      Every link then carries at most ⌈Δ/U⌉ subflows, which is optimal; with Δ ≤ U no two
+//      subflows share a link.
+//   2. General (unequal demands or capacities, failed links, pinned subflows of other jobs, any
+//      pair across pods): largest demand first onto the path with the smallest resulting load over
+//      its link directions (ties: the path sharing fewer link directions with subflows of the same
+//      connection, then the smaller load sum, in an order that starts at a different path per
+//      connection), then local search that moves a subflow off the most loaded link direction or
+//      swaps it with one of the same path id while that lowers it. When the plane has pairs across
+//      pods, a plateau search follows: a subflow leaves the most loaded link direction for a path
+//      that does not raise the maximum, moved subflows rest a few steps, and the best state seen
+//      is kept (a bounded number of steps).
+// Weights: equal within a connection, then rebalanced (subflows on a path with a failed link
+// direction get 0; for a connection with a path loaded above 1, weight moves from its most loaded
+// path to its least loaded one; the best state is kept). Ports: the lowest free port of the
+// configured range that the fabric maps to the path for the pair (Fabric::freePortForPathFor),
+// distinct per source node across all jobs.
 //
 // Incremental: planJob keeps the paths of the other jobs and plans the new one around them; it
-// also plans everything afresh and takes that only when it lowers the maximum load (then colours
-// are renamed to keep as many old paths as possible). rebalance() changes only weights (what live
-// connections can apply without reconnecting). Equal inputs give equal plans (no randomness, no
-// hash-order iteration). Not thread-safe: one reconciler owns it.
+// also plans everything afresh and takes that only when it lowers the maximum load (then, in
+// planes whose pairs are all inside a pod, colours are renamed to keep as many old paths as
+// possible). rebalance() changes only weights (what live connections can apply without
+// reconnecting). Equal inputs give equal plans (no randomness, no hash-order iteration). Not
+// thread-safe: one reconciler owns it.
 #pragma once
 
 #include <cstdint>
@@ -108,8 +119,8 @@ struct PlannerJobState {
   struct Pair {
     Connection conn;
     int plane = 0;
-    std::string src_leaf;
-    std::string dst_leaf;
+    NodeLocation src;  // where conn.src and conn.dst were when the job was planned
+    NodeLocation dst;
     double demand_gbps = 0;  // per connection × count: what the pair carries at full rate
     std::vector<PlannedSubflow> subflows;
   };
@@ -122,22 +133,26 @@ class Planner {
  public:
   explicit Planner(Fabric fabric, PlannerOptions options = {});
 
-  // A node's location from its labels (c4.dev/leaf, c4.dev/plane). Refused when the labels are
-  // bad; a node that moves while a job uses it keeps its planned paths until the job is planned
-  // again.
+  // A node's location from its labels (c4.dev/leaf, c4.dev/plane, c4.dev/pod). Refused when the
+  // labels are bad; a node that moves while a job uses it keeps its planned paths until the job is
+  // planned again.
   Status setNode(const std::string& name, const std::map<std::string, std::string>& labels);
   void removeNode(const std::string& name);
 
   // A new fabric description. Telemetry states carry over; paths and ports stay, weights are
-  // rebalanced. Refused (nothing changes) when a planned node's plane or a path id no longer
-  // exists in it.
+  // rebalanced. Refused (nothing changes) when a planned node's plane no longer exists in it, a
+  // planned path id is not below the new pathCount of its pair, or it no longer connects the pods
+  // of a planned pair.
   Result<PlanOutcome> setFabric(Fabric fabric);
-  // Telemetry: one link's capacity fraction; weights are rebalanced (paths and ports stay).
+  // Telemetry: one link's capacity fraction (a leaf uplink or a spine–core link; the fabric
+  // validates it); weights are rebalanced (paths and ports stay).
   Result<PlanOutcome> setLinkState(const LinkRef& link, double capacity_fraction,
                                    Direction direction = Direction::kBoth);
 
   // Plans (or re-plans) one job; see the header comment. Errors (bad placement, unknown node,
-  // nodes of different planes connected, no free port) leave every plan as it was.
+  // nodes of different planes connected, nodes of pods the fabric does not connect (no core
+  // uplinks) connected, a leaf whose nodes name two pods, no free port) leave every plan as it
+  // was.
   Result<PlanOutcome> planJob(const JobPlacement& placement);
   PlanOutcome removeJob(const std::string& job);
   // Weights only, every job: what live connections can apply.
@@ -148,7 +163,8 @@ class Planner {
   [[nodiscard]] const JobPlan* plan(const std::string& job) const;
   [[nodiscard]] std::vector<std::string> jobs() const;
   [[nodiscard]] double maxLinkLoad() const { return max_load_; }
-  // Loads of every link direction that carries something, highest first.
+  // Loads of every link direction that carries something (leaf and spine–core links), highest
+  // first.
   [[nodiscard]] std::vector<LinkLoad> linkLoads() const;
   [[nodiscard]] const Fabric& fabric() const { return fabric_; }
   [[nodiscard]] const PlannerOptions& options() const { return options_; }

@@ -619,6 +619,611 @@ TEST(PlannerTest, PlanesDoNotShareLinks) {
   EXPECT_EQ(p.plan("b")->pairs[0].plane, 1);
 }
 
+// ---- Three tiers: pods, spines with core uplinks, paths across pods ----
+
+struct Tier3Shape {
+  int pods = 2;
+  int leaves_per_pod = 1;
+  int per_leaf = 1;
+  int spines = 1;
+  int uplinks = 1;
+  int core_uplinks = 1;
+  double core_speed = 100;
+};
+
+std::string podName(int pod) {
+  return "pod-" + std::to_string(pod);
+}
+std::string leafName3(int pod, int leaf) {
+  return "leaf-" + std::to_string(pod) + "-" + std::to_string(leaf);
+}
+std::string node3(int pod, int leaf, int i) {
+  return "q" + std::to_string(pod) + "l" + std::to_string(leaf) + "n" + std::to_string(i);
+}
+
+Fabric makeFabric3(const Tier3Shape& t, const std::vector<LinkState>& links = {}) {
+  FabricSpec spec;
+  spec.spines = t.spines;
+  spec.uplinks_per_leaf = t.uplinks;
+  spec.uplink_speed_gbps = 100;
+  spec.host_link_speed_gbps = 100;
+  spec.core_uplinks_per_spine = t.core_uplinks;
+  spec.core_uplink_speed_gbps = t.core_uplinks > 0 ? t.core_speed : 0;
+  spec.links = links;
+  auto f = Fabric::fromSpec(spec);
+  EXPECT_TRUE(f) << f.error().toString();
+  return *f;
+}
+
+// Registers every node of the shape with the planner; returns where each one is.
+std::map<std::string, NodeLocation> addNodes3(Planner& p, const Tier3Shape& t) {
+  std::map<std::string, NodeLocation> where;
+  for (int q = 0; q < t.pods; ++q) {
+    for (int l = 0; l < t.leaves_per_pod; ++l) {
+      for (int i = 0; i < t.per_leaf; ++i) {
+        EXPECT_TRUE(p.setNode(node3(q, l, i),
+                              {{"c4.dev/leaf", leafName3(q, l)}, {"c4.dev/pod", podName(q)}}));
+        where[node3(q, l, i)] = NodeLocation{0, leafName3(q, l), podName(q)};
+      }
+    }
+  }
+  return where;
+}
+
+// One planned subflow with its pair's locations.
+struct PathSub {
+  NodeLocation src;
+  NodeLocation dst;
+  double demand;  // the pair's demand (Gbps)
+  int subflows;
+  int path;
+  double weight;
+};
+
+std::vector<PathSub> pathSubflowsOf(const Planner& p, const std::vector<JobPlacement>& jobs,
+                                    const std::map<std::string, NodeLocation>& where, double host) {
+  std::vector<PathSub> out;
+  for (const auto& job : jobs) {
+    auto conns = jobConnections(job);
+    EXPECT_TRUE(conns);
+    std::map<std::string, int> out_deg, in_deg;
+    std::map<std::pair<std::string, std::string>, int> count;
+    for (const auto& c : *conns) {
+      out_deg[c.src] += c.count;
+      in_deg[c.dst] += c.count;
+      count[{c.src, c.dst}] = c.count;
+    }
+    const JobPlan* plan = p.plan(job.job);
+    EXPECT_NE(plan, nullptr);
+    if (plan == nullptr) continue;
+    std::size_t cross = 0;
+    for (const auto& c : *conns) cross += where.at(c.src).leaf != where.at(c.dst).leaf ? 1U : 0U;
+    EXPECT_EQ(plan->pairs.size(), cross) << "every cross-leaf pair is planned, no other";
+    for (const auto& pair : plan->pairs) {
+      double demand = host * count[{pair.local_node, pair.peer_node}] /
+                      std::max(out_deg[pair.local_node], in_deg[pair.peer_node]);
+      for (const auto& s : pair.subflows) {
+        out.push_back({where.at(pair.local_node), where.at(pair.peer_node), demand,
+                       job.subflows_per_connection, s.path, s.weight});
+      }
+    }
+  }
+  return out;
+}
+
+// An independent evaluation through Fabric::pathLinks: per subflow and path, the dense ids of the
+// link directions it uses; capacities per id.
+struct PathTable {
+  std::vector<double> cap;
+  std::vector<std::vector<std::vector<int>>> links;  // subflow -> path -> link ids
+};
+
+PathTable pathTable(const Fabric& f, const std::vector<PathSub>& subs) {
+  PathTable t;
+  std::map<std::pair<LinkRef, Direction>, int> id;
+  for (const auto& s : subs) {
+    std::vector<std::vector<int>> per_path;
+    for (int path = 0; path < f.pathCount(s.src, s.dst); ++path) {
+      auto hops = f.pathLinks(s.src, s.dst, path);
+      EXPECT_TRUE(hops);
+      std::vector<int> ids;
+      for (const auto& hop : *hops) {
+        auto [it, added] = id.emplace(hop, static_cast<int>(t.cap.size()));
+        if (added) t.cap.push_back(f.capacityGbps(hop.first, hop.second));
+        ids.push_back(it->second);
+      }
+      per_path.push_back(std::move(ids));
+    }
+    t.links.push_back(std::move(per_path));
+  }
+  return t;
+}
+
+double maxLoadOf(const PathTable& t, const std::vector<PathSub>& subs,
+                 const std::vector<int>& paths, bool weighted) {
+  std::vector<double> used(t.cap.size(), 0.0);
+  for (std::size_t i = 0; i < subs.size(); ++i) {
+    double w = weighted ? subs[i].weight : 1.0 / subs[i].subflows;
+    for (int l : t.links[i][static_cast<std::size_t>(paths[i])]) {
+      used[static_cast<std::size_t>(l)] += subs[i].demand * w;
+    }
+  }
+  double m = 0;
+  for (std::size_t l = 0; l < used.size(); ++l) {
+    m = std::max(m, t.cap[l] <= 0 ? (used[l] > 1e-12 ? kInf : 0.0) : used[l] / t.cap[l]);
+  }
+  return m;
+}
+
+// The optimum over every assignment of paths (each subflow over its pair's paths, equal weights).
+double bruteForcePaths(const PathTable& t, const std::vector<PathSub>& subs) {
+  std::vector<int> paths(subs.size(), 0);
+  double best = kInf;
+  while (true) {
+    best = std::min(best, maxLoadOf(t, subs, paths, false));
+    std::size_t i = 0;
+    while (i < paths.size() && ++paths[i] == static_cast<int>(t.links[i].size())) paths[i++] = 0;
+    if (i == paths.size()) break;
+  }
+  return best;
+}
+
+struct Instance3 {
+  Tier3Shape shape;
+  std::vector<LinkState> links;
+  std::vector<JobPlacement> jobs;
+};
+
+std::string describe3(const Instance3& in) {
+  const auto& t = in.shape;
+  std::string s = "pods=" + std::to_string(t.pods) + " L=" + std::to_string(t.leaves_per_pod) +
+                  " H=" + std::to_string(t.per_leaf) + " S=" + std::to_string(t.spines) +
+                  " U=" + std::to_string(t.uplinks) + " C=" + std::to_string(t.core_uplinks) +
+                  " core=" + std::to_string(t.core_speed);
+  for (const auto& l : in.links) {
+    s += " " + linkName(l.link) + "=" + std::to_string(l.capacity_fraction);
+  }
+  for (const auto& j : in.jobs) {
+    s += " job[s=" + std::to_string(j.subflows_per_connection) + ":";
+    for (const auto& n : j.nodes) s += " " + n;
+    s += "]";
+  }
+  return s;
+}
+
+// Random tiny three-tier instances: 2 pods of 1–2 leaves, 1–2 nodes per leaf, S = 1–2,
+// U = S or 2S, C = 1–2, core links of the leaf links' speed or twice it, one or two jobs (healthy:
+// of equal subflow counts), and (unless healthy) a failed or half-capacity leaf or spine–core
+// link. Every instance has a pair across pods and at most 2·10⁴ path assignments.
+std::vector<Instance3> randomInstances3(int count, bool healthy, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  std::vector<Instance3> out;
+  while (static_cast<int>(out.size()) < count) {
+    Instance3 in;
+    Tier3Shape& t = in.shape;
+    t.pods = 2;
+    t.leaves_per_pod = pick(1, 2);
+    t.per_leaf = pick(1, 2);
+    t.spines = pick(1, 2);
+    t.uplinks = t.spines * pick(1, 2);
+    t.core_uplinks = pick(1, 2);
+    t.core_speed = pick(0, 2) == 0 ? 200 : 100;
+    std::map<std::string, NodeLocation> where;
+    std::vector<std::string> nodes;
+    for (int q = 0; q < t.pods; ++q) {
+      for (int l = 0; l < t.leaves_per_pod; ++l) {
+        for (int i = 0; i < t.per_leaf; ++i) {
+          nodes.push_back(node3(q, l, i));
+          where[node3(q, l, i)] = NodeLocation{0, leafName3(q, l), podName(q)};
+        }
+      }
+    }
+    std::shuffle(nodes.begin(), nodes.end(), rng);
+    int jobs = nodes.size() >= 4 ? pick(1, 2) : 1;
+    std::size_t cut = jobs == 1
+                          ? nodes.size()
+                          : static_cast<std::size_t>(pick(2, static_cast<int>(nodes.size()) - 2));
+    int s0 = pick(1, 2);
+    in.jobs.push_back({"job-a", {nodes.begin(), nodes.begin() + static_cast<long>(cut)}, 1, s0});
+    if (jobs == 2) {
+      in.jobs.push_back({"job-b",
+                         {nodes.begin() + static_cast<long>(cut), nodes.end()},
+                         1,
+                         healthy ? s0 : pick(1, 2)});
+    }
+    if (!healthy) {
+      int kind = pick(0, 4);  // none, failed leaf link, half leaf link, failed core, half core
+      LinkState st;
+      st.capacity_fraction = kind % 2 == 1 ? 0.0 : 0.5;
+      if (kind == 1 || kind == 2) {
+        st.link = LinkRef{0, leafName3(pick(0, t.pods - 1), pick(0, t.leaves_per_pod - 1)),
+                          pick(0, t.uplinks - 1)};
+      } else if (kind > 2) {
+        st.link = LinkRef::spineTier(0, podName(pick(0, t.pods - 1)), pick(0, t.spines - 1),
+                                     pick(0, t.core_uplinks - 1));
+      }
+      if (pick(0, 2) == 0) st.direction = pick(0, 1) == 0 ? Direction::kUp : Direction::kDown;
+      if (kind > 0) in.links.push_back(st);
+    }
+    bool across = false;
+    double assignments = 1;
+    for (const auto& j : in.jobs) {
+      auto conns = jobConnections(j);
+      for (const auto& c : *conns) {
+        const auto& a = where.at(c.src);
+        const auto& b = where.at(c.dst);
+        if (a.leaf == b.leaf) continue;
+        across = across || a.pod != b.pod;
+        int paths = a.pod != b.pod ? t.uplinks * t.core_uplinks : t.uplinks;
+        for (int k = 0; k < j.subflows_per_connection; ++k) assignments *= paths;
+      }
+    }
+    if (!across || assignments > 2e4) continue;
+    out.push_back(std::move(in));
+  }
+  return out;
+}
+
+bool sameLoad(double a, double b, double tolerance) {
+  return a == b || std::fabs(a - b) < tolerance;  // equal infinities: every path of a pair dead
+}
+
+// Compares the planner's integer plan with the exhaustive optimum over every path assignment
+// (paths across pods use 4 link directions, inside a pod 2): counts the instances where they are
+// equal, and checks that the plan is never above 1.5 × the optimum, that weights only lower the
+// maximum and that the planner reports the load the links carry.
+void checkOptimal3(const std::vector<Instance3>& instances, int* optimal, int* total) {
+  for (const auto& in : instances) {
+    Fabric f = makeFabric3(in.shape, in.links);
+    Planner p(f);
+    auto where = addNodes3(p, in.shape);
+    for (const auto& j : in.jobs) {
+      auto out = p.planJob(j);
+      ASSERT_TRUE(out) << describe3(in) << ": " << out.error().toString();
+      bool across = false;
+      for (const auto& pair : p.plan(j.job)->pairs) {
+        across = across || where.at(pair.local_node).pod != where.at(pair.peer_node).pod;
+      }
+      if (across) {
+        EXPECT_EQ(out->tier1_planes, 0) << "a plane with a pair across pods is general";
+      }
+    }
+    auto subs = pathSubflowsOf(p, in.jobs, where, 100);
+    auto table = pathTable(f, subs);
+    std::vector<int> paths;
+    for (std::size_t i = 0; i < subs.size(); ++i) {
+      ASSERT_GE(subs[i].path, 0);
+      ASSERT_LT(subs[i].path, f.pathCount(subs[i].src, subs[i].dst)) << describe3(in);
+      paths.push_back(subs[i].path);
+    }
+    double planned = maxLoadOf(table, subs, paths, false);
+    double best = bruteForcePaths(table, subs);
+    ++*total;
+    if (sameLoad(planned, best, 1e-9)) ++*optimal;
+    EXPECT_LE(planned, 1.5 * best + 1e-9) << describe3(in);
+    double weighted = maxLoadOf(table, subs, paths, true);
+    EXPECT_LE(weighted, planned + 1e-3) << describe3(in);
+    EXPECT_TRUE(sameLoad(p.maxLinkLoad(), weighted, 1e-3))
+        << describe3(in) << ": reported " << p.maxLinkLoad() << ", carried " << weighted;
+  }
+}
+
+// Equal demands on healthy links (the case tier 1 solves inside a pod): with pairs across pods the
+// general method reaches the optimum on every instance (also on 3000 of this kind).
+TEST(PlannerTest, ThreeTierOptimalOnTinyHealthyFabricsExhaustively) {
+  int optimal = 0, total = 0;
+  checkOptimal3(randomInstances3(300, /*healthy=*/true, 11), &optimal, &total);
+  EXPECT_EQ(total, 300);
+  EXPECT_EQ(optimal, total);
+}
+
+// Failed and degraded links of both tiers, jobs of unequal demand, a second job planned around
+// the first. The general method is a heuristic: on 4000 instances of this kind (these 400 and
+// more of the same seed) it misses the optimum on 2 (1.5 instead of 1: the optimum is a chain of
+// changes away, none of which lowers the maximum on its own); it must reach it on 99 % of them.
+TEST(PlannerTest, ThreeTierOptimalOnTinyFabricsWithFailuresExhaustively) {
+  auto instances = randomInstances3(400, /*healthy=*/false, 12);
+  int leaf_failed = 0, leaf_half = 0, core_failed = 0, core_half = 0, two_jobs = 0, mixed = 0;
+  for (const auto& in : instances) {
+    for (const auto& l : in.links) {
+      bool dead = l.capacity_fraction == 0;
+      (l.link.isSpineTier() ? (dead ? core_failed : core_half)
+                            : (dead ? leaf_failed : leaf_half)) += 1;
+    }
+    if (in.jobs.size() == 2) {
+      ++two_jobs;
+      mixed += in.jobs[0].subflows_per_connection != in.jobs[1].subflows_per_connection ? 1 : 0;
+    }
+  }
+  // The set covers dead and half-capacity links of both tiers and a second job planned around
+  // the first.
+  EXPECT_GT(leaf_failed, 50);
+  EXPECT_GT(leaf_half, 50);
+  EXPECT_GT(core_failed, 50);
+  EXPECT_GT(core_half, 50);
+  EXPECT_GT(two_jobs, 60);
+  EXPECT_GT(mixed, 30);
+  int optimal = 0, total = 0;
+  checkOptimal3(instances, &optimal, &total);
+  EXPECT_EQ(total, 400);
+  EXPECT_GE(optimal, total * 99 / 100);
+}
+
+// A ring over both pods: every node's successor is in the other pod (pod 0, pod 1, pod 0, ...).
+JobPlacement acrossPods(const std::string& job, const Tier3Shape& t, int subflows,
+                        bool both_directions = false) {
+  JobPlacement j{job, {}, 1, subflows, both_directions};
+  for (int l = 0; l < t.leaves_per_pod; ++l) {
+    for (int i = 0; i < t.per_leaf; ++i) {
+      for (int q = 0; q < t.pods; ++q) j.nodes.push_back(node3(q, l, i));
+    }
+  }
+  return j;
+}
+
+bool pathUses(const Fabric& f, const NodeLocation& src, const NodeLocation& dst, int path,
+              const LinkRef& link) {
+  auto hops = f.pathLinks(src, dst, path);
+  EXPECT_TRUE(hops);
+  return std::any_of(hops->begin(), hops->end(), [&](const auto& h) { return h.first == link; });
+}
+
+// Pairs inside a pod of a three-tier fabric are planned as on two tiers: edge colouring, leaf
+// uplinks only; a pair across pods loads its spine's core uplinks, and linkLoads lists them.
+TEST(PlannerTest, ThreeTierPairsInsideAPodAreColouredAndPairsAcrossPodsLoadCoreLinks) {
+  Tier3Shape t{2, 2, 2, 2, 4, 2, 100};
+  Fabric f = makeFabric3(t);
+  Planner p(f);
+  auto where = addNodes3(p, t);
+  JobPlacement inside{"inside", {}, 1, 4};
+  for (int i = 0; i < 2; ++i) {
+    for (int l = 0; l < 2; ++l) inside.nodes.push_back(node3(0, l, i));
+  }
+  auto out = p.planJob(inside);
+  ASSERT_TRUE(out) << out.error().toString();
+  EXPECT_EQ(out->tier1_planes, 1);
+  for (const auto& pair : p.plan("inside")->pairs) {
+    for (const auto& s : pair.subflows) EXPECT_LT(s.path, t.uplinks);
+  }
+  for (const auto& l : p.linkLoads()) EXPECT_FALSE(l.link.isSpineTier()) << linkName(l.link);
+  // Each of pod 0's leaves sends 2 connections of 4 subflows over 4 uplinks: one per link.
+  EXPECT_DOUBLE_EQ(p.maxLinkLoad(), 0.5);
+
+  JobPlacement across{"across", {}, 1, 4};
+  for (int i = 0; i < 2; ++i) {
+    for (int q = 0; q < 2; ++q) across.nodes.push_back(node3(q, 1, i));
+  }
+  out = p.planJob(across);
+  ASSERT_TRUE(out) << out.error().toString();
+  EXPECT_EQ(out->tier1_planes, 0);
+  // What the spine–core links carry, per pod and direction, from the plan and pathLinks.
+  std::map<std::pair<std::string, Direction>, double> expected;
+  bool high_path = false;
+  for (const auto& pair : p.plan("across")->pairs) {
+    const auto& a = where.at(pair.local_node);
+    const auto& b = where.at(pair.peer_node);
+    for (const auto& s : pair.subflows) {
+      ASSERT_LT(s.path, f.pathCount(a, b));
+      if (a.pod == b.pod) continue;
+      high_path = high_path || s.path >= t.uplinks;
+      for (const auto& [ref, dir] : *f.pathLinks(a, b, s.path)) {
+        if (ref.isSpineTier()) expected[{ref.pod, dir}] += 100 * s.weight;
+      }
+    }
+  }
+  EXPECT_TRUE(high_path) << "pairs across pods use the core uplinks beyond the first";
+  std::map<std::pair<std::string, Direction>, double> listed;
+  for (const auto& l : p.linkLoads()) {
+    if (!l.link.isSpineTier()) continue;
+    EXPECT_DOUBLE_EQ(l.capacity_gbps, 100);
+    EXPECT_NEAR(l.load, l.carried_gbps / 100, 1e-12);
+    listed[{l.link.pod, l.direction}] += l.carried_gbps;
+  }
+  ASSERT_EQ(listed.size(), 4u);  // both pods, up and down
+  for (const auto& [k, v] : expected) EXPECT_NEAR(listed[k], v, 1e-6);
+  // Pod 0 sends two 100 Gbps connections to pod 1: 200 Gbps over its 4 core uplinks.
+  EXPECT_NEAR((listed[{podName(0), Direction::kUp}]), 200, 1e-6);
+}
+
+// A spine–core link that fails under a running job carries nothing: paths and ports stay, the
+// subflows whose path crosses it get weight 0, their siblings take the bytes; planned with the
+// failure known, no path crosses it.
+TEST(PlannerTest, ThreeTierFailedCoreLinkCarriesNothing) {
+  Tier3Shape t{2, 2, 2, 2, 2, 2, 100};
+  Fabric f = makeFabric3(t);
+  Planner p(f);
+  auto where = addNodes3(p, t);
+  JobPlacement job = acrossPods("j", t, 4);
+  ASSERT_TRUE(p.planJob(job));
+  const JobPlan before = *p.plan("j");
+  const LinkRef dead = LinkRef::spineTier(0, podName(0), 1, 1);
+  double carried = 0;
+  for (const auto& l : p.linkLoads()) carried += l.link == dead ? l.carried_gbps : 0;
+  ASSERT_GT(carried, 0) << "the link to fail carries part of the plan";
+  auto out = p.setLinkState(dead, 0.0);
+  ASSERT_TRUE(out) << out.error().toString();
+  EXPECT_EQ(out->changed, std::vector<std::string>{"j"});
+  const JobPlan& after = *p.plan("j");
+  ASSERT_EQ(after.pairs.size(), before.pairs.size());
+  int zeroed = 0;
+  for (std::size_t i = 0; i < after.pairs.size(); ++i) {
+    const auto& a = after.pairs[i];
+    double sum = 0;
+    for (std::size_t j = 0; j < a.subflows.size(); ++j) {
+      EXPECT_EQ(a.subflows[j].path, before.pairs[i].subflows[j].path);
+      EXPECT_EQ(a.subflows[j].local_port, before.pairs[i].subflows[j].local_port);
+      sum += a.subflows[j].weight;
+      if (pathUses(f, where.at(a.local_node), where.at(a.peer_node), a.subflows[j].path, dead)) {
+        EXPECT_EQ(a.subflows[j].weight, 0.0);
+        ++zeroed;
+      }
+    }
+    EXPECT_NEAR(sum, 1.0, 1e-9);
+  }
+  EXPECT_GT(zeroed, 0);
+  for (const auto& l : p.linkLoads()) EXPECT_FALSE(l.link == dead) << "the dead link carries";
+  EXPECT_TRUE(std::isfinite(p.maxLinkLoad()));
+
+  // Planned with the link failed from the start: no subflow is on it.
+  FabricSpec spec = f.spec();
+  LinkState st;
+  st.link = dead;
+  st.capacity_fraction = 0;
+  spec.links.push_back(st);
+  Fabric broken = *Fabric::fromSpec(spec);
+  Planner fresh(broken);
+  addNodes3(fresh, t);
+  ASSERT_TRUE(fresh.planJob(job));
+  for (const auto& pair : fresh.plan("j")->pairs) {
+    for (const auto& s : pair.subflows) {
+      EXPECT_FALSE(
+          pathUses(broken, where.at(pair.local_node), where.at(pair.peer_node), s.path, dead));
+    }
+  }
+  EXPECT_TRUE(std::isfinite(fresh.maxLinkLoad()));
+}
+
+// Ports select the planned path of the pair (Fabric::pathOfPortFor), for both rules, and stay
+// distinct per source node.
+TEST(PlannerTest, ThreeTierPortsSelectThePlannedPath) {
+  Tier3Shape t{2, 2, 1, 2, 2, 2, 100};
+  for (bool table : {false, true}) {
+    FabricSpec spec = makeFabric3(t).spec();
+    if (table) {
+      spec.rule = PathRule::kTable;
+      // Two ports per path id in [0, U·C), out of order.
+      for (int id = 0; id < t.uplinks * t.core_uplinks; ++id) {
+        spec.port_table[static_cast<std::uint16_t>(41100 - 3 * id)] = id;
+        spec.port_table[static_cast<std::uint16_t>(41200 + 5 * id)] = id;
+      }
+    } else {
+      spec.port_base = 3;
+    }
+    auto f = Fabric::fromSpec(spec);
+    ASSERT_TRUE(f) << f.error().toString();
+    PlannerOptions o;
+    o.port_first = 41000;
+    o.port_last = 41999;
+    Planner p(*f, o);
+    auto where = addNodes3(p, t);
+    JobPlacement job = acrossPods("j", t, 2, /*both_directions=*/true);
+    JobPlacement inside{"inside", {node3(0, 0, 0), node3(0, 1, 0)}, 1, 2};
+    ASSERT_TRUE(p.planJob(job));
+    ASSERT_TRUE(p.planJob(inside));
+    std::map<std::string, std::set<int>> ports;
+    int across = 0;
+    for (const auto* plan : {p.plan("j"), p.plan("inside")}) {
+      for (const auto& pair : plan->pairs) {
+        const auto& a = where.at(pair.local_node);
+        const auto& b = where.at(pair.peer_node);
+        across += a.pod != b.pod ? 1 : 0;
+        for (const auto& s : pair.subflows) {
+          EXPECT_EQ(f->pathOfPortFor(s.local_port, a, b), s.path)
+              << "table=" << table << " port " << s.local_port;
+          EXPECT_TRUE(ports[pair.local_node].insert(s.local_port).second)
+              << "port " << s.local_port << " twice on " << pair.local_node;
+        }
+      }
+    }
+    EXPECT_GT(across, 0);
+  }
+}
+
+// A job that connects pods of a plane without core uplinks is refused and changes nothing; so is
+// one whose nodes put one leaf in two pods.
+TEST(PlannerTest, ThreeTierJobAcrossUnconnectedPodsIsRefused) {
+  Tier3Shape t{2, 2, 1, 2, 2, 0, 0};
+  Planner p(makeFabric3(t));
+  addNodes3(p, t);
+  ASSERT_TRUE(p.planJob({"a", {node3(0, 0, 0), node3(0, 1, 0)}, 1, 2}));
+  const JobPlan a = *p.plan("a");
+  const double load = p.maxLinkLoad();
+  auto r = p.planJob({"b", {node3(1, 0, 0), node3(0, 0, 0)}, 1, 2});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(r.error().message.find("\"pod-0\""), std::string::npos) << r.error().message;
+  EXPECT_NE(r.error().message.find("\"pod-1\""), std::string::npos) << r.error().message;
+  EXPECT_NE(r.error().message.find("coreUplinksPerSpine is 0"), std::string::npos);
+  // Re-planning "a" across the pods is refused too and keeps its plan.
+  ASSERT_FALSE(p.planJob({"a", {node3(0, 0, 0), node3(1, 1, 0)}, 1, 2}));
+  ASSERT_TRUE(p.setNode("stray", {{"c4.dev/leaf", leafName3(0, 1)}, {"c4.dev/pod", podName(1)}}));
+  auto two_pods = p.planJob({"c", {node3(0, 0, 0), node3(0, 1, 0), "stray"}, 1, 1});
+  ASSERT_FALSE(two_pods);
+  EXPECT_NE(two_pods.error().message.find("a leaf belongs to one pod"), std::string::npos)
+      << two_pods.error().message;
+  EXPECT_EQ(p.jobs(), std::vector<std::string>{"a"});
+  EXPECT_EQ(*p.plan("a"), a);
+  EXPECT_EQ(p.maxLinkLoad(), load);
+}
+
+// A new description that drops paths a pair across pods uses (fewer core uplinks) or stops
+// connecting its pods is refused and changes nothing; one that keeps them is taken, paths kept.
+TEST(PlannerTest, ThreeTierNewFabricMustKeepThePathsAcrossPods) {
+  Tier3Shape t{2, 1, 2, 1, 2, 2, 100};
+  Planner p(makeFabric3(t));
+  addNodes3(p, t);
+  ASSERT_TRUE(p.planJob(acrossPods("j", t, 4)));
+  const JobPlan before = *p.plan("j");
+  int highest = 0;
+  for (const auto& pair : before.pairs) {
+    for (const auto& s : pair.subflows) highest = std::max(highest, s.path);
+  }
+  ASSERT_GE(highest, t.uplinks) << "4 subflows over U = 2: core uplink 1 is in use";
+
+  Tier3Shape fewer = t;
+  fewer.core_uplinks = 1;
+  auto r = p.setFabric(makeFabric3(fewer));
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kFailedPrecondition);
+  EXPECT_NE(r.error().message.find("between pods"), std::string::npos) << r.error().message;
+  Tier3Shape two_tiers = t;
+  two_tiers.core_uplinks = 0;
+  r = p.setFabric(makeFabric3(two_tiers));
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("does not connect"), std::string::npos) << r.error().message;
+  EXPECT_EQ(p.fabric().coreUplinksPerSpine(), 2);
+  EXPECT_EQ(*p.plan("j"), before);
+
+  LinkState half;
+  half.link = LinkRef::spineTier(0, podName(1), 0, 0);
+  half.capacity_fraction = 0.5;
+  auto ok = p.setFabric(makeFabric3(t, {half}));
+  ASSERT_TRUE(ok) << ok.error().toString();
+  EXPECT_DOUBLE_EQ(p.fabric().capacityGbps(half.link, Direction::kUp), 50);
+  const JobPlan& after = *p.plan("j");
+  ASSERT_EQ(after.pairs.size(), before.pairs.size());
+  for (std::size_t i = 0; i < after.pairs.size(); ++i) {
+    for (std::size_t j = 0; j < after.pairs[i].subflows.size(); ++j) {
+      EXPECT_EQ(after.pairs[i].subflows[j].path, before.pairs[i].subflows[j].path);
+      EXPECT_EQ(after.pairs[i].subflows[j].local_port, before.pairs[i].subflows[j].local_port);
+    }
+  }
+}
+
+TEST(PlannerTest, ThreeTierDeterministicForEqualInputs) {
+  auto run = [] {
+    Tier3Shape t{3, 2, 4, 2, 4, 2, 200};
+    LinkState st;
+    st.link = LinkRef::spineTier(0, podName(2), 1, 0);
+    st.capacity_fraction = 0.5;
+    Planner p(makeFabric3(t, {st}));
+    addNodes3(p, t);
+    std::vector<std::string> nodes;
+    for (int q = 0; q < 3; ++q) {
+      for (int l = 0; l < 2; ++l) {
+        for (int i = 0; i < 4; ++i) nodes.push_back(node3(q, l, i));
+      }
+    }
+    std::mt19937_64 rng(5);
+    std::shuffle(nodes.begin(), nodes.end(), rng);
+    EXPECT_TRUE(p.planJob({"x", {nodes.begin(), nodes.begin() + 10}, 8, 4}));
+    EXPECT_TRUE(p.planJob({"y", {nodes.begin() + 10, nodes.end()}, 8, 3}));
+    return std::make_pair(*p.plan("x"), *p.plan("y"));
+  };
+  EXPECT_EQ(run(), run());
+}
+
 TEST(PlannerTest, ModesParse) {
   EXPECT_EQ(parseMode("Off"), Mode::kOff);
   EXPECT_EQ(parseMode("Advisory"), Mode::kAdvisory);
