@@ -329,7 +329,7 @@ void TrafficPlanController::publishExplanations() {
     const c4p::Fabric& fabric = planner_->fabric();
     // Why C4P answers for one link direction, or "" when it is healthy and unsuspected.
     auto linkWhy = [&](const c4p::LinkRef& link, c4p::Direction dir) -> std::string {
-      const double fraction = fabric.capacityFraction(link.plane, link.leaf, link.uplink, dir);
+      const double fraction = fabric.capacityFraction(link, dir);
       auto s = fraction < 1 ? suspects.end() : suspects.find({link, dir});
       if (fraction >= 1 && s == suspects.end()) return {};
       const std::string name =
@@ -355,10 +355,12 @@ void TrafficPlanController::publishExplanations() {
         if (out[key].contains(nodes)) continue;
         for (const auto& sf : pair.subflows) {
           if (sf.path < 0) continue;
-          std::string why =
-              linkWhy({src->second.plane, src->second.leaf, sf.path}, c4p::Direction::kUp);
-          if (why.empty()) {
-            why = linkWhy({dst->second.plane, dst->second.leaf, sf.path}, c4p::Direction::kDown);
+          auto links = fabric.pathLinks(src->second, dst->second, sf.path);
+          if (!links) continue;
+          std::string why;
+          for (const auto& [link, dir] : *links) {
+            why = linkWhy(link, dir);
+            if (!why.empty()) break;
           }
           if (why.empty()) continue;
           out[key][nodes] = why + " on the path of " + pair.local_node + " -> " + pair.peer_node +
@@ -448,7 +450,12 @@ void TrafficPlanController::syncFabric() {
     const Json& status = chosen->value("status", Json::object());
     for (const auto& l : status.value("links", Json::array())) {
       if (!l.is_object() || l.value("source", std::string{}) != "telemetry") continue;
-      c4p::LinkRef ref{l.value("plane", 0), l.value("leaf", std::string{}), l.value("uplink", 0)};
+      c4p::LinkRef ref =
+          l.contains("spine")
+              ? c4p::LinkRef::spineTier(l.value("plane", 0), l.value("pod", std::string{}),
+                                        l.value("spine", 0), l.value("coreUplink", 0))
+              : c4p::LinkRef{l.value("plane", 0), l.value("leaf", std::string{}),
+                             l.value("uplink", 0)};
       std::string dir = l.value("direction", std::string{"Both"});
       c4p::Direction d = dir == "Up"     ? c4p::Direction::kUp
                          : dir == "Down" ? c4p::Direction::kDown

@@ -29,7 +29,24 @@ std::vector<LinkVerdict> LinkMonitor::observe(const std::vector<ConnectionDelta>
   for (const auto& conn : deltas) {
     auto src = locate(conn.local_node);
     auto dst = locate(conn.peer_node);
-    if (!src || !dst || src->plane != dst->plane || src->leaf == dst->leaf) continue;
+    if (!src || !dst) continue;
+    const int paths = fabric.pathCount(*src, *dst);  // 0: same leaf, other plane, unreachable
+    if (paths <= 0) continue;
+    // The link directions of a subflow's path (2 inside a pod, 4 across pods), none when the
+    // subflow has no path the fabric knows.
+    auto linksOf = [&](const SubflowDelta& s) {
+      std::vector<Key> keys;
+      const int path = s.path >= 0 ? s.path : fabric.pathOfPortFor(s.local_port, *src, *dst);
+      if (path < 0 || path >= paths) return keys;
+      auto links = fabric.pathLinks(*src, *dst, path);
+      if (!links) return keys;
+      for (const auto& [link, dir] : *links)
+        keys.push_back({link, dir == c4p::Direction::kUp ? 0 : 1});
+      return keys;
+    };
+    auto pathOf = [&](const SubflowDelta& s) {
+      return s.path >= 0 ? s.path : fabric.pathOfPortFor(s.local_port, *src, *dst);
+    };
     std::uint64_t total = 0;
     double weights = 0;
     for (const auto& s : conn.subflows) {
@@ -41,13 +58,12 @@ std::vector<LinkVerdict> LinkMonitor::observe(const std::vector<ConnectionDelta>
       if (!conn.stalled) continue;
       for (const auto& s : conn.subflows) {
         if (s.weight <= 0 || s.lag_bytes < options_.min_lag_bytes) continue;
-        int path = s.path >= 0 ? s.path : fabric.pathOfPort(s.local_port);
-        if (path < 0 || path >= fabric.uplinksPerLeaf()) continue;
+        const std::vector<Key> keys = linksOf(s);
+        if (keys.empty()) continue;
         std::string why = conn.local_node + " -> " + conn.peer_node + " path " +
-                          std::to_string(path) + ": connection stalled, " +
+                          std::to_string(pathOf(s)) + ": connection stalled, " +
                           megabytes(static_cast<double>(s.lag_bytes)) + " behind its siblings";
-        for (Key key : {Key{c4p::LinkRef{src->plane, src->leaf, path}, 0},
-                        Key{c4p::LinkRef{dst->plane, dst->leaf, path}, 1}}) {
+        for (const Key& key : keys) {
           suspects.try_emplace(key, why);
           lagging.insert(key);
         }
@@ -58,22 +74,18 @@ std::vector<LinkVerdict> LinkMonitor::observe(const std::vector<ConnectionDelta>
     const double stall = hinted ? options_.hint_ratio : options_.stall_ratio;
     for (const auto& s : conn.subflows) {
       if (s.weight <= 0) continue;
-      int path = s.path >= 0 ? s.path : fabric.pathOfPort(s.local_port);
-      if (path < 0 || path >= fabric.uplinksPerLeaf()) continue;
+      const std::vector<Key> keys = linksOf(s);
+      if (keys.empty()) continue;
       const double expected = static_cast<double>(total) * s.weight / weights;
       const double ratio = static_cast<double>(s.bytes) / expected;
-      Key up{c4p::LinkRef{src->plane, src->leaf, path}, 0};
-      Key down{c4p::LinkRef{dst->plane, dst->leaf, path}, 1};
       if (ratio < stall) {
         std::string why = conn.local_node + " -> " + conn.peer_node + " path " +
-                          std::to_string(path) + ": " + megabytes(static_cast<double>(s.bytes)) +
-                          " of " + megabytes(expected) + " expected" +
-                          (hinted ? " (C4D: slow connection)" : "");
-        suspects.try_emplace(up, why);
-        suspects.try_emplace(down, why);
+                          std::to_string(pathOf(s)) + ": " +
+                          megabytes(static_cast<double>(s.bytes)) + " of " + megabytes(expected) +
+                          " expected" + (hinted ? " (C4D: slow connection)" : "");
+        for (const Key& key : keys) suspects.try_emplace(key, why);
       } else if (ratio >= options_.healthy_ratio) {
-        cleared.insert(up);
-        cleared.insert(down);
+        cleared.insert(keys.begin(), keys.end());
       }
     }
   }

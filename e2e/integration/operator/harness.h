@@ -85,14 +85,14 @@ inline std::unique_ptr<KubeClient> makeClient(double qps = 200, int burst = 400)
   return client ? std::move(*client) : nullptr;
 }
 
-// Creates or updates the TrainingJob CRD from crds/trainingjob.yaml and waits until Established.
-inline void installCrd(KubeClient& client) {
-  Json crd = yamlToJson(YAML::LoadFile(C4_CRD_FILE));
+// Creates or updates the CRD in `file` (named `name`) and waits until it is Established.
+inline void installCrdFile(KubeClient& client, const char* file, const std::string& name) {
+  Json crd = yamlToJson(YAML::LoadFile(file));
   const auto& type = resources::customResourceDefinitions();
   auto created = client.create(type, "", crd);
   if (!created && created.error().code == ErrorCode::kAlreadyExists) {
     for (int i = 0; i < 5; ++i) {
-      auto current = client.get(type, "", "trainingjobs.c4.dev");
+      auto current = client.get(type, "", name);
       ASSERT_TRUE(current) << current.error().toString();
       crd["metadata"]["resourceVersion"] = (*current)["metadata"]["resourceVersion"];
       auto updated = client.update(type, "", crd);
@@ -103,9 +103,14 @@ inline void installCrd(KubeClient& client) {
     ASSERT_TRUE(created) << created.error().toString();
   }
   ASSERT_TRUE(waitFor([&] {
-    auto current = client.get(type, "", "trainingjobs.c4.dev");
+    auto current = client.get(type, "", name);
     return current && isConditionTrue((*current)["status"], "Established");
   }));
+}
+
+// The TrainingJob CRD from crds/trainingjob.yaml.
+inline void installCrd(KubeClient& client) {
+  installCrdFile(client, C4_CRD_FILE, "trainingjobs.c4.dev");
 }
 
 inline std::string uniqueName(const std::string& prefix) {

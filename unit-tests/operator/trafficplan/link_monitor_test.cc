@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 namespace c4::op::trafficplan {
 namespace {
 
@@ -176,6 +178,68 @@ TEST_F(LinkMonitorTest, ResetForgetsAReportedLink) {
   auto again = observe({stalled});
   ASSERT_EQ(again.size(), 1u) << "only the reset link is reported again";
   EXPECT_EQ(again[0].link, (c4p::LinkRef{0, "leaf-a", 2}));
+}
+
+// Three tiers: a1 (leaf-a, pod-x) -> c1 (leaf-c, pod-y) on path u + 2c of a fabric with 2 spines,
+// 2 uplinks per leaf and 2 core uplinks per spine. A stalled subflow implicates the four link
+// directions of its path; a healthy subflow clears every link of its own path, also one that
+// shares only the leaf uplink or only a spine–core link with the stalled one.
+TEST(LinkMonitorThreeTier, AStalledCrossPodSubflowImplicatesTheLinksOfItsPath) {
+  auto fabric = c4p::Fabric::parse(
+      R"({"spines": 2, "uplinksPerLeaf": 2, "uplinkSpeedGbps": 100, "hostLinkSpeedGbps": 100,
+          "coreUplinksPerSpine": 2, "coreUplinkSpeedGbps": 200,
+          "pathSelection": {"rule": "sourcePortModulo"}})");
+  ASSERT_TRUE(fabric) << fabric.error().toString();
+  auto locate = [](const std::string& node) -> std::optional<c4p::NodeLocation> {
+    if (node.starts_with("a")) return c4p::NodeLocation{0, "leaf-a", "pod-x"};
+    if (node.starts_with("b")) return c4p::NodeLocation{0, "leaf-b", "pod-x"};
+    if (node.starts_with("c")) return c4p::NodeLocation{0, "leaf-c", "pod-y"};
+    return std::nullopt;
+  };
+  // Subflow i on path paths[i] ((u, c) = (0,0) (1,0) (0,1) (1,1) for paths 0..3), equal weights.
+  auto conn = [](std::string src, std::string dst, std::vector<int> paths,
+                 std::vector<std::uint64_t> bytes) {
+    ConnectionDelta d{std::move(src), std::move(dst), {}};
+    for (std::size_t i = 0; i < bytes.size(); ++i) {
+      d.subflows.push_back({paths[i], 0, 1.0 / static_cast<double>(bytes.size()), bytes[i]});
+    }
+    return d;
+  };
+  auto judge = [&](const std::vector<ConnectionDelta>& deltas) {
+    LinkMonitor monitor;
+    EXPECT_TRUE(monitor.observe(deltas, *fabric, locate).empty());
+    std::set<std::pair<c4p::LinkRef, c4p::Direction>> failed;
+    for (const auto& v : monitor.observe(deltas, *fabric, locate)) {
+      failed.insert({v.link, v.direction});
+      EXPECT_NE(v.evidence.find("a1 -> c1 path 3"), std::string::npos) << v.evidence;
+    }
+    return failed;
+  };
+  using Set = std::set<std::pair<c4p::LinkRef, c4p::Direction>>;
+  const auto leafUp = std::make_pair(c4p::LinkRef{0, "leaf-a", 1}, c4p::Direction::kUp);
+  const auto coreUp =
+      std::make_pair(c4p::LinkRef::spineTier(0, "pod-x", 1, 1), c4p::Direction::kUp);
+  const auto coreDown =
+      std::make_pair(c4p::LinkRef::spineTier(0, "pod-y", 1, 1), c4p::Direction::kDown);
+  const auto leafDown = std::make_pair(c4p::LinkRef{0, "leaf-c", 1}, c4p::Direction::kDown);
+
+  // Path 3 stalls while path 0, which shares none of its links, moves: all four fail.
+  EXPECT_EQ(judge({conn("a1", "c1", {0, 3}, {4'000'000, 0})}),
+            (Set{leafUp, coreUp, coreDown, leafDown}));
+  // Path 1 (leaf uplink 1, spine 1, core uplink 0) moves too: leaf-a's uplink 1 and leaf-c's
+  // downlink 1 carry a healthy subflow, only the spine–core links of core uplink 1 fail.
+  const auto four = conn("a1", "c1", {0, 1, 2, 3}, {4'000'000, 4'000'000, 4'000'000, 0});
+  EXPECT_EQ(judge({four}), (Set{coreUp, coreDown}));
+  // b1 -> c1 (same pods) moves on path 3 as well: nothing is dead.
+  EXPECT_EQ(judge({four, conn("b1", "c1", {3}, {4'000'000})}), Set{});
+  // A pair inside pod-x uses two links per path, as in two tiers.
+  LinkMonitor inside;
+  const auto local = conn("a1", "b1", {0, 1}, {4'000'000, 0});
+  inside.observe({local}, *fabric, locate);
+  auto verdicts = inside.observe({local}, *fabric, locate);
+  ASSERT_EQ(verdicts.size(), 2u);
+  EXPECT_EQ(verdicts[0].link, (c4p::LinkRef{0, "leaf-a", 1}));
+  EXPECT_EQ(verdicts[1].link, (c4p::LinkRef{0, "leaf-b", 1}));
 }
 
 }  // namespace
