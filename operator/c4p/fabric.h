@@ -46,9 +46,9 @@
 // degradedLinks() sorts by LinkRef: per plane, spine–core links (empty leaf) come first. Bad input
 // is refused with an error naming the field and changes nothing.
 //
-// Users. The planner, the link monitor, the Fabric CRD and the traffic-plan controller use the
-// two-tier part only: they plan, watch and describe leaf uplinks and paths inside one pod. The
-// third tier (pods, spine–core links, paths across pods) exists in this model and its tests.
+// Users. The planner plans paths across pods on their four link directions; the link monitor
+// and C4D's explanations walk pathLinks; the Fabric CRD carries the three-tier fields and
+// spine–core links (crds/fabric.yaml, with CEL rules matching this parser).
 #pragma once
 
 #include <cstdint>

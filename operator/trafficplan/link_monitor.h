@@ -11,12 +11,12 @@
 // path u inside a pod the up direction of (source leaf, u) and the down direction of
 // (destination leaf, u); across the pods of a three-tier plane also the spine's core uplink up
 // and the destination pod's spine's core uplink down. A stalled subflow makes every one of them
-// a suspect, a healthy one clears them all (a link that carries a healthy subflow is not dead). A link direction that became a
-// suspect stays one, observation after observation (any observation with reports, also one in
-// which nothing moved: a dead subflow stalls the next messages of its connection), until a
-// healthy subflow clears it; after `confirm_windows` observations it is reported failed
-// (capacity fraction 0). Intra-leaf pairs, pairs the fabric cannot connect and subflows without
-// a path (pathId -1 and a port the fabric's rule does not map) give no evidence.
+// a suspect, a healthy one clears them all (a link that carries a healthy subflow is not dead). A
+// link direction that became a suspect stays one, observation after observation (any observation
+// with reports, also one in which nothing moved: a dead subflow stalls the next messages of its
+// connection), until a healthy subflow clears it; after `confirm_windows` observations it is
+// reported failed (capacity fraction 0). Intra-leaf pairs, pairs the fabric cannot connect and
+// subflows without a path (pathId -1 and a port the fabric's rule does not map) give no evidence.
 //
 // A stalled connection (nothing arrives while an operation waits) carries no window evidence, but
 // the data already in flight when a path died shows: its siblings delivered their shares of the

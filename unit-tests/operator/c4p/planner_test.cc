@@ -1007,7 +1007,9 @@ TEST(PlannerTest, ThreeTierPairsInsideAPodAreColouredAndPairsAcrossPodsLoadCoreL
       ASSERT_LT(s.path, f.pathCount(a, b));
       if (a.pod == b.pod) continue;
       high_path = high_path || s.path >= t.uplinks;
-      for (const auto& [ref, dir] : *f.pathLinks(a, b, s.path)) {
+      auto links = f.pathLinks(a, b, s.path);
+      ASSERT_TRUE(links) << links.error().toString();
+      for (const auto& [ref, dir] : *links) {
         if (ref.isSpineTier()) expected[{ref.pod, dir}] += 100 * s.weight;
       }
     }
