@@ -32,6 +32,22 @@ Json validCr() {
   })");
 }
 
+// `cr` with the value at JSON pointer `pointer` replaced (null: removed) is refused with an
+// invalid-argument error whose message starts with `prefix`.
+void expectRefused(Json cr, const std::string& pointer, const Json& value,
+                   const std::string& prefix) {
+  Json::json_pointer ptr(pointer);
+  if (value.is_null()) {
+    cr[ptr.parent_pointer()].erase(ptr.back());
+  } else {
+    cr[ptr] = value;
+  }
+  auto f = Fabric::fromJson(cr);
+  ASSERT_FALSE(f) << pointer;
+  EXPECT_EQ(f.error().code, ErrorCode::kInvalidArgument) << pointer;
+  EXPECT_EQ(f.error().message.rfind(prefix, 0), 0u) << pointer << ": " << f.error().message;
+}
+
 TEST(FabricTest, ParsesAValidResource) {
   auto f = Fabric::fromJson(validCr());
   ASSERT_TRUE(f) << f.error().toString();
@@ -132,20 +148,7 @@ TEST(FabricTest, RefusesEveryInvalidFieldNamingIt) {
       {"/spec/links/1", Json{{"leaf", "leaf-1"}, {"uplink", 2}, {"capacityFraction", 0.5}},
        "spec.links[1]: duplicate link plane0/leaf-1/uplink2"},
   };
-  for (const auto& c : cases) {
-    Json cr = validCr();
-    Json::json_pointer ptr(c.pointer);
-    if (c.value.is_null()) {
-      cr[ptr.parent_pointer()].erase(ptr.back());
-    } else {
-      cr[ptr] = c.value;
-    }
-    auto f = Fabric::fromJson(cr);
-    ASSERT_FALSE(f) << c.pointer;
-    EXPECT_EQ(f.error().code, ErrorCode::kInvalidArgument) << c.pointer;
-    EXPECT_EQ(f.error().message.rfind(c.expected_prefix, 0), 0u)
-        << c.pointer << ": " << f.error().message;
-  }
+  for (const auto& c : cases) expectRefused(validCr(), c.pointer, c.value, c.expected_prefix);
   EXPECT_FALSE(Fabric::parse("{not json"));
 }
 
@@ -400,18 +403,7 @@ TEST(FabricThreeTierTest, RefusesEveryInvalidCoreFieldNamingIt) {
        "spec.links[3]: duplicate link plane1/-/spine0/core0"},
   };
   for (const auto& c : cases) {
-    Json cr = c.three_tier ? threeTierCr() : validCr();
-    Json::json_pointer ptr(c.pointer);
-    if (c.value.is_null()) {
-      cr[ptr.parent_pointer()].erase(ptr.back());
-    } else {
-      cr[ptr] = c.value;
-    }
-    auto f = Fabric::fromJson(cr);
-    ASSERT_FALSE(f) << c.pointer;
-    EXPECT_EQ(f.error().code, ErrorCode::kInvalidArgument) << c.pointer;
-    EXPECT_EQ(f.error().message.rfind(c.expected_prefix, 0), 0u)
-        << c.pointer << ": " << f.error().message;
+    expectRefused(c.three_tier ? threeTierCr() : validCr(), c.pointer, c.value, c.expected_prefix);
   }
   // The same spine link in another pod is another link.
   Json other_pod = threeTierCr();

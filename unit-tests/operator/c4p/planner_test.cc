@@ -137,6 +137,17 @@ double bruteForce(const Fabric& f, const std::vector<Sub>& subs, int uplinks) {
   return best;
 }
 
+// " job[s=2: n0 n1 ...]" per job, for failure messages.
+std::string describeJobs(const std::vector<JobPlacement>& jobs) {
+  std::string s;
+  for (const auto& j : jobs) {
+    s += " job[s=" + std::to_string(j.subflows_per_connection) + ":";
+    for (const auto& n : j.nodes) s += " " + n;
+    s += "]";
+  }
+  return s;
+}
+
 struct Instance {
   int leaves, per_leaf, uplinks;
   std::vector<Degraded> degraded;
@@ -150,12 +161,7 @@ std::string describe(const Instance& in) {
     s += " degraded(" + std::to_string(d.leaf) + "," + std::to_string(d.uplink) +
          ")=" + std::to_string(d.fraction);
   }
-  for (const auto& j : in.jobs) {
-    s += " job[s=" + std::to_string(j.subflows_per_connection) + ":";
-    for (const auto& n : j.nodes) s += " " + n;
-    s += "]";
-  }
-  return s;
+  return s + describeJobs(in.jobs);
 }
 
 // Random tiny instances: 2–3 leaves, 1–2 nodes per leaf, 2–3 uplinks, one or two jobs.
@@ -783,12 +789,7 @@ std::string describe3(const Instance3& in) {
   for (const auto& l : in.links) {
     s += " " + linkName(l.link) + "=" + std::to_string(l.capacity_fraction);
   }
-  for (const auto& j : in.jobs) {
-    s += " job[s=" + std::to_string(j.subflows_per_connection) + ":";
-    for (const auto& n : j.nodes) s += " " + n;
-    s += "]";
-  }
-  return s;
+  return s + describeJobs(in.jobs);
 }
 
 // Random tiny three-tier instances: 2 pods of 1–2 leaves, 1–2 nodes per leaf, S = 1–2,
