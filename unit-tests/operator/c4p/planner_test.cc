@@ -58,18 +58,19 @@ int leafOf(const std::string& n) {
   return std::stoi(n.substr(1, n.find('-') - 1));
 }
 
-// An independent evaluation of a set of plans: one entry per subflow.
-struct Sub {
-  int src_leaf;
-  int dst_leaf;
+// One planned subflow with its pair's locations.
+struct PathSub {
+  NodeLocation src;
+  NodeLocation dst;
   double demand;  // the pair's demand (Gbps)
   int subflows;
   int path;
   double weight;
 };
 
-std::vector<Sub> subflowsOf(const Planner& p, const std::vector<JobPlacement>& jobs, double host) {
-  std::vector<Sub> out;
+std::vector<PathSub> pathSubflowsOf(const Planner& p, const std::vector<JobPlacement>& jobs,
+                                    const std::map<std::string, NodeLocation>& where, double host) {
+  std::vector<PathSub> out;
   for (const auto& job : jobs) {
     auto conns = jobConnections(job);
     EXPECT_TRUE(conns);
@@ -82,15 +83,16 @@ std::vector<Sub> subflowsOf(const Planner& p, const std::vector<JobPlacement>& j
     }
     const JobPlan* plan = p.plan(job.job);
     EXPECT_NE(plan, nullptr);
+    if (plan == nullptr) continue;
     std::size_t cross = 0;
-    for (const auto& c : *conns) cross += leafOf(c.src) != leafOf(c.dst) ? 1U : 0U;
+    for (const auto& c : *conns) cross += where.at(c.src).leaf != where.at(c.dst).leaf ? 1U : 0U;
     EXPECT_EQ(plan->pairs.size(), cross) << "every cross-leaf pair is planned, no other";
     for (const auto& pair : plan->pairs) {
       double demand = host * count[{pair.local_node, pair.peer_node}] /
                       std::max(out_deg[pair.local_node], in_deg[pair.peer_node]);
       EXPECT_EQ(pair.subflows.size(), static_cast<std::size_t>(job.subflows_per_connection));
       for (const auto& s : pair.subflows) {
-        out.push_back({leafOf(pair.local_node), leafOf(pair.peer_node), demand,
+        out.push_back({where.at(pair.local_node), where.at(pair.peer_node), demand,
                        job.subflows_per_connection, s.path, s.weight});
       }
     }
@@ -98,34 +100,44 @@ std::vector<Sub> subflowsOf(const Planner& p, const std::vector<JobPlacement>& j
   return out;
 }
 
+// The planned subflows of jobs on the two-tier fabrics of these tests: node n<l>-<i> is on
+// leaf-<l>.
+std::vector<PathSub> subflowsOf(const Planner& p, const std::vector<JobPlacement>& jobs,
+                                double host) {
+  std::map<std::string, NodeLocation> where;
+  for (const auto& job : jobs) {
+    for (const auto& n : job.nodes) where[n] = NodeLocation{0, "leaf-" + std::to_string(leafOf(n))};
+  }
+  return pathSubflowsOf(p, jobs, where, host);
+}
+
 // Max link load of `subs` with the given paths; weights as planned or equal (integer plan).
-double maxLoad(const Fabric& f, const std::vector<Sub>& subs, const std::vector<int>& paths,
+double maxLoad(const Fabric& f, const std::vector<PathSub>& subs, const std::vector<int>& paths,
                bool weighted) {
-  std::map<std::tuple<int, int, int>, double> used;
+  std::map<std::tuple<std::string, int, int>, double> used;
   for (std::size_t i = 0; i < subs.size(); ++i) {
     double w = weighted ? subs[i].weight : 1.0 / subs[i].subflows;
-    used[{subs[i].src_leaf, paths[i], 0}] += subs[i].demand * w;
-    used[{subs[i].dst_leaf, paths[i], 1}] += subs[i].demand * w;
+    used[{subs[i].src.leaf, paths[i], 0}] += subs[i].demand * w;
+    used[{subs[i].dst.leaf, paths[i], 1}] += subs[i].demand * w;
   }
   double m = 0;
   for (const auto& [k, u] : used) {
-    auto [leaf, path, dir] = k;
-    double cap = f.capacityGbps(0, "leaf-" + std::to_string(leaf), path,
-                                dir == 0 ? Direction::kUp : Direction::kDown);
+    const auto& [leaf, path, dir] = k;
+    double cap = f.capacityGbps(0, leaf, path, dir == 0 ? Direction::kUp : Direction::kDown);
     double load = cap <= 0 ? (u > 1e-12 ? kInf : 0.0) : u / cap;
     m = std::max(m, load);
   }
   return m;
 }
 
-std::vector<int> pathsOf(const std::vector<Sub>& subs) {
+std::vector<int> pathsOf(const std::vector<PathSub>& subs) {
   std::vector<int> v;
   for (const auto& s : subs) v.push_back(s.path);
   return v;
 }
 
 // The optimum over every assignment of paths (equal weights).
-double bruteForce(const Fabric& f, const std::vector<Sub>& subs, int uplinks) {
+double bruteForce(const Fabric& f, const std::vector<PathSub>& subs, int uplinks) {
   std::vector<int> paths(subs.size(), 0);
   double best = kInf;
   while (true) {
@@ -164,6 +176,28 @@ std::string describe(const Instance& in) {
   return s + describeJobs(in.jobs);
 }
 
+// One job over all `nodes` (shuffled) or, when there are at least 4, possibly two over a random
+// cut, each with 1–2 subflows per connection (the same count when `equal_subflows`).
+std::vector<JobPlacement> randomJobs(std::vector<std::string> nodes, bool equal_subflows,
+                                     std::mt19937_64& rng) {
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  std::shuffle(nodes.begin(), nodes.end(), rng);
+  int jobs = nodes.size() >= 4 ? pick(1, 2) : 1;
+  std::size_t cut = jobs == 1
+                        ? nodes.size()
+                        : static_cast<std::size_t>(pick(2, static_cast<int>(nodes.size()) - 2));
+  int s0 = pick(1, 2);
+  std::vector<JobPlacement> out;
+  out.push_back({"job-a", {nodes.begin(), nodes.begin() + static_cast<long>(cut)}, 1, s0});
+  if (jobs == 2) {
+    out.push_back({"job-b",
+                   {nodes.begin() + static_cast<long>(cut), nodes.end()},
+                   1,
+                   equal_subflows ? s0 : pick(1, 2)});
+  }
+  return out;
+}
+
 // Random tiny instances: 2–3 leaves, 1–2 nodes per leaf, 2–3 uplinks, one or two jobs.
 std::vector<Instance> randomInstances(int count, bool healthy_equal, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -175,19 +209,7 @@ std::vector<Instance> randomInstances(int count, bool healthy_equal, std::uint64
     for (int l = 0; l < in.leaves; ++l) {
       for (int i = 0; i < in.per_leaf; ++i) nodes.push_back(node(l, i));
     }
-    std::shuffle(nodes.begin(), nodes.end(), rng);
-    int jobs = nodes.size() >= 4 ? pick(1, 2) : 1;
-    std::size_t cut = jobs == 1
-                          ? nodes.size()
-                          : static_cast<std::size_t>(pick(2, static_cast<int>(nodes.size()) - 2));
-    int s0 = pick(1, 2);
-    in.jobs.push_back({"job-a", {nodes.begin(), nodes.begin() + static_cast<long>(cut)}, 1, s0});
-    if (jobs == 2) {
-      in.jobs.push_back({"job-b",
-                         {nodes.begin() + static_cast<long>(cut), nodes.end()},
-                         1,
-                         healthy_equal ? s0 : pick(1, 2)});
-    }
+    in.jobs = randomJobs(std::move(nodes), healthy_equal, rng);
     if (!healthy_equal) {
       int kind = pick(0, 2);
       if (kind > 0) {
@@ -274,10 +296,10 @@ TEST(PlannerTest, ZeroCollisionWhenFeasible) {
     EXPECT_DOUBLE_EQ(p.maxLinkLoad(), 1.0);
     auto subs = subflowsOf(p, {job}, 100);
     EXPECT_EQ(subs.size(), static_cast<std::size_t>(leaves * per_leaf * s));
-    std::map<std::tuple<int, int, int>, int> per_link;
+    std::map<std::tuple<std::string, int, int>, int> per_link;
     for (const auto& x : subs) {
-      ++per_link[{x.src_leaf, x.path, 0}];
-      ++per_link[{x.dst_leaf, x.path, 1}];
+      ++per_link[{x.src.leaf, x.path, 0}];
+      ++per_link[{x.dst.leaf, x.path, 1}];
       EXPECT_DOUBLE_EQ(x.weight, 1.0 / s);
     }
     EXPECT_EQ(per_link.size(), static_cast<std::size_t>(leaves * uplinks * 2));
@@ -297,8 +319,8 @@ TEST(PlannerTest, FailedLinksAreAvoidedAndWeightsSpreadTheLoss) {
   ASSERT_TRUE(p.planJob(job));
   auto subs = subflowsOf(p, {job}, 100);
   for (const auto& x : subs) {
-    EXPECT_FALSE((x.src_leaf == 1 || x.dst_leaf == 1) && x.path == 2);
-    EXPECT_FALSE((x.src_leaf == 3 || x.dst_leaf == 3) && x.path == 0);
+    EXPECT_FALSE((x.src.leaf == "leaf-1" || x.dst.leaf == "leaf-1") && x.path == 2);
+    EXPECT_FALSE((x.src.leaf == "leaf-3" || x.dst.leaf == "leaf-3") && x.path == 0);
   }
   // 4 flows × 3 subflows over 3 live uplinks: 12 units on 3 links is 4 per link = 4/3 of the
   // host rate; the fluid optimum is 4/3 too, the plan meets it.
@@ -676,47 +698,6 @@ std::map<std::string, NodeLocation> addNodes3(Planner& p, const Tier3Shape& t) {
   return where;
 }
 
-// One planned subflow with its pair's locations.
-struct PathSub {
-  NodeLocation src;
-  NodeLocation dst;
-  double demand;  // the pair's demand (Gbps)
-  int subflows;
-  int path;
-  double weight;
-};
-
-std::vector<PathSub> pathSubflowsOf(const Planner& p, const std::vector<JobPlacement>& jobs,
-                                    const std::map<std::string, NodeLocation>& where, double host) {
-  std::vector<PathSub> out;
-  for (const auto& job : jobs) {
-    auto conns = jobConnections(job);
-    EXPECT_TRUE(conns);
-    std::map<std::string, int> out_deg, in_deg;
-    std::map<std::pair<std::string, std::string>, int> count;
-    for (const auto& c : *conns) {
-      out_deg[c.src] += c.count;
-      in_deg[c.dst] += c.count;
-      count[{c.src, c.dst}] = c.count;
-    }
-    const JobPlan* plan = p.plan(job.job);
-    EXPECT_NE(plan, nullptr);
-    if (plan == nullptr) continue;
-    std::size_t cross = 0;
-    for (const auto& c : *conns) cross += where.at(c.src).leaf != where.at(c.dst).leaf ? 1U : 0U;
-    EXPECT_EQ(plan->pairs.size(), cross) << "every cross-leaf pair is planned, no other";
-    for (const auto& pair : plan->pairs) {
-      double demand = host * count[{pair.local_node, pair.peer_node}] /
-                      std::max(out_deg[pair.local_node], in_deg[pair.peer_node]);
-      for (const auto& s : pair.subflows) {
-        out.push_back({where.at(pair.local_node), where.at(pair.peer_node), demand,
-                       job.subflows_per_connection, s.path, s.weight});
-      }
-    }
-  }
-  return out;
-}
-
 // An independent evaluation through Fabric::pathLinks: per subflow and path, the dense ids of the
 // link directions it uses; capacities per id.
 struct PathTable {
@@ -787,7 +768,8 @@ std::string describe3(const Instance3& in) {
                   " U=" + std::to_string(t.uplinks) + " C=" + std::to_string(t.core_uplinks) +
                   " core=" + std::to_string(t.core_speed);
   for (const auto& l : in.links) {
-    s += " " + linkName(l.link) + "=" + std::to_string(l.capacity_fraction);
+    // Appended piece by piece: GCC 12 misreads `" " + string` here as an overlapping copy.
+    s.append(" ").append(linkName(l.link)).append("=").append(std::to_string(l.capacity_fraction));
   }
   return s + describeJobs(in.jobs);
 }
@@ -820,19 +802,7 @@ std::vector<Instance3> randomInstances3(int count, bool healthy, std::uint64_t s
         }
       }
     }
-    std::shuffle(nodes.begin(), nodes.end(), rng);
-    int jobs = nodes.size() >= 4 ? pick(1, 2) : 1;
-    std::size_t cut = jobs == 1
-                          ? nodes.size()
-                          : static_cast<std::size_t>(pick(2, static_cast<int>(nodes.size()) - 2));
-    int s0 = pick(1, 2);
-    in.jobs.push_back({"job-a", {nodes.begin(), nodes.begin() + static_cast<long>(cut)}, 1, s0});
-    if (jobs == 2) {
-      in.jobs.push_back({"job-b",
-                         {nodes.begin() + static_cast<long>(cut), nodes.end()},
-                         1,
-                         healthy ? s0 : pick(1, 2)});
-    }
+    in.jobs = randomJobs(std::move(nodes), healthy, rng);
     if (!healthy) {
       int kind = pick(0, 4);  // none, failed leaf link, half leaf link, failed core, half core
       LinkState st;
