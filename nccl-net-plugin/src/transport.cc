@@ -344,7 +344,8 @@ class SendComm final : public DataComm {
   SendComm(Context* c, std::vector<UniqueFd> fds, std::shared_ptr<ConnTelemetry> tel)
       : DataComm(CommKind::kSend, c, std::move(fds), std::move(tel), kMaxSendRequests),
         queues_(fds_.size()),
-        owed_(fds_.size(), 0.0) {}
+        owed_(fds_.size(), 0.0),
+        share_(fds_.size(), 0) {}
 
  private:
   struct Frame {
@@ -359,6 +360,7 @@ class SendComm final : public DataComm {
   // cumulative bytes stay within one whole message (or 4 KiB per subflow of split ones) of its
   // weight share: the operator's link monitor reads a lag beyond that as a dead path.
   std::vector<double> owed_;
+  std::vector<std::size_t> share_;  // scratch of enqueue(): bytes of this message per subflow
 
   void admit(Request* r, LazyNow& /*now*/) override {
     r->firstByteNs = 0;
@@ -417,7 +419,8 @@ class SendComm final : public DataComm {
       }
       return best;
     };
-    std::vector<std::size_t> share(nsf, 0);
+    std::vector<std::size_t>& share = share_;
+    std::fill(share.begin(), share.end(), 0);
     if (size < 2 * ctx->config().minChunkBytes || positive == 1) {
       const std::size_t best = mostOwed(share);  // whole message on one subflow
       owed_[best] -= static_cast<double>(size);

@@ -32,20 +32,19 @@ std::vector<LinkVerdict> LinkMonitor::observe(const std::vector<ConnectionDelta>
     if (!src || !dst) continue;
     const int paths = fabric.pathCount(*src, *dst);  // 0: same leaf, other plane, unreachable
     if (paths <= 0) continue;
-    // The link directions of a subflow's path (2 inside a pod, 4 across pods), none when the
-    // subflow has no path the fabric knows.
-    auto linksOf = [&](const SubflowDelta& s) {
-      std::vector<Key> keys;
+    // A subflow's path, or -1 when the fabric knows none (no planned path, an unmapped port).
+    auto pathOf = [&](const SubflowDelta& s) {
       const int path = s.path >= 0 ? s.path : fabric.pathOfPortFor(s.local_port, *src, *dst);
-      if (path < 0 || path >= paths) return keys;
+      return path < paths ? path : -1;
+    };
+    // The link directions of a path (2 inside a pod, 4 across pods).
+    auto linksOf = [&](int path) {
+      std::vector<Key> keys;
       auto links = fabric.pathLinks(*src, *dst, path);
       if (!links) return keys;
       for (const auto& [link, dir] : *links)
         keys.push_back({link, dir == c4p::Direction::kUp ? 0 : 1});
       return keys;
-    };
-    auto pathOf = [&](const SubflowDelta& s) {
-      return s.path >= 0 ? s.path : fabric.pathOfPortFor(s.local_port, *src, *dst);
     };
     std::uint64_t total = 0;
     double weights = 0;
@@ -58,10 +57,11 @@ std::vector<LinkVerdict> LinkMonitor::observe(const std::vector<ConnectionDelta>
       if (!conn.stalled) continue;
       for (const auto& s : conn.subflows) {
         if (s.weight <= 0 || s.lag_bytes < options_.min_lag_bytes) continue;
-        const std::vector<Key> keys = linksOf(s);
+        const int path = pathOf(s);
+        const std::vector<Key> keys = path < 0 ? std::vector<Key>{} : linksOf(path);
         if (keys.empty()) continue;
         std::string why = conn.local_node + " -> " + conn.peer_node + " path " +
-                          std::to_string(pathOf(s)) + ": connection stalled, " +
+                          std::to_string(path) + ": connection stalled, " +
                           megabytes(static_cast<double>(s.lag_bytes)) + " behind its siblings";
         for (const Key& key : keys) {
           suspects.try_emplace(key, why);
@@ -74,15 +74,16 @@ std::vector<LinkVerdict> LinkMonitor::observe(const std::vector<ConnectionDelta>
     const double stall = hinted ? options_.hint_ratio : options_.stall_ratio;
     for (const auto& s : conn.subflows) {
       if (s.weight <= 0) continue;
-      const std::vector<Key> keys = linksOf(s);
+      const int path = pathOf(s);
+      const std::vector<Key> keys = path < 0 ? std::vector<Key>{} : linksOf(path);
       if (keys.empty()) continue;
       const double expected = static_cast<double>(total) * s.weight / weights;
       const double ratio = static_cast<double>(s.bytes) / expected;
       if (ratio < stall) {
         std::string why = conn.local_node + " -> " + conn.peer_node + " path " +
-                          std::to_string(pathOf(s)) + ": " +
-                          megabytes(static_cast<double>(s.bytes)) + " of " + megabytes(expected) +
-                          " expected" + (hinted ? " (C4D: slow connection)" : "");
+                          std::to_string(path) + ": " + megabytes(static_cast<double>(s.bytes)) +
+                          " of " + megabytes(expected) + " expected" +
+                          (hinted ? " (C4D: slow connection)" : "");
         for (const Key& key : keys) suspects.try_emplace(key, why);
       } else if (ratio >= options_.healthy_ratio) {
         cleared.insert(keys.begin(), keys.end());
