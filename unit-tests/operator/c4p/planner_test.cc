@@ -198,6 +198,18 @@ std::vector<JobPlacement> randomJobs(std::vector<std::string> nodes, bool equal_
   return out;
 }
 
+// `after` has the pairs of `before`, every subflow on the same path and port.
+void expectPathsAndPortsKept(const JobPlan& before, const JobPlan& after) {
+  ASSERT_EQ(after.pairs.size(), before.pairs.size());
+  for (std::size_t i = 0; i < after.pairs.size(); ++i) {
+    ASSERT_EQ(after.pairs[i].subflows.size(), before.pairs[i].subflows.size());
+    for (std::size_t j = 0; j < after.pairs[i].subflows.size(); ++j) {
+      EXPECT_EQ(after.pairs[i].subflows[j].path, before.pairs[i].subflows[j].path);
+      EXPECT_EQ(after.pairs[i].subflows[j].local_port, before.pairs[i].subflows[j].local_port);
+    }
+  }
+}
+
 // Random tiny instances: 2–3 leaves, 1–2 nodes per leaf, 2–3 uplinks, one or two jobs.
 std::vector<Instance> randomInstances(int count, bool healthy_equal, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -595,13 +607,11 @@ TEST(PlannerTest, NewFabricDescriptionKeepsPathsAndTelemetry) {
   EXPECT_DOUBLE_EQ(p.fabric().capacityFraction(0, "leaf-1", 3, Direction::kUp), 0.0);
   EXPECT_DOUBLE_EQ(p.fabric().capacityFraction(0, "leaf-0", 0, Direction::kUp), 0.5);
   const JobPlan& after = *p.plan("j");
-  ASSERT_EQ(after.pairs.size(), before.pairs.size());
-  for (std::size_t i = 0; i < after.pairs.size(); ++i) {
-    for (std::size_t j = 0; j < after.pairs[i].subflows.size(); ++j) {
-      EXPECT_EQ(after.pairs[i].subflows[j].path, before.pairs[i].subflows[j].path);
-      EXPECT_EQ(after.pairs[i].subflows[j].local_port, before.pairs[i].subflows[j].local_port);
-      if (after.pairs[i].subflows[j].path == 3) {
-        EXPECT_EQ(after.pairs[i].subflows[j].weight, 0.0);
+  expectPathsAndPortsKept(before, after);
+  for (const auto& pair : after.pairs) {
+    for (const auto& sf : pair.subflows) {
+      if (sf.path == 3) {
+        EXPECT_EQ(sf.weight, 0.0);
       }
     }
   }
@@ -1164,14 +1174,7 @@ TEST(PlannerTest, ThreeTierNewFabricMustKeepThePathsAcrossPods) {
   auto ok = p.setFabric(makeFabric3(t, {half}));
   ASSERT_TRUE(ok) << ok.error().toString();
   EXPECT_DOUBLE_EQ(p.fabric().capacityGbps(half.link, Direction::kUp), 50);
-  const JobPlan& after = *p.plan("j");
-  ASSERT_EQ(after.pairs.size(), before.pairs.size());
-  for (std::size_t i = 0; i < after.pairs.size(); ++i) {
-    for (std::size_t j = 0; j < after.pairs[i].subflows.size(); ++j) {
-      EXPECT_EQ(after.pairs[i].subflows[j].path, before.pairs[i].subflows[j].path);
-      EXPECT_EQ(after.pairs[i].subflows[j].local_port, before.pairs[i].subflows[j].local_port);
-    }
-  }
+  expectPathsAndPortsKept(before, *p.plan("j"));
 }
 
 TEST(PlannerTest, ThreeTierDeterministicForEqualInputs) {
