@@ -9,6 +9,7 @@
 #include <cmath>
 #include <string>
 #include <thread>
+#include <tuple>
 
 #include "c4/plugin/plan.h"
 #include "operator/trainingjob/api.h"
@@ -627,6 +628,48 @@ TEST_F(TrafficPlanTest, ADegradedLinkInTheDescriptionExplainsOnlyEnforceJobs) {
             std::string::npos)
       << *why;
   EXPECT_FALSE(controller->explainConnection("team/llm", "n1", "n2")) << "leaf-a up, leaf-b down";
+}
+
+// Three tiers: a degraded spine–core link explains the pairs across pods whose planned paths use
+// it, in its direction only. Pods x (leaf-a: n0, n1) and y (leaf-b: n2, n3); the ring n0 n2 n1 n3
+// sends x -> y on n0 -> n2 and n1 -> n3, y -> x on n2 -> n1 and n3 -> n0.
+TEST_F(TrafficPlanTest, ADegradedSpineCoreLinkExplainsThePairsAcrossPodsThatUseIt) {
+  api_.put(fabrics(), fabricObject(2, {{"coreUplinksPerSpine", 1},
+                                       {"coreUplinkSpeedGbps", 100},
+                                       {"links",
+                                        {{{"pod", "pod-y"},
+                                          {"spine", 0},
+                                          {"coreUplink", 0},
+                                          {"direction", "Down"},
+                                          {"capacityFraction", 0.9}}}}}));
+  for (const auto& [node, leaf, pod] :
+       {std::tuple{"n0", "leaf-a", "pod-x"}, std::tuple{"n1", "leaf-a", "pod-x"},
+        std::tuple{"n2", "leaf-b", "pod-y"}, std::tuple{"n3", "leaf-b", "pod-y"}}) {
+    Json n = nodeObject(node, leaf);
+    n["metadata"]["labels"]["c4.dev/pod"] = pod;
+    api_.put(resources::nodes(), n);
+  }
+  auto controller = makeController();
+  placeJob("Enforce", 0, {"n0", "n2", "n1", "n3"});
+  controller->sync();
+  ASSERT_TRUE(configMap());
+  // Path 0 (leaf uplink 0, spine 0, core uplink 0) carries one subflow of every connection.
+  for (const auto& pair : planDocument().pairs) {
+    ASSERT_EQ(pair.subflows.size(), 2u);
+    EXPECT_NE(pair.subflows[0].path, pair.subflows[1].path) << pair.local_node;
+  }
+  for (const auto& [a, b] : {std::pair{"n0", "n2"}, std::pair{"n3", "n1"}}) {
+    auto why = controller->explainConnection("team/llm", a, b);
+    ASSERT_TRUE(why) << a << "<->" << b;
+    EXPECT_NE(
+        why->find("C4P holds link plane0/pod-y/spine0/core0 Down degraded to 90 % of its capacity"),
+        std::string::npos)
+        << *why;
+  }
+  EXPECT_FALSE(controller->explainConnection("team/llm", "n2", "n1"))
+      << "y -> x: core up, not down";
+  EXPECT_FALSE(controller->explainConnection("team/llm", "n3", "n0"))
+      << "y -> x: core up, not down";
 }
 
 // Between full syncs (period) the thread runs the telemetry pass alone every telemetry_period:
