@@ -109,6 +109,17 @@ class TrafficPlanTest : public ::testing::Test {
     }
   }
 
+  // n0, n1 on leaf-a in pod-x; n2, n3 on leaf-b in pod-y.
+  void putNodesInPods() {
+    for (const auto& [node, leaf, pod] :
+         {std::tuple{"n0", "leaf-a", "pod-x"}, std::tuple{"n1", "leaf-a", "pod-x"},
+          std::tuple{"n2", "leaf-b", "pod-y"}, std::tuple{"n3", "leaf-b", "pod-y"}}) {
+      Json n = nodeObject(node, leaf);
+      n["metadata"]["labels"]["c4.dev/pod"] = pod;
+      api_.put(resources::nodes(), n);
+    }
+  }
+
   std::optional<Json> configMap() {
     return api_.peek(resources::configMaps(), "team", "llm-c4-plan");
   }
@@ -642,13 +653,7 @@ TEST_F(TrafficPlanTest, ADegradedSpineCoreLinkExplainsThePairsAcrossPodsThatUseI
                                           {"coreUplink", 0},
                                           {"direction", "Down"},
                                           {"capacityFraction", 0.9}}}}}));
-  for (const auto& [node, leaf, pod] :
-       {std::tuple{"n0", "leaf-a", "pod-x"}, std::tuple{"n1", "leaf-a", "pod-x"},
-        std::tuple{"n2", "leaf-b", "pod-y"}, std::tuple{"n3", "leaf-b", "pod-y"}}) {
-    Json n = nodeObject(node, leaf);
-    n["metadata"]["labels"]["c4.dev/pod"] = pod;
-    api_.put(resources::nodes(), n);
-  }
+  putNodesInPods();
   auto controller = makeController();
   placeJob("Enforce", 0, {"n0", "n2", "n1", "n3"});
   controller->sync();
@@ -670,6 +675,40 @@ TEST_F(TrafficPlanTest, ADegradedSpineCoreLinkExplainsThePairsAcrossPodsThatUseI
       << "y -> x: core up, not down";
   EXPECT_FALSE(controller->explainConnection("team/llm", "n3", "n0"))
       << "y -> x: core up, not down";
+}
+
+// A spine–core link failed by telemetry is in the Fabric's status; a restarted controller takes
+// it back from there (as it does leaf links) and C4D's explanations name it.
+TEST_F(TrafficPlanTest, ARestartedControllerKeepsATelemetryStateOfASpineCoreLink) {
+  Json fabric = fabricObject(2, {{"coreUplinksPerSpine", 1}, {"coreUplinkSpeedGbps", 100}});
+  fabric["status"] = {{"links",
+                       {{{"plane", 0},
+                         {"pod", "pod-x"},
+                         {"spine", 1},
+                         {"coreUplink", 0},
+                         {"direction", "Up"},
+                         {"capacityFraction", 0},
+                         {"source", "telemetry"}}}}};
+  api_.put(fabrics(), fabric);
+  putNodesInPods();
+  auto controller = makeController();
+  placeJob("Enforce", 0, {"n0", "n2", "n1", "n3"});
+  controller->sync();
+  Json status = (*api_.peek(fabrics(), "", "default"))["status"];
+  ASSERT_EQ(status["links"].size(), 1u) << status.dump();
+  EXPECT_EQ(status["links"][0]["spine"], 1);
+  EXPECT_EQ(status["links"][0]["source"], "telemetry");
+  // Path 1 (leaf uplink 1, spine 1, core uplink 0) of x -> y carries no weight; y -> x is not
+  // explained by a link going up from pod-x.
+  for (const auto& pair : planDocument().pairs) {
+    if (pair.local_node != "n0" && pair.local_node != "n1") continue;
+    for (const auto& sf : pair.subflows) EXPECT_EQ(sf.weight, sf.path == 1 ? 0.0 : 1.0);
+  }
+  auto why = controller->explainConnection("team/llm", "n0", "n2");
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("C4P holds link plane0/pod-x/spine1/core0 Up failed"), std::string::npos)
+      << *why;
+  EXPECT_FALSE(controller->explainConnection("team/llm", "n2", "n1"));
 }
 
 // Between full syncs (period) the thread runs the telemetry pass alone every telemetry_period:
