@@ -35,7 +35,7 @@ struct Job {
   Job(int ranks, int rings) {
     snap.ns = "bench";
     snap.name = "job";
-    snap.worldSize = ranks;
+    snap.world_size = ranks;
     for (int n = 0; n < ranks / kRanksPerNode; ++n) {
       c4::c4d::NodeSnapshot node;
       node.name = "node-" + std::to_string(n);
@@ -47,7 +47,7 @@ struct Job {
       auto& rs = snap.ranks[static_cast<std::size_t>(r)];
       rs.node = r / kRanksPerNode;
       rs.pod = "job-" + std::to_string(r);
-      rs.podState = c4::c4d::PodState::kRunning;
+      rs.pod_state = c4::c4d::PodState::kRunning;
       ReportSample rep;
       for (int k = 0; k < rings; ++k) {
         const int stride = 2 * k + 1;
@@ -56,7 +56,7 @@ struct Job {
             ConnSample c;
             c.id = id++;
             c.direction = dir;
-            c.peerRank = peer;
+            c.peer_rank = peer;
             rep.connections.push_back(c);
           }
         }
@@ -80,11 +80,11 @@ struct Job {
         c.bytes = prev.connections[i].bytes + static_cast<std::uint64_t>(bytes);
         c.ops = prev.connections[i].ops + 20;
         c.inflight = static_cast<std::uint32_t>(rng() % 3);
-        c.oldestInflightUs = c.inflight ? rng() % 50'000 : 0;
+        c.oldest_inflight_us = c.inflight ? rng() % 50'000 : 0;
         c.wait.count = 20;
-        c.wait.sumUs = static_cast<std::uint64_t>(100'000 * jit(rng));
+        c.wait.sum_us = static_cast<std::uint64_t>(100'000 * jit(rng));
         c.transfer.count = 20;
-        c.transfer.sumUs = static_cast<std::uint64_t>(bytes / 2e9 * 1e6 * jit(rng));
+        c.transfer.sum_us = static_cast<std::uint64_t>(bytes / 2e9 * 1e6 * jit(rng));
       }
     }
   }

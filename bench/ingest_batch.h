@@ -42,21 +42,21 @@ inline report::NodeReport makeNodeBatch(const BatchShape& s, int node, std::uint
   report::NodeReport batch;
   batch.node = nodeName(s, node);
   batch.seq = seq;
-  batch.timeUnixNs = time_unix_ns;
-  batch.health.nicsAvailable = true;
+  batch.time_unix_ns = time_unix_ns;
+  batch.health.nics_available = true;
   for (int i = 0; i < 2; ++i) {
     report::NicHealth nic;
     nic.name = i == 0 ? "eth0" : "ib0";
     nic.up = true;
     nic.rdma = i == 1;
-    nic.speedMbps = i == 0 ? 25000 : 400000;
+    nic.speed_mbps = i == 0 ? 25000 : 400000;
     nic.operstate = "up";
     nic.carrier = true;
-    nic.carrierChanges = 2;
+    nic.carrier_changes = 2;
     batch.health.nics.push_back(nic);
   }
-  batch.health.rdmaReason = "no /sys/class/infiniband";
-  batch.health.gpusReason = "libnvidia-ml.so.1 not found";
+  batch.health.rdma_reason = "no /sys/class/infiniband";
+  batch.health.gpus_reason = "libnvidia-ml.so.1 not found";
   for (int local = 0; local < s.ranks_per_node; ++local) {
     const int rank = node * s.ranks_per_node + local;
     report::RankReport r;
@@ -69,22 +69,22 @@ inline report::NodeReport makeNodeBatch(const BatchShape& s, int node, std::uint
                                 0,
                                 static_cast<std::uint32_t>(1000 + local)};
     r.seq = tick;
-    r.timeUnixNs = time_unix_ns - 1'000'000 * local;
-    r.intervalMs = 1000;
-    r.planVersion = 3;
+    r.time_unix_ns = time_unix_ns - 1'000'000 * local;
+    r.interval_ms = 1000;
+    r.plan_version = 3;
     for (int k = 0; k < s.connections; ++k) {
       report::ConnectionStats c;
       c.id = static_cast<std::uint64_t>(k + 1);
       c.direction = k % 2 == 0 ? report::Direction::kSend : report::Direction::kRecv;
-      c.peerRank = (rank + (1 << (k % 20))) % world;
-      const int peer_node = c.peerRank / s.ranks_per_node;
-      c.peerNode = nodeName(s, peer_node);
-      c.peerPod = podName(s, peer_node);
+      c.peer_rank = (rank + (1 << (k % 20))) % world;
+      const int peer_node = c.peer_rank / s.ranks_per_node;
+      c.peer_node = nodeName(s, peer_node);
+      c.peer_pod = podName(s, peer_node);
       // ~3 GB/s per connection, 20 ops/s of 150 MB.
       c.bytes = tick * 3'000'000'000ULL + static_cast<std::uint64_t>(k) * 977;
       c.ops = tick * 20;
       c.inflight = 1;
-      c.oldestInflightUs = 1200 + static_cast<std::uint64_t>(k);
+      c.oldest_inflight_us = 1200 + static_cast<std::uint64_t>(k);
       c.wait = {20, 20 * 850, 2400, 800, 2300};
       c.transfer = {20, 20 * 48'000, 61'000, 47'000, 60'000};
       for (int f = 0; f < s.subflows; ++f) {

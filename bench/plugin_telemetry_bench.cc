@@ -1,6 +1,6 @@
-// Per-request telemetry cost of the NCCL net plugin (DESIGN.md §7: <= 50 ns), measured against the
-// same request path with telemetry compiled out (the hooks' `On=false` instantiation, which is what
-// -DC4_TELEMETRY=0 builds).
+// Per-request telemetry cost of the NCCL net plugin (docs/design.md §7: <= 50 ns), measured against
+// the same request path with telemetry compiled out (the hooks' `On=false` instantiation, which is
+// what -DC4_TELEMETRY=0 builds).
 //
 // One iteration = the telemetry work of one request: isend/irecv stamps the post time (one clock
 // read) and marks the slot in flight; the progress pass that moves its bytes counts subflow bytes,

@@ -109,6 +109,22 @@ def image_table(path):
     return table
 
 
+def configured_folders(root):
+    """Folders the top-level CMakeLists.txt adds outside any if(): every image build needs them."""
+    folders, depth = [], 0
+    with open(os.path.join(root, "CMakeLists.txt")) as f:
+        for line in f:
+            code = line.split("#", 1)[0].strip()
+            if re.match(r"if\s*\(", code):
+                depth += 1
+            elif re.match(r"endif\s*\(", code):
+                depth -= 1
+            m = re.fullmatch(r"add_subdirectory\((\S+)\)", code)
+            if m and depth == 0:
+                folders.append(m.group(1))
+    return folders
+
+
 def check(root, build, paths):
     """paths: where to read the checked inputs (a test passes broken copies). -> [problems]."""
     errs = []
@@ -167,6 +183,11 @@ def check(root, build, paths):
                     copies.append((src_stage, src, args[-1]))
         if len(stages) < 2:
             errs.append(f"{where}: not multi-stage ({len(stages)} stage)")
+        copied = {os.path.normpath(src).rstrip("/") for st, src, _ in copies if st is None}
+        for folder in configured_folders(root):
+            if folder not in copied:
+                errs.append(f"{where}: COPY {folder}/ missing: the top-level CMakeLists.txt adds "
+                            f"it to every build")
         entry = [a for w, a in ins if w == "ENTRYPOINT"]
         entrypoint = None
         if len(entry) != 1:
@@ -232,10 +253,11 @@ def check(root, build, paths):
                         f"command for {registry}/c4/{name}")
 
         if name == "node-plugin":
-            m = re.search(r"--plugin-source=(\S+)", np_tpl)
-            if not m or m.group(1) not in built:
-                errs.append(f"chart: node plugin --plugin-source={m.group(1) if m else '?'} is "
-                            f"not a file of the image ({sorted(built)})")
+            for flag in ("--plugin-source", "--profiler-plugin-source"):
+                m = re.search(flag + r"=(\S+)", np_tpl)
+                if not m or m.group(1) not in built:
+                    errs.append(f"chart: node plugin {flag}={m.group(1) if m else '?'} is "
+                                f"not a file of the image ({sorted(built)})")
         if name == "operator":
             users = [a for w, a in ins if w == "USER"]
             m = re.search(r"runAsUser:\s*(\d+)", op_tpl)
@@ -265,6 +287,8 @@ def self_test(root, build):
          "is not a build output the image copies"),
         ("docker/operator.Dockerfile", "COPY operator/ operator/", "COPY operators/ operator/",
          "no such path in the repository"),
+        ("docker/node-plugin.Dockerfile", "COPY kube/ kube/\n", "",
+         "COPY kube/ missing"),
         ("docker/node-plugin.Dockerfile", "--target c4-node-plugin nccl-net-c4",
          "--target c4-node-plugin", "builds nccl-net-plugin/libnccl-net-c4.so"),
         ("docker/netbench.Dockerfile", "/src/build/nccl-net-plugin/netbench/c4-netbench",
@@ -279,6 +303,10 @@ def self_test(root, build):
          "node-plugin image repository"),
         ("helm/c4/templates/node-plugin.yaml", "--plugin-source=/usr/lib/c4/",
          "--plugin-source=/opt/", "--plugin-source=/opt/"),
+        ("helm/c4/templates/node-plugin.yaml", "--profiler-plugin-source=/usr/lib/c4/",
+         "--profiler-plugin-source=/opt/", "--profiler-plugin-source=/opt/"),
+        ("docker/node-plugin.Dockerfile", "nccl-net-c4 nccl-profiler-c4", "nccl-net-c4",
+         "builds nccl-profiler-plugin/libnccl-profiler-c4.so"),
         ("helm/c4/templates/operator.yaml", "runAsUser: 65532", "runAsUser: 1000",
          "but the chart runs the operator as 1000"),
         ("helm/c4/Chart.yaml", "appVersion:", "appVersion: \"9.9.9\"\nx-old-appVersion:",

@@ -15,12 +15,14 @@ WORKDIR /src
 COPY CMakeLists.txt ./
 COPY cmake/ cmake/
 COPY common/ common/
+COPY kube/ kube/
 COPY nccl-net-plugin/ nccl-net-plugin/
+COPY nccl-profiler-plugin/ nccl-profiler-plugin/
 COPY node-plugin/ node-plugin/
 COPY operator/ operator/
 RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DC4_BUILD_TESTS=OFF -DC4_BUILD_BENCH=OFF -DC4_BUILD_E2E=OFF \
- && cmake --build build --target c4-node-plugin nccl-net-c4
+ && cmake --build build --target c4-node-plugin nccl-net-c4 nccl-profiler-c4
 
 # ---- runtime: Debian 12 slim, the shared libraries the binary links ------------------------------
 FROM debian:12-slim
@@ -30,9 +32,12 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 # = install(TARGETS c4-node-plugin RUNTIME DESTINATION bin) under the /usr/local prefix.
 COPY --from=build /src/build/node-plugin/c4-node-plugin /usr/local/bin/c4-node-plugin
-# The plugin (libstdc++ linked in: needs only glibc >= 2.34 on the node) that the node plugin
-# copies into the node's plugin directory (--plugin-source, as the chart passes it).
+# The NCCL plugins (libstdc++ linked in: need only glibc >= 2.34 on the node) that the node plugin
+# copies into the node's plugin directory (--plugin-source and --profiler-plugin-source, as the
+# chart passes them): the profiler plugin is the default telemetry source, the net plugin serves
+# traffic planning's Enforce mode and jobs that choose it.
 COPY --from=build /src/build/nccl-net-plugin/libnccl-net-c4.so /usr/lib/c4/libnccl-net-c4.so
+COPY --from=build /src/build/nccl-profiler-plugin/libnccl-profiler-c4.so /usr/lib/c4/libnccl-profiler-c4.so
 # Root on purpose: it reads /proc/<pid>/cgroup of every process of the node (hostPID) and writes
 # the node's host directories; the chart drops every capability but SYS_PTRACE and DAC_READ_SEARCH.
 USER 0:0

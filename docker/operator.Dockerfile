@@ -14,7 +14,9 @@ WORKDIR /src
 COPY CMakeLists.txt ./
 COPY cmake/ cmake/
 COPY common/ common/
+COPY kube/ kube/
 COPY nccl-net-plugin/ nccl-net-plugin/
+COPY nccl-profiler-plugin/ nccl-profiler-plugin/
 COPY node-plugin/ node-plugin/
 COPY operator/ operator/
 RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \

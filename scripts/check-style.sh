@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Style and convention checks, run by scripts/test.sh (and CI through it):
 #  1. every tracked C/C++ file is clang-formatted (.clang-format);
-#  2. nothing but the real clock reads the real clocks or sleeps (DESIGN.md §8: time is injected).
+#  2. nothing but the real clock reads the real clocks or sleeps (docs/design.md §8: time is injected).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

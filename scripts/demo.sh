@@ -8,15 +8,21 @@
 # processes, `helm install`s C4 from helm/c4 (the operator with its TLS report endpoint and C4P
 # traffic planning, and the node plugin DaemonSet, running as the chart's pods; --install host
 # runs the operator as a host process instead), describes the emulated network in a Fabric,
-# submits a TrainingJob of 4 c4-netbench ranks (training mode through the NCCL plugin, checkpoints
-# every 20 steps), injects a fault into rank 2 and narrates what C4 does:
-#   freeze (default)  the rank's process is stopped (SIGSTOP): C4D sees its peers wait on a rank
-#                     that stopped reporting, names its node, cordons and taints it, and restarts
-#                     the job from the last checkpoint on the healthy nodes;
-#   crash             the rank's process is killed while its pod stays up (each pod is an
-#                     MPI-operator-style worker whose main process outlives its rank): its peers'
-#                     connections fail, C4D names the rank that died first (not the peers that
-#                     failed after it) and restarts the job from the checkpoint; no node is
+# submits a TrainingJob of 4 c4-netbench ranks (training mode, checkpoints every 20 steps), injects
+# a fault into rank 2 and narrates what C4 does:
+#   freeze (default)  the ranks move their bytes over c4-netbench's own TCP transport (the stand-in
+#                     for NCCL's native transports) and C4's telemetry comes from the NCCL profiler
+#                     plugin the operator puts into every pod (the default telemetry source); C4P
+#                     plans the job's paths in Advisory mode (computed and shown, not enforced). The
+#                     rank's process is stopped (SIGSTOP): C4D sees its peers wait on a rank that
+#                     stopped reporting, names its node, cordons and taints it, and restarts the
+#                     job from the last checkpoint on the healthy nodes;
+#   crash             the ranks move their bytes through C4's NCCL net plugin, which reports them
+#                     (telemetry source NetPlugin) and enforces C4P's paths (Enforce). The rank's
+#                     process is killed while its pod stays up (each pod is an MPI-operator-style
+#                     worker whose main process outlives its rank): its peers' connections fail,
+#                     C4D names the rank that died first (not the peers that failed after it) from
+#                     what the transport saw, and restarts the job from the checkpoint; no node is
 #                     cordoned without node-level evidence.
 # It shows `kubectl get nodes`, the C4P plan, the verdict, `kubectl describe trainingjob` with its
 # Events, the goodput, what a real Prometheus scraped from the operator and node plugins (goodput,
@@ -57,7 +63,7 @@ echo "== 2/3 build (Release) and the test control plane (cached after the first 
 if [[ ! -f build/CMakeCache.txt ]]; then
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 fi
-cmake --build build -j "$JOBS" --target c4-operator c4-node-plugin c4-netbench nccl-net-c4
+cmake --build build -j "$JOBS" --target c4-operator c4-node-plugin c4-netbench nccl-net-c4 nccl-profiler-c4
 e2e/testenv/testenv.sh build >/dev/null
 echo "== 3/3 the demo: fault '$FAULT' in a running TrainingJob"
 
@@ -96,7 +102,16 @@ kubectl get pods -n "$SYS" -o wide -L c4.dev/leader | cut -c1-120
 c4_prometheus_up
 echo "Prometheus (Debian's prometheus) scrapes the operator and every node plugin: $PROM_URL"
 
-say "a TrainingJob: 4 ranks of c4-netbench training through the C4 NCCL plugin"
+if [[ $FAULT == freeze ]]; then
+  say "a TrainingJob: 4 ranks of c4-netbench training over their own TCP transport, timed by C4's NCCL profiler plugin"
+  # The default telemetry source (Profiler): NCCL keeps its transports, here c4-netbench's plain
+  # TCP (--baseline) with c4-netbench calling the profiler plugin as NCCL does. C4P plans in
+  # Advisory mode: Enforce would move the bytes onto C4's net plugin.
+  TELEMETRY="{source: Profiler}" PLANNING="{mode: Advisory}" TRANSPORT_ARGS="--baseline,"
+else
+  say "a TrainingJob: 4 ranks of c4-netbench training through C4's NCCL net plugin"
+  TELEMETRY="{source: NetPlugin}" PLANNING="{mode: Enforce}" TRANSPORT_ARGS=""
+fi
 mkdir -p "$WORK/ckpt" "$WORK/steps"
 launcher=""
 [[ $FAULT != crash ]] || launcher=$(c4_mpi_worker_command)
@@ -107,9 +122,10 @@ kind: TrainingJob
 metadata: {name: train}
 spec:
   replicas: 4
+  telemetry: $TELEMETRY
   checkpoint: {dir: $WORK/ckpt}
   faultTolerance: {maxRestarts: 2, restartBackoffSeconds: 1}
-  trafficPlanning: {mode: Enforce}
+  trafficPlanning: $PLANNING
   template:
     metadata:
       annotations: {c4.dev/runner: process}
@@ -123,7 +139,7 @@ spec:
       containers:
       - name: trainer
         image: c4/netbench
-        args: [--steps, "700", --step-compute-ms, "60", --state-bytes, 256K, --json,
+        args: [$TRANSPORT_ARGS --steps, "700", --step-compute-ms, "60", --state-bytes, 256K, --json,
                --checkpoint-dir, \$(C4_CHECKPOINT_DIR), --checkpoint-every, "20",
                --step-log, $WORK/steps]
 $launcher
@@ -131,6 +147,12 @@ YAML
 wait_until 90 "train Running" bash -c "[[ \$(kubectl get tj -n $NS train -o jsonpath='{.status.phase}') == Running ]]"
 kubectl get tj -n "$NS"
 kubectl get pods -n "$NS" -o wide | cut -c1-100
+if [[ $FAULT == freeze ]]; then
+  c4_expect_profiler_only
+  echo "the operator set NCCL_PROFILER_PLUGIN=$(c4_train_env NCCL_PROFILER_PLUGIN) (no NCCL_NET_PLUGIN: NCCL keeps its transports)"
+else
+  echo "the operator set NCCL_NET_PLUGIN=$(c4_train_env NCCL_NET_PLUGIN)"
+fi
 wait_until 30 "a C4P plan" bash -c "[[ -n \$(kubectl get tj -n $NS train -o jsonpath='{.status.plan.version}') ]]"
 echo "C4P plan version $(tj '{.status.plan.version}') in ConfigMap train-c4-plan:"
 kubectl get configmap -n "$NS" train-c4-plan -o jsonpath='{.data.plan\.json}' | python3 -c '

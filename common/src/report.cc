@@ -1,12 +1,16 @@
 #include "c4/common/report.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <type_traits>
+#include <utility>
 
 #include "report_internal.h"
+#include "report_schema.h"
 
 namespace c4::report {
 namespace {
@@ -165,6 +169,8 @@ class Reader {
     return Reader(j, std::move(path));
   }
 
+  [[nodiscard]] const std::string& path() const { return path_; }
+
   [[nodiscard]] std::string field(std::string_view key) const {
     return path_ + "." + std::string(key);
   }
@@ -279,8 +285,7 @@ class Reader {
 // ---- Enum names ------------------------------------------------------------------------------
 
 template <typename E, std::size_t N>
-Result<E> parseEnum(const std::string& text,
-                    const std::array<std::pair<E, std::string_view>, N>& table,
+Result<E> parseEnum(const std::string& text, const schema::EnumNames<E, N>& table,
                     const std::string& path) {
   for (const auto& [e, name] : table) {
     if (text == name) return e;
@@ -293,346 +298,418 @@ Result<E> parseEnum(const std::string& text,
   return std::unexpected(invalid(path, "\"" + text + "\" is not one of: " + allowed));
 }
 
-constexpr std::array<std::pair<Direction, std::string_view>, 2> kDirections{
-    {{Direction::kSend, "send"}, {Direction::kRecv, "recv"}}};
-constexpr std::array<std::pair<ProgressState, std::string_view>, 5> kProgressStates{
-    {{ProgressState::kTraining, "training"},
-     {ProgressState::kCheckpointing, "checkpointing"},
-     {ProgressState::kEvaluating, "evaluating"},
-     {ProgressState::kIdle, "idle"},
-     {ProgressState::kFinished, "finished"}}};
-constexpr std::array<std::pair<AnomalyKind, std::string_view>, 3> kAnomalyKinds{
-    {{AnomalyKind::kStall, "stall"},
-     {AnomalyKind::kConnectionError, "connectionError"},
-     {AnomalyKind::kPeerClosed, "peerClosed"}}};
-
 template <typename E, std::size_t N>
-std::string_view enumName(E e, const std::array<std::pair<E, std::string_view>, N>& table) {
+std::string_view enumName(E e, const schema::EnumNames<E, N>& table) {
   for (const auto& [v, name] : table) {
     if (v == e) return name;
   }
   return "unknown";
 }
 
-// ---- Value validation ------------------------------------------------------------------------
+// ---- Rules shared by the paths ---------------------------------------------------------------
 
-Status checkName(const std::string& v, const std::string& path, bool required) {
+// The effective bounds of a wire rule for a member of type M.
+template <typename M>
+constexpr std::uint64_t maxOf(schema::U w) {
+  return std::min<std::uint64_t>(w.max, std::numeric_limits<M>::max());
+}
+template <typename M>
+constexpr std::int64_t minOf(schema::I w) {
+  return std::max<std::int64_t>(w.min, std::numeric_limits<M>::min());
+}
+template <typename M>
+constexpr std::int64_t maxOf(schema::I w) {
+  return std::min<std::int64_t>(w.max, std::numeric_limits<M>::max());
+}
+
+template <typename T>
+constexpr bool isDocument() {
+  if constexpr (std::is_same_v<T, Notice>) {
+    return false;
+  } else {
+    return !schema::Schema<T>::kind.empty();
+  }
+}
+template <typename T>
+constexpr bool kIsDocument = isDocument<T>();
+
+// A field path, built as text only when an error names it: a root ("RankReport", or the path a
+// decoder read an object from), ".name" below a parent, or "[index]" below an array.
+struct Path {
+  const Path* parent = nullptr;
+  std::string_view name;
+  std::size_t index = 0;
+  bool is_index = false;
+
+  [[nodiscard]] std::string str() const {
+    if (parent == nullptr) return std::string(name);
+    std::string s = parent->str();
+    if (is_index) {
+      s += '[';
+      s += std::to_string(index);
+      s += ']';
+    } else {
+      s += '.';
+      s += name;
+    }
+    return s;
+  }
+};
+
+std::unexpected<Error> invalidAt(const Path& p, const std::string& what) {
+  return std::unexpected(invalid(p.str(), what));
+}
+
+// ---- Validation (validate(), and the DOM decoder for checkedWhenRead structs) -----------------
+
+Status checkName(const std::string& v, const Path& path, bool required) {
   if (v.empty()) {
-    if (required) return std::unexpected(invalid(path, "must not be empty"));
+    if (required) return invalidAt(path, "must not be empty");
     return {};
   }
   if (!isDnsSubdomain(v)) {
-    return std::unexpected(invalid(
-        path, "\"" + v.substr(0, 64) + "\" is not a valid Kubernetes name (DNS-1123 subdomain)"));
+    return invalidAt(
+        path, "\"" + v.substr(0, 64) + "\" is not a valid Kubernetes name (DNS-1123 subdomain)");
   }
   return {};
 }
 
-Status checkText(const std::string& v, const std::string& path) {
+Status checkText(const std::string& v, const Path& path) {
   if (v.size() > kMaxTextBytes) {
-    return std::unexpected(
-        invalid(path, "longer than " + std::to_string(kMaxTextBytes) + " bytes"));
+    return invalidAt(path, "longer than " + std::to_string(kMaxTextBytes) + " bytes");
   }
-  if (!validUtf8(v)) return std::unexpected(invalid(path, "is not valid UTF-8"));
+  if (!validUtf8(v)) return invalidAt(path, "is not valid UTF-8");
   return {};
 }
 
-Status checkTime(std::int64_t t, const std::string& path) {
-  if (t <= 0) return std::unexpected(invalid(path, "must be a positive Unix time in nanoseconds"));
+// Validation rules (report_schema.h). `whole` is the struct the field belongs to.
+template <typename T, typename M>
+Status checkRule(const T&, const M&, const Path&, schema::NoCheck) {
   return {};
 }
-
-Status checkIdentity(const RankIdentity& id, const std::string& path) {
-  C4_RETURN_IF_ERROR(checkName(id.ns, path + ".namespace", false));
-  C4_RETURN_IF_ERROR(checkName(id.job, path + ".job", false));
-  C4_RETURN_IF_ERROR(checkName(id.pod, path + ".pod", false));
-  C4_RETURN_IF_ERROR(checkName(id.node, path + ".node", false));
-  if (id.rank < -1 || id.rank >= kMaxRank) {
-    return std::unexpected(
-        invalid(path + ".rank", "must be -1 or in [0, " + std::to_string(kMaxRank) + ")"));
-  }
-  if (id.worldSize < 0 || id.worldSize > kMaxRank) {
-    return std::unexpected(
-        invalid(path + ".worldSize", "must be in [0, " + std::to_string(kMaxRank) + "]"));
-  }
-  if (id.worldSize > 0 && id.rank >= id.worldSize) {
-    return std::unexpected(invalid(path + ".rank", "must be below worldSize"));
-  }
-  return {};
+template <typename T>
+Status checkRule(const T&, const std::string& v, const Path& p, schema::DnsName c) {
+  return checkName(v, p, c.required);
 }
-
-Status checkLatency(const LatencySummary& l, const std::string& path) {
-  if (l.maxUs > 0 && (l.p50Us > l.maxUs || l.p99Us > l.maxUs)) {
-    return std::unexpected(invalid(path, "percentiles exceed the maximum"));
-  }
-  if (l.p50Us > l.p99Us) return std::unexpected(invalid(path, "p50Us exceeds p99Us"));
-  if (l.count == 0 && (l.sumUs != 0 || l.maxUs != 0)) {
-    return std::unexpected(invalid(path, "non-zero latencies with a zero count"));
+template <typename T>
+Status checkRule(const T&, const std::string& v, const Path& p, schema::Text) {
+  return checkText(v, p);
+}
+template <typename T>
+Status checkRule(const T&, const std::string& v, const Path& p, schema::Short c) {
+  if (v.size() > c.max_bytes) return invalidAt(p, "too long");
+  return checkText(v, p);
+}
+template <typename T>
+Status checkRule(const T&, const std::string& v, const Path& p, schema::Label c) {
+  if ((c.non_empty && v.empty()) || v.size() > kMaxNameBytes || !validUtf8(v)) {
+    return invalidAt(p, std::string(c.msg));
   }
   return {};
 }
+template <typename T>
+Status checkRule(const T&, std::int64_t v, const Path& p, schema::UnixTime) {
+  if (v <= 0) return invalidAt(p, "must be a positive Unix time in nanoseconds");
+  return {};
+}
+template <typename T, typename M>
+Status checkRule(const T&, const M& v, const Path& p, schema::Range c) {
+  if (std::cmp_less(v, c.min) || std::cmp_greater(v, c.max))
+    return invalidAt(p, std::string(c.msg));
+  return {};
+}
+template <typename T, typename M>
+Status checkRule(const T&, const M& v, const Path& p, schema::AtLeast c) {
+  if (std::cmp_less(v, c.min)) return invalidAt(p, std::string(c.msg));
+  return {};
+}
+template <typename T>
+Status checkRule(const T&, double v, const Path& p, schema::FRange c) {
+  if (!std::isfinite(v) || v < c.min || v > c.max) return invalidAt(p, std::string(c.msg));
+  return {};
+}
+template <typename T, typename M>
+Status checkRule(const T& whole, const M&, const Path& p, schema::Rule<T> c) {
+  if (!c.ok(whole)) return invalidAt(p, std::string(c.msg));
+  return {};
+}
+template <typename T, typename M, typename A, typename C>
+Status checkRule(const T& whole, const M& v, const Path& p, schema::Both<A, C> c) {
+  C4_RETURN_IF_ERROR(checkRule(whole, v, p, c.first));
+  return checkRule(whole, v, p, c.second);
+}
 
-constexpr double kMaxWeight = 1e6;
+// Validation rules that already check UTF-8 (the wire rule of a text then need not again).
+template <typename C>
+constexpr bool kChecksUtf8 =
+    std::is_same_v<C, schema::DnsName> || std::is_same_v<C, schema::Text> ||
+    std::is_same_v<C, schema::Short> || std::is_same_v<C, schema::Label>;
 
-Status checkConnection(const ConnectionStats& c, const std::string& path) {
-  if (c.peerRank < -1 || c.peerRank >= kMaxRank) {
-    return std::unexpected(
-        invalid(path + ".peerRank", "must be -1 or in [0, " + std::to_string(kMaxRank) + ")"));
+template <typename T>
+Status checkObject(const T& s, const Path& p);
+
+// Wire rules, as validate() checks them (the decoders' texts).
+template <typename M, bool kUtf8Checked>
+Status checkWire(const M& v, const Path& p, schema::U w) {
+  if (v > maxOf<M>(w)) {
+    return invalidAt(p, std::to_string(v) + " exceeds the maximum " + std::to_string(maxOf<M>(w)));
   }
-  C4_RETURN_IF_ERROR(checkName(c.peerNode, path + ".peerNode", false));
-  C4_RETURN_IF_ERROR(checkName(c.peerPod, path + ".peerPod", false));
-  if (c.inflight == 0 && c.oldestInflightUs != 0) {
-    return std::unexpected(invalid(path + ".oldestInflightUs", "non-zero with no op in flight"));
+  return {};
+}
+template <typename M, bool kUtf8Checked>
+Status checkWire(const M& v, const Path& p, schema::I w) {
+  if (v < minOf<M>(w) || v > maxOf<M>(w)) {
+    return invalidAt(p, std::to_string(v) + " is outside [" + std::to_string(minOf<M>(w)) + ", " +
+                            std::to_string(maxOf<M>(w)) + "]");
   }
-  C4_RETURN_IF_ERROR(checkLatency(c.wait, path + ".wait"));
-  C4_RETURN_IF_ERROR(checkLatency(c.transfer, path + ".transfer"));
-  if (c.subflows.size() > kMaxSubflowsPerConnection) {
-    return std::unexpected(invalid(
-        path + ".subflows", std::to_string(c.subflows.size()) + " items exceeds the limit of " +
-                                std::to_string(kMaxSubflowsPerConnection)));
+  return {};
+}
+template <typename M, bool kUtf8Checked>
+Status checkWire(const M& v, const Path& p, schema::F w) {
+  if (!std::isfinite(v) || v < w.min || v > w.max) {
+    return invalidAt(p, "must be finite and within [" + std::to_string(w.min) + ", " +
+                            std::to_string(w.max) + "]");
   }
-  for (std::size_t i = 0; i < c.subflows.size(); ++i) {
-    const auto& s = c.subflows[i];
-    const std::string sp = path + ".subflows[" + std::to_string(i) + "]";
-    if (!std::isfinite(s.weight) || s.weight < 0 || s.weight > kMaxWeight) {
-      return std::unexpected(invalid(sp + ".weight", "must be finite and within [0, 1e6]"));
+  return {};
+}
+template <typename M, bool kUtf8Checked>
+Status checkWire(const M&, const Path&, schema::B) {
+  return {};
+}
+template <typename M, bool kUtf8Checked>
+Status checkWire(const M& v, const Path& p, schema::S w) {
+  if (v.size() > w.max_bytes) {
+    return invalidAt(p, "longer than " + std::to_string(w.max_bytes) + " bytes");
+  }
+  if (!kUtf8Checked && !validUtf8(v)) return invalidAt(p, "is not valid UTF-8");
+  return {};
+}
+template <typename M, bool kUtf8Checked, typename E, std::size_t N>
+Status checkWire(const M& v, const Path& p, schema::En<E, N> w) {
+  for (const auto& [e, name] : *w.names) {
+    if (e == v) return {};
+  }
+  return invalidAt(p, "is not one of the names of its enum");
+}
+template <typename M, bool kUtf8Checked>
+Status checkWire(const M& v, const Path& p, schema::Obj) {
+  return checkObject(v, p);
+}
+template <typename M, bool kUtf8Checked>
+Status checkWire(const M& v, const Path& p, schema::Arr w) {
+  using Item = typename M::value_type;
+  if (v.size() > w.max_items) {
+    return invalidAt(p, w.too_many.empty()
+                            ? std::to_string(v.size()) + " items exceeds the limit of " +
+                                  std::to_string(w.max_items)
+                            : std::string(w.too_many));
+  }
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const Path item{&p, {}, i, true};
+    if constexpr (std::is_same_v<Item, Notice> || kIsDocument<Item>) {
+      // A document nested in a batch is validated as a document; the error says where it sits.
+      Status s;
+      if constexpr (std::is_same_v<Item, Notice>) {
+        s = std::visit([](const auto& n) { return validate(n); }, v[i]);
+      } else {
+        s = validate(v[i]);
+      }
+      if (!s) return std::unexpected(s.error().withContext(item.str()));
+    } else {
+      C4_RETURN_IF_ERROR(checkObject(v[i], item));
     }
-    if (s.pathId < -1) return std::unexpected(invalid(sp + ".pathId", "must be >= -1"));
   }
   return {};
+}
+
+// Every field (its validation rule, then its wire rule), then the struct's cross-field rules.
+template <typename T>
+Status checkObject(const T& s, const Path& p) {
+  Status st;
+  schema::forEachField<T>([&](const auto& f) {
+    using C = std::remove_cvref_t<decltype(f.check)>;
+    using M = typename std::remove_cvref_t<decltype(f)>::Member;
+    const Path fp{&p, f.name};
+    const M& v = s.*f.member;
+    st = checkRule(s, v, fp, f.check);
+    if (st) st = checkWire<M, kChecksUtf8<C>>(v, fp, f.wire);
+    return st.has_value();
+  });
+  if (!st) return st;
+  std::apply(
+      [&](const auto&... rule) {
+        (void)((rule.ok(s) || (st = invalidAt(p, std::string(rule.msg)), false)) && ...);
+      },
+      schema::Schema<T>::rules);
+  return st;
+}
+
+template <typename T>
+Status validateDocument(const T& d) {
+  return checkObject(d, Path{nullptr, schema::Schema<T>::kind});
 }
 
 // ---- Encoding --------------------------------------------------------------------------------
 
-json identityJson(const RankIdentity& id) {
-  return json{{"namespace", id.ns},
-              {"job", id.job},
-              {"pod", id.pod},
-              {"node", id.node},
-              {"rank", id.rank},
-              {"worldSize", id.worldSize},
-              {"restartAttempt", id.restartAttempt},
-              {"pid", id.pid}};
-}
+template <typename T>
+json objectJson(const T& s);
+template <typename T>
+json documentJson(const T& d);
 
-json latencyJson(const LatencySummary& l) {
-  return json{{"count", l.count},
-              {"sumUs", l.sumUs},
-              {"maxUs", l.maxUs},
-              {"p50Us", l.p50Us},
-              {"p99Us", l.p99Us}};
+template <typename M, typename W>
+json valueJson(const M& v, W) {
+  return json(v);
 }
-
-json connectionJson(const ConnectionStats& c) {
-  json subflows = json::array();
-  for (const auto& s : c.subflows) {
-    subflows.push_back(json{{"index", s.index},
-                            {"localPort", s.localPort},
-                            {"pathId", s.pathId},
-                            {"weight", s.weight},
-                            {"bytes", s.bytes}});
+template <typename M, typename E, std::size_t N>
+json valueJson(const M& v, schema::En<E, N> w) {
+  return json(enumName(v, *w.names));
+}
+template <typename M>
+json valueJson(const M& v, schema::Obj) {
+  return objectJson(v);
+}
+template <typename M>
+json valueJson(const M& v, schema::Arr) {
+  using Item = typename M::value_type;
+  json a = json::array();
+  for (const auto& item : v) {
+    if constexpr (std::is_same_v<Item, Notice>) {
+      a.push_back(std::visit([](const auto& n) { return documentJson(n); }, item));
+    } else if constexpr (kIsDocument<Item>) {
+      a.push_back(documentJson(item));
+    } else {
+      a.push_back(objectJson(item));
+    }
   }
-  return json{{"id", c.id},
-              {"direction", enumName(c.direction, kDirections)},
-              {"peerRank", c.peerRank},
-              {"peerNode", c.peerNode},
-              {"peerPod", c.peerPod},
-              {"bytes", c.bytes},
-              {"ops", c.ops},
-              {"inflight", c.inflight},
-              {"oldestInflightUs", c.oldestInflightUs},
-              {"wait", latencyJson(c.wait)},
-              {"transfer", latencyJson(c.transfer)},
-              {"subflows", std::move(subflows)}};
+  return a;
 }
 
-json bodyJson(const RankReport& r) {
-  json conns = json::array();
-  for (const auto& c : r.connections) conns.push_back(connectionJson(c));
-  return json{{"v", kSchemaVersion},
-              {"kind", "RankReport"},
-              {"id", identityJson(r.id)},
-              {"seq", r.seq},
-              {"part", r.part},
-              {"parts", r.parts},
-              {"timeUnixNs", r.timeUnixNs},
-              {"intervalMs", r.intervalMs},
-              {"planVersion", r.planVersion},
-              {"droppedMessages", r.droppedMessages},
-              {"connections", std::move(conns)}};
+template <typename T>
+json objectJson(const T& s) {
+  json j = json::object();
+  schema::forEachField<T>([&](const auto& f) {
+    j[std::string(f.name)] = valueJson(s.*f.member, f.wire);
+    return true;
+  });
+  return j;
 }
 
-json bodyJson(const ProgressNotice& n) {
-  return json{{"v", kSchemaVersion},      {"kind", "ProgressNotice"},
-              {"id", identityJson(n.id)}, {"timeUnixNs", n.timeUnixNs},
-              {"step", n.step},           {"state", enumName(n.state, kProgressStates)}};
-}
-
-json bodyJson(const CheckpointNotice& n) {
-  return json{{"v", kSchemaVersion},      {"kind", "CheckpointNotice"},
-              {"id", identityJson(n.id)}, {"timeUnixNs", n.timeUnixNs},
-              {"step", n.step},           {"path", n.path}};
-}
-
-json bodyJson(const AnomalyNotice& n) {
-  return json{{"v", kSchemaVersion},
-              {"kind", "AnomalyNotice"},
-              {"id", identityJson(n.id)},
-              {"timeUnixNs", n.timeUnixNs},
-              {"anomaly", enumName(n.kind, kAnomalyKinds)},
-              {"connectionId", n.connectionId},
-              {"direction", enumName(n.direction, kDirections)},
-              {"peerRank", n.peerRank},
-              {"peerNode", n.peerNode},
-              {"ageUs", n.ageUs},
-              {"detail", n.detail}};
+template <typename T>
+json documentJson(const T& d) {
+  json j = objectJson(d);
+  j["v"] = kSchemaVersion;
+  j["kind"] = std::string(schema::Schema<T>::kind);
+  return j;
 }
 
 json messageJson(const Message& m) {
-  return std::visit([](const auto& v) { return bodyJson(v); }, m);
-}
-
-json noticeJson(const Notice& n) {
-  return std::visit([](const auto& v) { return bodyJson(v); }, n);
-}
-
-json nodeReportJson(const NodeReport& r) {
-  json nics = json::array();
-  for (const auto& n : r.health.nics) {
-    nics.push_back(json{{"name", n.name},
-                        {"up", n.up},
-                        {"rdma", n.rdma},
-                        {"speedMbps", n.speedMbps},
-                        {"errors", n.errors},
-                        {"operstate", n.operstate},
-                        {"carrier", n.carrier},
-                        {"carrierChanges", n.carrierChanges},
-                        {"rxErrors", n.rxErrors},
-                        {"txErrors", n.txErrors},
-                        {"rxDropped", n.rxDropped},
-                        {"txDropped", n.txDropped}});
-  }
-  json ports = json::array();
-  for (const auto& p : r.health.rdmaPorts) {
-    ports.push_back(json{{"device", p.device},
-                         {"port", p.port},
-                         {"netdev", p.netdev},
-                         {"state", p.state},
-                         {"physState", p.physState},
-                         {"rateMbps", p.rateMbps},
-                         {"active", p.active},
-                         {"symbolErrors", p.symbolErrors},
-                         {"linkDowned", p.linkDowned},
-                         {"linkErrorRecovery", p.linkErrorRecovery},
-                         {"rcvErrors", p.rcvErrors},
-                         {"xmitDiscards", p.xmitDiscards}});
-  }
-  json gpus = json::array();
-  for (const auto& g : r.health.gpus) {
-    gpus.push_back(json{{"index", g.index},
-                        {"uuid", g.uuid},
-                        {"healthy", g.healthy},
-                        {"detail", g.detail},
-                        {"eccVolatileUncorrected", g.eccVolatileUncorrected},
-                        {"retiredPagesPending", g.retiredPagesPending},
-                        {"lastXid", g.lastXid},
-                        {"throttleReasons", g.throttleReasons}});
-  }
-  json health{{"nics", std::move(nics)},           {"gpus", std::move(gpus)},
-              {"rdmaPorts", std::move(ports)},     {"nicsAvailable", r.health.nicsAvailable},
-              {"nicsReason", r.health.nicsReason}, {"rdmaAvailable", r.health.rdmaAvailable},
-              {"rdmaReason", r.health.rdmaReason}, {"gpusAvailable", r.health.gpusAvailable},
-              {"gpusReason", r.health.gpusReason}};
-  json reports = json::array();
-  for (const auto& rr : r.reports) reports.push_back(bodyJson(rr));
-  json notices = json::array();
-  for (const auto& n : r.notices) notices.push_back(noticeJson(n));
-  return json{{"v", kSchemaVersion},
-              {"kind", "NodeReport"},
-              {"node", r.node},
-              {"seq", r.seq},
-              {"timeUnixNs", r.timeUnixNs},
-              {"health", std::move(health)},
-              {"reports", std::move(reports)},
-              {"notices", std::move(notices)},
-              {"droppedMessages", r.droppedMessages},
-              {"rejectedMessages", r.rejectedMessages}};
+  return std::visit([](const auto& v) { return documentJson(v); }, m);
 }
 
 // ---- Decoding --------------------------------------------------------------------------------
 
-Result<RankIdentity> decodeIdentity(Reader& parent) {
-  C4_ASSIGN_OR_RETURN(Reader r, parent.object("id"));
-  RankIdentity id;
-  C4_ASSIGN_OR_RETURN(id.ns, r.str("namespace", kMaxNameBytes));
-  C4_ASSIGN_OR_RETURN(id.job, r.str("job", kMaxNameBytes));
-  C4_ASSIGN_OR_RETURN(id.pod, r.str("pod", kMaxNameBytes));
-  C4_ASSIGN_OR_RETURN(id.node, r.str("node", kMaxNameBytes));
-  C4_ASSIGN_OR_RETURN(auto rank, r.i64("rank", -1, kMaxRank - 1));
-  id.rank = static_cast<std::int32_t>(rank);
-  C4_ASSIGN_OR_RETURN(auto ws, r.i64("worldSize", 0, kMaxRank));
-  id.worldSize = static_cast<std::int32_t>(ws);
-  C4_ASSIGN_OR_RETURN(auto ra, r.u64("restartAttempt", std::numeric_limits<std::uint32_t>::max()));
-  id.restartAttempt = static_cast<std::uint32_t>(ra);
-  C4_ASSIGN_OR_RETURN(auto pid, r.u64("pid", std::numeric_limits<std::uint32_t>::max()));
-  id.pid = static_cast<std::uint32_t>(pid);
-  C4_RETURN_IF_ERROR(r.finish());
-  return id;
+template <typename T>
+Result<T> readObject(Reader r);
+template <typename T>
+Result<T> readDocument(Reader& r);
+Result<Notice> decodeNotice(const json& j, const std::string& path);
+
+template <typename M>
+Status readValue(Reader& r, std::string_view key, M& out, schema::U w) {
+  C4_ASSIGN_OR_RETURN(auto v, r.u64(key, maxOf<M>(w)));
+  out = static_cast<M>(v);
+  return {};
+}
+template <typename M>
+Status readValue(Reader& r, std::string_view key, M& out, schema::I w) {
+  C4_ASSIGN_OR_RETURN(auto v, r.i64(key, minOf<M>(w), maxOf<M>(w)));
+  out = static_cast<M>(v);
+  return {};
+}
+template <typename M>
+Status readValue(Reader& r, std::string_view key, M& out, schema::F w) {
+  C4_ASSIGN_OR_RETURN(out, r.f64(key, w.min, w.max));
+  return {};
+}
+template <typename M>
+Status readValue(Reader& r, std::string_view key, M& out, schema::B) {
+  C4_ASSIGN_OR_RETURN(out, r.boolean(key));
+  return {};
+}
+template <typename M>
+Status readValue(Reader& r, std::string_view key, M& out, schema::S w) {
+  C4_ASSIGN_OR_RETURN(out, r.str(key, w.max_bytes));
+  return {};
+}
+template <typename M, typename E, std::size_t N>
+Status readValue(Reader& r, std::string_view key, M& out, schema::En<E, N> w) {
+  C4_ASSIGN_OR_RETURN(auto s, r.str(key, w.max_bytes));
+  C4_ASSIGN_OR_RETURN(out, parseEnum(s, *w.names, r.field(key)));
+  return {};
+}
+template <typename M>
+Status readValue(Reader& r, std::string_view key, M& out, schema::Obj) {
+  C4_ASSIGN_OR_RETURN(Reader sub, r.object(key));
+  C4_ASSIGN_OR_RETURN(out, readObject<M>(std::move(sub)));
+  return {};
 }
 
-Result<LatencySummary> decodeLatency(Reader& parent, std::string_view key) {
-  C4_ASSIGN_OR_RETURN(Reader r, parent.object(key));
-  LatencySummary l;
-  C4_ASSIGN_OR_RETURN(l.count, r.u64("count"));
-  C4_ASSIGN_OR_RETURN(l.sumUs, r.u64("sumUs"));
-  C4_ASSIGN_OR_RETURN(l.maxUs, r.u64("maxUs"));
-  C4_ASSIGN_OR_RETURN(l.p50Us, r.u64("p50Us"));
-  C4_ASSIGN_OR_RETURN(l.p99Us, r.u64("p99Us"));
-  C4_RETURN_IF_ERROR(r.finish());
-  return l;
-}
+Status checkHeader(Reader& r, std::string_view expected_kind);
 
-Result<Direction> decodeDirection(Reader& r, std::string_view key) {
-  C4_ASSIGN_OR_RETURN(auto s, r.str(key, 16));
-  return parseEnum(s, kDirections, r.field(key));
-}
-
-Result<ConnectionStats> decodeConnection(const json& j, const std::string& path) {
-  C4_ASSIGN_OR_RETURN(Reader r, Reader::open(j, path));
-  ConnectionStats c;
-  C4_ASSIGN_OR_RETURN(c.id, r.u64("id"));
-  C4_ASSIGN_OR_RETURN(c.direction, decodeDirection(r, "direction"));
-  C4_ASSIGN_OR_RETURN(auto pr, r.i64("peerRank", -1, kMaxRank - 1));
-  c.peerRank = static_cast<std::int32_t>(pr);
-  C4_ASSIGN_OR_RETURN(c.peerNode, r.str("peerNode", kMaxNameBytes));
-  C4_ASSIGN_OR_RETURN(c.peerPod, r.str("peerPod", kMaxNameBytes));
-  C4_ASSIGN_OR_RETURN(c.bytes, r.u64("bytes"));
-  C4_ASSIGN_OR_RETURN(c.ops, r.u64("ops"));
-  C4_ASSIGN_OR_RETURN(auto inflight, r.u64("inflight", std::numeric_limits<std::uint32_t>::max()));
-  c.inflight = static_cast<std::uint32_t>(inflight);
-  C4_ASSIGN_OR_RETURN(c.oldestInflightUs, r.u64("oldestInflightUs"));
-  C4_ASSIGN_OR_RETURN(c.wait, decodeLatency(r, "wait"));
-  C4_ASSIGN_OR_RETURN(c.transfer, decodeLatency(r, "transfer"));
-  C4_ASSIGN_OR_RETURN(const json* subflows, r.array("subflows", kMaxSubflowsPerConnection));
-  c.subflows.reserve(subflows->size());
-  for (std::size_t i = 0; i < subflows->size(); ++i) {
-    C4_ASSIGN_OR_RETURN(Reader s, Reader::open((*subflows)[i], r.field("subflows") + "[" +
-                                                                   std::to_string(i) + "]"));
-    SubflowStats sf;
-    C4_ASSIGN_OR_RETURN(auto idx, s.u64("index", kMaxSubflowsPerConnection - 1));
-    sf.index = static_cast<std::uint32_t>(idx);
-    C4_ASSIGN_OR_RETURN(auto port, s.u64("localPort", 65535));
-    sf.localPort = static_cast<std::uint16_t>(port);
-    C4_ASSIGN_OR_RETURN(auto pid, s.i64("pathId", -1, std::numeric_limits<std::int32_t>::max()));
-    sf.pathId = static_cast<std::int32_t>(pid);
-    C4_ASSIGN_OR_RETURN(sf.weight, s.f64("weight", 0.0, kMaxWeight));
-    C4_ASSIGN_OR_RETURN(sf.bytes, s.u64("bytes"));
-    C4_RETURN_IF_ERROR(s.finish());
-    c.subflows.push_back(sf);
+template <typename M>
+Status readValue(Reader& r, std::string_view key, M& out, schema::Arr w) {
+  using Item = typename M::value_type;
+  C4_ASSIGN_OR_RETURN(const json* items, r.array(key, w.max_items));
+  out.reserve(items->size());
+  for (std::size_t i = 0; i < items->size(); ++i) {
+    const std::string path = r.field(key) + "[" + std::to_string(i) + "]";
+    if constexpr (std::is_same_v<Item, Notice>) {
+      C4_ASSIGN_OR_RETURN(auto n, decodeNotice((*items)[i], path));
+      out.push_back(std::move(n));
+    } else if constexpr (kIsDocument<Item>) {
+      C4_ASSIGN_OR_RETURN(Reader item, Reader::open((*items)[i], path));
+      C4_RETURN_IF_ERROR(checkHeader(item, schema::Schema<Item>::kind));
+      C4_ASSIGN_OR_RETURN(auto d, readDocument<Item>(item));
+      out.push_back(std::move(d));
+    } else {
+      C4_ASSIGN_OR_RETURN(Reader item, Reader::open((*items)[i], path));
+      C4_ASSIGN_OR_RETURN(auto o, readObject<Item>(std::move(item)));
+      out.push_back(std::move(o));
+    }
   }
+  return {};
+}
+
+template <typename T>
+Status readFields(Reader& r, T& out) {
+  Status st;
+  schema::forEachField<T>([&](const auto& f) {
+    st = readValue(r, f.name, out.*f.member, f.wire);
+    return st.has_value();
+  });
+  return st;
+}
+
+// An object at r: its fields, no others, and (checkedWhenRead) its validation rules.
+template <typename T>
+Result<T> readObject(Reader r) {
+  T out;
+  C4_RETURN_IF_ERROR(readFields(r, out));
   C4_RETURN_IF_ERROR(r.finish());
-  C4_RETURN_IF_ERROR(checkConnection(c, path));
-  return c;
+  if constexpr (schema::Schema<T>::checked_when_read) {
+    C4_RETURN_IF_ERROR(checkObject(out, Path{nullptr, r.path()}));
+  }
+  return out;
+}
+
+// A document at r, after its header: its fields, no others, and validate().
+template <typename T>
+Result<T> readDocument(Reader& r) {
+  T out;
+  C4_RETURN_IF_ERROR(readFields(r, out));
+  C4_RETURN_IF_ERROR(r.finish());
+  C4_RETURN_IF_ERROR(validate(out));
+  return out;
 }
 
 Status checkHeader(Reader& r, std::string_view expected_kind) {
@@ -651,75 +728,20 @@ Status checkHeader(Reader& r, std::string_view expected_kind) {
   return {};
 }
 
-Result<RankReport> decodeRankReport(Reader& r) {
-  RankReport out;
-  C4_ASSIGN_OR_RETURN(out.id, decodeIdentity(r));
-  C4_ASSIGN_OR_RETURN(out.seq, r.u64("seq"));
-  C4_ASSIGN_OR_RETURN(auto part, r.u64("part", kMaxParts - 1));
-  out.part = static_cast<std::uint16_t>(part);
-  C4_ASSIGN_OR_RETURN(auto parts, r.u64("parts", kMaxParts));
-  out.parts = static_cast<std::uint16_t>(parts);
-  C4_ASSIGN_OR_RETURN(out.timeUnixNs,
-                      r.i64("timeUnixNs", 1, std::numeric_limits<std::int64_t>::max()));
-  C4_ASSIGN_OR_RETURN(auto interval, r.u64("intervalMs", 3'600'000));
-  out.intervalMs = static_cast<std::uint32_t>(interval);
-  C4_ASSIGN_OR_RETURN(out.planVersion,
-                      r.i64("planVersion", -1, std::numeric_limits<std::int64_t>::max()));
-  C4_ASSIGN_OR_RETURN(out.droppedMessages, r.u64("droppedMessages"));
-  C4_ASSIGN_OR_RETURN(const json* conns, r.array("connections", kMaxConnectionsPerReport));
-  out.connections.reserve(conns->size());
-  for (std::size_t i = 0; i < conns->size(); ++i) {
-    C4_ASSIGN_OR_RETURN(auto c, decodeConnection((*conns)[i], r.field("connections") + "[" +
-                                                                  std::to_string(i) + "]"));
-    out.connections.push_back(std::move(c));
+// The alternative of Message whose kind is `kind`, read from r.
+template <std::size_t K = 0>
+Result<Message> readMessageOfKind(Reader& r, const std::string& kind) {
+  if constexpr (K == std::variant_size_v<Message>) {
+    return std::unexpected(
+        invalid(r.field("kind"), "unknown message kind \"" + kind.substr(0, 64) + "\""));
+  } else {
+    using Alt = std::variant_alternative_t<K, Message>;
+    if (kind == schema::Schema<Alt>::kind) {
+      C4_ASSIGN_OR_RETURN(auto d, readDocument<Alt>(r));
+      return Message{std::move(d)};
+    }
+    return readMessageOfKind<K + 1>(r, kind);
   }
-  C4_RETURN_IF_ERROR(r.finish());
-  C4_RETURN_IF_ERROR(validate(out));
-  return out;
-}
-
-Result<ProgressNotice> decodeProgress(Reader& r) {
-  ProgressNotice n;
-  C4_ASSIGN_OR_RETURN(n.id, decodeIdentity(r));
-  C4_ASSIGN_OR_RETURN(n.timeUnixNs,
-                      r.i64("timeUnixNs", 1, std::numeric_limits<std::int64_t>::max()));
-  C4_ASSIGN_OR_RETURN(n.step, r.i64("step", -1, std::numeric_limits<std::int64_t>::max()));
-  C4_ASSIGN_OR_RETURN(auto s, r.str("state", 32));
-  C4_ASSIGN_OR_RETURN(n.state, parseEnum(s, kProgressStates, r.field("state")));
-  C4_RETURN_IF_ERROR(r.finish());
-  C4_RETURN_IF_ERROR(validate(n));
-  return n;
-}
-
-Result<CheckpointNotice> decodeCheckpoint(Reader& r) {
-  CheckpointNotice n;
-  C4_ASSIGN_OR_RETURN(n.id, decodeIdentity(r));
-  C4_ASSIGN_OR_RETURN(n.timeUnixNs,
-                      r.i64("timeUnixNs", 1, std::numeric_limits<std::int64_t>::max()));
-  C4_ASSIGN_OR_RETURN(n.step, r.i64("step", 0, std::numeric_limits<std::int64_t>::max()));
-  C4_ASSIGN_OR_RETURN(n.path, r.str("path", kMaxTextBytes));
-  C4_RETURN_IF_ERROR(r.finish());
-  C4_RETURN_IF_ERROR(validate(n));
-  return n;
-}
-
-Result<AnomalyNotice> decodeAnomaly(Reader& r) {
-  AnomalyNotice n;
-  C4_ASSIGN_OR_RETURN(n.id, decodeIdentity(r));
-  C4_ASSIGN_OR_RETURN(n.timeUnixNs,
-                      r.i64("timeUnixNs", 1, std::numeric_limits<std::int64_t>::max()));
-  C4_ASSIGN_OR_RETURN(auto k, r.str("anomaly", 32));
-  C4_ASSIGN_OR_RETURN(n.kind, parseEnum(k, kAnomalyKinds, r.field("anomaly")));
-  C4_ASSIGN_OR_RETURN(n.connectionId, r.u64("connectionId"));
-  C4_ASSIGN_OR_RETURN(n.direction, decodeDirection(r, "direction"));
-  C4_ASSIGN_OR_RETURN(auto pr, r.i64("peerRank", -1, kMaxRank - 1));
-  n.peerRank = static_cast<std::int32_t>(pr);
-  C4_ASSIGN_OR_RETURN(n.peerNode, r.str("peerNode", kMaxNameBytes));
-  C4_ASSIGN_OR_RETURN(n.ageUs, r.u64("ageUs"));
-  C4_ASSIGN_OR_RETURN(n.detail, r.str("detail", kMaxTextBytes));
-  C4_RETURN_IF_ERROR(r.finish());
-  C4_RETURN_IF_ERROR(validate(n));
-  return n;
 }
 
 Result<Message> decodeMessage(const json& j, const std::string& path) {
@@ -732,12 +754,7 @@ Result<Message> decodeMessage(const json& j, const std::string& path) {
                                                      std::to_string(kSchemaVersion) + ")"));
   }
   C4_ASSIGN_OR_RETURN(auto kind, r.str("kind", 64));
-  if (kind == "RankReport") return decodeRankReport(r);
-  if (kind == "ProgressNotice") return decodeProgress(r);
-  if (kind == "CheckpointNotice") return decodeCheckpoint(r);
-  if (kind == "AnomalyNotice") return decodeAnomaly(r);
-  return std::unexpected(
-      invalid(r.field("kind"), "unknown message kind \"" + kind.substr(0, 64) + "\""));
+  return readMessageOfKind(r, kind);
 }
 
 Result<Notice> decodeNotice(const json& j, const std::string& path) {
@@ -751,103 +768,8 @@ Result<Notice> decodeNotice(const json& j, const std::string& path) {
 Result<NodeReport> decodeNodeReport(const json& j) {
   C4_ASSIGN_OR_RETURN(Reader r, Reader::open(j, "NodeReport"));
   C4_RETURN_IF_ERROR(checkHeader(r, "NodeReport"));
-  NodeReport out;
-  C4_ASSIGN_OR_RETURN(out.node, r.str("node", kMaxNameBytes));
-  C4_ASSIGN_OR_RETURN(out.seq, r.u64("seq"));
-  C4_ASSIGN_OR_RETURN(out.timeUnixNs,
-                      r.i64("timeUnixNs", 1, std::numeric_limits<std::int64_t>::max()));
-  {
-    C4_ASSIGN_OR_RETURN(Reader h, r.object("health"));
-    C4_ASSIGN_OR_RETURN(const json* nics, h.array("nics", kMaxDevicesPerNode));
-    for (std::size_t i = 0; i < nics->size(); ++i) {
-      C4_ASSIGN_OR_RETURN(
-          Reader n, Reader::open((*nics)[i], h.field("nics") + "[" + std::to_string(i) + "]"));
-      NicHealth nic;
-      C4_ASSIGN_OR_RETURN(nic.name, n.str("name", kMaxNameBytes));
-      C4_ASSIGN_OR_RETURN(nic.up, n.boolean("up"));
-      C4_ASSIGN_OR_RETURN(nic.rdma, n.boolean("rdma"));
-      C4_ASSIGN_OR_RETURN(nic.speedMbps, n.u64("speedMbps"));
-      C4_ASSIGN_OR_RETURN(nic.errors, n.u64("errors"));
-      C4_ASSIGN_OR_RETURN(nic.operstate, n.str("operstate", 32));
-      C4_ASSIGN_OR_RETURN(nic.carrier, n.boolean("carrier"));
-      C4_ASSIGN_OR_RETURN(nic.carrierChanges, n.u64("carrierChanges"));
-      C4_ASSIGN_OR_RETURN(nic.rxErrors, n.u64("rxErrors"));
-      C4_ASSIGN_OR_RETURN(nic.txErrors, n.u64("txErrors"));
-      C4_ASSIGN_OR_RETURN(nic.rxDropped, n.u64("rxDropped"));
-      C4_ASSIGN_OR_RETURN(nic.txDropped, n.u64("txDropped"));
-      C4_RETURN_IF_ERROR(n.finish());
-      out.health.nics.push_back(std::move(nic));
-    }
-    C4_ASSIGN_OR_RETURN(const json* gpus, h.array("gpus", kMaxDevicesPerNode));
-    for (std::size_t i = 0; i < gpus->size(); ++i) {
-      C4_ASSIGN_OR_RETURN(
-          Reader g, Reader::open((*gpus)[i], h.field("gpus") + "[" + std::to_string(i) + "]"));
-      GpuHealth gpu;
-      C4_ASSIGN_OR_RETURN(auto idx,
-                          g.i64("index", 0, static_cast<std::int64_t>(kMaxDevicesPerNode) - 1));
-      gpu.index = static_cast<std::int32_t>(idx);
-      C4_ASSIGN_OR_RETURN(gpu.uuid, g.str("uuid", kMaxNameBytes));
-      C4_ASSIGN_OR_RETURN(gpu.healthy, g.boolean("healthy"));
-      C4_ASSIGN_OR_RETURN(gpu.detail, g.str("detail", kMaxTextBytes));
-      C4_ASSIGN_OR_RETURN(gpu.eccVolatileUncorrected, g.u64("eccVolatileUncorrected"));
-      C4_ASSIGN_OR_RETURN(gpu.retiredPagesPending, g.boolean("retiredPagesPending"));
-      C4_ASSIGN_OR_RETURN(gpu.lastXid, g.u64("lastXid"));
-      C4_ASSIGN_OR_RETURN(gpu.throttleReasons, g.u64("throttleReasons"));
-      C4_RETURN_IF_ERROR(g.finish());
-      out.health.gpus.push_back(std::move(gpu));
-    }
-    C4_ASSIGN_OR_RETURN(const json* ports, h.array("rdmaPorts", kMaxDevicesPerNode));
-    for (std::size_t i = 0; i < ports->size(); ++i) {
-      C4_ASSIGN_OR_RETURN(Reader p, Reader::open((*ports)[i], h.field("rdmaPorts") + "[" +
-                                                                  std::to_string(i) + "]"));
-      RdmaPortHealth port;
-      C4_ASSIGN_OR_RETURN(port.device, p.str("device", kMaxNameBytes));
-      C4_ASSIGN_OR_RETURN(auto num, p.u64("port", 255));
-      port.port = static_cast<std::uint32_t>(num);
-      C4_ASSIGN_OR_RETURN(port.netdev, p.str("netdev", kMaxNameBytes));
-      C4_ASSIGN_OR_RETURN(port.state, p.str("state", 32));
-      C4_ASSIGN_OR_RETURN(port.physState, p.str("physState", 32));
-      C4_ASSIGN_OR_RETURN(port.rateMbps, p.u64("rateMbps"));
-      C4_ASSIGN_OR_RETURN(port.active, p.boolean("active"));
-      C4_ASSIGN_OR_RETURN(port.symbolErrors, p.u64("symbolErrors"));
-      C4_ASSIGN_OR_RETURN(port.linkDowned, p.u64("linkDowned"));
-      C4_ASSIGN_OR_RETURN(port.linkErrorRecovery, p.u64("linkErrorRecovery"));
-      C4_ASSIGN_OR_RETURN(port.rcvErrors, p.u64("rcvErrors"));
-      C4_ASSIGN_OR_RETURN(port.xmitDiscards, p.u64("xmitDiscards"));
-      C4_RETURN_IF_ERROR(p.finish());
-      out.health.rdmaPorts.push_back(std::move(port));
-    }
-    C4_ASSIGN_OR_RETURN(out.health.nicsAvailable, h.boolean("nicsAvailable"));
-    C4_ASSIGN_OR_RETURN(out.health.nicsReason, h.str("nicsReason", kMaxTextBytes));
-    C4_ASSIGN_OR_RETURN(out.health.rdmaAvailable, h.boolean("rdmaAvailable"));
-    C4_ASSIGN_OR_RETURN(out.health.rdmaReason, h.str("rdmaReason", kMaxTextBytes));
-    C4_ASSIGN_OR_RETURN(out.health.gpusAvailable, h.boolean("gpusAvailable"));
-    C4_ASSIGN_OR_RETURN(out.health.gpusReason, h.str("gpusReason", kMaxTextBytes));
-    C4_RETURN_IF_ERROR(h.finish());
-  }
-  C4_ASSIGN_OR_RETURN(const json* reports, r.array("reports", kMaxReportsPerBatch));
-  out.reports.reserve(reports->size());
-  for (std::size_t i = 0; i < reports->size(); ++i) {
-    const std::string path = r.field("reports") + "[" + std::to_string(i) + "]";
-    C4_ASSIGN_OR_RETURN(Reader rr, Reader::open((*reports)[i], path));
-    C4_RETURN_IF_ERROR(checkHeader(rr, "RankReport"));
-    C4_ASSIGN_OR_RETURN(auto rep, decodeRankReport(rr));
-    out.reports.push_back(std::move(rep));
-  }
-  C4_ASSIGN_OR_RETURN(const json* notices, r.array("notices", kMaxNoticesPerBatch));
-  out.notices.reserve(notices->size());
-  for (std::size_t i = 0; i < notices->size(); ++i) {
-    C4_ASSIGN_OR_RETURN(
-        auto n, decodeNotice((*notices)[i], r.field("notices") + "[" + std::to_string(i) + "]"));
-    out.notices.push_back(std::move(n));
-  }
-  C4_ASSIGN_OR_RETURN(out.droppedMessages, r.u64("droppedMessages"));
-  C4_ASSIGN_OR_RETURN(out.rejectedMessages, r.u64("rejectedMessages"));
-  C4_RETURN_IF_ERROR(r.finish());
-  C4_RETURN_IF_ERROR(validate(out));
-  return out;
+  return readDocument<NodeReport>(r);
 }
-
 // ---- Streaming CBOR decoding -----------------------------------------------------------------
 //
 // Decodes CBOR straight into the structs, for exactly this schema: maps with definite or
@@ -1094,451 +1016,132 @@ bool enumValue(CborIn& in, const std::array<std::pair<E, std::string_view>, N>& 
   return in.fail();
 }
 
-constexpr std::array<std::string_view, 8> kIdentityFields{
-    "namespace", "job", "pod", "node", "rank", "worldSize", "restartAttempt", "pid"};
+template <typename T>
+bool streamObject(CborIn& in, T& out);
+template <typename T>
+bool streamDocument(CborIn& in, T& out, std::string_view& kind_seen);
+bool streamNotice(CborIn& in, Notice& out);
 
-bool streamIdentity(CborIn& in, RankIdentity& id) {
-  return readObject(in, kIdentityFields, [&](std::size_t f) {
-    switch (f) {
-      case 0:
-        return in.str(id.ns, kMaxNameBytes);
-      case 1:
-        return in.str(id.job, kMaxNameBytes);
-      case 2:
-        return in.str(id.pod, kMaxNameBytes);
-      case 3:
-        return in.str(id.node, kMaxNameBytes);
-      case 4:
-        return in.sint(id.rank, -1, kMaxRank - 1);
-      case 5:
-        return in.sint(id.worldSize, 0, kMaxRank);
-      case 6:
-        return in.uint(id.restartAttempt);
-      default:
-        return in.uint(id.pid);
+template <typename M>
+bool streamValue(CborIn& in, M& out, schema::U w) {
+  return in.uint(out, maxOf<M>(w));
+}
+template <typename M>
+bool streamValue(CborIn& in, M& out, schema::I w) {
+  return in.sint(out, minOf<M>(w), maxOf<M>(w));
+}
+inline bool streamValue(CborIn& in, double& out, schema::F w) {
+  return in.f64(out, w.min, w.max);
+}
+inline bool streamValue(CborIn& in, bool& out, schema::B) {
+  return in.boolean(out);
+}
+inline bool streamValue(CborIn& in, std::string& out, schema::S w) {
+  return in.str(out, w.max_bytes);
+}
+template <typename M, typename E, std::size_t N>
+bool streamValue(CborIn& in, M& out, schema::En<E, N> w) {
+  return enumValue(in, *w.names, out, w.max_bytes);
+}
+template <typename M>
+bool streamValue(CborIn& in, M& out, schema::Obj) {
+  return streamObject(in, out);
+}
+template <typename M>
+bool streamValue(CborIn& in, M& out, schema::Arr w) {
+  using Item = typename M::value_type;
+  return readArray(in, w.max_items, [&](std::uint64_t hint) {
+    if (out.empty() && hint > 0) out.reserve(hint);
+    Item& item = out.emplace_back();
+    if constexpr (std::is_same_v<Item, Notice>) {
+      return streamNotice(in, item);
+    } else if constexpr (kIsDocument<Item>) {
+      std::string_view kind;
+      return streamDocument(in, item, kind);
+    } else {
+      return streamObject(in, item);
     }
   });
 }
 
-constexpr std::array<std::string_view, 5> kLatencyFields{"count", "sumUs", "maxUs", "p50Us",
-                                                         "p99Us"};
+template <typename T>
+inline constexpr auto kFieldNames = std::apply(
+    [](const auto&... f) { return std::array<std::string_view, sizeof...(f)>{f.name...}; },
+    schema::Schema<T>::fields);
 
-bool streamLatency(CborIn& in, LatencySummary& l) {
-  return readObject(in, kLatencyFields, [&](std::size_t f) {
-    switch (f) {
-      case 0:
-        return in.u64(l.count);
-      case 1:
-        return in.u64(l.sumUs);
-      case 2:
-        return in.u64(l.maxUs);
-      case 3:
-        return in.u64(l.p50Us);
-      default:
-        return in.u64(l.p99Us);
+// A document's keys: its header, then its fields.
+template <typename T>
+inline constexpr auto kDocumentKeys = std::apply(
+    [](const auto&... f) {
+      return std::array<std::string_view, 2 + sizeof...(f)>{"v", "kind", f.name...};
+    },
+    schema::Schema<T>::fields);
+
+template <typename T>
+bool streamField(CborIn& in, T& out, std::size_t i) {
+  return schema::visitField<T>(
+      i, [&](const auto& f) { return streamValue(in, out.*f.member, f.wire); });
+}
+
+template <typename T>
+bool streamObject(CborIn& in, T& out) {
+  return readObject(in, kFieldNames<T>, [&](std::size_t i) { return streamField(in, out, i); });
+}
+
+// A document of kind T; `kind_seen` is the kind it says it is, when it got that far.
+template <typename T>
+bool streamDocument(CborIn& in, T& out, std::string_view& kind_seen) {
+  return readObject(in, kDocumentKeys<T>, [&](std::size_t i) {
+    if (i == 0) {
+      std::int64_t v = 0;
+      return in.i64(v) && v == kSchemaVersion;
     }
+    if (i == 1) {
+      return in.strView(kind_seen, 64) && kind_seen == schema::Schema<T>::kind;
+    }
+    return streamField(in, out, i - 2);
   });
 }
 
-constexpr std::array<std::string_view, 5> kSubflowFields{"index", "localPort", "pathId", "weight",
-                                                         "bytes"};
-constexpr std::array<std::string_view, 12> kConnectionFields{
-    "id",  "direction", "peerRank",         "peerNode", "peerPod",  "bytes",
-    "ops", "inflight",  "oldestInflightUs", "wait",     "transfer", "subflows"};
-
-bool streamConnection(CborIn& in, ConnectionStats& c) {
-  return readObject(in, kConnectionFields, [&](std::size_t f) {
-    switch (f) {
-      case 0:
-        return in.u64(c.id);
-      case 1:
-        return enumValue(in, kDirections, c.direction, 16);
-      case 2:
-        return in.sint(c.peerRank, -1, kMaxRank - 1);
-      case 3:
-        return in.str(c.peerNode, kMaxNameBytes);
-      case 4:
-        return in.str(c.peerPod, kMaxNameBytes);
-      case 5:
-        return in.u64(c.bytes);
-      case 6:
-        return in.u64(c.ops);
-      case 7:
-        return in.uint(c.inflight);
-      case 8:
-        return in.u64(c.oldestInflightUs);
-      case 9:
-        return streamLatency(in, c.wait);
-      case 10:
-        return streamLatency(in, c.transfer);
-      default:
-        return readArray(in, kMaxSubflowsPerConnection, [&](std::uint64_t hint) {
-          if (c.subflows.empty() && hint > 0) c.subflows.reserve(hint);
-          SubflowStats& s = c.subflows.emplace_back();
-          return readObject(in, kSubflowFields, [&](std::size_t g) {
-            switch (g) {
-              case 0:
-                return in.uint(s.index, kMaxSubflowsPerConnection - 1);
-              case 1:
-                return in.uint(s.localPort);
-              case 2:
-                return in.sint(s.pathId, -1, std::numeric_limits<std::int32_t>::max());
-              case 3:
-                return in.f64(s.weight, 0.0, kMaxWeight);
-              default:
-                return in.u64(s.bytes);
-            }
-          });
-        });
-    }
-  });
-}
-
-// Every field any message kind has; which of them must be present depends on `kind`, which may
-// come last (the encoder writes keys in byte order), so one pass reads them all and checks the set
-// at the end.
-enum MessageField : std::size_t {
-  kFV,
-  kFKind,
-  kFId,
-  kFTimeUnixNs,
-  kFSeq,
-  kFPart,
-  kFParts,
-  kFIntervalMs,
-  kFPlanVersion,
-  kFDroppedMessages,
-  kFConnections,
-  kFStep,
-  kFState,
-  kFPath,
-  kFAnomaly,
-  kFConnectionId,
-  kFDirection,
-  kFPeerRank,
-  kFPeerNode,
-  kFAgeUs,
-  kFDetail,
-  kNumMessageFields
-};
-constexpr std::array<std::string_view, kNumMessageFields> kMessageFields{
-    "v",        "kind",       "id",          "timeUnixNs",      "seq",         "part",
-    "parts",    "intervalMs", "planVersion", "droppedMessages", "connections", "step",
-    "state",    "path",       "anomaly",     "connectionId",    "direction",   "peerRank",
-    "peerNode", "ageUs",      "detail"};
-
-constexpr std::uint64_t fieldMask(std::initializer_list<MessageField> fields) {
-  std::uint64_t m = 0;
-  for (auto f : fields) m |= std::uint64_t{1} << f;
-  return m;
-}
-constexpr std::uint64_t kRankReportMask =
-    fieldMask({kFV, kFKind, kFId, kFTimeUnixNs, kFSeq, kFPart, kFParts, kFIntervalMs, kFPlanVersion,
-               kFDroppedMessages, kFConnections});
-constexpr std::uint64_t kProgressMask =
-    fieldMask({kFV, kFKind, kFId, kFTimeUnixNs, kFStep, kFState});
-constexpr std::uint64_t kCheckpointMask =
-    fieldMask({kFV, kFKind, kFId, kFTimeUnixNs, kFStep, kFPath});
-constexpr std::uint64_t kAnomalyMask =
-    fieldMask({kFV, kFKind, kFId, kFTimeUnixNs, kFAnomaly, kFConnectionId, kFDirection, kFPeerRank,
-               kFPeerNode, kFAgeUs, kFDetail});
-
-// Decodes one message (top level or an item of NodeReport.reports / notices) into `out`; the
-// caller's validate() finishes the checks.
-bool streamMessage(CborIn& in, Message& out) {
-  std::int64_t v = 0;
-  std::string_view kind;
-  RankIdentity id;
-  std::int64_t time = 0;
-  std::int64_t step = 0;
-  std::string_view state;
-  std::string_view anomaly;
-  RankReport rep;
-  std::string path;
-  AnomalyNotice an;
-  std::uint64_t seen = 0;
-  const bool ok = readObject(
-      in, kMessageFields,
-      [&](std::size_t f) {
-        switch (f) {
-          case kFV:
-            return in.i64(v);
-          case kFKind:
-            return in.strView(kind, 64);
-          case kFId:
-            return streamIdentity(in, id);
-          case kFTimeUnixNs:
-            return in.i64(time, 1);
-          case kFSeq:
-            return in.u64(rep.seq);
-          case kFPart:
-            return in.uint(rep.part, kMaxParts - 1);
-          case kFParts:
-            return in.uint(rep.parts, kMaxParts);
-          case kFIntervalMs:
-            return in.uint(rep.intervalMs, 3'600'000);
-          case kFPlanVersion:
-            return in.i64(rep.planVersion, -1);
-          case kFDroppedMessages:
-            return in.u64(rep.droppedMessages);
-          case kFConnections:
-            return readArray(in, kMaxConnectionsPerReport, [&](std::uint64_t hint) {
-              if (rep.connections.empty() && hint > 0) rep.connections.reserve(hint);
-              return streamConnection(in, rep.connections.emplace_back());
-            });
-          case kFStep:
-            return in.i64(step, -1);
-          case kFState:
-            return in.strView(state, 32);
-          case kFPath:
-            return in.str(path, kMaxTextBytes);
-          case kFAnomaly:
-            return in.strView(anomaly, 32);
-          case kFConnectionId:
-            return in.u64(an.connectionId);
-          case kFDirection:
-            return enumValue(in, kDirections, an.direction, 16);
-          case kFPeerRank:
-            return in.sint(an.peerRank, -1, kMaxRank - 1);
-          case kFPeerNode:
-            return in.str(an.peerNode, kMaxNameBytes);
-          case kFAgeUs:
-            return in.u64(an.ageUs);
-          default:
-            return in.str(an.detail, kMaxTextBytes);
-        }
-      },
-      &seen);
-  if (!ok || v != kSchemaVersion) return in.fail();
-  if (kind == "RankReport" && seen == kRankReportMask) {
-    rep.id = std::move(id);
-    rep.timeUnixNs = time;
-    out = std::move(rep);
-    return true;
-  }
-  auto parseState = [&](ProgressState& s) {
-    for (const auto& [e, name] : kProgressStates) {
-      if (state == name) {
-        s = e;
+// One document of any of Variant's kinds. The kind may come last (the encoder writes keys in byte
+// order), so the alternatives are tried in turn from the same position, the first (RankReport, in
+// a Message) first; once a try has read the document's `kind`, only that alternative is tried.
+template <typename Variant, std::size_t K = 0>
+bool streamOneOf(CborIn& in, Variant& out, std::string_view& kind_seen) {
+  if constexpr (K == std::variant_size_v<Variant>) {
+    return in.fail();
+  } else {
+    using Alt = std::variant_alternative_t<K, Variant>;
+    if (kind_seen.empty() || kind_seen == schema::Schema<Alt>::kind) {
+      CborIn attempt = in;
+      Alt value;
+      std::string_view kind;
+      if (streamDocument(attempt, value, kind)) {
+        in = attempt;
+        out = std::move(value);
         return true;
       }
+      if (!kind.empty()) kind_seen = kind;
     }
-    return false;
-  };
-  if (kind == "ProgressNotice" && seen == kProgressMask) {
-    ProgressNotice n{std::move(id), time, step, ProgressState::kTraining};
-    if (!parseState(n.state)) return in.fail();
-    out = std::move(n);
-    return true;
+    return streamOneOf<Variant, K + 1>(in, out, kind_seen);
   }
-  if (kind == "CheckpointNotice" && seen == kCheckpointMask && step >= 0) {
-    out = CheckpointNotice{std::move(id), time, step, std::move(path)};
-    return true;
-  }
-  if (kind == "AnomalyNotice" && seen == kAnomalyMask) {
-    bool known = false;
-    for (const auto& [e, name] : kAnomalyKinds) {
-      if (anomaly == name) {
-        an.kind = e;
-        known = true;
-      }
-    }
-    if (!known) return in.fail();
-    an.id = std::move(id);
-    an.timeUnixNs = time;
-    out = std::move(an);
-    return true;
-  }
-  return in.fail();
 }
 
-constexpr std::array<std::string_view, 12> kNicFields{
-    "name",           "up",       "rdma",     "speedMbps", "errors",   "operstate", "carrier",
-    "carrierChanges", "rxErrors", "txErrors", "rxDropped", "txDropped"};
-constexpr std::array<std::string_view, 8> kGpuFields{"index",
-                                                     "uuid",
-                                                     "healthy",
-                                                     "detail",
-                                                     "eccVolatileUncorrected",
-                                                     "retiredPagesPending",
-                                                     "lastXid",
-                                                     "throttleReasons"};
-constexpr std::array<std::string_view, 12> kRdmaPortFields{
-    "device",    "port",        "netdev",       "state",      "physState",
-    "rateMbps",  "active",      "symbolErrors", "linkDowned", "linkErrorRecovery",
-    "rcvErrors", "xmitDiscards"};
-constexpr std::array<std::string_view, 9> kHealthFields{
-    "nics",          "gpus",       "rdmaPorts",     "nicsAvailable", "nicsReason",
-    "rdmaAvailable", "rdmaReason", "gpusAvailable", "gpusReason"};
-
-bool streamHealth(CborIn& in, NodeHealth& h) {
-  return readObject(in, kHealthFields, [&](std::size_t f) {
-    switch (f) {
-      case 0:
-        return readArray(in, kMaxDevicesPerNode, [&](std::uint64_t) {
-          NicHealth& n = h.nics.emplace_back();
-          return readObject(in, kNicFields, [&](std::size_t g) {
-            switch (g) {
-              case 0:
-                return in.str(n.name, kMaxNameBytes);
-              case 1:
-                return in.boolean(n.up);
-              case 2:
-                return in.boolean(n.rdma);
-              case 3:
-                return in.u64(n.speedMbps);
-              case 4:
-                return in.u64(n.errors);
-              case 5:
-                return in.str(n.operstate, 32);
-              case 6:
-                return in.boolean(n.carrier);
-              case 7:
-                return in.u64(n.carrierChanges);
-              case 8:
-                return in.u64(n.rxErrors);
-              case 9:
-                return in.u64(n.txErrors);
-              case 10:
-                return in.u64(n.rxDropped);
-              default:
-                return in.u64(n.txDropped);
-            }
-          });
-        });
-      case 1:
-        return readArray(in, kMaxDevicesPerNode, [&](std::uint64_t) {
-          GpuHealth& g = h.gpus.emplace_back();
-          return readObject(in, kGpuFields, [&](std::size_t k) {
-            switch (k) {
-              case 0:
-                return in.sint(g.index, 0, static_cast<std::int64_t>(kMaxDevicesPerNode) - 1);
-              case 1:
-                return in.str(g.uuid, kMaxNameBytes);
-              case 2:
-                return in.boolean(g.healthy);
-              case 3:
-                return in.str(g.detail, kMaxTextBytes);
-              case 4:
-                return in.u64(g.eccVolatileUncorrected);
-              case 5:
-                return in.boolean(g.retiredPagesPending);
-              case 6:
-                return in.u64(g.lastXid);
-              default:
-                return in.u64(g.throttleReasons);
-            }
-          });
-        });
-      case 2:
-        return readArray(in, kMaxDevicesPerNode, [&](std::uint64_t) {
-          RdmaPortHealth& p = h.rdmaPorts.emplace_back();
-          return readObject(in, kRdmaPortFields, [&](std::size_t k) {
-            switch (k) {
-              case 0:
-                return in.str(p.device, kMaxNameBytes);
-              case 1:
-                return in.uint(p.port, 255);
-              case 2:
-                return in.str(p.netdev, kMaxNameBytes);
-              case 3:
-                return in.str(p.state, 32);
-              case 4:
-                return in.str(p.physState, 32);
-              case 5:
-                return in.u64(p.rateMbps);
-              case 6:
-                return in.boolean(p.active);
-              case 7:
-                return in.u64(p.symbolErrors);
-              case 8:
-                return in.u64(p.linkDowned);
-              case 9:
-                return in.u64(p.linkErrorRecovery);
-              case 10:
-                return in.u64(p.rcvErrors);
-              default:
-                return in.u64(p.xmitDiscards);
-            }
-          });
-        });
-      case 3:
-        return in.boolean(h.nicsAvailable);
-      case 4:
-        return in.str(h.nicsReason, kMaxTextBytes);
-      case 5:
-        return in.boolean(h.rdmaAvailable);
-      case 6:
-        return in.str(h.rdmaReason, kMaxTextBytes);
-      case 7:
-        return in.boolean(h.gpusAvailable);
-      default:
-        return in.str(h.gpusReason, kMaxTextBytes);
-    }
-  });
+// Decodes one message into `out`; the caller's validate() finishes the checks.
+bool streamMessage(CborIn& in, Message& out) {
+  std::string_view kind;
+  return streamOneOf(in, out, kind);
 }
 
-constexpr std::array<std::string_view, 10> kNodeReportFields{"v",
-                                                             "kind",
-                                                             "node",
-                                                             "seq",
-                                                             "timeUnixNs",
-                                                             "health",
-                                                             "reports",
-                                                             "notices",
-                                                             "droppedMessages",
-                                                             "rejectedMessages"};
+bool streamNotice(CborIn& in, Notice& out) {
+  std::string_view kind;
+  return streamOneOf(in, out, kind);
+}
 
 bool streamNodeReport(CborIn& in, NodeReport& out) {
-  return readObject(in, kNodeReportFields, [&](std::size_t f) {
-    switch (f) {
-      case 0: {
-        std::int64_t v = 0;
-        return in.i64(v) && v == kSchemaVersion;
-      }
-      case 1: {
-        std::string_view kind;
-        return in.strView(kind, 64) && kind == "NodeReport";
-      }
-      case 2:
-        return in.str(out.node, kMaxNameBytes);
-      case 3:
-        return in.u64(out.seq);
-      case 4:
-        return in.i64(out.timeUnixNs, 1);
-      case 5:
-        return streamHealth(in, out.health);
-      case 6:
-        return readArray(in, kMaxReportsPerBatch, [&](std::uint64_t hint) {
-          if (out.reports.empty() && hint > 0) out.reports.reserve(hint);
-          Message m;
-          if (!streamMessage(in, m) || !std::holds_alternative<RankReport>(m)) return false;
-          out.reports.push_back(std::move(std::get<RankReport>(m)));
-          return true;
-        });
-      case 7:
-        return readArray(in, kMaxNoticesPerBatch, [&](std::uint64_t) {
-          Message m;
-          if (!streamMessage(in, m)) return false;
-          if (auto* p = std::get_if<ProgressNotice>(&m)) {
-            out.notices.emplace_back(std::move(*p));
-          } else if (auto* c = std::get_if<CheckpointNotice>(&m)) {
-            out.notices.emplace_back(std::move(*c));
-          } else if (auto* a = std::get_if<AnomalyNotice>(&m)) {
-            out.notices.emplace_back(std::move(*a));
-          } else {
-            return false;
-          }
-          return true;
-        });
-      case 8:
-        return in.u64(out.droppedMessages);
-      default:
-        return in.u64(out.rejectedMessages);
-    }
-  });
+  std::string_view kind;
+  return streamDocument(in, out, kind);
 }
-
 template <typename T>
 Result<std::vector<std::uint8_t>> toCbor(const json& j, std::size_t limit, const char* what) {
   std::vector<std::uint8_t> out;
@@ -1566,13 +1169,13 @@ Result<std::string> toJsonText(const json& j, const char* what) {
 }  // namespace
 
 std::string_view directionName(Direction d) noexcept {
-  return enumName(d, kDirections);
+  return enumName(d, schema::kDirections);
 }
 std::string_view progressStateName(ProgressState s) noexcept {
-  return enumName(s, kProgressStates);
+  return enumName(s, schema::kProgressStates);
 }
 std::string_view anomalyKindName(AnomalyKind k) noexcept {
-  return enumName(k, kAnomalyKinds);
+  return enumName(k, schema::kAnomalyKinds);
 }
 
 std::string_view messageKind(const Message& m) noexcept {
@@ -1608,55 +1211,19 @@ bool isDnsSubdomain(std::string_view name) noexcept {
 }
 
 Status validate(const RankReport& r) {
-  C4_RETURN_IF_ERROR(checkIdentity(r.id, "RankReport.id"));
-  C4_RETURN_IF_ERROR(checkTime(r.timeUnixNs, "RankReport.timeUnixNs"));
-  if (r.parts == 0 || r.parts > kMaxParts || r.part >= r.parts) {
-    return std::unexpected(invalid(
-        "RankReport.part", "must satisfy 0 <= part < parts <= " + std::to_string(kMaxParts)));
-  }
-  if (r.intervalMs == 0 || r.intervalMs > 3'600'000) {
-    return std::unexpected(invalid("RankReport.intervalMs", "must be in [1, 3600000]"));
-  }
-  if (r.planVersion < -1)
-    return std::unexpected(invalid("RankReport.planVersion", "must be >= -1"));
-  if (r.connections.size() > kMaxConnectionsPerReport) {
-    return std::unexpected(
-        invalid("RankReport.connections", std::to_string(r.connections.size()) +
-                                              " items exceeds the limit of " +
-                                              std::to_string(kMaxConnectionsPerReport)));
-  }
-  for (std::size_t i = 0; i < r.connections.size(); ++i) {
-    C4_RETURN_IF_ERROR(
-        checkConnection(r.connections[i], "RankReport.connections[" + std::to_string(i) + "]"));
-  }
-  return {};
+  return validateDocument(r);
 }
 
 Status validate(const ProgressNotice& n) {
-  C4_RETURN_IF_ERROR(checkIdentity(n.id, "ProgressNotice.id"));
-  C4_RETURN_IF_ERROR(checkTime(n.timeUnixNs, "ProgressNotice.timeUnixNs"));
-  if (n.step < -1) return std::unexpected(invalid("ProgressNotice.step", "must be >= -1"));
-  return {};
+  return validateDocument(n);
 }
 
 Status validate(const CheckpointNotice& n) {
-  C4_RETURN_IF_ERROR(checkIdentity(n.id, "CheckpointNotice.id"));
-  C4_RETURN_IF_ERROR(checkTime(n.timeUnixNs, "CheckpointNotice.timeUnixNs"));
-  if (n.step < 0) return std::unexpected(invalid("CheckpointNotice.step", "must be >= 0"));
-  C4_RETURN_IF_ERROR(checkText(n.path, "CheckpointNotice.path"));
-  return {};
+  return validateDocument(n);
 }
 
 Status validate(const AnomalyNotice& n) {
-  C4_RETURN_IF_ERROR(checkIdentity(n.id, "AnomalyNotice.id"));
-  C4_RETURN_IF_ERROR(checkTime(n.timeUnixNs, "AnomalyNotice.timeUnixNs"));
-  if (n.peerRank < -1 || n.peerRank >= kMaxRank) {
-    return std::unexpected(invalid("AnomalyNotice.peerRank",
-                                   "must be -1 or in [0, " + std::to_string(kMaxRank) + ")"));
-  }
-  C4_RETURN_IF_ERROR(checkName(n.peerNode, "AnomalyNotice.peerNode", false));
-  C4_RETURN_IF_ERROR(checkText(n.detail, "AnomalyNotice.detail"));
-  return {};
+  return validateDocument(n);
 }
 
 Status validate(const Message& m) {
@@ -1664,74 +1231,8 @@ Status validate(const Message& m) {
 }
 
 Status validate(const NodeReport& r) {
-  C4_RETURN_IF_ERROR(checkName(r.node, "NodeReport.node", true));
-  C4_RETURN_IF_ERROR(checkTime(r.timeUnixNs, "NodeReport.timeUnixNs"));
-  if (r.health.nics.size() > kMaxDevicesPerNode || r.health.gpus.size() > kMaxDevicesPerNode ||
-      r.health.rdmaPorts.size() > kMaxDevicesPerNode) {
-    return std::unexpected(invalid("NodeReport.health", "too many devices"));
-  }
-  for (std::size_t i = 0; i < r.health.nics.size(); ++i) {
-    const auto& nic = r.health.nics[i];
-    const std::string p = "NodeReport.health.nics[" + std::to_string(i) + "].name";
-    if (nic.name.empty() || nic.name.size() > kMaxNameBytes || !validUtf8(nic.name)) {
-      return std::unexpected(invalid(p, "must be a non-empty UTF-8 name of at most 253 bytes"));
-    }
-  }
-  for (std::size_t i = 0; i < r.health.gpus.size(); ++i) {
-    const auto& g = r.health.gpus[i];
-    const std::string p = "NodeReport.health.gpus[" + std::to_string(i) + "]";
-    if (g.index < 0 || static_cast<std::size_t>(g.index) >= kMaxDevicesPerNode) {
-      return std::unexpected(invalid(p + ".index", "out of range"));
-    }
-    C4_RETURN_IF_ERROR(checkText(g.uuid, p + ".uuid"));
-    C4_RETURN_IF_ERROR(checkText(g.detail, p + ".detail"));
-  }
-  for (std::size_t i = 0; i < r.health.nics.size(); ++i) {
-    const std::string p = "NodeReport.health.nics[" + std::to_string(i) + "].operstate";
-    if (r.health.nics[i].operstate.size() > 32) return std::unexpected(invalid(p, "too long"));
-    C4_RETURN_IF_ERROR(checkText(r.health.nics[i].operstate, p));
-  }
-  for (std::size_t i = 0; i < r.health.rdmaPorts.size(); ++i) {
-    const auto& port = r.health.rdmaPorts[i];
-    const std::string p = "NodeReport.health.rdmaPorts[" + std::to_string(i) + "]";
-    if (port.device.empty() || port.device.size() > kMaxNameBytes || !validUtf8(port.device)) {
-      return std::unexpected(
-          invalid(p + ".device", "must be a non-empty UTF-8 name of at most 253 bytes"));
-    }
-    if (port.port > 255) return std::unexpected(invalid(p + ".port", "must be <= 255"));
-    if (port.netdev.size() > kMaxNameBytes || !validUtf8(port.netdev)) {
-      return std::unexpected(invalid(p + ".netdev", "must be UTF-8 of at most 253 bytes"));
-    }
-    if (port.state.size() > 32 || port.physState.size() > 32) {
-      return std::unexpected(invalid(p + ".state", "too long"));
-    }
-    C4_RETURN_IF_ERROR(checkText(port.state, p + ".state"));
-    C4_RETURN_IF_ERROR(checkText(port.physState, p + ".physState"));
-  }
-  C4_RETURN_IF_ERROR(checkText(r.health.nicsReason, "NodeReport.health.nicsReason"));
-  C4_RETURN_IF_ERROR(checkText(r.health.rdmaReason, "NodeReport.health.rdmaReason"));
-  C4_RETURN_IF_ERROR(checkText(r.health.gpusReason, "NodeReport.health.gpusReason"));
-  if (r.reports.size() > kMaxReportsPerBatch) {
-    return std::unexpected(invalid("NodeReport.reports", "too many reports"));
-  }
-  if (r.notices.size() > kMaxNoticesPerBatch) {
-    return std::unexpected(invalid("NodeReport.notices", "too many notices"));
-  }
-  for (std::size_t i = 0; i < r.reports.size(); ++i) {
-    auto s = validate(r.reports[i]);
-    if (!s)
-      return std::unexpected(
-          s.error().withContext("NodeReport.reports[" + std::to_string(i) + "]"));
-  }
-  for (std::size_t i = 0; i < r.notices.size(); ++i) {
-    auto s = std::visit([](const auto& v) { return validate(v); }, r.notices[i]);
-    if (!s)
-      return std::unexpected(
-          s.error().withContext("NodeReport.notices[" + std::to_string(i) + "]"));
-  }
-  return {};
+  return validateDocument(r);
 }
-
 Result<std::vector<std::uint8_t>> encodeCbor(const Message& m) {
   C4_RETURN_IF_ERROR(validate(m));
   return toCbor<Message>(messageJson(m), kMaxDatagramBytes, "encode message");
@@ -1754,7 +1255,7 @@ Result<Message> decodeMessageJson(std::string_view text) {
 
 Result<std::vector<std::uint8_t>> encodeCbor(const NodeReport& r) {
   C4_RETURN_IF_ERROR(validate(r));
-  return toCbor<NodeReport>(nodeReportJson(r), kMaxBatchBytes, "encode node report");
+  return toCbor<NodeReport>(documentJson(r), kMaxBatchBytes, "encode node report");
 }
 
 Result<NodeReport> decodeNodeReportCbor(std::span<const std::uint8_t> bytes) {
@@ -1764,7 +1265,7 @@ Result<NodeReport> decodeNodeReportCbor(std::span<const std::uint8_t> bytes) {
 
 Result<std::string> encodeJson(const NodeReport& r) {
   C4_RETURN_IF_ERROR(validate(r));
-  return toJsonText(nodeReportJson(r), "encode node report");
+  return toJsonText(documentJson(r), "encode node report");
 }
 
 Result<NodeReport> decodeNodeReportJson(std::string_view text) {

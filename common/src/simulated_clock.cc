@@ -1,4 +1,5 @@
 #include <chrono>
+#include <cstdio>
 #include <ctime>
 #include <stdexcept>
 
@@ -124,6 +125,21 @@ std::string formatRfc3339(WallTime t) {
 }
 std::string formatRfc3339Micro(WallTime t) {
   return formatUtc(t, true);
+}
+
+std::optional<WallTime> parseRfc3339(const std::string& text) {
+  int y = 0, mo = 0, d = 0, h = 0, mi = 0, s = 0;
+  if (std::sscanf(text.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d", &y, &mo, &d, &h, &mi, &s) != 6) {
+    return std::nullopt;
+  }
+  std::chrono::year_month_day ymd{std::chrono::year{y},
+                                  std::chrono::month{static_cast<unsigned>(mo)},
+                                  std::chrono::day{static_cast<unsigned>(d)}};
+  if (!ymd.ok() || h > 23 || mi > 59 || s > 60) return std::nullopt;
+  auto days = std::chrono::sys_days{ymd};
+  return WallTime{std::chrono::duration_cast<WallTime::duration>(
+      days.time_since_epoch() + std::chrono::hours{h} + std::chrono::minutes{mi} +
+      std::chrono::seconds{s})};
 }
 
 }  // namespace c4

@@ -27,6 +27,9 @@
 #
 #   c4d_fault_test.sh <build dir> <work dir> [freeze|crash]   (C4_E2E_KEEP=1 keeps it running;
 #                                                              C4_E2E_RANKS, default 8)
+#   C4_E2E_TELEMETRY=Profiler c4d_fault_test.sh ... freeze   the job's telemetry from C4's NCCL
+#                                                              profiler plugin (the ranks on plain
+#                                                              TCP, no net plugin)
 #   C4_E2E_NO_DETECTION=1 c4d_fault_test.sh ... freeze|crash   the control: the same fault with the
 #                                                              report endpoint and C4D off must
 #                                                              leave the job hung
@@ -59,6 +62,10 @@ launcher=""
 [[ $FAULT != crash ]] || launcher=$(c4_mpi_worker_command)
 c4_apply_train_job "$RANKS" "$STEPS" 256K "" "$launcher"
 wait_until 90 "train Running" bash -c "[[ \$(kubectl get tj -n $NS train -o jsonpath='{.status.phase}') == Running ]]"
+if [[ ${C4_E2E_TELEMETRY:-NetPlugin} == Profiler ]]; then
+  c4_expect_profiler_only
+  echo "telemetry: C4's NCCL profiler plugin ($(c4_train_env NCCL_PROFILER_PLUGIN)), no net plugin"
+fi
 if [[ -n ${C4_E2E_NO_DETECTION:-} ]]; then
   # No report pipeline, no status.lastCheckpoint: the ranks' checkpoint files say it.
   wait_until 90 "a first checkpoint" bash -c \

@@ -117,6 +117,8 @@ kind: TrainingJob
 metadata: {name: $name}
 spec:
   replicas: 4
+  # c4-netbench (the training stand-in) moves its bytes and reports them through C4's net plugin.
+  telemetry: {source: NetPlugin}
   trafficPlanning: {mode: "$mode", subflowsPerConnection: 2}
   # C4D reports only (dryRun) in the comparison runs: they measure C4P, and unplanned runs
   # collide on a spine by design, which C4D may read as a late rank. The cut runs let C4D act.

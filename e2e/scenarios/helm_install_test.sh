@@ -29,7 +29,7 @@ CHART=$ROOT/helm/c4
 REL=c4
 FABRIC=$ROOT/e2e/testenv/fabric.sh
 # The pod runner maps the chart's images to this build's binaries (and the node plugin image's
-# /usr/lib/c4/libnccl-net-c4.so to the build's plugin).
+# /usr/lib/c4/libnccl-net-c4.so and libnccl-profiler-c4.so to the build's plugins).
 export C4_BUILD_DIR=$BUILD
 
 fail() {
@@ -121,10 +121,12 @@ for ((i = 0; i < 4; i++)); do
     test -s "$CLUSTER/nodes/node-$i/root/opt/c4/lib/libnccl-net-c4.so"
   cmp -s "$PLUGIN_SO" "$CLUSTER/nodes/node-$i/root/opt/c4/lib/libnccl-net-c4.so" \
     || fail "node-$i: installed plugin differs from the image's (the build's)"
+  cmp -s "$PROFILER_SO" "$CLUSTER/nodes/node-$i/root/opt/c4/lib/libnccl-profiler-c4.so" \
+    || fail "node-$i: installed profiler plugin differs from the image's (the build's)"
   wait_until 30 "agent socket on node-$i" test -S "$CLUSTER/nodes/node-$i/root/var/run/c4/agent.sock"
 done
-echo "node plugins: 4 Running; on every node's host directories: the NCCL plugin of the node" \
-  "plugin image (/opt/c4/lib) and the agent socket (/var/run/c4)"
+echo "node plugins: 4 Running; on every node's host directories: the NCCL net and profiler" \
+  "plugins of the node plugin image (/opt/c4/lib) and the agent socket (/var/run/c4)"
 
 # The operator's own endpoints, reached inside the leader's node (its pod address).
 op_curl() {  # op_curl <path>: GET on the leader's metrics port
@@ -153,6 +155,8 @@ kind: TrainingJob
 metadata: {name: $1}
 spec:
   replicas: 4
+  # c4-netbench (the training stand-in) moves its bytes and reports them through C4's net plugin.
+  telemetry: {source: NetPlugin}
   checkpoint: {dir: $WORK/ckpt-$1}
   template:
     metadata:

@@ -68,6 +68,15 @@ invalid "Enforce" "  replicas: 1
 invalid "template" "  replicas: 2"
 invalid "the operator sets them" "  replicas: 1
   template: {spec: {containers: [{name: t, image: i, env: [{name: WORLD_SIZE, value: '8'}]}]}}"
+# C4's NCCL plugin variables are reserved only where the job runs that plugin.
+invalid "NCCL_PROFILER_PLUGIN with telemetry.source Profiler (without trafficPlanning.mode Enforce)" "  replicas: 1
+  template: {spec: {containers: [{name: t, image: i, env: [{name: NCCL_PROFILER_PLUGIN, value: x}]}]}}"
+invalid "NCCL_NET_PLUGIN with telemetry.source NetPlugin" "  replicas: 1
+  telemetry: {source: NetPlugin}
+  template: {spec: {containers: [{name: t, image: i, env: [{name: NCCL_NET_PLUGIN, value: x}]}]}}"
+invalid "NCCL_NET_PLUGIN with telemetry.source NetPlugin or trafficPlanning.mode Enforce" "  replicas: 1
+  trafficPlanning: {mode: Enforce}
+  template: {spec: {containers: [{name: t, image: i, env: [{name: NCCL_NET_PLUGIN, value: x}]}]}}"
 invalid "spec.managedBy" "  replicas: 1
   managedBy: kueue.x-k8s.io/multikeuee
   template: {spec: {containers: [{name: t, image: i}]}}"
@@ -102,6 +111,20 @@ env_of() {  # env_of <pod> <name>
    $(env_of llm-pretrain-2 PET_NPROC_PER_NODE) == 8 && $(env_of llm-pretrain-2 PET_NNODES) == 4 ]] \
   || fail "PET_NODE_RANK/WORLD_SIZE/PET_NPROC_PER_NODE/PET_NNODES of llm-pretrain-2"
 [[ $(env_of llm-pretrain-2 MASTER_ADDR) == llm-pretrain-0.llm-pretrain ]] || fail "MASTER_ADDR"
+# Telemetry source Profiler, Advisory planning: C4's profiler plugin, NCCL's own transports.
+[[ $(env_of llm-pretrain-2 NCCL_PROFILER_PLUGIN) == /opt/c4/lib/libnccl-profiler-c4.so ]] \
+  || fail "NCCL_PROFILER_PLUGIN is not C4's profiler plugin"
+[[ -z $(env_of llm-pretrain-2 NCCL_NET_PLUGIN) ]] \
+  || fail "NCCL_NET_PLUGIN set although the job keeps NCCL's transports"
+# A template's own net plugin (e.g. aws-ofi-nccl) is accepted beside C4's profiler plugin.
+kubectl apply --dry-run=server -n "$NS" -f - >/dev/null <<'YAML' || fail "a template's own NCCL_NET_PLUGIN was refused with telemetry.source Profiler"
+apiVersion: c4.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: own-net}
+spec:
+  replicas: 1
+  template: {spec: {containers: [{name: t, image: i, env: [{name: NCCL_NET_PLUGIN, value: libnccl-net-ofi.so}]}]}}
+YAML
 
 # 4. A rank fails (as its kubelet would report it): the whole job restarts as attempt 1.
 kubectl patch pod -n "$NS" llm-pretrain-3 --subresource=status --type=merge -p \

@@ -32,6 +32,8 @@ kind: TrainingJob
 metadata: {name: bench}
 spec:
   replicas: 4
+  # c4-netbench (the training stand-in) moves its bytes and reports them through C4's net plugin.
+  telemetry: {source: NetPlugin}
   checkpoint: {dir: $WORK/ckpt}
   template:
     metadata:

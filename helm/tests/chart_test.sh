@@ -5,7 +5,8 @@
 #   3. the rendered manifests (CRDs included) pass a server-side dry run against the real API
 #      server of the test cluster (schemas of every object, RBAC rules well-formed);
 #   4. the generated serving certificate names the report Service and verifies against its CA;
-#   5. every rule of the ClusterRoles/Roles names a resource and verbs (no wildcards).
+#   5. every rule of the ClusterRoles/Roles names a resource and verbs (no wildcards);
+#   6. the rendered manifests repeat no key in a mapping (scripts/check-yaml.py).
 #
 #   chart_test.sh   (needs $C4_TESTENV_DIR: a cluster from `testenv.sh up`)
 set -euo pipefail
@@ -55,6 +56,9 @@ H template c4 "$CHART" -n "$NS" --include-crds >"$WORK/all.yaml"
 kubectl apply --dry-run=server -n "$NS" -f "$WORK/all.yaml" >"$WORK/dry.txt" \
   || fail "server-side dry run refused the manifests"
 echo "dry run: $(wc -l <"$WORK/dry.txt") objects accepted by the API server"
+python3 "$ROOT/scripts/check-yaml.py" "$ROOT" - <"$WORK/all.yaml" >/dev/null ||
+  fail "the rendered chart repeats a key (YAML keeps the last one silently)"
+echo "rendered: no duplicate keys"
 
 # 4. the generated certificate
 python3 - "$WORK/all.yaml" "$WORK" <<'PY'

@@ -7,7 +7,7 @@
    targets' `expr`, query variables) parses into series names.
 2. The exported set is derived from the code: every metric registration
    (`.counter(` / `.gauge(` / `.histogram(` / `->...(` with the name as a string literal) under
-   operator/, node-plugin/, nccl-net-plugin/ and common/src; a registration whose name is not a
+   operator/, kube/, node-plugin/, nccl-net-plugin/ and common/src; a registration whose name is not a
    literal fails the test (the set would be incomplete). Histograms add _bucket, _sum, _count.
 3. Every series name in the dashboards' queries and in helm/c4/files/alerts.yaml's expressions is
    exported, or one Prometheus makes itself (up, ALERTS); each dashboard uses at least one metric
@@ -36,7 +36,7 @@ errors = []
 REG = re.compile(r'(?:\.|->)\s*(counter|gauge|histogram)\s*\(\s*("?)([A-Za-z_:][A-Za-z0-9_:]*)?',
                  re.S)
 exported = {}
-for sub in ("operator", "node-plugin", "nccl-net-plugin", "common/src"):
+for sub in ("operator", "kube", "node-plugin", "nccl-net-plugin", "common/src"):
     for path in glob.glob(os.path.join(ROOT, sub, "**", "*.cc"), recursive=True):
         if path.endswith("common/src/metrics.cc"):
             continue  # the registry itself

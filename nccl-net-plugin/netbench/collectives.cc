@@ -6,15 +6,29 @@
 namespace c4::netbench {
 namespace {
 
+// A collective's bounds for the transport (a profiled one reports them as NCCL's Coll events).
+class CollectiveScope {
+ public:
+  CollectiveScope(Net& net, const char* func, std::size_t count) : net_(net) {
+    net_.collectiveStart(func, count);
+  }
+  ~CollectiveScope() { net_.collectiveEnd(); }
+  CollectiveScope(const CollectiveScope&) = delete;
+  CollectiveScope& operator=(const CollectiveScope&) = delete;
+
+ private:
+  Net& net_;
+};
+
 // One direction of traffic with one peer, cut into slices.
 struct Stream {
   bool send = false;
   int peer = 0;
   char* ptr = nullptr;
   std::size_t bytes = 0;
-  std::function<void(std::size_t, std::size_t)> onSlice;  // receive slices, in order
-  std::size_t posted = 0;                                 // slices posted
-  std::size_t total = 0;                                  // slices in all
+  std::function<void(std::size_t, std::size_t)> on_slice;  // receive slices, in order
+  std::size_t posted = 0;                                  // slices posted
+  std::size_t total = 0;                                   // slices in all
   struct Inflight {
     void* req;
     std::size_t off, len;
@@ -23,7 +37,7 @@ struct Stream {
 };
 
 Status runStreams(Net& net, std::vector<Stream>& streams, int tag, const CollectiveOptions& o) {
-  std::size_t slice = std::min(o.sliceBytes, net.maxMessageBytes());
+  std::size_t slice = std::min(o.slice_bytes, net.maxMessageBytes());
   for (auto& s : streams) s.total = std::max<std::size_t>(1, (s.bytes + slice - 1) / slice);
   for (;;) {
     bool progressed = false;
@@ -44,7 +58,7 @@ Status runStreams(Net& net, std::vector<Stream>& streams, int tag, const Collect
         auto t = net.test(s.inflight.front().req);
         if (!t) return std::unexpected(t.error());
         if (!*t) break;
-        if (s.onSlice) s.onSlice(s.inflight.front().off, s.inflight.front().len);
+        if (s.on_slice) s.on_slice(s.inflight.front().off, s.inflight.front().len);
         s.inflight.pop_front();
         progressed = true;
       }
@@ -72,11 +86,12 @@ std::pair<std::size_t, std::size_t> chunk(std::size_t count, int world, int c) {
 Status ringAllreduce(Net& net, int rank, int world, std::uint32_t* data, std::size_t count,
                      std::vector<std::uint32_t>& scratch, const CollectiveOptions& o) {
   if (world == 1) return {};
+  CollectiveScope scope(net, "AllReduce", count);
   const int next = (rank + 1) % world;
   const int prev = (rank + world - 1) % world;
   const int steps = 2 * (world - 1);
   const std::size_t slice =
-      std::max<std::size_t>(4, std::min(o.sliceBytes, net.maxMessageBytes()) & ~std::size_t{3});
+      std::max<std::size_t>(4, std::min(o.slice_bytes, net.maxMessageBytes()) & ~std::size_t{3});
   const std::size_t maxChunk = count / static_cast<std::size_t>(world) + 1;
   // Two step-sized receive buffers for the reduce-scatter, used by alternate steps: a receive of
   // step k is posted only once step k - 1's (and so step k - 2's) has completed.
@@ -183,6 +198,7 @@ Status ringAllreduce(Net& net, int rank, int world, std::uint32_t* data, std::si
 
 Status allToAll(Net& net, int rank, int world, const std::uint32_t* send, std::uint32_t* recv,
                 std::size_t block, const CollectiveOptions& o) {
+  CollectiveScope scope(net, "AllToAll", block * static_cast<std::size_t>(world));
   std::copy(send + static_cast<std::size_t>(rank) * block,
             send + static_cast<std::size_t>(rank + 1) * block,
             recv + static_cast<std::size_t>(rank) * block);
@@ -208,6 +224,7 @@ Status allToAll(Net& net, int rank, int world, const std::uint32_t* send, std::u
 Status ringPump(Net& net, int rank, int world, char* send, char* recv, std::size_t bytes,
                 const CollectiveOptions& o) {
   if (world == 1) return {};
+  CollectiveScope scope(net, "SendRecv", bytes);
   std::vector<Stream> st(2);
   st[0].send = true;
   st[0].peer = (rank + 1) % world;

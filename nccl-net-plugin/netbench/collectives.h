@@ -14,7 +14,7 @@
 namespace c4::netbench {
 
 struct CollectiveOptions {
-  std::size_t sliceBytes = 1 << 20;
+  std::size_t slice_bytes = 1 << 20;
   int window = 8;
 };
 

@@ -12,6 +12,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,7 @@
 #include "c4/common/unix_socket.h"
 #include "collectives.h"
 #include "net.h"
+#include "profiler_driver.h"
 #include "training.h"
 
 #ifndef C4_DEFAULT_PLUGIN
@@ -32,11 +34,11 @@ namespace {
 struct Options {
   int rank = -1;
   int world = -1;
-  std::string masterAddr;
-  int masterPort = -1;
+  std::string master_addr;
+  int master_port = -1;
   std::string op = "allreduce";
-  std::size_t minBytes = 1024;
-  std::size_t maxBytes = 256u << 20;
+  std::size_t min_bytes = 1024;
+  std::size_t max_bytes = 256u << 20;
   std::size_t factor = 2;
   int iters = 20;
   int warmup = 2;
@@ -44,7 +46,8 @@ struct Options {
   bool spin = false;
   bool json = false;
   std::string plugin;
-  int streams = 0;  // baseline sockets per peer; 0 = C4_SUBFLOWS or 4
+  std::optional<std::string> profiler;  // unset: $NCCL_PROFILER_PLUGIN
+  int streams = 0;                      // baseline sockets per peer; 0 = C4_SUBFLOWS or 4
   int launch = 0;
   TrainingOptions training;
   CollectiveOptions co;
@@ -65,6 +68,8 @@ void usage() {
       "  --spin                baseline waits by sched_yield (like NCCL's proxy), not poll\n"
       "  --streams N           baseline sockets per peer (default $C4_SUBFLOWS or 4)\n"
       "  --plugin NAME|PATH    (default $NCCL_NET_PLUGIN or the built plugin)\n"
+      "  --profiler NAME|PATH  NCCL profiler plugin told of every collective and message, as\n"
+      "                        NCCL tells it (default $NCCL_PROFILER_PLUGIN; \"\" = none)\n"
       "  --json                JSON lines instead of the table\n"
       "  --steps N --step-compute-ms M --checkpoint-dir D --checkpoint-every K\n"
       "  --state-bytes S       training mode (final checksum printed)\n"
@@ -126,7 +131,8 @@ int parseArgs(int argc, char** argv, Options& o) {
     kPauseMs,
     kPauseRank,
     kPauseSilent,
-    kSlowFile
+    kSlowFile,
+    kProfiler
   };
   static const option longs[] = {{"rank", required_argument, nullptr, kRank},
                                  {"world-size", required_argument, nullptr, kWorld},
@@ -142,6 +148,7 @@ int parseArgs(int argc, char** argv, Options& o) {
                                  {"spin", no_argument, nullptr, kSpin},
                                  {"json", no_argument, nullptr, kJson},
                                  {"plugin", required_argument, nullptr, kPlugin},
+                                 {"profiler", required_argument, nullptr, kProfiler},
                                  {"streams", required_argument, nullptr, kStreams},
                                  {"launch", required_argument, nullptr, kLaunch},
                                  {"steps", required_argument, nullptr, kSteps},
@@ -171,19 +178,19 @@ int parseArgs(int argc, char** argv, Options& o) {
         ok = ok && parseInt(optarg, &o.world);
         break;
       case kAddr:
-        o.masterAddr = optarg;
+        o.master_addr = optarg;
         break;
       case kPort:
-        ok = ok && parseInt(optarg, &o.masterPort);
+        ok = ok && parseInt(optarg, &o.master_port);
         break;
       case kOp:
         o.op = optarg;
         break;
       case 'b':
-        ok = ok && parseSize(optarg, &o.minBytes);
+        ok = ok && parseSize(optarg, &o.min_bytes);
         break;
       case 'e':
-        ok = ok && parseSize(optarg, &o.maxBytes);
+        ok = ok && parseSize(optarg, &o.max_bytes);
         break;
       case 'f':
         ok = ok && parseSize(optarg, &o.factor) && o.factor >= 2;
@@ -206,6 +213,9 @@ int parseArgs(int argc, char** argv, Options& o) {
       case kPlugin:
         o.plugin = optarg;
         break;
+      case kProfiler:
+        o.profiler = optarg;
+        break;
       case kStreams:
         ok = ok && parseInt(optarg, &o.streams);
         break;
@@ -216,41 +226,41 @@ int parseArgs(int argc, char** argv, Options& o) {
         ok = ok && parseInt(optarg, &o.training.steps);
         break;
       case kCompute:
-        ok = ok && parseInt(optarg, &o.training.stepComputeMs);
+        ok = ok && parseInt(optarg, &o.training.step_compute_ms);
         break;
       case kCkptDir:
-        o.training.checkpointDir = optarg;
+        o.training.checkpoint_dir = optarg;
         break;
       case kCkptEvery:
-        ok = ok && parseInt(optarg, &o.training.checkpointEvery);
+        ok = ok && parseInt(optarg, &o.training.checkpoint_every);
         break;
       case kState:
-        ok = ok && parseSize(optarg, &o.training.stateBytes);
+        ok = ok && parseSize(optarg, &o.training.state_bytes);
         break;
       case kStepLog:
-        o.training.stepLogDir = optarg;
+        o.training.step_log_dir = optarg;
         break;
       case kSlice:
         ok = ok && parseSize(optarg, &sz) && sz >= 4;
-        o.co.sliceBytes = sz;
+        o.co.slice_bytes = sz;
         break;
       case kWindow:
         ok = ok && parseInt(optarg, &o.co.window) && o.co.window >= 1;
         break;
       case kPauseStep:
-        ok = ok && parseInt(optarg, &o.training.pauseAtStep) && o.training.pauseAtStep >= 0;
+        ok = ok && parseInt(optarg, &o.training.pause_at_step) && o.training.pause_at_step >= 0;
         break;
       case kPauseMs:
-        ok = ok && parseInt(optarg, &o.training.pauseMs) && o.training.pauseMs >= 0;
+        ok = ok && parseInt(optarg, &o.training.pause_ms) && o.training.pause_ms >= 0;
         break;
       case kPauseRank:
-        ok = ok && parseInt(optarg, &o.training.pauseRank);
+        ok = ok && parseInt(optarg, &o.training.pause_rank);
         break;
       case kPauseSilent:
-        o.training.pauseSilent = true;
+        o.training.pause_silent = true;
         break;
       case kSlowFile:
-        o.training.slowFile = optarg;
+        o.training.slow_file = optarg;
         break;
       case 'h':
         usage();
@@ -324,12 +334,12 @@ int launchLocal(int n, int argc, char** argv) {
 int run(Options& o) {
   if (o.rank < 0) o.rank = std::atoi(envOr("RANK", "0"));
   if (o.world < 0) o.world = std::atoi(envOr("WORLD_SIZE", "1"));
-  if (o.masterAddr.empty()) o.masterAddr = envOr("MASTER_ADDR", "127.0.0.1");
-  if (o.masterPort < 0) o.masterPort = std::atoi(envOr("MASTER_PORT", "29500"));
+  if (o.master_addr.empty()) o.master_addr = envOr("MASTER_ADDR", "127.0.0.1");
+  if (o.master_port < 0) o.master_port = std::atoi(envOr("MASTER_PORT", "29500"));
   if (o.streams <= 0) o.streams = std::atoi(envOr("C4_SUBFLOWS", "4"));
   if (o.plugin.empty()) o.plugin = envOr("NCCL_NET_PLUGIN", C4_DEFAULT_PLUGIN);
   if (std::getenv("C4_RANK") == nullptr) ::setenv("C4_RANK", std::to_string(o.rank).c_str(), 1);
-  auto bs = Bootstrap::create(o.rank, o.world, o.masterAddr, o.masterPort);
+  auto bs = Bootstrap::create(o.rank, o.world, o.master_addr, o.master_port);
   if (!bs) {
     std::fprintf(stderr, "c4-netbench rank %d: %s\n", o.rank, bs.error().toString().c_str());
     return 1;
@@ -343,6 +353,18 @@ int run(Options& o) {
     if (!net) {
       std::fprintf(stderr, "c4-netbench rank %d: %s\n", o.rank, err.c_str());
       return 1;
+    }
+  }
+  if (!o.profiler) o.profiler = envOr("NCCL_PROFILER_PLUGIN", "");
+  if (!o.profiler->empty()) {
+    // As NCCL: a profiler plugin that cannot be loaded or initialised is reported, and the job
+    // runs without it.
+    auto driver = ProfilerDriver::load(*o.profiler, o.rank, o.world);
+    if (driver) {
+      net = makeProfiledNet(std::move(net), std::move(*driver));
+    } else {
+      std::fprintf(stderr, "c4-netbench rank %d: running without a profiler plugin: %s\n", o.rank,
+                   driver.error().toString().c_str());
     }
   }
   if (auto s = net->connectAll(*bs); !s) {
@@ -364,10 +386,10 @@ int run(Options& o) {
       std::printf(
           "{\"mode\":\"training\",\"transport\":\"%s\",\"rank\":%d,\"ranks\":%d,"
           "\"resumedFrom\":%d,\"steps\":%d,\"checksum\":\"%016" PRIx64 "\"}\n",
-          transport, o.rank, o.world, r->startStep, r->finalStep, r->checksum);
+          transport, o.rank, o.world, r->start_step, r->final_step, r->checksum);
     } else {
       std::printf("rank=%d resumed_from=%d steps=%d checksum=%016" PRIx64 "\n", o.rank,
-                  r->startStep, r->finalStep, r->checksum);
+                  r->start_step, r->final_step, r->checksum);
     }
     return 0;
   }
@@ -379,7 +401,7 @@ int run(Options& o) {
   Clock& clock = realClock();
   int failures = 0;
   std::vector<std::uint32_t> data, recv, scratch;
-  for (std::size_t size = o.minBytes; size <= o.maxBytes; size *= o.factor) {
+  for (std::size_t size = o.min_bytes; size <= o.max_bytes; size *= o.factor) {
     std::size_t count = std::max<std::size_t>(1, size / 4);
     std::size_t block = 0;
     if (o.op == "alltoall") {

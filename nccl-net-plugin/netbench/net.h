@@ -26,6 +26,9 @@ class Net {
   // Called when a pass over the outstanding requests completed nothing.
   virtual void idle() = 0;
   [[nodiscard]] virtual std::size_t maxMessageBytes() const = 0;
+  // A collective's bounds (NCCL's Coll events): what it posts in between belongs to it.
+  virtual void collectiveStart(const char* /*func*/, std::size_t /*count*/) {}
+  virtual void collectiveEnd() {}
 };
 
 std::unique_ptr<Net> makePluginNet(const std::string& pluginName, int rank, int worldSize,

@@ -27,27 +27,29 @@ Status LoadedPlugin::check(C4NcclResult r, const char* what) {
                    std::string("plugin ") + what + " returned ncclResult " + std::to_string(r));
 }
 
-Result<std::unique_ptr<LoadedPlugin>> LoadedPlugin::load(const std::string& name) {
-  std::unique_ptr<LoadedPlugin> p(new LoadedPlugin());
-  std::vector<std::string> candidates = {name.empty() ? "libnccl-net.so" : name};
-  bool looksLikeLib =
+Result<OpenedLibrary> openNcclPlugin(const std::string& name, const std::string& kind) {
+  std::vector<std::string> candidates = {name};
+  const bool looks_like_lib =
       name.rfind("lib", 0) == 0 && name.size() > 3 && name.compare(name.size() - 3, 3, ".so") == 0;
-  if (!name.empty() && name.find('/') == std::string::npos && !looksLikeLib) {
-    candidates.push_back("libnccl-net-" + name + ".so");
+  if (!name.empty() && name.find('/') == std::string::npos && !looks_like_lib) {
+    candidates.push_back("libnccl-" + kind + "-" + name + ".so");
   }
   std::string errors;
   for (const auto& c : candidates) {
-    p->lib_ = ::dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (p->lib_ != nullptr) {
-      p->path_ = c;
-      break;
+    if (void* handle = ::dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL); handle != nullptr) {
+      return OpenedLibrary{handle, c};
     }
     const char* e = ::dlerror();
     errors += (errors.empty() ? "" : "; ") + std::string(e != nullptr ? e : c);
   }
-  if (p->lib_ == nullptr) {
-    return makeError(ErrorCode::kNotFound, "cannot load net plugin: " + errors);
-  }
+  return makeError(ErrorCode::kNotFound, "cannot load " + kind + " plugin: " + errors);
+}
+
+Result<std::unique_ptr<LoadedPlugin>> LoadedPlugin::load(const std::string& name) {
+  std::unique_ptr<LoadedPlugin> p(new LoadedPlugin());
+  C4_ASSIGN_OR_RETURN(auto opened, openNcclPlugin(name.empty() ? "libnccl-net.so" : name, "net"));
+  p->lib_ = opened.handle;
+  p->path_ = opened.path;
   if ((p->v12_ = static_cast<const C4NcclNetV12*>(::dlsym(p->lib_, "ncclNetPlugin_v12")))) {
     p->version_ = 12;
   } else if ((p->v11_ = static_cast<const C4NcclNetV11*>(::dlsym(p->lib_, "ncclNetPlugin_v11")))) {
@@ -72,8 +74,8 @@ Result<std::unique_ptr<LoadedPlugin>> LoadedPlugin::load(const std::string& name
       C4NcclPropertiesV12 props{};
       if (p->ndev_ > 0)
         C4_RETURN_IF_ERROR(check(p->v12_->getProperties(0, &props), "getProperties"));
-      p->maxRecvs_ = props.maxRecvs;
-      p->maxP2pBytes_ = props.maxP2pBytes;
+      p->max_recvs_ = props.maxRecvs;
+      p->max_p2p_bytes_ = props.maxP2pBytes;
       break;
     }
     case 11: {
@@ -85,8 +87,8 @@ Result<std::unique_ptr<LoadedPlugin>> LoadedPlugin::load(const std::string& name
       C4NcclPropertiesV11 props{};
       if (p->ndev_ > 0)
         C4_RETURN_IF_ERROR(check(p->v11_->getProperties(0, &props), "getProperties"));
-      p->maxRecvs_ = props.maxRecvs;
-      p->maxP2pBytes_ = props.maxP2pBytes;
+      p->max_recvs_ = props.maxRecvs;
+      p->max_p2p_bytes_ = props.maxP2pBytes;
       break;
     }
     case 10: {
@@ -96,8 +98,8 @@ Result<std::unique_ptr<LoadedPlugin>> LoadedPlugin::load(const std::string& name
       C4NcclPropertiesV9 props{};
       if (p->ndev_ > 0)
         C4_RETURN_IF_ERROR(check(p->v10_->getProperties(0, &props), "getProperties"));
-      p->maxRecvs_ = props.maxRecvs;
-      p->maxP2pBytes_ = props.maxP2pBytes;
+      p->max_recvs_ = props.maxRecvs;
+      p->max_p2p_bytes_ = props.maxP2pBytes;
       break;
     }
     case 9: {
@@ -107,8 +109,8 @@ Result<std::unique_ptr<LoadedPlugin>> LoadedPlugin::load(const std::string& name
       C4NcclPropertiesV9 props{};
       if (p->ndev_ > 0)
         C4_RETURN_IF_ERROR(check(p->v9_->getProperties(0, &props), "getProperties"));
-      p->maxRecvs_ = props.maxRecvs;
-      p->maxP2pBytes_ = props.maxP2pBytes;
+      p->max_recvs_ = props.maxRecvs;
+      p->max_p2p_bytes_ = props.maxP2pBytes;
       break;
     }
     default: {
@@ -118,14 +120,14 @@ Result<std::unique_ptr<LoadedPlugin>> LoadedPlugin::load(const std::string& name
       C4NcclPropertiesV8 props{};
       if (p->ndev_ > 0)
         C4_RETURN_IF_ERROR(check(p->v8_->getProperties(0, &props), "getProperties"));
-      p->maxRecvs_ = props.maxRecvs;
-      p->maxP2pBytes_ = std::size_t{1} << 30;  // what NCCL assumes for v8
+      p->max_recvs_ = props.maxRecvs;
+      p->max_p2p_bytes_ = std::size_t{1} << 30;  // what NCCL assumes for v8
       break;
     }
   }
   if (p->ndev_ <= 0) return makeError(ErrorCode::kNotFound, "plugin reports no devices");
-  if (p->maxP2pBytes_ == 0 || p->maxP2pBytes_ > (std::size_t{1} << 31) - 1) {
-    p->maxP2pBytes_ = (std::size_t{1} << 30);  // test() reports int sizes
+  if (p->max_p2p_bytes_ == 0 || p->max_p2p_bytes_ > (std::size_t{1} << 31) - 1) {
+    p->max_p2p_bytes_ = (std::size_t{1} << 30);  // test() reports int sizes
   }
   return p;
 }

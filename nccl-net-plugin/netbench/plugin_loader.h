@@ -14,6 +14,15 @@
 
 namespace c4::netbench {
 
+// Opens an NCCL plugin library as NCCL's plugin_open.cc does: dlopen(RTLD_NOW | RTLD_LOCAL) of
+// `name` as given, then, for a bare name (no '/', not already lib*.so), of
+// libnccl-<kind>-<name>.so. `kind`: "net" or "profiler". The error lists every try.
+struct OpenedLibrary {
+  void* handle = nullptr;
+  std::string path;  // the name that opened
+};
+Result<OpenedLibrary> openNcclPlugin(const std::string& name, const std::string& kind);
+
 class LoadedPlugin {
  public:
   static Result<std::unique_ptr<LoadedPlugin>> load(const std::string& name);
@@ -25,8 +34,8 @@ class LoadedPlugin {
   [[nodiscard]] const std::string& path() const { return path_; }
   [[nodiscard]] const std::string& name() const { return name_; }
   [[nodiscard]] int devices() const { return ndev_; }
-  [[nodiscard]] int maxRecvs() const { return maxRecvs_; }
-  [[nodiscard]] std::size_t maxP2pBytes() const { return maxP2pBytes_; }
+  [[nodiscard]] int maxRecvs() const { return max_recvs_; }
+  [[nodiscard]] std::size_t maxP2pBytes() const { return max_p2p_bytes_; }
 
   Status listen(int dev, void* handle, void** listenComm);
   Status connect(int dev, void* handle, void** sendComm);  // *sendComm may stay NULL: retry
@@ -57,8 +66,8 @@ class LoadedPlugin {
   const C4NcclNetV8* v8_ = nullptr;
   void* ctx_ = nullptr;
   int ndev_ = 0;
-  int maxRecvs_ = 1;
-  std::size_t maxP2pBytes_ = std::size_t{1} << 30;
+  int max_recvs_ = 1;
+  std::size_t max_p2p_bytes_ = std::size_t{1} << 30;
 };
 
 }  // namespace c4::netbench

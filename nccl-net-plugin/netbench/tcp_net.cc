@@ -28,7 +28,7 @@ struct Op {
   bool send = false;
   char* data = nullptr;
   std::size_t size = 0;
-  int socketsLeft = 0;
+  int sockets_left = 0;
   bool done = false;
 };
 
@@ -194,7 +194,7 @@ class TcpNet final : public Net {
         }
         s->offset = 0;
         s->queue.pop_front();
-        if (--op->socketsLeft == 0) op->done = true;
+        if (--op->sockets_left == 0) op->done = true;
       }
     }
     return {};

@@ -15,10 +15,10 @@
 #include <sstream>
 
 #include "c4/common/clock.h"
+#include "c4/common/hash.h"
 #include "c4/common/report.h"
 #include "c4/common/unix_socket.h"
 #include "c4/plugin/config.h"
-#include "c4/plugin/hash.h"
 
 namespace c4::netbench {
 namespace {
@@ -137,7 +137,7 @@ Status writeCheckpoint(const std::string& dir, int rank, int step,
   std::string tmp = final + ".tmp-" + std::to_string(::getpid());
   UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (!fd.valid()) return std::unexpected(errnoError("checkpoint open " + tmp, errno));
-  CkptHeader h{kMagic, 1, step, state.size(), plugin::fnv1a64(state.data(), state.size() * 4)};
+  CkptHeader h{kMagic, 1, step, state.size(), fnv1a64(state.data(), state.size() * 4)};
   C4_RETURN_IF_ERROR(writeFully(fd.get(), &h, sizeof(h)));
   C4_RETURN_IF_ERROR(writeFully(fd.get(), state.data(), state.size() * 4));
   if (::fsync(fd.get()) != 0) return std::unexpected(errnoError("checkpoint fsync", errno));
@@ -173,7 +173,7 @@ Result<std::vector<std::uint32_t>> readCheckpoint(const std::string& dir, int ra
     if (n <= 0) return makeError(ErrorCode::kInvalidArgument, "checkpoint " + path + ": short");
     got += static_cast<std::size_t>(n);
   }
-  if (plugin::fnv1a64(state.data(), want) != h.checksum) {
+  if (fnv1a64(state.data(), want) != h.checksum) {
     return makeError(ErrorCode::kInvalidArgument, "checkpoint " + path + ": checksum mismatch");
   }
   return state;
@@ -200,7 +200,7 @@ Result<TrainingResult> runTraining(Net& net, Bootstrap& bs, const TrainingOption
                                    const CollectiveOptions& co) {
   int rank = bs.rank();
   int world = bs.worldSize();
-  std::size_t words = std::max<std::size_t>(1, o.stateBytes / 4);
+  std::size_t words = std::max<std::size_t>(1, o.state_bytes / 4);
   auto cfg = plugin::loadConfigFromEnvironment();
   report::RankIdentity id;
   id.ns = cfg.ns;
@@ -208,12 +208,12 @@ Result<TrainingResult> runTraining(Net& net, Bootstrap& bs, const TrainingOption
   id.pod = cfg.pod;
   id.node = cfg.node;
   id.rank = rank;
-  id.worldSize = world;
-  id.restartAttempt = cfg.restartAttempt;
+  id.world_size = world;
+  id.restart_attempt = cfg.restart_attempt;
   id.pid = static_cast<std::uint32_t>(::getpid());
   std::optional<UnixDatagramSender> agent;
-  if (!cfg.agentSocket.empty()) {
-    auto s = UnixDatagramSender::create(cfg.agentSocket);
+  if (!cfg.agent_socket.empty()) {
+    auto s = UnixDatagramSender::create(cfg.agent_socket);
     if (s) agent.emplace(std::move(*s));
   }
   Clock& clock = realClock();
@@ -227,10 +227,10 @@ Result<TrainingResult> runTraining(Net& net, Bootstrap& bs, const TrainingOption
   TrainingResult result;
   std::vector<std::uint32_t> state(words);
   for (std::size_t i = 0; i < words; ++i) state[i] = static_cast<std::uint32_t>(i);
-  bool checkpointing = !o.checkpointDir.empty() && o.checkpointEvery > 0;
+  bool checkpointing = !o.checkpoint_dir.empty() && o.checkpoint_every > 0;
   std::string mine;
   if (checkpointing) {
-    for (int s : listCheckpoints(o.checkpointDir, rank, words)) mine += std::to_string(s) + ",";
+    for (int s : listCheckpoints(o.checkpoint_dir, rank, words)) mine += std::to_string(s) + ",";
   }
   C4_ASSIGN_OR_RETURN(auto lists, bs.allgather(mine));
   std::set<int> common;
@@ -252,32 +252,32 @@ Result<TrainingResult> runTraining(Net& net, Bootstrap& bs, const TrainingOption
     }
   }
   if (!common.empty() && *common.rbegin() <= o.steps) {
-    result.startStep = *common.rbegin();
-    C4_ASSIGN_OR_RETURN(state, readCheckpoint(o.checkpointDir, rank, result.startStep, words));
+    result.start_step = *common.rbegin();
+    C4_ASSIGN_OR_RETURN(state, readCheckpoint(o.checkpoint_dir, rank, result.start_step, words));
   }
   UniqueFd stepLog;
-  if (!o.stepLogDir.empty()) {
+  if (!o.step_log_dir.empty()) {
     std::error_code ec;
-    fs::create_directories(o.stepLogDir, ec);
-    std::string path = (fs::path(o.stepLogDir) / ("rank-" + std::to_string(rank) + ".steps"));
+    fs::create_directories(o.step_log_dir, ec);
+    std::string path = (fs::path(o.step_log_dir) / ("rank-" + std::to_string(rank) + ".steps"));
     stepLog = UniqueFd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
     if (!stepLog.valid()) {
       return makeError(ErrorCode::kIo, "step log " + path + ": " + std::strerror(errno));
     }
   }
   std::vector<std::uint32_t> grad(words), scratch;
-  SlowControl slow(o.slowFile, cfg.node);
+  SlowControl slow(o.slow_file, cfg.node);
   auto progress = [&](int step, report::ProgressState what) {
     report::ProgressNotice p;
     p.id = id;
-    p.timeUnixNs = toUnixNanos(clock.wallNow());
+    p.time_unix_ns = toUnixNanos(clock.wallNow());
     p.step = step;
     p.state = what;
     notify(p);
   };
-  for (int step = result.startStep + 1; step <= o.steps; ++step) {
-    if (o.stepComputeMs > 0) {
-      const double ms = o.stepComputeMs * slow.factor();
+  for (int step = result.start_step + 1; step <= o.steps; ++step) {
+    if (o.step_compute_ms > 0) {
+      const double ms = o.step_compute_ms * slow.factor();
       clock.sleepFor(std::chrono::microseconds(static_cast<std::int64_t>(ms * 1000.0)));
     }
     for (std::size_t i = 0; i < words; ++i) grad[i] = gradient(state[i], rank, step);
@@ -293,31 +293,31 @@ Result<TrainingResult> runTraining(Net& net, Bootstrap& bs, const TrainingOption
         return makeError(ErrorCode::kIo, "step log: " + std::string(std::strerror(errno)));
       }
     }
-    if (checkpointing && step % o.checkpointEvery == 0) {
-      C4_RETURN_IF_ERROR(writeCheckpoint(o.checkpointDir, rank, step, state));
+    if (checkpointing && step % o.checkpoint_every == 0) {
+      C4_RETURN_IF_ERROR(writeCheckpoint(o.checkpoint_dir, rank, step, state));
       report::CheckpointNotice c;
       c.id = id;
-      c.timeUnixNs = toUnixNanos(clock.wallNow());
+      c.time_unix_ns = toUnixNanos(clock.wallNow());
       c.step = step;
-      c.path = (fs::path(o.checkpointDir) / ckptName(rank, step)).string();
+      c.path = (fs::path(o.checkpoint_dir) / ckptName(rank, step)).string();
       notify(c);
     }
-    if (step == o.pauseAtStep && o.pauseMs > 0 && (o.pauseRank < 0 || o.pauseRank == rank)) {
-      if (!o.pauseSilent) progress(step, report::ProgressState::kCheckpointing);
+    if (step == o.pause_at_step && o.pause_ms > 0 && (o.pause_rank < 0 || o.pause_rank == rank)) {
+      if (!o.pause_silent) progress(step, report::ProgressState::kCheckpointing);
       std::fprintf(stderr, "c4-netbench rank %d: pause of %d ms after step %d (%s)\n", rank,
-                   o.pauseMs, step, o.pauseSilent ? "not announced" : "announced");
-      clock.sleepFor(std::chrono::milliseconds(o.pauseMs));
-      if (!o.pauseSilent) progress(step, report::ProgressState::kTraining);
+                   o.pause_ms, step, o.pause_silent ? "not announced" : "announced");
+      clock.sleepFor(std::chrono::milliseconds(o.pause_ms));
+      if (!o.pause_silent) progress(step, report::ProgressState::kTraining);
     }
   }
   report::ProgressNotice done;
   done.id = id;
-  done.timeUnixNs = toUnixNanos(clock.wallNow());
+  done.time_unix_ns = toUnixNanos(clock.wallNow());
   done.step = o.steps;
   done.state = report::ProgressState::kFinished;
   notify(done);
-  result.finalStep = o.steps;
-  result.checksum = plugin::fnv1a64(state.data(), words * 4);
+  result.final_step = o.steps;
+  result.checksum = fnv1a64(state.data(), words * 4);
   return result;
 }
 

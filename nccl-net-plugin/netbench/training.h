@@ -15,25 +15,25 @@ namespace c4::netbench {
 
 struct TrainingOptions {
   int steps = 0;
-  int stepComputeMs = 0;
-  std::string checkpointDir;  // empty: no checkpoints
-  int checkpointEvery = 0;    // 0: no checkpoints
-  std::size_t stateBytes = 1 << 20;
+  int step_compute_ms = 0;
+  std::string checkpoint_dir;  // empty: no checkpoints
+  int checkpoint_every = 0;    // 0: no checkpoints
+  std::size_t state_bytes = 1 << 20;
   bool json = false;
   // Non-empty: each rank appends "<unix seconds> <step>\n" per completed step to
   // <stepLogDir>/rank-<rank>.steps (kept across restarts, so a timeline shows the resume).
-  std::string stepLogDir;
+  std::string step_log_dir;
   // A long pause after step pauseAtStep (0: none) on rank pauseRank (-1: every rank), e.g. a
   // consolidated checkpoint written by one rank while its peers wait in the next allreduce.
   // Announced as ProgressState::kCheckpointing (then kTraining) unless pauseSilent.
-  int pauseAtStep = 0;
-  int pauseMs = 0;
-  int pauseRank = -1;
-  bool pauseSilent = false;
+  int pause_at_step = 0;
+  int pause_ms = 0;
+  int pause_rank = -1;
+  bool pause_silent = false;
   // Compute slowdown control (fault injection for stragglers): before every step the rank reads
   // this file if it changed; a line "<node> <factor>" naming the rank's node (C4_NODE_NAME)
   // multiplies its step compute time by factor (>= 1). Empty: off.
-  std::string slowFile;
+  std::string slow_file;
 };
 
 // The compute factor that `slowFile` content assigns to `node` (1 when no line names it);
@@ -41,8 +41,8 @@ struct TrainingOptions {
 Result<double> parseSlowFile(const std::string& content, const std::string& node);
 
 struct TrainingResult {
-  int startStep = 0;  // 0: fresh start; otherwise the checkpoint step resumed from
-  int finalStep = 0;
+  int start_step = 0;  // 0: fresh start; otherwise the checkpoint step resumed from
+  int final_step = 0;
   std::uint64_t checksum = 0;
 };
 

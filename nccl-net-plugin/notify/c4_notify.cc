@@ -111,7 +111,7 @@ int main(int argc, char** argv) {
         path = optarg;
         break;
       case kSocket:
-        cfg.agentSocket = optarg;
+        cfg.agent_socket = optarg;
         break;
       case kRank: {
         auto r = parseStep(optarg);
@@ -140,36 +140,36 @@ int main(int argc, char** argv) {
   id.pod = cfg.pod;
   id.node = cfg.node;
   id.rank = cfg.rank;
-  id.worldSize = cfg.worldSize;
-  id.restartAttempt = cfg.restartAttempt;
+  id.world_size = cfg.world_size;
+  id.restart_attempt = cfg.restart_attempt;
   id.pid = static_cast<std::uint32_t>(::getpid());
   auto now = c4::toUnixNanos(c4::realClock().wallNow());
   c4::report::Message msg;
   if (kind == "progress") {
     c4::report::ProgressNotice p;
     p.id = id;
-    p.timeUnixNs = now;
+    p.time_unix_ns = now;
     p.step = *step;
     p.state = state;
     msg = p;
   } else {
     c4::report::CheckpointNotice n;
     n.id = id;
-    n.timeUnixNs = now;
+    n.time_unix_ns = now;
     n.step = *step;
     n.path = path;
     msg = n;
   }
   auto bytes = c4::report::encodeCbor(msg);
   if (!bytes) return fail(bytes.error().toString());
-  if (cfg.agentSocket.empty()) {
+  if (cfg.agent_socket.empty()) {
     std::fprintf(stderr, "c4-notify: not sent: C4_AGENT_SOCKET is unset (no node plugin)\n");
     return kNotDelivered;
   }
-  auto sender = c4::UnixDatagramSender::create(cfg.agentSocket);
+  auto sender = c4::UnixDatagramSender::create(cfg.agent_socket);
   if (!sender) return fail(sender.error().toString());
   if (sender->send(*bytes) != c4::SendOutcome::kSent) {
-    std::fprintf(stderr, "c4-notify: not delivered to %s: %s\n", cfg.agentSocket.c_str(),
+    std::fprintf(stderr, "c4-notify: not delivered to %s: %s\n", cfg.agent_socket.c_str(),
                  std::strerror(sender->lastError()));
     return kNotDelivered;
   }

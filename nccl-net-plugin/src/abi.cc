@@ -12,8 +12,8 @@
 #include <utility>
 
 #include "c4/common/log.h"
+#include "c4/common/plan.h"
 #include "c4/plugin/nccl_net_abi.h"
-#include "c4/plugin/plan.h"
 #include "c4/plugin/transport.h"
 
 #define C4_EXPORT __attribute__((visibility("default")))
@@ -67,10 +67,10 @@ class NcclLogSink final : public LogSink {
 struct Globals {
   std::mutex mu;
   std::shared_ptr<NcclLogSink> sink = std::make_shared<NcclLogSink>();
-  bool configLogged = false;
+  bool config_logged = false;
   std::optional<PluginConfig> config;
   std::optional<std::vector<NetInterface>> devices;
-  int planeId = kPlaneUnknown;      // of every device (v12), from the plan at the first init
+  int plane_id = kPlaneUnknown;     // of every device (v12), from the plan at the first init
   std::unique_ptr<Context> legacy;  // the one context of v8..v10 (process-wide init)
 };
 
@@ -123,8 +123,8 @@ C4NcclResult guard(const char* what, F&& f) noexcept {
 int planeFromPlan(const PluginConfig& config) {
   std::string why = "C4_PLAN_FILE is not set";
   int plane = kPlaneUnknown;
-  if (!config.planFile.empty()) {
-    auto plan = loadPlanFile(config.planFile);
+  if (!config.plan_file.empty()) {
+    auto plan = loadPlanFile(config.plan_file);
     if (!plan) {
       why = plan.error().toString();
     } else {
@@ -152,16 +152,16 @@ Result<std::pair<PluginConfig, std::vector<NetInterface>>> setup(C4NcclLogFn log
     C4_ASSIGN_OR_RETURN(auto devs, processDevices(*g.config));
     g.devices = std::move(devs);
   }
-  if (!g.configLogged) {
-    g.configLogged = true;
-    g.planeId = planeFromPlan(*g.config);
+  if (!g.config_logged) {
+    g.config_logged = true;
+    g.plane_id = planeFromPlan(*g.config);
     for (const auto& w : g.config->warnings) log().warn("configuration", {{"problem", w}});
     for (const auto& line : g.config->describe()) log().info("config", {{"setting", line}});
     for (const auto& d : *g.devices) {
       log().info("device", {{"name", d.name},
                             {"address", formatAddress(d.addr)},
-                            {"speed_mbps", d.speedMbps},
-                            {"pci", d.pciPath}});
+                            {"speed_mbps", d.speed_mbps},
+                            {"pci", d.pci_path}});
     }
   }
   return std::make_pair(*g.config, *g.devices);
@@ -176,7 +176,7 @@ const std::vector<NetInterface>* deviceTable() {
 int planeId() {
   Globals& g = globals();
   std::lock_guard lock(g.mu);
-  return g.planeId;
+  return g.plane_id;
 }
 
 C4NcclResult doInit(void** ctx, std::uint64_t commId, C4NcclLogFn logFn) {
@@ -187,7 +187,7 @@ C4NcclResult doInit(void** ctx, std::uint64_t commId, C4NcclLogFn logFn) {
   ContextOptions o;
   o.config = s->first;
   o.devices = s->second;
-  o.commId = commId;
+  o.comm_id = commId;
   auto c = Context::create(std::move(o));
   if (!c) return toNccl(c.error(), "init");
   *ctx = c->release();
@@ -223,12 +223,12 @@ C4NcclResult getPropertiesV12(int dev, C4NcclPropertiesV12* props) noexcept {
     const NetInterface& d = (*table)[static_cast<std::size_t>(dev)];
     *props = C4NcclPropertiesV12{};
     props->name = const_cast<char*>(d.name.c_str());
-    props->pciPath = d.pciPath.empty() ? nullptr : const_cast<char*>(d.pciPath.c_str());
+    props->pciPath = d.pci_path.empty() ? nullptr : const_cast<char*>(d.pci_path.c_str());
     props->guid = d.guid;
     props->ptrSupport = C4_NCCL_PTR_HOST;
     props->regIsGlobal = 0;
     props->forceFlush = 0;
-    props->speed = d.speedMbps;
+    props->speed = d.speed_mbps;
     props->port = 0;
     props->latency = 0;  // NCCL's default
     props->maxComms = 65536;

@@ -93,7 +93,7 @@ PluginConfig loadConfig(const std::function<std::optional<std::string>(const cha
   if (::gethostname(host, sizeof(host) - 1) == 0) cfg.node = sanitizeName(host);
   Loader l{getenv, cfg, {}};
   l.integer<int>("C4_SUBFLOWS", cfg.subflows, 1, 64);
-  l.text("C4_SOCKET_IFNAME", cfg.socketIfname);
+  l.text("C4_SOCKET_IFNAME", cfg.socket_ifname);
   if (!getenv("C4_RANK") && getenv("RANK")) {
     l.integer<std::int32_t>("RANK", cfg.rank, -1, report::kMaxRank);
   } else {
@@ -103,17 +103,17 @@ PluginConfig loadConfig(const std::function<std::optional<std::string>(const cha
   l.name("C4_NODE_NAME", cfg.node);
   l.name("C4_JOB", cfg.job);
   l.name("C4_NAMESPACE", cfg.ns);
-  l.integer<std::int32_t>("WORLD_SIZE", cfg.worldSize, 0, report::kMaxRank);
-  l.integer<std::uint32_t>("C4_RESTART_ATTEMPT", cfg.restartAttempt, 0, 1u << 30);
-  l.text("C4_AGENT_SOCKET", cfg.agentSocket);
-  l.integer<std::uint32_t>("C4_REPORT_INTERVAL_MS", cfg.reportIntervalMs, 10, 3600 * 1000);
-  l.integer<std::uint32_t>("C4_STALL_MS", cfg.stallMs, 1, 3600 * 1000);
-  l.text("C4_PLAN_FILE", cfg.planFile);
-  l.integer<std::uint32_t>("C4_PLAN_POLL_MS", cfg.planPollMs, 10, 600 * 1000);
-  l.integer<std::uint32_t>("C4_PLAN_WAIT_MS", cfg.planWaitMs, 0, 600 * 1000);
-  l.integer<std::uint64_t>("C4_MIN_CHUNK_BYTES", cfg.minChunkBytes, 1, 1ull << 30);
-  l.integer<std::uint32_t>("C4_TCP_USER_TIMEOUT_MS", cfg.tcpUserTimeoutMs, 0, 3600 * 1000);
-  l.integer<std::uint64_t>("C4_MAX_STAGED_BYTES", cfg.maxStagedBytes, 0, 1ull << 40);
+  l.integer<std::int32_t>("WORLD_SIZE", cfg.world_size, 0, report::kMaxRank);
+  l.integer<std::uint32_t>("C4_RESTART_ATTEMPT", cfg.restart_attempt, 0, 1u << 30);
+  l.text("C4_AGENT_SOCKET", cfg.agent_socket);
+  l.integer<std::uint32_t>("C4_REPORT_INTERVAL_MS", cfg.report_interval_ms, 10, 3600 * 1000);
+  l.integer<std::uint32_t>("C4_STALL_MS", cfg.stall_ms, 1, 3600 * 1000);
+  l.text("C4_PLAN_FILE", cfg.plan_file);
+  l.integer<std::uint32_t>("C4_PLAN_POLL_MS", cfg.plan_poll_ms, 10, 600 * 1000);
+  l.integer<std::uint32_t>("C4_PLAN_WAIT_MS", cfg.plan_wait_ms, 0, 600 * 1000);
+  l.integer<std::uint64_t>("C4_MIN_CHUNK_BYTES", cfg.min_chunk_bytes, 1, 1ull << 30);
+  l.integer<std::uint32_t>("C4_TCP_USER_TIMEOUT_MS", cfg.tcp_user_timeout_ms, 0, 3600 * 1000);
+  l.integer<std::uint64_t>("C4_MAX_STAGED_BYTES", cfg.max_staged_bytes, 0, 1ull << 40);
   for (auto& [line, source] : l.lines) cfg.sources.push_back(line + " (" + source + ")");
   return cfg;
 }

@@ -123,8 +123,8 @@ Result<std::vector<NetInterface>> discoverInterfaces(const std::string& spec,
     r.name = i->ifa_name;
     r.up = (i->ifa_flags & IFF_UP) != 0 && (i->ifa_flags & IFF_RUNNING) != 0;
     r.loopback = (i->ifa_flags & IFF_LOOPBACK) != 0;
-    r.addrLen = family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
-    std::memcpy(&r.addr, i->ifa_addr, r.addrLen);
+    r.addr_len = family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+    std::memcpy(&r.addr, i->ifa_addr, r.addr_len);
     if (family == AF_INET6) {
       sockaddr_in6 a{};
       std::memcpy(&a, &r.addr, sizeof(a));
@@ -143,12 +143,12 @@ Result<std::vector<NetInterface>> discoverInterfaces(const std::string& spec,
     NetInterface n;
     n.name = c.name;
     n.addr = c.addr;
-    n.addrLen = c.addrLen;
+    n.addr_len = c.addr_len;
     n.loopback = c.loopback;
-    n.speedMbps = readInterfaceSpeed(sysfsRoot, c.name, 10000);
+    n.speed_mbps = readInterfaceSpeed(sysfsRoot, c.name, 10000);
     std::string dev = sysfsRoot + "/class/net/" + c.name + "/device";
     if (char* real = ::realpath(dev.c_str(), nullptr)) {
-      n.pciPath = real;
+      n.pci_path = real;
       std::free(real);
     }
     std::string mac = readLine(sysfsRoot + "/class/net/" + c.name + "/address");

@@ -19,9 +19,9 @@
 #include <thread>
 #include <unordered_map>
 
+#include "c4/common/hash.h"
 #include "c4/common/log.h"
 #include "c4/common/unix_socket.h"
-#include "c4/plugin/hash.h"
 
 namespace c4::plugin {
 namespace {
@@ -46,22 +46,22 @@ struct WireHandle {
   std::uint16_t port;  // host order
   std::uint16_t reserved0;
   std::uint32_t reserved1;
-  std::uint64_t listenId;
-  std::uint64_t nodeHash;  // listener's node name (plan lookup before any byte is exchanged)
-  std::uint64_t checksum;  // FNV-1a over the bytes above
+  std::uint64_t listen_id;
+  std::uint64_t node_hash;  // listener's node name (plan lookup before any byte is exchanged)
+  std::uint64_t checksum;   // FNV-1a over the bytes above
 };
 static_assert(sizeof(WireHandle) <= kHandleBytes, "handle must fit NCCL_NET_HANDLE_MAXSIZE");
 
 struct HelloFixed {
   std::uint32_t magic;
   std::uint16_t version;
-  std::uint16_t subflowIndex;
-  std::uint16_t nSubflows;
-  std::uint16_t nodeLen;
-  std::uint16_t podLen;
+  std::uint16_t subflow_index;
+  std::uint16_t n_subflows;
+  std::uint16_t node_len;
+  std::uint16_t pod_len;
   std::uint16_t reserved;
-  std::uint64_t listenId;
-  std::uint64_t connId;
+  std::uint64_t listen_id;
+  std::uint64_t conn_id;
   std::int32_t rank;
   std::uint32_t reserved2;
 };
@@ -70,8 +70,8 @@ static_assert(sizeof(HelloFixed) == 40);
 struct AckFixed {
   std::uint32_t magic;
   std::uint16_t version;
-  std::uint16_t nodeLen;
-  std::uint16_t podLen;
+  std::uint16_t node_len;
+  std::uint16_t pod_len;
   std::uint16_t reserved;
   std::int32_t rank;
 };
@@ -84,7 +84,7 @@ static_assert(sizeof(AckFixed) == 16);
 struct FrameHeader {
   std::uint32_t magic;
   std::int32_t tag;
-  std::uint64_t tagSeq;
+  std::uint64_t tag_seq;
   std::uint64_t total;
   std::uint64_t offset;
   std::uint64_t len;
@@ -130,8 +130,8 @@ void setDataSocketOptions(int fd, const PluginConfig& cfg) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
-  if (cfg.tcpUserTimeoutMs > 0) {
-    unsigned int t = cfg.tcpUserTimeoutMs;
+  if (cfg.tcp_user_timeout_ms > 0) {
+    unsigned int t = cfg.tcp_user_timeout_ms;
     ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &t, sizeof(t));
   }
 }
@@ -163,12 +163,12 @@ struct Request {
   char* data[kMaxRecvs] = {};
   std::size_t cap[kMaxRecvs] = {};
   int tags[kMaxRecvs] = {};
-  std::uint64_t tagSeq = 0;  // send: index of this message among the comm's sends with its tag
-  std::int64_t postedNs = 0;
+  std::uint64_t tag_seq = 0;  // send: index of this message among the comm's sends with its tag
+  std::int64_t posted_ns = 0;
   // Under the comm's I/O lock.
-  std::int64_t firstByteNs = 0;
-  std::size_t framesLeft = 0;
-  int slotsDone = 0;
+  std::int64_t first_byte_ns = 0;
+  std::size_t frames_left = 0;
+  int slots_done = 0;
   // Result, published by state=kDone (release).
   int sizes[kMaxRecvs] = {};
 };
@@ -180,7 +180,7 @@ struct Request {
 class ListenComm final : public CommBase {
  public:
   ListenComm(Context* c, UniqueFd fd, std::uint64_t id)
-      : CommBase(CommKind::kListen, c), fd_(std::move(fd)), listenId_(id) {}
+      : CommBase(CommKind::kListen, c), fd_(std::move(fd)), listen_id_(id) {}
 
   struct Incoming {
     UniqueFd fd;
@@ -194,7 +194,7 @@ class ListenComm final : public CommBase {
   };
 
   UniqueFd fd_;
-  std::uint64_t listenId_;
+  std::uint64_t listen_id_;
   std::vector<Incoming> incoming_;
   std::map<std::uint64_t, Group> groups_;
 };
@@ -215,7 +215,7 @@ class LazyNow {
 };
 
 // A send or receive connection. Its sockets are non-blocking and driven by whichever NCCL thread
-// calls isend/irecv/test on it, under `ioMu_`: a small message goes out inside isend and is read
+// calls isend/irecv/test on it, under `io_mu_`: a small message goes out inside isend and is read
 // inside test, with no hand-off to another thread and no wake-up. NCCL's proxy thread polls test()
 // on every request in flight, which is all the progress a connection needs.
 class DataComm : public CommBase {
@@ -250,25 +250,25 @@ class DataComm : public CommBase {
   // Hands a claimed request (state kPending) to the connection and makes what progress the sockets
   // allow right away.
   void post(Request* r) {
-    std::lock_guard lock(ioMu_);
+    std::lock_guard lock(io_mu_);
     LazyNow now(ctx->clock());
     if (failed()) {
       r->state.store(kFailed, std::memory_order_release);
       return;
     }
     if constexpr (kTelemetryEnabled) {
-      r->postedNs = now.get();
-      tel_->markPosted(static_cast<std::size_t>(r->slot), r->postedNs);
+      r->posted_ns = now.get();
+      tel_->markPosted(static_cast<std::size_t>(r->slot), r->posted_ns);
       tel_->onPosted();
     }
-    if (r->kind == ReqKind::kSend) r->tagSeq = sendSeq_[r->tags[0]]++;
+    if (r->kind == ReqKind::kSend) r->tag_seq = send_seq_[r->tags[0]]++;
     admit(r, now);
     progress(now);
   }
 
   // Progress on behalf of a test() caller; skipped when another thread is driving this comm.
   void tryProgress() {
-    std::unique_lock lock(ioMu_, std::try_to_lock);
+    std::unique_lock lock(io_mu_, std::try_to_lock);
     if (!lock.owns_lock() || failed()) return;
     LazyNow now(ctx->clock());
     progress(now);
@@ -278,29 +278,29 @@ class DataComm : public CommBase {
   // The error every request of a failed connection reports.
   [[nodiscard]] Error failure() const {
     if (!failed()) return Error(ErrorCode::kInternal, "connection has not failed");
-    return Error(tel_->failureCode, tel_->failure);
+    return Error(tel_->failure_code, tel_->failure);
   }
 
   std::vector<UniqueFd> fds_;
   std::shared_ptr<ConnTelemetry> tel_;
   std::vector<Request> pool_;
   PeerInfo peer_;
-  std::mutex mrMu_;
+  std::mutex mr_mu_;
   std::vector<std::unique_ptr<MemRegion>> regions_;
 
  protected:
   virtual void admit(Request* r, LazyNow& now) = 0;
   virtual void progress(LazyNow& now) = 0;
 
-  // Marks the connection failed and fails every op in flight (under ioMu_).
+  // Marks the connection failed and fails every op in flight (under io_mu_).
   void fail(std::string why, bool peerClosed = false, ErrorCode code = ErrorCode::kUnavailable) {
     if (!failed()) {
       bool busy = false;
       for (auto& r : pool_) busy = busy || r.state.load(std::memory_order_acquire) == kPending;
       tel_->failure = why;
-      tel_->failureCode = code;
-      tel_->failedUnixNs = toUnixNanos(ctx->clock().wallNow());
-      tel_->peerClosed.store(peerClosed, std::memory_order_relaxed);
+      tel_->failure_code = code;
+      tel_->failed_unix_ns = toUnixNanos(ctx->clock().wallNow());
+      tel_->peer_closed.store(peerClosed, std::memory_order_relaxed);
       tel_->failed.store(true, std::memory_order_release);
       // A peer that closes an idle connection is normal teardown; anything else is a fault.
       bool fault = busy || !peerClosed;
@@ -308,14 +308,14 @@ class DataComm : public CommBase {
                 fault ? "connection failed" : "peer closed the connection",
                 {{"conn", tel_->id},
                  {"direction", report::directionName(tel_->direction)},
-                 {"peer_rank", tel_->peerRank},
-                 {"peer_node", tel_->peerNode},
+                 {"peer_rank", tel_->peer_rank},
+                 {"peer_node", tel_->peer_node},
                  {"error", why}});
     }
     for (auto& r : pool_) {
       if (r.state.load(std::memory_order_acquire) == kPending) {
-        tel_->inflight[static_cast<std::size_t>(r.slot)].postedNs.store(0,
-                                                                        std::memory_order_relaxed);
+        tel_->inflight[static_cast<std::size_t>(r.slot)].posted_ns.store(0,
+                                                                         std::memory_order_relaxed);
         r.state.store(kFailed, std::memory_order_release);
       }
     }
@@ -326,17 +326,17 @@ class DataComm : public CommBase {
       std::uint64_t payload = 0;
       for (int i = 0; i < r->n; ++i) payload += static_cast<std::uint64_t>(r->sizes[i]);
       std::int64_t t = now.get();
-      tel_->onCompleted(payload, r->postedNs, r->firstByteNs == 0 ? t : r->firstByteNs, t);
+      tel_->onCompleted(payload, r->posted_ns, r->first_byte_ns == 0 ? t : r->first_byte_ns, t);
       tel_->markDone(static_cast<std::size_t>(r->slot));
     }
     r->state.store(kDone, std::memory_order_release);
   }
 
-  std::mutex ioMu_;  // sockets, queues, matching state
+  std::mutex io_mu_;  // sockets, queues, matching state
 
  private:
   std::atomic<std::size_t> hint_{0};
-  std::unordered_map<std::int32_t, std::uint64_t> sendSeq_;  // next tagSeq per tag
+  std::unordered_map<std::int32_t, std::uint64_t> send_seq_;  // next tagSeq per tag
 };
 
 class SendComm final : public DataComm {
@@ -363,8 +363,8 @@ class SendComm final : public DataComm {
   std::vector<std::size_t> share_;  // scratch of enqueue(): bytes of this message per subflow
 
   void admit(Request* r, LazyNow& /*now*/) override {
-    r->firstByteNs = 0;
-    r->framesLeft = 0;
+    r->first_byte_ns = 0;
+    r->frames_left = 0;
     r->sizes[0] = static_cast<int>(r->cap[0]);
     enqueue(r);
   }
@@ -392,11 +392,11 @@ class SendComm final : public DataComm {
     auto push = [&](std::size_t sf, std::size_t off, std::size_t len) {
       Frame f{};
       f.req = r;
-      f.hdr = FrameHeader{kFrameMagic, r->tags[0], r->tagSeq, size, off, len};
+      f.hdr = FrameHeader{kFrameMagic, r->tags[0], r->tag_seq, size, off, len};
       f.data = r->data[0] + off;
       f.done = 0;
       queues_[sf].push_back(f);
-      r->framesLeft++;
+      r->frames_left++;
     };
     std::size_t positive = 0;
     for (std::size_t i = 0; i < nsf; ++i) {
@@ -421,7 +421,7 @@ class SendComm final : public DataComm {
     };
     std::vector<std::size_t>& share = share_;
     std::fill(share.begin(), share.end(), 0);
-    if (size < 2 * ctx->config().minChunkBytes || positive == 1) {
+    if (size < 2 * ctx->config().min_chunk_bytes || positive == 1) {
       const std::size_t best = mostOwed(share);  // whole message on one subflow
       owed_[best] -= static_cast<double>(size);
       push(best, 0, size);
@@ -486,7 +486,7 @@ class SendComm final : public DataComm {
       auto left = static_cast<std::size_t>(n);
       while (left > 0 || (!q.empty() && q.front().done == H + q.front().hdr.len)) {
         Frame& f = q.front();
-        if (kTelemetryEnabled && f.req->firstByteNs == 0) f.req->firstByteNs = now.get();
+        if (kTelemetryEnabled && f.req->first_byte_ns == 0) f.req->first_byte_ns = now.get();
         std::size_t take = std::min(left, H + f.hdr.len - f.done);
         std::size_t hdrPart = f.done < H ? std::min(take, H - f.done) : 0;
         tel_->onSubflowBytes(sf, take - hdrPart);
@@ -495,7 +495,7 @@ class SendComm final : public DataComm {
         if (f.done < H + f.hdr.len) return;  // partial write: the socket buffer is full
         Request* r = f.req;
         q.pop_front();
-        if (--r->framesLeft == 0) complete(r, now);
+        if (--r->frames_left == 0) complete(r, now);
       }
     }
   }
@@ -531,17 +531,17 @@ class RecvComm final : public DataComm {
   static constexpr std::size_t kDirectReadBytes = 4 * 1024;
   struct Rx {
     std::unique_ptr<char[]> ahead = std::make_unique_for_overwrite<char[]>(kAheadBytes);
-    std::size_t aheadBeg = 0, aheadEnd = 0;
+    std::size_t ahead_beg = 0, ahead_end = 0;
     FrameHeader hdr{};
-    bool haveHdr = false;  // hdr read; the frame's payload is next
-    bool inData = false;   // hdr bound to a message: payload goes to dst
+    bool have_hdr = false;  // hdr read; the frame's payload is next
+    bool in_data = false;   // hdr bound to a message: payload goes to dst
     Message* msg = nullptr;
     MessageKey key{};
     std::size_t left = 0;
     char* dst = nullptr;
     bool parked = false;  // hdr read; its message can be neither delivered nor staged yet
     bool eof = false;
-    [[nodiscard]] std::size_t buffered() const { return aheadEnd - aheadBeg; }
+    [[nodiscard]] std::size_t buffered() const { return ahead_end - ahead_beg; }
   };
   std::vector<Rx> rx_;
   std::map<MessageKey, Message> messages_;
@@ -550,8 +550,8 @@ class RecvComm final : public DataComm {
   bool unparked_ = false;     // a posted receive or freed staging may let a parked subflow on
 
   void admit(Request* r, LazyNow& now) override {
-    r->firstByteNs = 0;
-    r->slotsDone = 0;
+    r->first_byte_ns = 0;
+    r->slots_done = 0;
     for (int i = 0; i < kMaxRecvs; ++i) r->sizes[i] = 0;
     postReceive(r, now);
   }
@@ -572,7 +572,7 @@ class RecvComm final : public DataComm {
 
   void bufferDone(Request* r, int b, std::uint64_t size, LazyNow& now) {
     r->sizes[b] = static_cast<int>(size);
-    if (++r->slotsDone == r->n) complete(r, now);
+    if (++r->slots_done == r->n) complete(r, now);
   }
 
   // The k-th buffer posted with tag t is the destination of the k-th message sent with tag t.
@@ -601,7 +601,7 @@ class RecvComm final : public DataComm {
       if (!checkFits(m, r, i)) return;
       m.req = r;
       m.buf = i;
-      if (kTelemetryEnabled && r->firstByteNs == 0) r->firstByteNs = now.get();
+      if (kTelemetryEnabled && r->first_byte_ns == 0) r->first_byte_ns = now.get();
       if (m.got == m.total) deliverStaged(it, now);
     }
     unparked_ = true;
@@ -638,12 +638,12 @@ class RecvComm final : public DataComm {
       fail("protocol error: inconsistent frame on subflow " + std::to_string(sf));
       return false;
     }
-    MessageKey key{h.tag, h.tagSeq};
+    MessageKey key{h.tag, h.tag_seq};
     auto it = messages_.find(key);
     if (it == messages_.end()) {
       bool shared = sharedByTags(h.tag);  // before this tag is recorded
       TagQueue& q = tags_[h.tag];
-      auto open = q.open.find(h.tagSeq);
+      auto open = q.open.find(h.tag_seq);
       Message m;
       m.total = h.total;
       if (open != q.open.end()) {
@@ -653,11 +653,11 @@ class RecvComm final : public DataComm {
         m.req = r;
         m.buf = b;
         m.base = r->data[b];
-      } else if (h.tagSeq < q.posted) {
-        fail("protocol error: message " + std::to_string(h.tagSeq) + " of tag " +
+      } else if (h.tag_seq < q.posted) {
+        fail("protocol error: message " + std::to_string(h.tag_seq) + " of tag " +
              std::to_string(h.tag) + " arrived twice");
         return false;
-      } else if (!shared || staged_ + h.total > ctx->config().maxStagedBytes) {
+      } else if (!shared || staged_ + h.total > ctx->config().max_staged_bytes) {
         x.parked = true;
         return false;
       } else {
@@ -673,14 +673,14 @@ class RecvComm final : public DataComm {
            std::to_string(sf) + ")");
       return false;
     }
-    if (kTelemetryEnabled && m.req != nullptr && m.req->firstByteNs == 0) {
-      m.req->firstByteNs = now.get();
+    if (kTelemetryEnabled && m.req != nullptr && m.req->first_byte_ns == 0) {
+      m.req->first_byte_ns = now.get();
     }
     x.msg = &m;
     x.key = key;
     x.dst = m.base + h.offset;
     x.left = h.len;
-    x.inData = true;
+    x.in_data = true;
     x.parked = false;
     return true;
   }
@@ -689,7 +689,7 @@ class RecvComm final : public DataComm {
     Message& m = *x.msg;
     m.got += x.hdr.len;
     MessageKey key = x.key;
-    x.haveHdr = x.inData = false;
+    x.have_hdr = x.in_data = false;
     x.msg = nullptr;
     if (m.got != m.total || m.req == nullptr) return;  // more frames, or staged until posted
     auto it = messages_.find(key);
@@ -717,15 +717,15 @@ class RecvComm final : public DataComm {
     Rx& x = rx_[sf];
     int fd = fds_[sf].get();
     for (;;) {
-      if (x.inData) {
+      if (x.in_data) {
         if (x.left == 0) {  // a zero-length frame
           frameDone(x, now);
           continue;
         }
         if (x.buffered() > 0) {
           std::size_t take = std::min(x.buffered(), x.left);
-          std::memcpy(x.dst, x.ahead.get() + x.aheadBeg, take);
-          x.aheadBeg += take;
+          std::memcpy(x.dst, x.ahead.get() + x.ahead_beg, take);
+          x.ahead_beg += take;
           gotPayload(sf, x, take, now);
           continue;
         }
@@ -735,27 +735,27 @@ class RecvComm final : public DataComm {
           gotPayload(sf, x, static_cast<std::size_t>(n), now);
           continue;
         }
-      } else if (x.haveHdr) {  // parked: try again
+      } else if (x.have_hdr) {  // parked: try again
         if (!bindHeader(sf, x, now)) return;
         continue;
       } else if (x.buffered() >= sizeof(FrameHeader)) {
-        std::memcpy(&x.hdr, x.ahead.get() + x.aheadBeg, sizeof(FrameHeader));
-        x.aheadBeg += sizeof(FrameHeader);
-        x.haveHdr = true;
+        std::memcpy(&x.hdr, x.ahead.get() + x.ahead_beg, sizeof(FrameHeader));
+        x.ahead_beg += sizeof(FrameHeader);
+        x.have_hdr = true;
         if (!bindHeader(sf, x, now)) return;
         continue;
       }
       // Read ahead: the next header, and the payload when it is small.
-      if (x.aheadBeg == x.aheadEnd) {
-        x.aheadBeg = x.aheadEnd = 0;
-      } else if (x.aheadBeg > 0) {
-        std::memmove(x.ahead.get(), x.ahead.get() + x.aheadBeg, x.buffered());
-        x.aheadEnd -= x.aheadBeg;
-        x.aheadBeg = 0;
+      if (x.ahead_beg == x.ahead_end) {
+        x.ahead_beg = x.ahead_end = 0;
+      } else if (x.ahead_beg > 0) {
+        std::memmove(x.ahead.get(), x.ahead.get() + x.ahead_beg, x.buffered());
+        x.ahead_end -= x.ahead_beg;
+        x.ahead_beg = 0;
       }
-      ssize_t n = ::recv(fd, x.ahead.get() + x.aheadEnd, kAheadBytes - x.aheadEnd, MSG_DONTWAIT);
+      ssize_t n = ::recv(fd, x.ahead.get() + x.ahead_end, kAheadBytes - x.ahead_end, MSG_DONTWAIT);
       if (!received(sf, x, n)) return;
-      x.aheadEnd += static_cast<std::size_t>(n);
+      x.ahead_end += static_cast<std::size_t>(n);
     }
   }
 
@@ -769,7 +769,7 @@ class RecvComm final : public DataComm {
       fail(errnoError("recv on subflow " + std::to_string(sf), err).toString(), err == ECONNRESET);
       return false;
     }
-    if (x.inData || x.haveHdr || x.buffered() > 0) {
+    if (x.in_data || x.have_hdr || x.buffered() > 0) {
       fail("peer closed subflow " + std::to_string(sf) + " in the middle of a frame", true);
       return false;
     }
@@ -790,16 +790,16 @@ struct Context::PendingConnect {
   std::vector<UniqueFd> fds;
   std::vector<bool> connected;
   std::vector<std::string> hello;
-  std::vector<std::size_t> helloSent;
+  std::vector<std::size_t> hello_sent;
   std::vector<std::uint8_t> ack;
-  std::uint64_t connId = 0;
+  std::uint64_t conn_id = 0;
   std::vector<PlannedSubflow> planned;
 };
 
 struct Context::Reporter {
   std::optional<UnixDatagramSender> sender;
-  std::int64_t lastReportNs = 0;
-  std::int64_t lastPlanNs = 0;
+  std::int64_t last_report_ns = 0;
+  std::int64_t last_plan_ns = 0;
   struct Prev {
     LatencyHistogram::Snapshot wait, transfer;
   };
@@ -811,7 +811,7 @@ Result<std::vector<NetInterface>> processDevices(const PluginConfig& config) {
   static std::optional<std::vector<NetInterface>> devices;
   std::lock_guard lock(mu);
   if (!devices) {
-    C4_ASSIGN_OR_RETURN(auto found, discoverInterfaces(config.socketIfname));
+    C4_ASSIGN_OR_RETURN(auto found, discoverInterfaces(config.socket_ifname));
     devices = std::move(found);
   }
   return *devices;
@@ -821,8 +821,8 @@ Context::Context(ContextOptions o)
     : config_(std::move(o.config)),
       clock_(o.clock != nullptr ? o.clock : &realClock()),
       devices_(std::move(o.devices)),
-      commId_(o.commId),
-      plan_(config_.planFile),
+      comm_id_(o.comm_id),
+      plan_(config_.plan_file),
       reporter_(std::make_unique<Reporter>()) {}
 
 Result<std::unique_ptr<Context>> Context::create(ContextOptions options) {
@@ -830,18 +830,18 @@ Result<std::unique_ptr<Context>> Context::create(ContextOptions options) {
     C4_ASSIGN_OR_RETURN(options.devices, processDevices(options.config));
   }
   std::unique_ptr<Context> ctx(new Context(std::move(options)));
-  if (!ctx->config_.agentSocket.empty()) {
-    auto sender = UnixDatagramSender::create(ctx->config_.agentSocket);
+  if (!ctx->config_.agent_socket.empty()) {
+    auto sender = UnixDatagramSender::create(ctx->config_.agent_socket);
     if (!sender) {
       log().warn("C4_AGENT_SOCKET unusable; telemetry is not sent",
-                 {{"path", ctx->config_.agentSocket}, {"error", sender.error()}});
+                 {{"path", ctx->config_.agent_socket}, {"error", sender.error()}});
     } else {
       ctx->reporter_->sender.emplace(std::move(*sender));
     }
   }
-  if (!ctx->config_.planFile.empty()) ctx->plan_.poll();
-  ctx->reporter_->lastReportNs = nanos(*ctx->clock_);
-  ctx->reporter_->lastPlanNs = ctx->reporter_->lastReportNs;
+  if (!ctx->config_.plan_file.empty()) ctx->plan_.poll();
+  ctx->reporter_->last_report_ns = nanos(*ctx->clock_);
+  ctx->reporter_->last_plan_ns = ctx->reporter_->last_report_ns;
   Context* raw = ctx.get();
   ctx->thread_ = std::thread([raw] { raw->reporterLoop(); });
   return ctx;
@@ -849,16 +849,16 @@ Result<std::unique_ptr<Context>> Context::create(ContextOptions options) {
 
 Context::~Context() {
   {
-    std::lock_guard lock(stopMu_);
+    std::lock_guard lock(stop_mu_);
     stop_ = true;
   }
-  stopCv_.notify_all();
+  stop_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
   // Last words: the failures of connections still open not reported yet (a rank usually exits
   // right after a connection error, often before the reporter's next tick; the notice is what
   // lets C4D tell the rank that died first from the peers that failed because of it).
   {
-    std::lock_guard tickLock(reportMu_);
+    std::lock_guard tickLock(report_mu_);
     tick(false, false);
   }
   std::vector<CommBase*> left;
@@ -887,7 +887,7 @@ void Context::unregisterComm(CommBase* comm) {
   // A failed connection closed before the reporter's next tick (a rank closes its comms and
   // exits right after an error): its notice goes now or never.
   if (tel) {
-    std::lock_guard tickLock(reportMu_);
+    std::lock_guard tickLock(report_mu_);
     reportFailureOnce(*tel, toUnixNanos(clock_->wallNow()));
   }
 }
@@ -908,7 +908,7 @@ std::int64_t Context::planVersion() const {
 }
 
 std::uint64_t Context::droppedMessages() const {
-  std::uint64_t d = encodeFailures_.load();
+  std::uint64_t d = encode_failures_.load();
   if (reporter_->sender) d += reporter_->sender->dropped();
   return d;
 }
@@ -924,8 +924,8 @@ report::RankIdentity Context::identity() const {
   id.pod = config_.pod;
   id.node = config_.node;
   id.rank = config_.rank;
-  id.worldSize = config_.worldSize;
-  id.restartAttempt = config_.restartAttempt;
+  id.world_size = config_.world_size;
+  id.restart_attempt = config_.restart_attempt;
   id.pid = static_cast<std::uint32_t>(::getpid());
   return id;
 }
@@ -940,7 +940,7 @@ Result<CommBase*> Context::listen(int dev, void* handle) {
   if (!fd.valid()) return std::unexpected(errnoError("listen: socket", errno));
   int one = 1;
   ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&nic.addr), nic.addrLen) != 0) {
+  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&nic.addr), nic.addr_len) != 0) {
     return std::unexpected(errnoError("listen: bind " + formatAddress(nic.addr), errno));
   }
   if (::listen(fd.get(), 16384) != 0) return std::unexpected(errnoError("listen", errno));
@@ -955,12 +955,12 @@ Result<CommBase*> Context::listen(int dev, void* handle) {
     std::memcpy(h.addr, &reinterpret_cast<const sockaddr_in6*>(&nic.addr)->sin6_addr, 16);
   }
   h.port = localPortOf(fd.get());
-  h.listenId = randomU64();
-  h.nodeHash = nodeHash(config_.node);
+  h.listen_id = randomU64();
+  h.node_hash = nodeHash(config_.node);
   h.checksum = fnv1a64(&h, offsetof(WireHandle, checksum));
   std::memset(handle, 0, kHandleBytes);
   std::memcpy(handle, &h, sizeof(h));
-  auto* lc = new ListenComm(this, std::move(fd), h.listenId);
+  auto* lc = new ListenComm(this, std::move(fd), h.listen_id);
   registerComm(lc, nullptr);
   return static_cast<CommBase*>(lc);
 }
@@ -969,7 +969,7 @@ std::vector<double> Context::plannedWeights(const ConnTelemetry& tel) const {
   std::vector<double> w(tel.subflows.size(), 1.0);
   auto plan = plan_.current();
   if (!plan) return w;
-  const PlanPair* pair = plan->find(config_.node, tel.peerNodeHash);
+  const PlanPair* pair = plan->find(config_.node, tel.peer_node_hash);
   if (pair == nullptr) return w;
   for (std::size_t i = 0; i < w.size() && i < pair->subflows.size(); ++i) {
     w[i] = pair->subflows[i].weight;
@@ -1008,37 +1008,37 @@ Result<CommBase*> Context::connect(int dev, void* handle) {
     // connection to another node waits (up to C4_PLAN_WAIT_MS) for a plan that includes this
     // node, since its source ports are chosen now and stay for the connection's life. A pair
     // that plan leaves out (a flow the planner does not plan) connects unplanned at once.
-    if (config_.planWaitMs > 0 && !config_.planFile.empty() &&
-        h.nodeHash != nodeHash(config_.node)) {
+    if (config_.plan_wait_ms > 0 && !config_.plan_file.empty() &&
+        h.node_hash != nodeHash(config_.node)) {
       auto current = plan_.current();
-      const bool covered = current && (current->find(config_.node, h.nodeHash) != nullptr ||
+      const bool covered = current && (current->find(config_.node, h.node_hash) != nullptr ||
                                        current->mentions(config_.node));
       const std::int64_t now = nanos(*clock_);
       std::lock_guard lock(mu_);
       if (!covered) {
-        auto since = planWaitSince_.try_emplace(handle, now).first->second;
-        if (now - since < static_cast<std::int64_t>(config_.planWaitMs) * 1'000'000) {
+        auto since = plan_wait_since_.try_emplace(handle, now).first->second;
+        if (now - since < static_cast<std::int64_t>(config_.plan_wait_ms) * 1'000'000) {
           return nullptr;  // not yet: NCCL calls again
         }
         log().warn("no plan for this node within C4_PLAN_WAIT_MS; connecting unplanned",
-                   {{"plan_file", config_.planFile},
+                   {{"plan_file", config_.plan_file},
                     {"plan_version", current ? current->version : -1},
-                    {"wait_ms", config_.planWaitMs}});
+                    {"wait_ms", config_.plan_wait_ms}});
       }
-      planWaitSince_.erase(handle);
+      plan_wait_since_.erase(handle);
     }
     auto owned = std::make_unique<PendingConnect>();
     pc = owned.get();
     pc->handle = h;
-    pc->connId = randomU64();
+    pc->conn_id = randomU64();
     auto plan = plan_.current();
-    const PlanPair* pair = plan ? plan->find(config_.node, h.nodeHash) : nullptr;
+    const PlanPair* pair = plan ? plan->find(config_.node, h.node_hash) : nullptr;
     int nsf = config_.subflows;
     if (pair != nullptr) {
       nsf = static_cast<int>(pair->subflows.size());
       pc->planned = pair->subflows;
-    } else if (plan && plan->defaultSubflows > 0) {
-      nsf = plan->defaultSubflows;
+    } else if (plan && plan->default_subflows > 0) {
+      nsf = plan->default_subflows;
     }
     pc->planned.resize(static_cast<std::size_t>(nsf));
     sockaddr_storage peer{};
@@ -1063,7 +1063,7 @@ Result<CommBase*> Context::connect(int dev, void* handle) {
       UniqueFd fd(::socket(h.family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
       if (!fd.valid()) return std::unexpected(errnoError("connect: socket", errno));
       setDataSocketOptions(fd.get(), config_);
-      std::uint16_t port = pc->planned[static_cast<std::size_t>(i)].localPort;
+      std::uint16_t port = pc->planned[static_cast<std::size_t>(i)].local_port;
       if (port != 0 && nic.addr.ss_family == h.family) {
         int one = 1;
         ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
@@ -1073,7 +1073,7 @@ Result<CommBase*> Context::connect(int dev, void* handle) {
         } else {
           reinterpret_cast<sockaddr_in6*>(&local)->sin6_port = htons(port);
         }
-        if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&local), nic.addrLen) != 0) {
+        if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&local), nic.addr_len) != 0) {
           log().warn("cannot bind the planned source port; using an ephemeral port",
                      {{"port", static_cast<int>(port)},
                       {"subflow", i},
@@ -1087,17 +1087,17 @@ Result<CommBase*> Context::connect(int dev, void* handle) {
       HelloFixed hf{};
       hf.magic = kHelloMagic;
       hf.version = kWireVersion;
-      hf.subflowIndex = static_cast<std::uint16_t>(i);
-      hf.nSubflows = static_cast<std::uint16_t>(nsf);
-      hf.nodeLen = static_cast<std::uint16_t>(config_.node.size());
-      hf.podLen = static_cast<std::uint16_t>(config_.pod.size());
-      hf.listenId = h.listenId;
-      hf.connId = pc->connId;
+      hf.subflow_index = static_cast<std::uint16_t>(i);
+      hf.n_subflows = static_cast<std::uint16_t>(nsf);
+      hf.node_len = static_cast<std::uint16_t>(config_.node.size());
+      hf.pod_len = static_cast<std::uint16_t>(config_.pod.size());
+      hf.listen_id = h.listen_id;
+      hf.conn_id = pc->conn_id;
       hf.rank = config_.rank;
       std::string msg(reinterpret_cast<const char*>(&hf), sizeof(hf));
       msg += identityBlob(config_.node, config_.pod);
       pc->hello.push_back(std::move(msg));
-      pc->helloSent.push_back(0);
+      pc->hello_sent.push_back(0);
       pc->connected.push_back(false);
       pc->fds.push_back(std::move(fd));
     }
@@ -1121,16 +1121,16 @@ Result<CommBase*> Context::connect(int dev, void* handle) {
       if (err != 0) return abandon(errnoError("connect subflow " + std::to_string(i), err));
       pc->connected[i] = true;
     }
-    while (pc->helloSent[i] < pc->hello[i].size()) {
-      ssize_t n = ::send(fd, pc->hello[i].data() + pc->helloSent[i],
-                         pc->hello[i].size() - pc->helloSent[i], MSG_NOSIGNAL | MSG_DONTWAIT);
+    while (pc->hello_sent[i] < pc->hello[i].size()) {
+      ssize_t n = ::send(fd, pc->hello[i].data() + pc->hello_sent[i],
+                         pc->hello[i].size() - pc->hello_sent[i], MSG_NOSIGNAL | MSG_DONTWAIT);
       if (n < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
         return abandon(errnoError("connect: hello on subflow " + std::to_string(i), errno));
       }
-      pc->helloSent[i] += static_cast<std::size_t>(n);
+      pc->hello_sent[i] += static_cast<std::size_t>(n);
     }
-    if (pc->helloSent[i] < pc->hello[i].size()) allSent = false;
+    if (pc->hello_sent[i] < pc->hello[i].size()) allSent = false;
   }
   if (!allSent) return nullptr;
   // Ack on subflow 0.
@@ -1139,10 +1139,11 @@ Result<CommBase*> Context::connect(int dev, void* handle) {
     if (pc->ack.size() >= need) {
       AckFixed a{};
       std::memcpy(&a, pc->ack.data(), sizeof(a));
-      if (a.magic != kAckMagic || a.version != kWireVersion || a.nodeLen > 253 || a.podLen > 253) {
+      if (a.magic != kAckMagic || a.version != kWireVersion || a.node_len > 253 ||
+          a.pod_len > 253) {
         return abandon(Error(ErrorCode::kUnavailable, "connect: peer sent an invalid ack"));
       }
-      need += static_cast<std::size_t>(a.nodeLen) + a.podLen;
+      need += static_cast<std::size_t>(a.node_len) + a.pod_len;
       if (pc->ack.size() == need) break;
     }
     std::uint8_t buf[600];
@@ -1158,19 +1159,20 @@ Result<CommBase*> Context::connect(int dev, void* handle) {
   std::memcpy(&a, pc->ack.data(), sizeof(a));
   PeerInfo peer;
   peer.rank = a.rank;
-  peer.node.assign(reinterpret_cast<const char*>(pc->ack.data()) + sizeof(a), a.nodeLen);
-  peer.pod.assign(reinterpret_cast<const char*>(pc->ack.data()) + sizeof(a) + a.nodeLen, a.podLen);
+  peer.node.assign(reinterpret_cast<const char*>(pc->ack.data()) + sizeof(a), a.node_len);
+  peer.pod.assign(reinterpret_cast<const char*>(pc->ack.data()) + sizeof(a) + a.node_len,
+                  a.pod_len);
   auto nsf = static_cast<int>(pc->fds.size());
   auto tel = std::make_shared<ConnTelemetry>(gNextConnId.fetch_add(1), report::Direction::kSend,
                                              nsf, kMaxSendRequests);
-  tel->peerRank = peer.rank;
-  tel->peerNode = sanitizeName(peer.node);
-  tel->peerPod = sanitizeName(peer.pod);
-  tel->peerNodeHash = pc->handle.nodeHash;
+  tel->peer_rank = peer.rank;
+  tel->peer_node = sanitizeName(peer.node);
+  tel->peer_pod = sanitizeName(peer.pod);
+  tel->peer_node_hash = pc->handle.node_hash;
   for (int i = 0; i < nsf; ++i) {
     auto& s = tel->subflows[static_cast<std::size_t>(i)];
-    s.localPort = localPortOf(pc->fds[static_cast<std::size_t>(i)].get());
-    s.pathId = pc->planned[static_cast<std::size_t>(i)].pathId;
+    s.local_port = localPortOf(pc->fds[static_cast<std::size_t>(i)].get());
+    s.path_id = pc->planned[static_cast<std::size_t>(i)].path_id;
     s.weight.store(pc->planned[static_cast<std::size_t>(i)].weight);
   }
   auto* sc = new SendComm(this, std::move(pc->fds), tel);
@@ -1193,27 +1195,27 @@ Result<CommBase*> Context::connect(int dev, void* handle) {
 
 void Context::reporterLoop() {
   std::int64_t stallCheckNs =
-      std::max<std::int64_t>(1'000'000, std::min<std::int64_t>(config_.stallMs, 250) * 250'000);
-  std::unique_lock lock(stopMu_);
+      std::max<std::int64_t>(1'000'000, std::min<std::int64_t>(config_.stall_ms, 250) * 250'000);
+  std::unique_lock lock(stop_mu_);
   while (!stop_) {
     std::int64_t now = nanos(*clock_);
-    std::int64_t nextReport =
-        reporter_->lastReportNs + static_cast<std::int64_t>(config_.reportIntervalMs) * 1'000'000;
+    std::int64_t nextReport = reporter_->last_report_ns +
+                              static_cast<std::int64_t>(config_.report_interval_ms) * 1'000'000;
     std::int64_t nextPlan =
-        reporter_->lastPlanNs + static_cast<std::int64_t>(config_.planPollMs) * 1'000'000;
+        reporter_->last_plan_ns + static_cast<std::int64_t>(config_.plan_poll_ms) * 1'000'000;
     std::int64_t wake = std::min({nextReport, nextPlan, now + stallCheckNs});
-    if (clock_->waitUntil(lock, stopCv_, MonoTime{std::chrono::nanoseconds{wake}},
+    if (clock_->waitUntil(lock, stop_cv_, MonoTime{std::chrono::nanoseconds{wake}},
                           [this] { return stop_; })) {
       break;
     }
     lock.unlock();
     now = nanos(*clock_);
     {
-      std::lock_guard tickLock(reportMu_);
+      std::lock_guard tickLock(report_mu_);
       bool planDue = now >= nextPlan;
-      if (planDue) reporter_->lastPlanNs = now;
+      if (planDue) reporter_->last_plan_ns = now;
       bool reportDue = now >= nextReport;
-      if (reportDue) reporter_->lastReportNs = now;
+      if (reportDue) reporter_->last_report_ns = now;
       tick(reportDue, planDue);
     }
     lock.lock();
@@ -1221,26 +1223,26 @@ void Context::reporterLoop() {
 }
 
 void Context::tickNow(bool forceReport) {
-  std::lock_guard tickLock(reportMu_);
+  std::lock_guard tickLock(report_mu_);
   tick(forceReport, true);
 }
 
 void Context::reportFailureOnce(ConnTelemetry& t, std::int64_t wallNs) {
   if (!t.failed.load(std::memory_order_acquire) ||
-      t.failureReported.exchange(true, std::memory_order_relaxed)) {
+      t.failure_reported.exchange(true, std::memory_order_relaxed)) {
     return;
   }
   report::AnomalyNotice n;
   n.id = identity();
   // The failure's own time, not the tick's: C4D orders a crash cascade by it (a rank that failed
   // before anyone saw it fail is a victim of the peer it names).
-  n.timeUnixNs = t.failedUnixNs != 0 ? t.failedUnixNs : wallNs;
-  n.kind = t.peerClosed.load() ? report::AnomalyKind::kPeerClosed
-                               : report::AnomalyKind::kConnectionError;
-  n.connectionId = t.id;
+  n.time_unix_ns = t.failed_unix_ns != 0 ? t.failed_unix_ns : wallNs;
+  n.kind = t.peer_closed.load() ? report::AnomalyKind::kPeerClosed
+                                : report::AnomalyKind::kConnectionError;
+  n.connection_id = t.id;
   n.direction = t.direction;
-  n.peerRank = t.peerRank;
-  n.peerNode = t.peerNode;
+  n.peer_rank = t.peer_rank;
+  n.peer_node = t.peer_node;
   n.detail = t.failure.substr(0, report::kMaxTextBytes);
   sendMessage(n);
 }
@@ -1249,7 +1251,7 @@ void Context::sendMessage(const report::Message& m) {
   if (!reporter_->sender) return;
   auto bytes = report::encodeCbor(m);
   if (!bytes) {
-    encodeFailures_.fetch_add(1);
+    encode_failures_.fetch_add(1);
     log().warn("telemetry message not encodable", {{"error", bytes.error()}});
     return;
   }
@@ -1267,32 +1269,33 @@ void Context::applyPlanToLiveConnections() {
 }
 
 void Context::tick(bool forceReport, bool planDue) {
-  if (planDue && !config_.planFile.empty() && plan_.poll()) applyPlanToLiveConnections();
+  if (planDue && !config_.plan_file.empty() && plan_.poll()) applyPlanToLiveConnections();
   std::int64_t now = nanos(*clock_);
   std::int64_t wallNs = toUnixNanos(clock_->wallNow());
   auto conns = connections();
   // Stalls and failures: immediate notices.
   for (auto& t : conns) {
     for (auto& slot : t->inflight) {
-      std::int64_t posted = slot.postedNs.load(std::memory_order_relaxed);
+      std::int64_t posted = slot.posted_ns.load(std::memory_order_relaxed);
       if (posted == 0) continue;
       std::int64_t age = now - posted;
-      if (age > static_cast<std::int64_t>(config_.stallMs) * 1'000'000 &&
-          !slot.stallReported.exchange(true, std::memory_order_relaxed)) {
+      if (age > static_cast<std::int64_t>(config_.stall_ms) * 1'000'000 &&
+          !slot.stall_reported.exchange(true, std::memory_order_relaxed)) {
         report::AnomalyNotice n;
         n.id = identity();
-        n.timeUnixNs = wallNs;
+        n.time_unix_ns = wallNs;
         n.kind = report::AnomalyKind::kStall;
-        n.connectionId = t->id;
+        n.connection_id = t->id;
         n.direction = t->direction;
-        n.peerRank = t->peerRank;
-        n.peerNode = t->peerNode;
-        n.ageUs = static_cast<std::uint64_t>(age / 1000);
-        n.detail = "operation in flight longer than C4_STALL_MS=" + std::to_string(config_.stallMs);
+        n.peer_rank = t->peer_rank;
+        n.peer_node = t->peer_node;
+        n.age_us = static_cast<std::uint64_t>(age / 1000);
+        n.detail =
+            "operation in flight longer than C4_STALL_MS=" + std::to_string(config_.stall_ms);
         log().warn("operation stalled", {{"conn", t->id},
-                                         {"peer_rank", t->peerRank},
-                                         {"peer_node", t->peerNode},
-                                         {"age_us", n.ageUs}});
+                                         {"peer_rank", t->peer_rank},
+                                         {"peer_node", t->peer_node},
+                                         {"age_us", n.age_us}});
         sendMessage(n);
       }
     }
@@ -1302,29 +1305,29 @@ void Context::tick(bool forceReport, bool planDue) {
   report::RankReport r;
   r.id = identity();
   r.seq = gNextReportSeq.fetch_add(1) + 1;  // process-wide: contexts share the pid
-  r.timeUnixNs = wallNs;
-  r.intervalMs = config_.reportIntervalMs;
-  r.planVersion = planVersion();
-  r.droppedMessages = droppedMessages();
+  r.time_unix_ns = wallNs;
+  r.interval_ms = config_.report_interval_ms;
+  r.plan_version = planVersion();
+  r.dropped_messages = droppedMessages();
   std::map<std::uint64_t, Reporter::Prev> prev;
   for (auto& t : conns) {
     report::ConnectionStats c;
     c.id = t->id;
     c.direction = t->direction;
-    c.peerRank = t->peerRank;
-    c.peerNode = t->peerNode;
-    c.peerPod = t->peerPod;
+    c.peer_rank = t->peer_rank;
+    c.peer_node = t->peer_node;
+    c.peer_pod = t->peer_pod;
     c.bytes = t->bytes.load(std::memory_order_relaxed);
-    std::uint64_t completed = t->completedOps.load(std::memory_order_relaxed);
-    std::uint64_t posted = t->postedOps.load(std::memory_order_relaxed);
+    std::uint64_t completed = t->completed_ops.load(std::memory_order_relaxed);
+    std::uint64_t posted = t->posted_ops.load(std::memory_order_relaxed);
     c.ops = completed;
     c.inflight = posted > completed ? static_cast<std::uint32_t>(posted - completed) : 0;
     std::int64_t oldest = 0;
     for (auto& slot : t->inflight) {
-      std::int64_t p = slot.postedNs.load(std::memory_order_relaxed);
+      std::int64_t p = slot.posted_ns.load(std::memory_order_relaxed);
       if (p != 0 && (oldest == 0 || p < oldest)) oldest = p;
     }
-    c.oldestInflightUs =
+    c.oldest_inflight_us =
         oldest != 0 && now > oldest ? static_cast<std::uint64_t>((now - oldest) / 1000) : 0;
     Reporter::Prev& before = reporter_->prev[t->id];
     Reporter::Prev nowSnap{t->wait.snapshot(), t->transfer.snapshot()};
@@ -1335,8 +1338,8 @@ void Context::tick(bool forceReport, bool planDue) {
     for (std::size_t i = 0; i < t->subflows.size(); ++i) {
       report::SubflowStats s;
       s.index = static_cast<std::uint32_t>(i);
-      s.localPort = t->subflows[i].localPort;
-      s.pathId = t->subflows[i].pathId;
+      s.local_port = t->subflows[i].local_port;
+      s.path_id = t->subflows[i].path_id;
       s.weight = t->subflows[i].weight.load(std::memory_order_relaxed);
       s.bytes = t->subflows[i].bytes.load(std::memory_order_relaxed);
       c.subflows.push_back(s);
@@ -1347,7 +1350,7 @@ void Context::tick(bool forceReport, bool planDue) {
   if (!reporter_->sender) return;
   auto parts = encodeReportParts(r, report::kMaxDatagramBytes);
   if (!parts) {
-    encodeFailures_.fetch_add(1);
+    encode_failures_.fetch_add(1);
     log().warn("rank report not sendable", {{"error", parts.error()}});
     return;
   }
@@ -1414,14 +1417,14 @@ Result<CommBase*> accept(CommBase* base) {
       HelloFixed hf{};
       if (in.buf.size() >= sizeof(HelloFixed)) {
         std::memcpy(&hf, in.buf.data(), sizeof(hf));
-        if (hf.magic != kHelloMagic || hf.version != kWireVersion || hf.listenId != lc->listenId_ ||
-            hf.nSubflows == 0 || hf.nSubflows > kMaxSubflows || hf.subflowIndex >= hf.nSubflows ||
-            hf.nodeLen > 253 || hf.podLen > 253) {
+        if (hf.magic != kHelloMagic || hf.version != kWireVersion ||
+            hf.listen_id != lc->listen_id_ || hf.n_subflows == 0 || hf.n_subflows > kMaxSubflows ||
+            hf.subflow_index >= hf.n_subflows || hf.node_len > 253 || hf.pod_len > 253) {
           log().warn("accept: dropping a connection with an invalid hello");
           drop = true;
           break;
         }
-        need += static_cast<std::size_t>(hf.nodeLen) + hf.podLen;
+        need += static_cast<std::size_t>(hf.node_len) + hf.pod_len;
         if (in.buf.size() == need) {
           ready = true;
           break;
@@ -1443,18 +1446,18 @@ Result<CommBase*> accept(CommBase* base) {
     if (ready) {
       HelloFixed hf{};
       std::memcpy(&hf, in.buf.data(), sizeof(hf));
-      auto& g = lc->groups_[hf.connId];
+      auto& g = lc->groups_[hf.conn_id];
       if (g.fds.empty()) {
         g.first = hf;
-        g.fds.resize(hf.nSubflows);
-        g.node.assign(reinterpret_cast<const char*>(in.buf.data()) + sizeof(hf), hf.nodeLen);
-        g.pod.assign(reinterpret_cast<const char*>(in.buf.data()) + sizeof(hf) + hf.nodeLen,
-                     hf.podLen);
+        g.fds.resize(hf.n_subflows);
+        g.node.assign(reinterpret_cast<const char*>(in.buf.data()) + sizeof(hf), hf.node_len);
+        g.pod.assign(reinterpret_cast<const char*>(in.buf.data()) + sizeof(hf) + hf.node_len,
+                     hf.pod_len);
       }
-      if (hf.nSubflows != g.first.nSubflows || g.fds[hf.subflowIndex].valid()) {
+      if (hf.n_subflows != g.first.n_subflows || g.fds[hf.subflow_index].valid()) {
         log().warn("accept: dropping a subflow with an inconsistent hello");
       } else {
-        g.fds[hf.subflowIndex] = std::move(in.fd);
+        g.fds[hf.subflow_index] = std::move(in.fd);
         g.have++;
       }
       it = lc->incoming_.erase(it);
@@ -1486,11 +1489,11 @@ Result<CommBase*> accept(CommBase* base) {
     auto nsf = static_cast<int>(g.fds.size());
     auto tel = std::make_shared<ConnTelemetry>(gNextConnId.fetch_add(1), report::Direction::kRecv,
                                                nsf, kMaxRequests);
-    tel->peerRank = g.first.rank;
-    tel->peerNode = sanitizeName(g.node);
-    tel->peerPod = sanitizeName(g.pod);
+    tel->peer_rank = g.first.rank;
+    tel->peer_node = sanitizeName(g.node);
+    tel->peer_pod = sanitizeName(g.pod);
     for (int i = 0; i < nsf; ++i) {
-      tel->subflows[static_cast<std::size_t>(i)].localPort =
+      tel->subflows[static_cast<std::size_t>(i)].local_port =
           localPortOf(g.fds[static_cast<std::size_t>(i)].get());
     }
     auto* rc = new RecvComm(ctx, std::move(g.fds), tel);
@@ -1612,7 +1615,7 @@ Result<MemRegion*> regMr(CommBase* comm, void* data, std::size_t size, int type)
   auto* dc = static_cast<DataComm*>(comm);
   auto mr = std::make_unique<MemRegion>(MemRegion{data, size, type, comm});
   MemRegion* raw = mr.get();
-  std::lock_guard lock(dc->mrMu_);
+  std::lock_guard lock(dc->mr_mu_);
   dc->regions_.push_back(std::move(mr));
   return raw;
 }
@@ -1622,7 +1625,7 @@ Status deregMr(CommBase* comm, MemRegion* mr) {
     return makeError(ErrorCode::kInvalidArgument, "deregMr: not a send or recv comm");
   }
   auto* dc = static_cast<DataComm*>(comm);
-  std::lock_guard lock(dc->mrMu_);
+  std::lock_guard lock(dc->mr_mu_);
   auto it = std::find_if(dc->regions_.begin(), dc->regions_.end(),
                          [mr](const auto& p) { return p.get() == mr; });
   if (it == dc->regions_.end()) {
@@ -1647,47 +1650,6 @@ std::vector<std::uint16_t> subflowLocalPorts(const CommBase* comm) {
   if (comm == nullptr || comm->kind == CommKind::kListen) return out;
   for (const auto& fd : static_cast<const DataComm*>(comm)->fds_)
     out.push_back(localPortOf(fd.get()));
-  return out;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Histogram
-// ---------------------------------------------------------------------------------------------
-
-LatencyHistogram::Snapshot LatencyHistogram::snapshot() const noexcept {
-  Snapshot s;
-  for (std::size_t i = 0; i < buckets_.size(); ++i) {
-    s.buckets[i] = buckets_[i].load(std::memory_order_relaxed);
-  }
-  s.count = count_.load(std::memory_order_relaxed);
-  s.sum = sum_.load(std::memory_order_relaxed);
-  return s;
-}
-
-report::LatencySummary LatencyHistogram::summarize(const Snapshot& before, const Snapshot& now,
-                                                   std::uint64_t intervalMax) {
-  report::LatencySummary out;
-  out.count = now.count - before.count;
-  out.sumUs = now.sum - before.sum;
-  out.maxUs = out.count > 0 ? intervalMax : 0;
-  if (out.count == 0) return out;
-  auto pct = [&](double q) -> std::uint64_t {
-    // Nearest rank: the smallest value with at least q of the samples at or below it.
-    auto rank = static_cast<std::uint64_t>(std::ceil(q * static_cast<double>(out.count)));
-    if (rank == 0) rank = 1;
-    std::uint64_t acc = 0;
-    for (int b = 0; b < kBuckets; ++b) {
-      auto i = static_cast<std::size_t>(b);
-      acc += now.buckets[i] - before.buckets[i];
-      if (acc >= rank) {
-        std::uint64_t upper = b == 0 ? 0 : (std::uint64_t{1} << b) - 1;
-        return std::min(upper, out.maxUs);
-      }
-    }
-    return out.maxUs;
-  };
-  out.p50Us = pct(0.5);
-  out.p99Us = pct(0.99);
   return out;
 }
 

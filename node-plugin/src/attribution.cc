@@ -66,10 +66,10 @@ std::optional<std::int64_t> parseInt(std::string_view s) {
 }
 
 // The string at a JSON pointer ("" when absent or not a string).
-std::string stringAt(const op::Json& j, const char* pointer) {
-  const op::Json::json_pointer p(pointer);
+std::string stringAt(const kube::Json& j, const char* pointer) {
+  const kube::Json::json_pointer p(pointer);
   if (!j.contains(p)) return {};
-  const op::Json& v = j.at(p);
+  const kube::Json& v = j.at(p);
   return v.is_string() ? v.get<std::string>() : std::string{};
 }
 
@@ -99,16 +99,16 @@ Result<std::optional<std::string>> podUidFromCgroup(std::string_view content) {
   return uid;
 }
 
-PodInfo podInfoFromJson(const op::Json& pod) {
+PodInfo podInfoFromJson(const kube::Json& pod) {
   PodInfo info;
-  info.ns = op::objectNamespace(pod);
-  info.name = op::objectName(pod);
+  info.ns = kube::objectNamespace(pod);
+  info.name = kube::objectName(pod);
   info.uid = stringAt(pod, "/metadata/uid");
   info.node = stringAt(pod, "/spec/nodeName");
-  info.job = op::labelOf(pod, kJobLabel);
-  info.replicaIndex = op::labelOf(pod, kReplicaIndexLabel);
-  info.restartAttempt = op::labelOf(pod, kRestartAttemptLabel);
-  static const op::Json::json_pointer kContainers("/spec/containers");
+  info.job = kube::labelOf(pod, kJobLabel);
+  info.replica_index = kube::labelOf(pod, kReplicaIndexLabel);
+  info.restart_attempt = kube::labelOf(pod, kRestartAttemptLabel);
+  static const kube::Json::json_pointer kContainers("/spec/containers");
   if (!pod.contains(kContainers) || !pod.at(kContainers).is_array()) return info;
   for (const auto& c : pod.at(kContainers)) {
     if (!c.is_object() || !c.contains("env") || !c.at("env").is_array()) continue;
@@ -116,7 +116,7 @@ PodInfo podInfoFromJson(const op::Json& pod) {
       if (stringAt(e, "/name") != kNprocEnv) continue;
       auto v = parseInt(stringAt(e, "/value"));
       if (v && *v >= 1 && *v <= 4096) {
-        info.nprocPerNode = static_cast<std::int32_t>(*v);
+        info.nproc_per_node = static_cast<std::int32_t>(*v);
         return info;
       }
     }
@@ -124,8 +124,8 @@ PodInfo podInfoFromJson(const op::Json& pod) {
   return info;
 }
 
-void StorePodDirectory::addIndexes(op::Store& store) {
-  store.addIndex("uid", [](const op::Json& pod) -> std::vector<std::string> {
+void StorePodDirectory::addIndexes(kube::Store& store) {
+  store.addIndex("uid", [](const kube::Json& pod) -> std::vector<std::string> {
     std::string uid = stringAt(pod, "/metadata/uid");
     if (uid.empty()) return {};
     return {uid};
@@ -139,7 +139,7 @@ std::optional<PodInfo> StorePodDirectory::byUid(std::string_view uid) const {
 }
 
 std::optional<PodInfo> StorePodDirectory::byName(std::string_view ns, std::string_view name) const {
-  auto pod = store_.get(op::objectKey(ns, name));
+  auto pod = store_.get(kube::objectKey(ns, name));
   if (!pod) return std::nullopt;
   return podInfoFromJson(*pod);
 }
@@ -228,23 +228,23 @@ std::optional<Drop> Attributor::check(const PodInfo& pod, const report::RankIden
                 "claims job '" + id.job + "', pod label says '" + pod.job + "'"};
   }
   if (pod.job.empty()) return std::nullopt;  // not a TrainingJob pod: no rank/attempt labels
-  auto index = parseInt(pod.replicaIndex);
-  auto attempt = parseInt(pod.restartAttempt);
+  auto index = parseInt(pod.replica_index);
+  auto attempt = parseInt(pod.restart_attempt);
   if (!index || *index < 0 || *index >= report::kMaxRank || !attempt || *attempt < 0) {
     return Drop{DropReason::kPodLabelsInvalid,
-                "pod " + pod.ns + "/" + pod.name + " has replica-index '" + pod.replicaIndex +
-                    "', restart-attempt '" + pod.restartAttempt + "'"};
+                "pod " + pod.ns + "/" + pod.name + " has replica-index '" + pod.replica_index +
+                    "', restart-attempt '" + pod.restart_attempt + "'"};
   }
-  const std::int64_t lo = *index * pod.nprocPerNode;
-  const std::int64_t hi = lo + pod.nprocPerNode;
+  const std::int64_t lo = *index * pod.nproc_per_node;
+  const std::int64_t hi = lo + pod.nproc_per_node;
   if (id.rank < lo || id.rank >= hi) {
     return Drop{DropReason::kRankOutOfRange, "claims rank " + std::to_string(id.rank) +
                                                  ", pod holds [" + std::to_string(lo) + ", " +
                                                  std::to_string(hi) + ")"};
   }
-  if (static_cast<std::int64_t>(id.restartAttempt) != *attempt) {
+  if (static_cast<std::int64_t>(id.restart_attempt) != *attempt) {
     return Drop{DropReason::kAttemptMismatch, "claims restart attempt " +
-                                                  std::to_string(id.restartAttempt) +
+                                                  std::to_string(id.restart_attempt) +
                                                   ", pod label says " + std::to_string(*attempt)};
   }
   return std::nullopt;

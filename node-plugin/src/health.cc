@@ -93,15 +93,15 @@ SysfsReadings readSysfs(const std::string& sysfs_root, const std::optional<std::
         if (perr != std::errc{} || num > 255) continue;
         p.port = num;
         p.state = afterColon(readText(port / "state").value_or(""));
-        p.physState = afterColon(readText(port / "phys_state").value_or(""));
-        p.rateMbps = rateMbps(readText(port / "rate").value_or(""));
-        p.active = p.state == "ACTIVE" && p.physState == "LinkUp";
+        p.phys_state = afterColon(readText(port / "phys_state").value_or(""));
+        p.rate_mbps = rateMbps(readText(port / "rate").value_or(""));
+        p.active = p.state == "ACTIVE" && p.phys_state == "LinkUp";
         const fs::path c = port / "counters";
-        p.symbolErrors = readCounter(c / "symbol_error");
-        p.linkDowned = readCounter(c / "link_downed");
-        p.linkErrorRecovery = readCounter(c / "link_error_recovery");
-        p.rcvErrors = readCounter(c / "port_rcv_errors");
-        p.xmitDiscards = readCounter(c / "port_xmit_discards");
+        p.symbol_errors = readCounter(c / "symbol_error");
+        p.link_downed = readCounter(c / "link_downed");
+        p.link_error_recovery = readCounter(c / "link_error_recovery");
+        p.rcv_errors = readCounter(c / "port_rcv_errors");
+        p.xmit_discards = readCounter(c / "port_xmit_discards");
         if (auto nd = readText(port / "gid_attrs" / "ndevs" / "0"); nd && !nd->empty()) {
           p.netdev = *nd;
         } else if (auto nets = listDir(ib / dev / "device" / "net"); !nets.empty()) {
@@ -136,13 +136,13 @@ SysfsReadings readSysfs(const std::string& sysfs_root, const std::optional<std::
     n.operstate = readText(d / "operstate").value_or("unknown").substr(0, 32);
     // Reading `carrier` of an interface that is administratively down fails (EINVAL): no carrier.
     n.carrier = readInt(d / "carrier").value_or(0) == 1;
-    n.carrierChanges = readCounter(d / "carrier_changes");
-    n.speedMbps = readCounter(d / "speed");  // -1 (unknown) reads as 0
-    n.rxErrors = readCounter(d / "statistics" / "rx_errors");
-    n.txErrors = readCounter(d / "statistics" / "tx_errors");
-    n.rxDropped = readCounter(d / "statistics" / "rx_dropped");
-    n.txDropped = readCounter(d / "statistics" / "tx_dropped");
-    n.errors = n.rxErrors + n.txErrors;
+    n.carrier_changes = readCounter(d / "carrier_changes");
+    n.speed_mbps = readCounter(d / "speed");  // -1 (unknown) reads as 0
+    n.rx_errors = readCounter(d / "statistics" / "rx_errors");
+    n.tx_errors = readCounter(d / "statistics" / "tx_errors");
+    n.rx_dropped = readCounter(d / "statistics" / "rx_dropped");
+    n.tx_dropped = readCounter(d / "statistics" / "tx_dropped");
+    n.errors = n.rx_errors + n.tx_errors;
     n.up = n.operstate == "up" && n.carrier;
     n.rdma = rdma_netdevs.contains(name);
     out.nics.push_back(std::move(n));
@@ -170,14 +170,14 @@ std::vector<std::string> healthAnomalies(const report::NodeHealth& before,
     }
     const auto& b = *it->second;
     if (b.up && !n.up) out.push_back("nic " + n.name + " went down (" + n.operstate + ")");
-    if (n.carrierChanges != b.carrierChanges) out.push_back("nic " + n.name + " carrier changed");
+    if (n.carrier_changes != b.carrier_changes) out.push_back("nic " + n.name + " carrier changed");
     nics.erase(it);
   }
   for (const auto& [name, _] : nics) out.push_back("nic " + name + " disappeared");
 
   std::map<std::pair<std::string, std::uint32_t>, const report::RdmaPortHealth*> ports;
-  for (const auto& p : before.rdmaPorts) ports[{p.device, p.port}] = &p;
-  for (const auto& p : after.rdmaPorts) {
+  for (const auto& p : before.rdma_ports) ports[{p.device, p.port}] = &p;
+  for (const auto& p : after.rdma_ports) {
     const std::string name = p.device + "/" + std::to_string(p.port);
     auto it = ports.find({p.device, p.port});
     if (it == ports.end()) {
@@ -185,9 +185,10 @@ std::vector<std::string> healthAnomalies(const report::NodeHealth& before,
       continue;
     }
     if (it->second->active && !p.active) {
-      out.push_back("rdma port " + name + " not active (" + p.state + ", " + p.physState + ")");
+      out.push_back("rdma port " + name + " not active (" + p.state + ", " + p.phys_state + ")");
     }
-    if (p.linkDowned > it->second->linkDowned) out.push_back("rdma port " + name + " link downed");
+    if (p.link_downed > it->second->link_downed)
+      out.push_back("rdma port " + name + " link downed");
     ports.erase(it);
   }
   for (const auto& [key, _] : ports) {
@@ -204,17 +205,18 @@ std::vector<std::string> healthAnomalies(const report::NodeHealth& before,
     }
     const auto& b = *it->second;
     if (b.healthy && !g.healthy) out.push_back("gpu " + g.uuid + " unhealthy: " + g.detail);
-    if (g.lastXid != b.lastXid && g.lastXid != 0) {
-      out.push_back("gpu " + g.uuid + " xid " + std::to_string(g.lastXid));
+    if (g.last_xid != b.last_xid && g.last_xid != 0) {
+      out.push_back("gpu " + g.uuid + " xid " + std::to_string(g.last_xid));
     }
-    if (g.eccVolatileUncorrected > b.eccVolatileUncorrected) {
+    if (g.ecc_volatile_uncorrected > b.ecc_volatile_uncorrected) {
       out.push_back("gpu " + g.uuid + " uncorrected ECC errors");
     }
     gpus.erase(it);
   }
   for (const auto& [uuid, _] : gpus) out.push_back("gpu " + uuid + " disappeared");
-  if (before.gpusAvailable != after.gpusAvailable || before.nicsAvailable != after.nicsAvailable ||
-      before.rdmaAvailable != after.rdmaAvailable) {
+  if (before.gpus_available != after.gpus_available ||
+      before.nics_available != after.nics_available ||
+      before.rdma_available != after.rdma_available) {
     out.push_back("hardware availability changed");
   }
   return out;
@@ -275,33 +277,33 @@ report::NodeHealth HealthMonitor::pollOnce() {
   SysfsReadings s = readSysfs(config_.sysfs_root, filter_);
   report::NodeHealth h;
   h.nics = std::move(s.nics);
-  h.nicsAvailable = s.nics_available;
-  h.nicsReason = std::move(s.nics_reason);
-  h.rdmaPorts = std::move(s.rdma_ports);
-  h.rdmaAvailable = s.rdma_available;
-  h.rdmaReason = std::move(s.rdma_reason);
+  h.nics_available = s.nics_available;
+  h.nics_reason = std::move(s.nics_reason);
+  h.rdma_ports = std::move(s.rdma_ports);
+  h.rdma_available = s.rdma_available;
+  h.rdma_reason = std::move(s.rdma_reason);
   if (gpus_) {
     GpuReading g = gpus_->read();
     h.gpus = std::move(g.gpus);
-    h.gpusAvailable = g.available;
-    h.gpusReason = std::move(g.reason);
+    h.gpus_available = g.available;
+    h.gpus_reason = std::move(g.reason);
   } else {
-    h.gpusReason = "GPU monitoring disabled";
+    h.gpus_reason = "GPU monitoring disabled";
   }
   for (const auto& n : h.nics) {
     nic_up_.labels({n.name}).set(n.up ? 1 : 0);
     nic_errors_.labels({n.name}).set(static_cast<double>(n.errors));
-    nic_carrier_changes_.labels({n.name}).set(static_cast<double>(n.carrierChanges));
+    nic_carrier_changes_.labels({n.name}).set(static_cast<double>(n.carrier_changes));
   }
-  for (const auto& p : h.rdmaPorts) {
+  for (const auto& p : h.rdma_ports) {
     rdma_active_.labels({p.device, std::to_string(p.port)}).set(p.active ? 1 : 0);
   }
   for (const auto& g : h.gpus) {
     gpu_healthy_.labels({std::to_string(g.index), g.uuid}).set(g.healthy ? 1 : 0);
   }
-  available_.labels({"nics"}).set(h.nicsAvailable ? 1 : 0);
-  available_.labels({"rdma"}).set(h.rdmaAvailable ? 1 : 0);
-  available_.labels({"gpus"}).set(h.gpusAvailable ? 1 : 0);
+  available_.labels({"nics"}).set(h.nics_available ? 1 : 0);
+  available_.labels({"rdma"}).set(h.rdma_available ? 1 : 0);
+  available_.labels({"gpus"}).set(h.gpus_available ? 1 : 0);
   bool anomaly = false;
   if (previous_) {
     auto changes = healthAnomalies(*previous_, h);

@@ -8,9 +8,9 @@
 #include "c4/node_plugin/nvml.h"
 #include "c4/node_plugin/receiver.h"
 #include "c4/node_plugin/shipper.h"
-#include "operator/cache/informer.h"
-#include "operator/client/curl_kube_client.h"
-#include "operator/client/kube_config.h"
+#include "kube/cache/informer.h"
+#include "kube/client/curl_kube_client.h"
+#include "kube/client/kube_config.h"
 
 namespace c4::node {
 namespace {
@@ -28,8 +28,8 @@ struct NodePlugin::Impl {
   Clock& clock;
   Logger log{"node-plugin"};
   metrics::Registry registry;
-  std::unique_ptr<op::KubeClient> client;
-  std::unique_ptr<op::Informer> informer;
+  std::unique_ptr<kube::KubeClient> client;
+  std::unique_ptr<kube::Informer> informer;
   std::unique_ptr<StorePodDirectory> pods;
   std::unique_ptr<Attributor> attributor;
   std::unique_ptr<ReportTransport> transport;
@@ -58,19 +58,19 @@ metrics::Registry& NodePlugin::registry() {
 
 Result<std::unique_ptr<NodePlugin>> NodePlugin::create(const NodePluginOptions& options,
                                                        Clock& clock,
-                                                       std::unique_ptr<op::KubeClient> client) {
+                                                       std::unique_ptr<kube::KubeClient> client) {
   auto impl = std::make_unique<Impl>(options, clock);
   if (!client) {
     C4_ASSIGN_OR_RETURN(auto config,
-                        op::loadDefaultKubeConfig(options.kubeconfig, options.context));
+                        kube::loadDefaultKubeConfig(options.kubeconfig, options.context));
     C4_ASSIGN_OR_RETURN(client,
-                        op::createCurlKubeClient(std::move(config), clock, &impl->registry));
+                        kube::createCurlKubeClient(std::move(config), clock, &impl->registry));
   }
   impl->client = std::move(client);
-  impl->informer = std::make_unique<op::Informer>(*impl->client, clock, op::resources::pods(), "",
-                                                  "", "spec.nodeName=" + options.node_name);
+  impl->informer = std::make_unique<kube::Informer>(*impl->client, clock, kube::resources::pods(),
+                                                    "", "", "spec.nodeName=" + options.node_name);
   StorePodDirectory::addIndexes(impl->informer->store());
-  op::Informer* informer = impl->informer.get();
+  kube::Informer* informer = impl->informer.get();
   impl->pods = std::make_unique<StorePodDirectory>(impl->informer->store(),
                                                    [informer] { return informer->hasSynced(); });
   C4_ASSIGN_OR_RETURN(auto mode, parseAttributionMode(options.attribution));
@@ -96,13 +96,19 @@ Result<std::unique_ptr<NodePlugin>> NodePlugin::create(const NodePluginOptions& 
 Status NodePlugin::start() {
   Impl& s = *impl_;
   s.start_time = s.clock.monoNow();
-  if (!s.options.plugin_source.empty()) {
-    auto installed = installPlugin(s.options.plugin_source, s.options.plugin_install_dir);
+  // Both NCCL plugins go into the directory the pods mount: the profiler plugin (the default
+  // telemetry source) and the net plugin (traffic planning's Enforce mode, or a job's choice).
+  const std::pair<const std::string*, const char*> libraries[] = {
+      {&s.options.plugin_source, "NCCL net plugin"},
+      {&s.options.profiler_plugin_source, "NCCL profiler plugin"}};
+  for (const auto& [source, what] : libraries) {
+    if (source->empty()) continue;
+    auto installed = installPlugin(*source, s.options.plugin_install_dir);
     if (!installed) {
-      return std::unexpected(installed.error().withContext("installing the NCCL net plugin"));
+      return std::unexpected(installed.error().withContext(std::string("installing the ") + what));
     }
-    s.log.info("NCCL net plugin",
-               {{"source", s.options.plugin_source},
+    s.log.info(what,
+               {{"source", *source},
                 {"dir", s.options.plugin_install_dir},
                 {"outcome", *installed == InstallOutcome::kInstalled ? "installed" : "unchanged"}});
   }

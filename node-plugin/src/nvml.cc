@@ -100,26 +100,26 @@ class NvmlGpuReader final : public GpuReader {
       if (uuid_(dev, uuid, sizeof uuid) == kSuccess) g.uuid = uuid;
       unsigned long long count = 0;
       if (ecc_ && ecc_(dev, kMemoryErrorUncorrected, kVolatileEcc, &count) == kSuccess) {
-        g.eccVolatileUncorrected = count;
+        g.ecc_volatile_uncorrected = count;
       }
       int pending = 0;
       if (retired_pending_ && retired_pending_(dev, &pending) == kSuccess) {
-        g.retiredPagesPending = pending != 0;
+        g.retired_pages_pending = pending != 0;
       }
       unsigned long long reasons = 0;
-      if (throttle_ && throttle_(dev, &reasons) == kSuccess) g.throttleReasons = reasons;
-      if (auto it = xids_.find(dev); it != xids_.end()) g.lastXid = it->second;
+      if (throttle_ && throttle_(dev, &reasons) == kSuccess) g.throttle_reasons = reasons;
+      if (auto it = xids_.find(dev); it != xids_.end()) g.last_xid = it->second;
       std::string detail;
       auto note = [&](const std::string& s) { detail += (detail.empty() ? "" : "; ") + s; };
-      if (g.eccVolatileUncorrected > 0) {
-        note(std::to_string(g.eccVolatileUncorrected) + " uncorrected ECC errors");
+      if (g.ecc_volatile_uncorrected > 0) {
+        note(std::to_string(g.ecc_volatile_uncorrected) + " uncorrected ECC errors");
       }
-      if (g.retiredPagesPending) note("retired pages pending");
+      if (g.retired_pages_pending) note("retired pages pending");
       if (auto it = critical_.find(dev); it != critical_.end()) {
         note("critical XID " + std::to_string(it->second));
       }
       g.healthy = detail.empty();
-      if (g.throttleReasons & (kThrottleHwSlowdown | kThrottleHwThermal | kThrottleHwPowerBrake)) {
+      if (g.throttle_reasons & (kThrottleHwSlowdown | kThrottleHwThermal | kThrottleHwPowerBrake)) {
         note("hardware slowdown");
       }
       g.detail = detail;

@@ -8,7 +8,7 @@
 #include "c4/common/report.h"
 #include "c4/node_plugin/attribution.h"
 #include "c4/node_plugin/http_server.h"
-#include "operator/client/kube_config.h"
+#include "kube/client/kube_config.h"
 
 namespace c4::node {
 namespace {
@@ -121,6 +121,10 @@ const std::vector<Option>& optionTable() {
       {"plugin-source",
        "plugin library to install (default /usr/lib/c4/libnccl-net-c4.so; \"\" = do not install)",
        C4_STR(plugin_source)},
+      {"profiler-plugin-source",
+       "profiler plugin library to install (default /usr/lib/c4/libnccl-profiler-c4.so; \"\" = "
+       "do not install)",
+       C4_STR(profiler_plugin_source)},
       {"plugin-install-dir", "host directory the pods mount (default /opt/c4/lib)",
        C4_STR(plugin_install_dir)},
       {"metrics-bind-address",
@@ -159,7 +163,8 @@ std::string nodePluginUsage() {
   std::string out =
       "usage: c4-node-plugin [--config FILE] [--flag=value ...]\n"
       "The C4 node plugin: attributes rank reports from the pods on this node, watches node\n"
-      "health and ships both to the operator; installs the NCCL net plugin at start.\n"
+      "health and ships both to the operator; installs the NCCL net and profiler plugins at\n"
+      "start.\n"
       "  --config FILE  YAML file with the same keys as the flags\n"
       "  --help, --version\n";
   for (const auto& o : optionTable()) {
@@ -182,7 +187,7 @@ Result<NodePluginOptions> parseNodePluginOptions(const std::vector<std::string>&
   const std::string& config_file = cl.config_file;
   if (options.show_help || options.show_version) return options;
   if (!config_file.empty()) {
-    C4_ASSIGN_OR_RETURN(std::string text, op::readFileToString(config_file));
+    C4_ASSIGN_OR_RETURN(std::string text, kube::readFileToString(config_file));
     auto status = applyNodePluginYaml(options, text);
     if (!status) return std::unexpected(status.error().withContext(config_file));
   }
@@ -208,9 +213,11 @@ Result<NodePluginOptions> parseNodePluginOptions(const std::vector<std::string>&
     return makeError(ErrorCode::kInvalidArgument, "backoff-cap must be >= backoff-base");
   }
   if (options.socket.empty()) return makeError(ErrorCode::kInvalidArgument, "socket: empty");
-  if (!options.plugin_source.empty() && options.plugin_install_dir.empty()) {
+  if ((!options.plugin_source.empty() || !options.profiler_plugin_source.empty()) &&
+      options.plugin_install_dir.empty()) {
     return makeError(ErrorCode::kInvalidArgument,
-                     "plugin-install-dir: required when plugin-source is set");
+                     "plugin-install-dir: required when plugin-source or profiler-plugin-source "
+                     "is set");
   }
   return options;
 }

@@ -7,9 +7,9 @@ namespace {
 
 // Every field that all parts of one report share.
 bool sameHeader(const report::RankReport& a, const report::RankReport& b) {
-  return a.id == b.id && a.seq == b.seq && a.parts == b.parts && a.timeUnixNs == b.timeUnixNs &&
-         a.intervalMs == b.intervalMs && a.planVersion == b.planVersion &&
-         a.droppedMessages == b.droppedMessages;
+  return a.id == b.id && a.seq == b.seq && a.parts == b.parts && a.time_unix_ns == b.time_unix_ns &&
+         a.interval_ms == b.interval_ms && a.plan_version == b.plan_version &&
+         a.dropped_messages == b.dropped_messages;
 }
 
 }  // namespace

@@ -20,7 +20,7 @@ std::size_t estimateBytes(const report::RankIdentity& id) {
 std::size_t estimateBytes(const report::RankReport& r) {
   std::size_t n = 160 + estimateBytes(r.id);
   for (const auto& c : r.connections) {
-    n += 260 + c.peerNode.size() + c.peerPod.size() + c.subflows.size() * 64;
+    n += 260 + c.peer_node.size() + c.peer_pod.size() + c.subflows.size() * 64;
   }
   return n;
 }
@@ -32,7 +32,7 @@ std::size_t estimateBytes(const report::Notice& notice) {
         std::size_t n = 120 + estimateBytes(v.id);
         if constexpr (std::is_same_v<T, report::CheckpointNotice>) n += v.path.size();
         if constexpr (std::is_same_v<T, report::AnomalyNotice>) {
-          n += 80 + v.detail.size() + v.peerNode.size();
+          n += 80 + v.detail.size() + v.peer_node.size();
         }
         return n;
       },
@@ -118,7 +118,7 @@ std::string_view sendOutcomeName(SendOutcome o) noexcept {
 }
 
 Shipper::Shipper(ShipperConfig config, Clock& clock, ReportTransport& transport,
-                 TokenSource& tokens, metrics::Registry& registry, op::RandomSource random)
+                 TokenSource& tokens, metrics::Registry& registry, kube::RandomSource random)
     : config_(std::move(config)),
       clock_(clock),
       transport_(transport),
@@ -222,7 +222,7 @@ bool Shipper::newlyStalledLocked(const report::RankReport& r) {
     if (c.direction != report::Direction::kRecv) continue;
     auto before = previous.find(c.id);
     const bool stalled = before != previous.end() && c.bytes == before->second.bytes &&
-                         c.inflight > 0 && c.oldestInflightUs >= report::kStalledWaitUs;
+                         c.inflight > 0 && c.oldest_inflight_us >= report::kStalledWaitUs;
     if (stalled && !before->second.stalled) newly = true;
     current[c.id] = ConnState{c.bytes, stalled};
   }
@@ -329,10 +329,10 @@ Result<std::vector<std::uint8_t>> Shipper::encodeLocked(const Batch& batch, std:
   report::NodeReport nr;
   nr.node = config_.node;
   nr.seq = seq;
-  nr.timeUnixNs = toUnixNanos(clock_.wallNow());
+  nr.time_unix_ns = toUnixNanos(clock_.wallNow());
   nr.health = health_;
-  nr.droppedMessages = dropped_messages_;
-  nr.rejectedMessages = rejected_messages_;
+  nr.dropped_messages = dropped_messages_;
+  nr.rejected_messages = rejected_messages_;
   for (const auto& item : batch.items) {
     if (const auto* r = std::get_if<report::RankReport>(&item.value)) {
       nr.reports.push_back(*r);

@@ -112,7 +112,7 @@ Culprit linkCulprit(const std::string& a, const std::string& b) {
   Culprit c;
   c.kind = CulpritKind::kLink;
   c.node = std::min(a, b);
-  c.peerNode = std::max(a, b);
+  c.peer_node = std::max(a, b);
   return c;
 }
 
@@ -125,16 +125,16 @@ struct Side {
   std::uint64_t bytes = 0;
   std::uint64_t wire = 0;  // socket-level payload bytes (0: not reported)
   std::uint64_t delta = 0;
-  bool hasDelta = false;   // previous report present with the same connections, no reset
-  bool wireStill = false;  // hasDelta and the wire bytes did not move between the two reports
+  bool has_delta = false;   // previous report present with the same connections, no reset
+  bool wire_still = false;  // hasDelta and the wire bytes did not move between the two reports
   std::uint32_t inflight = 0;
-  std::uint64_t oldestUs = 0;
-  std::uint64_t waitSumUs = 0;
-  std::uint64_t waitMaxUs = 0;
-  std::uint64_t xferSumUs = 0;
-  double intervalSec = 1.0;
+  std::uint64_t oldest_us = 0;
+  std::uint64_t wait_sum_us = 0;
+  std::uint64_t wait_max_us = 0;
+  std::uint64_t xfer_sum_us = 0;
+  double interval_sec = 1.0;
   WallTime time{};
-  WallTime prevTime{};
+  WallTime prev_time{};
 };
 
 struct Agg {
@@ -143,12 +143,12 @@ struct Agg {
   std::uint32_t conns = 0;
   std::uint64_t bytes = 0;
   std::uint64_t wire = 0;
-  std::uint64_t idSum = 0;
+  std::uint64_t id_sum = 0;
   std::uint32_t inflight = 0;
-  std::uint64_t oldestUs = 0;
-  std::uint64_t waitSumUs = 0;
-  std::uint64_t waitMaxUs = 0;
-  std::uint64_t xferSumUs = 0;
+  std::uint64_t oldest_us = 0;
+  std::uint64_t wait_sum_us = 0;
+  std::uint64_t wait_max_us = 0;
+  std::uint64_t xfer_sum_us = 0;
 };
 
 struct ConnRef {
@@ -163,9 +163,9 @@ void aggregate(const ReportSample& r, std::int32_t worldSize, std::int32_t self,
   out.clear();
   for (std::size_t i = 0; i < r.connections.size(); ++i) {
     const ConnSample& c = r.connections[i];
-    if (c.peerRank < 0 || c.peerRank >= worldSize || c.peerRank == self) continue;
+    if (c.peer_rank < 0 || c.peer_rank >= worldSize || c.peer_rank == self) continue;
     scratch.push_back(
-        {c.peerRank, c.direction == report::Direction::kSend, static_cast<std::uint32_t>(i)});
+        {c.peer_rank, c.direction == report::Direction::kSend, static_cast<std::uint32_t>(i)});
   }
   std::sort(scratch.begin(), scratch.end(), [](const ConnRef& a, const ConnRef& b) {
     return a.peer != b.peer ? a.peer < b.peer : a.send < b.send;
@@ -178,13 +178,13 @@ void aggregate(const ReportSample& r, std::int32_t worldSize, std::int32_t self,
     Agg& a = out.back();
     ++a.conns;
     a.bytes += c.bytes;
-    a.wire += c.wireBytes;
-    a.idSum += c.id * 0x9e3779b97f4a7c15ULL + 1;
+    a.wire += c.wire_bytes;
+    a.id_sum += c.id * 0x9e3779b97f4a7c15ULL + 1;
     a.inflight += c.inflight;
-    a.oldestUs = std::max(a.oldestUs, c.inflight > 0 ? c.oldestInflightUs : 0);
-    a.waitSumUs += c.wait.sumUs;
-    a.waitMaxUs = std::max(a.waitMaxUs, c.wait.maxUs);
-    a.xferSumUs += c.transfer.sumUs;
+    a.oldest_us = std::max(a.oldest_us, c.inflight > 0 ? c.oldest_inflight_us : 0);
+    a.wait_sum_us += c.wait.sum_us;
+    a.wait_max_us = std::max(a.wait_max_us, c.wait.max_us);
+    a.xfer_sum_us += c.transfer.sum_us;
   }
 }
 
@@ -218,21 +218,21 @@ struct Edge {
   std::int32_t dst = -1;
   std::int32_t send = -1;  // index into sides, -1: the sender did not report this edge
   std::int32_t recv = -1;  // index into sides, -1: the receiver did not report this edge
-  double waitAge = 0.0;    // receiver waits with no bytes moving this long (0: not waiting)
+  double wait_age = 0.0;   // receiver waits with no bytes moving this long (0: not waiting)
   bool posted = false;     // the sender has ops in flight or bytes in transit towards dst
   // The receiver waits while payload the sender wrote to its sockets has not been read and the
   // receiver's socket-level bytes have not moved for this long (0: not the case).
-  double queuedAge = 0.0;
-  std::uint64_t queuedBytes = 0;
-  bool moved = false;      // the receiver's bytes moved this window (measurable window)
-  bool measured = false;   // carried >= minMeasureBytes: rate is meaningful
-  bool fast = false;       // carried >= minMeasureBytes too fast to measure (never slow)
-  double rate = 0.0;       // bytes per second of transfer time
-  double waitShare = 0.0;  // receiver's wait time / window
+  double queued_age = 0.0;
+  std::uint64_t queued_bytes = 0;
+  bool moved = false;       // the receiver's bytes moved this window (measurable window)
+  bool measured = false;    // carried >= minMeasureBytes: rate is meaningful
+  bool fast = false;        // carried >= minMeasureBytes too fast to measure (never slow)
+  double rate = 0.0;        // bytes per second of transfer time
+  double wait_share = 0.0;  // receiver's wait time / window
   // The receiver's longest wait completed this window may have begun before the last pause
   // ended: its wait share measures the pause, not the peer.
-  bool waitSpansPause = false;
-  double ioShare = 0.0;  // the larger of the two ends' transfer time / window (first byte -> done)
+  bool wait_spans_pause = false;
+  double io_share = 0.0;  // the larger of the two ends' transfer time / window (first byte -> done)
   bool slow = false;
 };
 
@@ -247,15 +247,15 @@ struct Candidate {
 void JobAnalyser::reset() {
   started_ = false;
   attempt_ = 0;
-  ticksInAttempt_ = 0;
-  lastTick_ = WallTime{};
-  lastPauseSeen_.reset();
+  ticks_in_attempt_ = 0;
+  last_tick_ = WallTime{};
+  last_pause_seen_.reset();
   edges_.clear();
-  peerErrors_.clear();
-  crashVictims_.clear();
-  slowTransferAt_.clear();
-  lastSlowLinkSeen_.reset();
-  refHistory_.clear();
+  peer_errors_.clear();
+  crash_victims_.clear();
+  slow_transfer_at_.clear();
+  last_slow_link_seen_.reset();
+  ref_history_.clear();
   findings_.clear();
   observations_.clear();
 }
@@ -270,7 +270,7 @@ std::vector<Verdict> JobAnalyser::activeVerdicts() const {
 
 Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
   if (auto st = validate(snap); !st) return std::unexpected(st.error());
-  if (started_ && now < lastTick_) {
+  if (started_ && now < last_tick_) {
     return makeError(ErrorCode::kInvalidArgument, "now is earlier than the previous tick");
   }
   const Thresholds& th = snap.thresholds;
@@ -284,10 +284,10 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
     started_ = true;
     attempt_ = snap.attempt;
   }
-  lastTick_ = now;
-  ++ticksInAttempt_;
+  last_tick_ = now;
+  ++ticks_in_attempt_;
 
-  const std::int32_t n = snap.worldSize;
+  const std::int32_t n = snap.world_size;
   const auto un = static_cast<std::size_t>(n);
   const auto& nodes = snap.nodes;
   auto nodeOf = [&](std::int32_t r) {
@@ -304,23 +304,23 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
     const RankSnapshot& rs = rankAt(r);
     const auto ur = static_cast<std::size_t>(r);
     if (!rs.reports.empty()) silentFor[ur] = std::max(0.0, secs(now - rs.reports.back().time));
-    reporting[ur] = silentFor[ur] <= th.silenceSeconds ? 1 : 0;
-    alive[ur] = rs.podState == PodState::kRunning ? 1 : 0;
-    gone[ur] = rs.podState == PodState::kFailed || rs.podState == PodState::kGone ? 1 : 0;
-    finished[ur] = rs.podState == PodState::kSucceeded ||
+    reporting[ur] = silentFor[ur] <= th.silence_seconds ? 1 : 0;
+    alive[ur] = rs.pod_state == PodState::kRunning ? 1 : 0;
+    gone[ur] = rs.pod_state == PodState::kFailed || rs.pod_state == PodState::kGone ? 1 : 0;
+    finished[ur] = rs.pod_state == PodState::kSucceeded ||
                            (rs.progress && rs.progress->state == report::ProgressState::kFinished)
                        ? 1
                        : 0;
   }
   std::vector<char> offender(nodes.size(), 0);
   for (std::size_t i = 0; i < nodes.size(); ++i) {
-    offender[i] = nodes[i].repeatOffenderScore >= th.repeatOffenderMinScore ? 1 : 0;
+    offender[i] = nodes[i].repeat_offender_score >= th.repeat_offender_min_score ? 1 : 0;
   }
-  const double relax = th.repeatOffenderRelax;
+  const double relax = th.repeat_offender_relax;
   auto relaxedIf = [&](bool off, double v) { return off ? v * relax : v; };
   auto factorIf = [&](bool off, double f) { return off ? 1.0 + (f - 1.0) * relax : f; };
   auto peersIf = [&](bool off) {
-    return off ? std::max(1, th.minPeersEvidence - 1) : th.minPeersEvidence;
+    return off ? std::max(1, th.min_peers_evidence - 1) : th.min_peers_evidence;
   };
 
   bool pausedNow = false;
@@ -328,15 +328,15 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
     if (!rs.progress) continue;
     const auto s = rs.progress->state;
     if ((s == report::ProgressState::kCheckpointing || s == report::ProgressState::kEvaluating) &&
-        secs(now - rs.progress->time) <= th.maxPauseSeconds) {
+        secs(now - rs.progress->time) <= th.max_pause_seconds) {
       pausedNow = true;
       break;
     }
   }
-  if (pausedNow) lastPauseSeen_ = now;
+  if (pausedNow) last_pause_seen_ = now;
   const bool hangRulesOff =
-      pausedNow || (lastPauseSeen_ && secs(now - *lastPauseSeen_) < th.pauseGraceSeconds);
-  const bool warmup = ticksInAttempt_ <= th.warmupWindows;
+      pausedNow || (last_pause_seen_ && secs(now - *last_pause_seen_) < th.pause_grace_seconds);
+  const bool warmup = ticks_in_attempt_ <= th.warmup_windows;
 
   // --- Sides: every rank's newest report per (peer, direction) -------------------------------
   std::vector<Side> sides;
@@ -374,19 +374,19 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
       s.bytes = a.bytes;
       s.wire = a.wire;
       s.inflight = a.inflight;
-      s.oldestUs = a.oldestUs;
-      s.waitSumUs = a.waitSumUs;
-      s.waitMaxUs = a.waitMaxUs;
-      s.xferSumUs = a.xferSumUs;
-      s.intervalSec = std::max(1e-3, static_cast<double>(newest.intervalMs) / 1000.0);
+      s.oldest_us = a.oldest_us;
+      s.wait_sum_us = a.wait_sum_us;
+      s.wait_max_us = a.wait_max_us;
+      s.xfer_sum_us = a.xfer_sum_us;
+      s.interval_sec = std::max(1e-3, static_cast<double>(newest.interval_ms) / 1000.0);
       s.time = newest.time;
       if (j < aggOld.size() && aggOld[j].peer == a.peer && aggOld[j].send == a.send) {
         const Agg& o = aggOld[j];
-        s.prevTime = prev->time;
-        if (o.conns == a.conns && o.idSum == a.idSum && a.bytes >= o.bytes) {
-          s.hasDelta = true;
+        s.prev_time = prev->time;
+        if (o.conns == a.conns && o.id_sum == a.id_sum && a.bytes >= o.bytes) {
+          s.has_delta = true;
           s.delta = a.bytes - o.bytes;
-          s.wireStill = a.wire == o.wire;
+          s.wire_still = a.wire == o.wire;
         }
       }
       sides.push_back(s);
@@ -422,8 +422,8 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
       if (e.recv < 0) {
         if (st) {
           newStates.push_back(*st);
-          lastProgress[i] = st->lastProgress;
-          lastWireProgress[i] = st->lastWireProgress;
+          lastProgress[i] = st->last_progress;
+          lastWireProgress[i] = st->last_wire_progress;
         } else {
           lastProgress[i] = now;
           lastWireProgress[i] = now;
@@ -432,26 +432,27 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
       }
       const Side& rcv = sides[static_cast<std::size_t>(e.recv)];
       EdgeState ns{
-          .key = e.key, .recvBytes = rcv.bytes, .recvConns = rcv.conns, .recvWire = rcv.wire};
+          .key = e.key, .recv_bytes = rcv.bytes, .recv_conns = rcv.conns, .recv_wire = rcv.wire};
       if (!st) {
-        ns.lastProgress = rcv.hasDelta && rcv.delta == 0 ? rcv.prevTime : rcv.time;
-        ns.lastWireProgress = rcv.wireStill ? rcv.prevTime : rcv.time;
+        ns.last_progress = rcv.has_delta && rcv.delta == 0 ? rcv.prev_time : rcv.time;
+        ns.last_wire_progress = rcv.wire_still ? rcv.prev_time : rcv.time;
       } else {
-        const bool reset = rcv.conns != st->recvConns;
-        ns.lastProgress = reset || rcv.bytes != st->recvBytes ? rcv.time : st->lastProgress;
-        ns.lastWireProgress = reset || rcv.wire != st->recvWire ? rcv.time : st->lastWireProgress;
+        const bool reset = rcv.conns != st->recv_conns;
+        ns.last_progress = reset || rcv.bytes != st->recv_bytes ? rcv.time : st->last_progress;
+        ns.last_wire_progress =
+            reset || rcv.wire != st->recv_wire ? rcv.time : st->last_wire_progress;
       }
-      lastProgress[i] = ns.lastProgress;
-      lastWireProgress[i] = ns.lastWireProgress;
+      lastProgress[i] = ns.last_progress;
+      lastWireProgress[i] = ns.last_wire_progress;
       newStates.push_back(ns);
     }
   }
   edges_ = std::move(newStates);
 
-  const WallTime stallFloor = lastPauseSeen_ ? *lastPauseSeen_ : WallTime::min();
+  const WallTime stallFloor = last_pause_seen_ ? *last_pause_seen_ : WallTime::min();
   // The last pause ended before the first tick that no longer saw it.
   const WallTime pauseEndBound =
-      lastPauseSeen_ ? *lastPauseSeen_ + toDuration(th.windowSeconds) : WallTime::min();
+      last_pause_seen_ ? *last_pause_seen_ + toDuration(th.window_seconds) : WallTime::min();
   std::vector<std::int32_t> outDegree(un, 0);
   std::vector<double> rates, interRates;
   std::vector<double> bounds,
@@ -469,51 +470,52 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
     if (rcv && reporting[static_cast<std::size_t>(e.dst)]) {
       if (rcv->inflight > 0) {
         const double stall = secs(now - std::max(lastProgress[i], stallFloor));
-        const double age = static_cast<double>(rcv->oldestUs) * 1e-6 + secs(now - rcv->time);
-        e.waitAge = std::max(0.0, std::min(stall, age));
+        const double age = static_cast<double>(rcv->oldest_us) * 1e-6 + secs(now - rcv->time);
+        e.wait_age = std::max(0.0, std::min(stall, age));
       }
-      if (rcv->hasDelta && rcv->delta > 0) {
+      if (rcv->has_delta && rcv->delta > 0) {
         e.moved = true;
-        e.waitShare = static_cast<double>(rcv->waitSumUs) * 1e-6 / rcv->intervalSec;
-        e.waitSpansPause = lastPauseSeen_ && rcv->time - toDuration(rcv->intervalSec) -
-                                                     std::chrono::microseconds{rcv->waitMaxUs} <
-                                                 pauseEndBound;
-        e.ioShare = static_cast<double>(rcv->xferSumUs) * 1e-6 / rcv->intervalSec;
-        if (rcv->delta >= th.minMeasureBytes && rcv->xferSumUs > 0 &&
-            static_cast<double>(rcv->xferSumUs) * 1e-6 >= th.minMeasureTransferSeconds) {
+        e.wait_share = static_cast<double>(rcv->wait_sum_us) * 1e-6 / rcv->interval_sec;
+        e.wait_spans_pause =
+            last_pause_seen_ && rcv->time - toDuration(rcv->interval_sec) -
+                                        std::chrono::microseconds{rcv->wait_max_us} <
+                                    pauseEndBound;
+        e.io_share = static_cast<double>(rcv->xfer_sum_us) * 1e-6 / rcv->interval_sec;
+        if (rcv->delta >= th.min_measure_bytes && rcv->xfer_sum_us > 0 &&
+            static_cast<double>(rcv->xfer_sum_us) * 1e-6 >= th.min_measure_transfer_seconds) {
           e.measured = true;
-          e.rate = static_cast<double>(rcv->delta) / (static_cast<double>(rcv->xferSumUs) * 1e-6);
+          e.rate = static_cast<double>(rcv->delta) / (static_cast<double>(rcv->xfer_sum_us) * 1e-6);
         }
       }
     }
     // The sender's view of the same link: its ops last from the first byte written to the last,
     // paced by the link once the socket buffers are full. A receiver whose data arrived before
     // its receive was posted completes at once and sees no link at all; the slower view counts.
-    if (snd && reporting[static_cast<std::size_t>(e.src)] && snd->hasDelta &&
-        snd->delta >= th.minMeasureBytes && snd->xferSumUs > 0 &&
-        static_cast<double>(snd->xferSumUs) * 1e-6 >= th.minMeasureTransferSeconds && rcv &&
-        reporting[static_cast<std::size_t>(e.dst)] && rcv->hasDelta && rcv->delta > 0) {
+    if (snd && reporting[static_cast<std::size_t>(e.src)] && snd->has_delta &&
+        snd->delta >= th.min_measure_bytes && snd->xfer_sum_us > 0 &&
+        static_cast<double>(snd->xfer_sum_us) * 1e-6 >= th.min_measure_transfer_seconds && rcv &&
+        reporting[static_cast<std::size_t>(e.dst)] && rcv->has_delta && rcv->delta > 0) {
       const double sendRate =
-          static_cast<double>(snd->delta) / (static_cast<double>(snd->xferSumUs) * 1e-6);
+          static_cast<double>(snd->delta) / (static_cast<double>(snd->xfer_sum_us) * 1e-6);
       e.rate = e.measured ? std::min(e.rate, sendRate) : sendRate;
       e.measured = true;
     }
     if (e.measured) {
       rates.push_back(e.rate);
       if (nodeOf(e.src) != nodeOf(e.dst)) interRates.push_back(e.rate);
-    } else if (e.moved && rcv && rcv->delta >= th.minMeasureBytes &&
-               static_cast<double>(rcv->xferSumUs) * 1e-6 < th.minMeasureTransferSeconds) {
+    } else if (e.moved && rcv && rcv->delta >= th.min_measure_bytes &&
+               static_cast<double>(rcv->xfer_sum_us) * 1e-6 < th.min_measure_transfer_seconds) {
       // Too fast to measure: its data was already in the plugin's buffers when the receive was
       // posted (upstream of a slow link, a ring's fast connections all look like this). It moved
       // this much in under minMeasureTransferSeconds, so its rate is at least delta / that.
-      const double atLeast = static_cast<double>(rcv->delta) / th.minMeasureTransferSeconds;
+      const double atLeast = static_cast<double>(rcv->delta) / th.min_measure_transfer_seconds;
       e.fast = true;
       bounds.push_back(atLeast);
       if (nodeOf(e.src) != nodeOf(e.dst)) interBounds.push_back(atLeast);
     }
-    if (snd && reporting[static_cast<std::size_t>(e.src)] && snd->hasDelta) {
-      e.ioShare =
-          std::max(e.ioShare, static_cast<double>(snd->xferSumUs) * 1e-6 / snd->intervalSec);
+    if (snd && reporting[static_cast<std::size_t>(e.src)] && snd->has_delta) {
+      e.io_share =
+          std::max(e.io_share, static_cast<double>(snd->xfer_sum_us) * 1e-6 / snd->interval_sec);
     }
     if (snd && reporting[static_cast<std::size_t>(e.src)]) {
       e.posted = snd->inflight > 0 || (rcv && snd->conns == rcv->conns && snd->bytes > rcv->bytes);
@@ -523,9 +525,9 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
       if (rcv && reporting[static_cast<std::size_t>(e.dst)] && rcv->inflight > 0 &&
           snd->conns == rcv->conns && rcv->wire > 0 && snd->wire > rcv->wire) {
         const double stall = secs(now - std::max(lastWireProgress[i], stallFloor));
-        const double age = static_cast<double>(rcv->oldestUs) * 1e-6 + secs(now - rcv->time);
-        e.queuedAge = std::max(0.0, std::min(stall, age));
-        e.queuedBytes = snd->wire - rcv->wire;
+        const double age = static_cast<double>(rcv->oldest_us) * 1e-6 + secs(now - rcv->time);
+        e.queued_age = std::max(0.0, std::min(stall, age));
+        e.queued_bytes = snd->wire - rcv->wire;
       }
     }
   }
@@ -538,16 +540,16 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
     for (const AnomalySample& a : rankAt(r).anomalies) {
       if ((a.kind == report::AnomalyKind::kPeerClosed ||
            a.kind == report::AnomalyKind::kConnectionError) &&
-          a.peerRank >= 0 && a.peerRank < n && a.peerRank != r) {
-        peerErrors_.push_back({r, a.peerRank, a.time});
+          a.peer_rank >= 0 && a.peer_rank < n && a.peer_rank != r) {
+        peer_errors_.push_back({r, a.peer_rank, a.time});
       }
     }
   }
-  std::erase_if(peerErrors_,
-                [&](const PeerError& e) { return secs(now - e.time) > th.anomalyMemorySeconds; });
+  std::erase_if(peer_errors_,
+                [&](const PeerError& e) { return secs(now - e.time) > th.anomaly_memory_seconds; });
   std::vector<WallTime> accusedAt(un, WallTime::max());
   std::vector<std::set<std::int32_t>> accusers(un);
-  for (const PeerError& e : peerErrors_) {
+  for (const PeerError& e : peer_errors_) {
     const auto t = static_cast<std::size_t>(e.target);
     accusedAt[t] = std::min(accusedAt[t], e.time);
     accusers[t].insert(e.reporter);
@@ -559,16 +561,16 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
     const bool off = offender[nodeOf(r)] != 0;
     const auto need = static_cast<std::size_t>(
         std::max(1, std::min(peersIf(off), std::max<std::int32_t>(1, outDegree[ur]))));
-    const bool podEvidence = gone[ur] && silentFor[ur] > th.windowSeconds;
+    const bool podEvidence = gone[ur] && silentFor[ur] > th.window_seconds;
     const bool peerEvidence = !reporting[ur] && accusers[ur].size() >= need;
     const bool peerAndPod = gone[ur] && !accusers[ur].empty();
     if (podEvidence || peerEvidence || peerAndPod) crashCand[ur] = 1;
   }
   // A candidate that reported an error towards another candidate no later than anyone accused it
   // died of that peer's failure (a cascade): it is a victim, not a culprit.
-  crashVictims_.resize(un, 0);
+  crash_victims_.resize(un, 0);
   std::vector<char> victim(un, 0);
-  for (const PeerError& e : peerErrors_) {
+  for (const PeerError& e : peer_errors_) {
     const auto rep = static_cast<std::size_t>(e.reporter);
     if (crashCand[rep] && crashCand[static_cast<std::size_t>(e.target)] &&
         e.time <= accusedAt[rep]) {
@@ -581,8 +583,8 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
     if (!anyRoot) std::fill(victim.begin(), victim.end(), 0);  // cannot tell: report them all
     // Once a victim, always a victim in this attempt (the errors that showed it expire).
     for (std::size_t r = 0; r < un; ++r) {
-      if (victim[r]) crashVictims_[r] = 1;
-      if (crashVictims_[r]) victim[r] = 1;
+      if (victim[r]) crash_victims_[r] = 1;
+      if (crash_victims_[r]) victim[r] = 1;
     }
   }
   for (std::int32_t r = 0; r < n; ++r) {
@@ -594,10 +596,10 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
     const bool off = offender[node] != 0;
     Candidate c;
     Verdict& v = c.verdict;
-    v.faultClass = FaultClass::kCrash;
+    v.fault_class = FaultClass::kCrash;
     v.ranks = {r};
-    v.nodeEvidence = hw;
-    v.repeatOffender = off;
+    v.node_evidence = hw;
+    v.repeat_offender = off;
     c.relaxed = off;
     if (hw || off) {
       v.culprit = nodeCulprit(ns.name);
@@ -611,11 +613,11 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
         "rank %d (pod %s on node %s): pod %s, %s; %zu peer(s) reported the connection closed or "
         "failed within %.0f s",
         r, rankAt(r).pod.c_str(), ns.name.c_str(),
-        std::string(podStateName(rankAt(r).podState)).c_str(),
+        std::string(podStateName(rankAt(r).pod_state)).c_str(),
         silent == kInf ? "never reported" : strf("no report for %.1f s", silent).c_str(),
-        accusers[ur].size(), th.anomalyMemorySeconds);
-    if (hw) v.evidence.message += "; node health: " + ns.healthDetail;
-    if (off) v.evidence.message += strf("; repeat offender (score %.0f)", ns.repeatOffenderScore);
+        accusers[ur].size(), th.anomaly_memory_seconds);
+    if (hw) v.evidence.message += "; node health: " + ns.health_detail;
+    if (off) v.evidence.message += strf("; repeat offender (score %.0f)", ns.repeat_offender_score);
     if (!hw && !off) v.evidence.message += "; no node-level evidence: restart without cordon";
     v.evidence.numbers = {{"silentSeconds", silent == kInf ? -1.0 : silent},
                           {"peersReportingErrors", static_cast<double>(accusers[ur].size())},
@@ -628,18 +630,18 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
   std::vector<double> maxWaitOn(un, 0.0);
   std::vector<char> postsToWaiters(un, 0), waitsOnSomeone(un, 0), anyoneWaits(un, 0);
   for (const Edge& e : edges) {
-    if (e.waitAge <= 0.0) continue;
+    if (e.wait_age <= 0.0) continue;
     const auto s = static_cast<std::size_t>(e.src);
     const bool off = offender[nodeOf(e.src)] != 0;
     const double need =
-        reporting[s] ? relaxedIf(off, th.hangSeconds) : relaxedIf(off, th.silenceSeconds);
-    if (e.waitAge >= th.silenceSeconds) {
+        reporting[s] ? relaxedIf(off, th.hang_seconds) : relaxedIf(off, th.silence_seconds);
+    if (e.wait_age >= th.silence_seconds) {
       waitsOnSomeone[static_cast<std::size_t>(e.dst)] = 1;
       anyoneWaits[s] = 1;
     }
-    if (e.waitAge >= need) {
+    if (e.wait_age >= need) {
       ++waiters[s];
-      maxWaitOn[s] = std::max(maxWaitOn[s], e.waitAge);
+      maxWaitOn[s] = std::max(maxWaitOn[s], e.wait_age);
       if (e.posted) postsToWaiters[s] = 1;
     }
   }
@@ -665,18 +667,18 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
       const bool off = offender[node] != 0;
       Candidate c;
       Verdict& v = c.verdict;
-      v.faultClass = FaultClass::kNonCommHang;
+      v.fault_class = FaultClass::kNonCommHang;
       v.culprit = nodeCulprit(ns.name);
       v.ranks = ranks;
       v.action = Action::kCordonAndRestart;
-      v.nodeEvidence = ns.hasHardwareFault();
-      v.repeatOffender = off;
+      v.node_evidence = ns.hasHardwareFault();
+      v.repeat_offender = off;
       c.relaxed = off;
       const std::int32_t r = ranks.front();
       const auto ur = static_cast<std::size_t>(r);
       const bool frozen = !reporting[ur];
       const double threshold =
-          frozen ? relaxedIf(off, th.silenceSeconds) : relaxedIf(off, th.hangSeconds);
+          frozen ? relaxedIf(off, th.silence_seconds) : relaxedIf(off, th.hang_seconds);
       if (frozen) {
         const std::string silence = silentFor[ur] == kInf
                                         ? std::string("has not reported")
@@ -693,7 +695,7 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
             r, ns.name.c_str(), waiters[ur], outDegree[ur], maxWaitOn[ur], threshold);
       }
       if (ranks.size() > 1) v.evidence.message += "; ranks " + rankList(ranks);
-      if (v.nodeEvidence) v.evidence.message += "; node health: " + ns.healthDetail;
+      if (v.node_evidence) v.evidence.message += "; node health: " + ns.health_detail;
       v.evidence.numbers = {
           {"waitingPeers", static_cast<double>(waiters[ur])},
           {"peers", static_cast<double>(outDegree[ur])},
@@ -709,10 +711,10 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
     struct PairInfo {
       std::vector<std::int32_t> ranks;
       std::size_t edges = 0;
-      double maxAge = 0.0;
-      std::int32_t exampleSrc = -1, exampleDst = -1;
-      std::size_t queuedEdges = 0;  // found by the queued-bytes rule (silenceSeconds)
-      std::uint64_t queuedBytes = 0;
+      double max_age = 0.0;
+      std::int32_t example_src = -1, example_dst = -1;
+      std::size_t queued_edges = 0;  // found by the queued-bytes rule (silenceSeconds)
+      std::uint64_t queued_bytes = 0;
     };
     std::map<std::pair<std::size_t, std::size_t>, PairInfo> pairs;
     for (const Edge& e : edges) {
@@ -725,22 +727,22 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
       // Ops waiting at both ends with no bytes completing for hangSeconds, or bytes queued at
       // the sender that do not move for silenceSeconds (a dead link needs no long timeout).
       const bool waiting =
-          e.waitAge > 0.0 && e.posted && e.waitAge >= relaxedIf(off, th.hangSeconds);
-      const bool queued = e.queuedAge > 0.0 && e.queuedAge >= relaxedIf(off, th.silenceSeconds);
+          e.wait_age > 0.0 && e.posted && e.wait_age >= relaxedIf(off, th.hang_seconds);
+      const bool queued = e.queued_age > 0.0 && e.queued_age >= relaxedIf(off, th.silence_seconds);
       if (!waiting && !queued) continue;
-      const double age = std::max(waiting ? e.waitAge : 0.0, queued ? e.queuedAge : 0.0);
+      const double age = std::max(waiting ? e.wait_age : 0.0, queued ? e.queued_age : 0.0);
       PairInfo& p = pairs[{std::min(a, b), std::max(a, b)}];
       p.ranks.push_back(e.src);
       p.ranks.push_back(e.dst);
       ++p.edges;
       if (queued) {
-        ++p.queuedEdges;
-        p.queuedBytes += e.queuedBytes;
+        ++p.queued_edges;
+        p.queued_bytes += e.queued_bytes;
       }
-      if (age > p.maxAge) {
-        p.maxAge = age;
-        p.exampleSrc = e.src;
-        p.exampleDst = e.dst;
+      if (age > p.max_age) {
+        p.max_age = age;
+        p.example_src = e.src;
+        p.example_dst = e.dst;
       }
     }
     const std::optional<std::size_t> common = commonNode(pairs);
@@ -750,18 +752,18 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
                              std::size_t nQueued, std::uint64_t queuedBytes) {
       Candidate c;
       Verdict& v = c.verdict;
-      v.faultClass = FaultClass::kCommHang;
+      v.fault_class = FaultClass::kCommHang;
       sortUnique(ranks);
       v.ranks = std::move(ranks);
       const bool off = offender[a] || offender[b];
-      const double threshold = relaxedIf(off, nQueued > 0 ? th.silenceSeconds : th.hangSeconds);
-      v.repeatOffender = off;
+      const double threshold = relaxedIf(off, nQueued > 0 ? th.silence_seconds : th.hang_seconds);
+      v.repeat_offender = off;
       c.relaxed = off;
       std::string where;
       if (kind == CulpritKind::kNode) {
         v.culprit = nodeCulprit(nodeName(a));
         v.action = Action::kCordonAndRestart;
-        v.nodeEvidence = nodes[a].hasHardwareFault();
+        v.node_evidence = nodes[a].hasHardwareFault();
         where = nPairs > 1
                     ? strf("all %zu stalled links share node %s", nPairs, nodeName(a).c_str())
                     : strf("inside node %s", nodeName(a).c_str());
@@ -770,7 +772,7 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
         const std::string& nb = nodeName(b);
         v.culprit = linkCulprit(na, nb);
         v.action = Action::kRestartOnly;
-        where = strf("link %s<->%s", v.culprit.node.c_str(), v.culprit.peerNode.c_str());
+        where = strf("link %s<->%s", v.culprit.node.c_str(), v.culprit.peer_node.c_str());
       }
       if (nQueued > 0) {
         v.evidence.message = strf(
@@ -785,7 +787,7 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
             "%.1f s (threshold hangSeconds %.1f s), e.g. rank %d -> rank %d",
             nEdges, where.c_str(), maxAge, threshold, exSrc, exDst);
       }
-      if (v.nodeEvidence) v.evidence.message += "; node health: " + nodes[a].healthDetail;
+      if (v.node_evidence) v.evidence.message += "; node health: " + nodes[a].health_detail;
       v.evidence.numbers = {{"stalledConnections", static_cast<double>(nEdges)},
                             {"stalledLinks", static_cast<double>(nPairs)},
                             {"longestStallSeconds", maxAge},
@@ -802,12 +804,12 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
       for (const auto& [key, p] : pairs) {
         ranks.insert(ranks.end(), p.ranks.begin(), p.ranks.end());
         nEdges += p.edges;
-        nQueued += p.queuedEdges;
-        queuedBytes += p.queuedBytes;
-        if (p.maxAge > maxAge) {
-          maxAge = p.maxAge;
-          exSrc = p.exampleSrc;
-          exDst = p.exampleDst;
+        nQueued += p.queued_edges;
+        queuedBytes += p.queued_bytes;
+        if (p.max_age > maxAge) {
+          maxAge = p.max_age;
+          exSrc = p.example_src;
+          exDst = p.example_dst;
         }
       }
       hangCandidate(CulpritKind::kNode, *common, *common, std::move(ranks), nEdges, maxAge,
@@ -818,15 +820,15 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
         CulpritKind kind = a == b ? CulpritKind::kNode : CulpritKind::kLink;
         std::size_t culpritNode = a;
         // Node evidence decides a link: exactly one end has a NIC/RDMA port down.
-        const bool nicA = nodes[a].nicDown || nodes[a].rdmaPortDown;
-        const bool nicB = nodes[b].nicDown || nodes[b].rdmaPortDown;
+        const bool nicA = nodes[a].nic_down || nodes[a].rdma_port_down;
+        const bool nicB = nodes[b].nic_down || nodes[b].rdma_port_down;
         if (kind == CulpritKind::kLink && nicA != nicB) {
           kind = CulpritKind::kNode;
           culpritNode = nicA ? a : b;
         }
         hangCandidate(kind, culpritNode, kind == CulpritKind::kNode ? culpritNode : b,
-                      std::move(p.ranks), p.edges, p.maxAge, 1, p.exampleSrc, p.exampleDst,
-                      p.queuedEdges, p.queuedBytes);
+                      std::move(p.ranks), p.edges, p.max_age, 1, p.example_src, p.example_dst,
+                      p.queued_edges, p.queued_bytes);
       }
     }
   }
@@ -850,15 +852,15 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
   std::size_t refCount = 0;  // connections the window's reference is taken over
   if (!warmup && rates.size() >= 4) {
     const double measuredRef = interRef ? quantile(interRates, 0.75) : median(rates);
-    refHistory_.push_back({now, measuredRef});
+    ref_history_.push_back({now, measuredRef});
   }
-  std::erase_if(refHistory_, [&](const RefSample& r) {
-    return secs(now - r.time) > kReferenceMemoryWindows * th.windowSeconds;
+  std::erase_if(ref_history_, [&](const RefSample& r) {
+    return secs(now - r.time) > kReferenceMemoryWindows * th.window_seconds;
   });
-  if (!warmup && !refHistory_.empty()) {
+  if (!warmup && !ref_history_.empty()) {
     std::vector<double> recent;
-    recent.reserve(refHistory_.size());
-    for (const RefSample& r : refHistory_) recent.push_back(r.rate);
+    recent.reserve(ref_history_.size());
+    for (const RefSample& r : ref_history_) recent.push_back(r.rate);
     const double recentRef = median(recent);
     const bool interNow = interRates.size() + interBounds.size() >= 4;
     std::vector<double> window = interNow ? interRates : rates;
@@ -872,21 +874,21 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
   if (refRate > 0.0) {
     struct Line {
       std::size_t measured = 0, slow = 0;
-      std::size_t firstPeer = std::numeric_limits<std::size_t>::max();
-      bool manyPeers = false;
-      double minRatio = kInf;
+      std::size_t first_peer = std::numeric_limits<std::size_t>::max();
+      bool many_peers = false;
+      double min_ratio = kInf;
     };
     std::vector<Line> row(nodes.size()), col(nodes.size());
     auto addLine = [](Line& l, std::size_t peer, bool slow, double ratio) {
       ++l.measured;
       if (slow) {
         ++l.slow;
-        l.minRatio = std::min(l.minRatio, ratio);
+        l.min_ratio = std::min(l.min_ratio, ratio);
       }
-      if (l.firstPeer == std::numeric_limits<std::size_t>::max()) {
-        l.firstPeer = peer;
-      } else if (l.firstPeer != peer) {
-        l.manyPeers = true;
+      if (l.first_peer == std::numeric_limits<std::size_t>::max()) {
+        l.first_peer = peer;
+      } else if (l.first_peer != peer) {
+        l.many_peers = true;
       }
     };
     for (Edge& e : edges) {
@@ -897,16 +899,16 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
       }
       if (!e.measured) continue;
       const std::size_t a = nodeOf(e.src), b = nodeOf(e.dst);
-      const double factor = factorIf(offender[a] || offender[b], th.slowFactor);
+      const double factor = factorIf(offender[a] || offender[b], th.slow_factor);
       e.slow = e.rate * factor < refRate;
       if (e.rate < kStragglerTransferRatio * refRate) {
-        slowTransferAt_[e.src] = now;
-        slowTransferAt_[e.dst] = now;
+        slow_transfer_at_[e.src] = now;
+        slow_transfer_at_[e.dst] = now;
       }
       if (e.slow) {
         touchesSlow[static_cast<std::size_t>(e.src)] = 1;
         touchesSlow[static_cast<std::size_t>(e.dst)] = 1;
-        lastSlowLinkSeen_ = now;
+        last_slow_link_seen_ = now;
       }
       if (a != b) {
         const double ratio = e.rate / refRate;
@@ -915,7 +917,7 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
       }
     }
     auto wholeLine = [](const Line& l) {
-      return l.measured >= 2 && l.slow == l.measured && l.manyPeers;
+      return l.measured >= 2 && l.slow == l.measured && l.many_peers;
     };
     // A slow NIC of node x: cordon and restart; the caller writes the evidence.
     auto nicCandidate = [&](std::size_t x, std::vector<std::int32_t> ranks) {
@@ -923,12 +925,12 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
       const bool off = offender[x] != 0;
       Candidate c;
       Verdict& v = c.verdict;
-      v.faultClass = FaultClass::kCommSlow;
+      v.fault_class = FaultClass::kCommSlow;
       v.culprit = nodeCulprit(nodes[x].name);
       v.ranks = std::move(ranks);
       v.action = Action::kCordonAndRestart;
-      v.nodeEvidence = nodes[x].hasHardwareFault();
-      v.repeatOffender = off;
+      v.node_evidence = nodes[x].hasHardwareFault();
+      v.repeat_offender = off;
       c.relaxed = off;
       return c;
     };
@@ -943,7 +945,7 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
           ranks.push_back(e.dst);
         }
       }
-      const double factor = factorIf(offender[x] != 0, th.slowFactor);
+      const double factor = factorIf(offender[x] != 0, th.slow_factor);
       Candidate c = nicCandidate(x, std::move(ranks));
       Verdict& v = c.verdict;
       const bool isRow = wholeLine(row[x]);
@@ -953,11 +955,11 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
           "reference "
           "transfer rate %.1f MB/s (threshold 1/slowFactor = %.2fx): its NIC",
           l.measured, isRow ? "out of" : "into", nodes[x].name.c_str(), isRow ? "row" : "column",
-          l.minRatio, refRate / 1e6, 1.0 / factor);
+          l.min_ratio, refRate / 1e6, 1.0 / factor);
       if (isRow && wholeLine(col[x])) v.evidence.message += "; its column is slow too";
       v.evidence.numbers = {{"slowConnections", static_cast<double>(l.slow)},
                             {"measuredConnections", static_cast<double>(l.measured)},
-                            {"minRatioToMedian", l.minRatio},
+                            {"minRatioToMedian", l.min_ratio},
                             {"referenceBytesPerSecond", refRate},
                             {"slowFactor", factor}};
       candidates.push_back(std::move(c));
@@ -965,9 +967,9 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
     struct SlowPair {
       std::vector<std::int32_t> ranks;
       std::size_t edges = 0;
-      double minRatio = kInf;
-      double minRate = 0.0;
-      std::int32_t exSrc = -1, exDst = -1;
+      double min_ratio = kInf;
+      double min_rate = 0.0;
+      std::int32_t ex_src = -1, ex_dst = -1;
     };
     std::map<std::pair<std::size_t, std::size_t>, SlowPair> slowPairs;
     for (const Edge& e : edges) {
@@ -979,11 +981,11 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
       p.ranks.push_back(e.dst);
       ++p.edges;
       const double ratio = e.rate / refRate;
-      if (ratio < p.minRatio) {
-        p.minRatio = ratio;
-        p.minRate = e.rate;
-        p.exSrc = e.src;
-        p.exDst = e.dst;
+      if (ratio < p.min_ratio) {
+        p.min_ratio = ratio;
+        p.min_rate = e.rate;
+        p.ex_src = e.src;
+        p.ex_dst = e.dst;
       }
     }
     // Slow links of two or more node pairs that all share one node: that node's NIC (its row or
@@ -996,9 +998,9 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
       for (const auto& [key, p] : slowPairs) {
         ranks.insert(ranks.end(), p.ranks.begin(), p.ranks.end());
         nEdges += p.edges;
-        minRatio = std::min(minRatio, p.minRatio);
+        minRatio = std::min(minRatio, p.min_ratio);
       }
-      const double factor = factorIf(offender[x] != 0, th.slowFactor);
+      const double factor = factorIf(offender[x] != 0, th.slow_factor);
       Candidate c = nicCandidate(x, std::move(ranks));
       Verdict& v = c.verdict;
       v.evidence.message = strf(
@@ -1016,13 +1018,13 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
     for (auto& [key, p] : slowPairs) {
       const auto [a, b] = key;
       const bool off = offender[a] || offender[b];
-      const double factor = factorIf(off, th.slowFactor);
+      const double factor = factorIf(off, th.slow_factor);
       Candidate c;
       Verdict& v = c.verdict;
-      v.faultClass = FaultClass::kCommSlow;
+      v.fault_class = FaultClass::kCommSlow;
       sortUnique(p.ranks);
       v.ranks = std::move(p.ranks);
-      v.repeatOffender = off;
+      v.repeat_offender = off;
       c.relaxed = off;
       const bool nicA = nodes[a].hasHardwareFault();
       const bool nicB = nodes[b].hasHardwareFault();
@@ -1030,7 +1032,7 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
         const std::size_t x = a == b ? a : (nicA ? a : b);
         v.culprit = nodeCulprit(nodes[x].name);
         v.action = Action::kCordonAndRestart;
-        v.nodeEvidence = nodes[x].hasHardwareFault();
+        v.node_evidence = nodes[x].hasHardwareFault();
       } else {
         v.culprit = linkCulprit(nodes[a].name, nodes[b].name);
         v.action = Action::kReplan;
@@ -1039,16 +1041,16 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
           "%zu connection(s) between %s and %s slow: rank %d -> rank %d transfers at %.1f MB/s, "
           "%.2fx the job's reference rate %.1f MB/s (75th percentile of %zu connections, at most "
           "the last 30 windows' median) (threshold 1/slowFactor = %.2fx)",
-          p.edges, nodes[a].name.c_str(), nodes[b].name.c_str(), p.exSrc, p.exDst, p.minRate / 1e6,
-          p.minRatio, refRate / 1e6, refCount, 1.0 / factor);
-      if (v.nodeEvidence) {
+          p.edges, nodes[a].name.c_str(), nodes[b].name.c_str(), p.ex_src, p.ex_dst,
+          p.min_rate / 1e6, p.min_ratio, refRate / 1e6, refCount, 1.0 / factor);
+      if (v.node_evidence) {
         v.evidence.message +=
             "; node health: " +
-            nodes[static_cast<std::size_t>(v.culprit.node == nodes[a].name ? a : b)].healthDetail;
+            nodes[static_cast<std::size_t>(v.culprit.node == nodes[a].name ? a : b)].health_detail;
       }
       v.evidence.numbers = {{"slowConnections", static_cast<double>(p.edges)},
-                            {"ratioToReference", p.minRatio},
-                            {"bytesPerSecond", p.minRate},
+                            {"ratioToReference", p.min_ratio},
+                            {"bytesPerSecond", p.min_rate},
                             {"referenceBytesPerSecond", refRate},
                             {"slowFactor", factor}};
       candidates.push_back(std::move(c));
@@ -1060,8 +1062,8 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
   // after the last slow one: a slow link makes the ring late everywhere downstream of it, and a
   // rank late by the link's doing (its receiver's neighbours, ranks sharing its node) must not be
   // named a straggler. A real straggler during a slow link is named once the link is dealt with.
-  const bool linkSlowLately =
-      lastSlowLinkSeen_ && secs(now - *lastSlowLinkSeen_) < th.clearWindows * th.windowSeconds;
+  const bool linkSlowLately = last_slow_link_seen_ && secs(now - *last_slow_link_seen_) <
+                                                          th.clear_windows * th.window_seconds;
   if (!warmup && !hangRulesOff && !linkSlowLately) {
     // Per rank: median wait share of its peers on it (out-edges) and of it on its peers
     // (in-edges), over edges whose bytes moved this window.
@@ -1073,15 +1075,15 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
     std::vector<double> ioShare(un, 0.0);
     for (const Edge& e : edges) {
       ioShare[static_cast<std::size_t>(e.src)] =
-          std::max(ioShare[static_cast<std::size_t>(e.src)], e.ioShare);
+          std::max(ioShare[static_cast<std::size_t>(e.src)], e.io_share);
       ioShare[static_cast<std::size_t>(e.dst)] =
-          std::max(ioShare[static_cast<std::size_t>(e.dst)], e.ioShare);
+          std::max(ioShare[static_cast<std::size_t>(e.dst)], e.io_share);
       // A wait that may have begun during an announced pause measures the pause: the peers of
       // a rank that checkpointed for 20 s report 20 s waits when the step completes, in a report
       // that may reach the operator after pauseGraceSeconds.
-      if (!e.moved || e.waitSpansPause) continue;
-      outs.emplace_back(e.src, e.waitShare);
-      ins.emplace_back(e.dst, e.waitShare);
+      if (!e.moved || e.wait_spans_pause) continue;
+      outs.emplace_back(e.src, e.wait_share);
+      ins.emplace_back(e.dst, e.wait_share);
     }
     auto perRankMedian = [&](std::vector<std::pair<std::int32_t, double>>& v,
                              std::vector<double>& med, std::vector<std::int32_t>& count) {
@@ -1138,16 +1140,16 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
             !reporting[ur] || ioShare[ur] >= kStragglerMaxIoShare) {
           continue;
         }
-        if (auto it = slowTransferAt_.find(r);
-            it != slowTransferAt_.end() &&
-            secs(now - it->second) < th.clearWindows * th.windowSeconds) {
+        if (auto it = slow_transfer_at_.find(r);
+            it != slow_transfer_at_.end() &&
+            secs(now - it->second) < th.clear_windows * th.window_seconds) {
           continue;
         }
         const bool off = offender[nodeOf(r)] != 0;
         const std::int32_t need = std::min(peersIf(off), std::max<std::int32_t>(1, outDegree[ur]));
         if (outCount[ur] < need) continue;
-        const double minShare = relaxedIf(off, th.minLatenessShare);
-        const double factor = factorIf(off, th.stragglerFactor);
+        const double minShare = relaxedIf(off, th.min_lateness_share);
+        const double factor = factorIf(off, th.straggler_factor);
         // Its peers wait on it more than the job typically waits, or (a synchronous job where
         // the lateness spreads along the ring and everyone ends up waiting) it waits much less
         // than the job typically does: under a quarter of it (ranks downstream of a slow link or
@@ -1197,12 +1199,12 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
         const double share = std::clamp(excess, 0.0, 0.95);
         Candidate c;
         Verdict& v = c.verdict;
-        v.faultClass = FaultClass::kNonCommSlow;
+        v.fault_class = FaultClass::kNonCommSlow;
         v.culprit = nodeCulprit(nodes[node].name);
         v.ranks = ranks;
         v.action = Action::kEventOnly;
-        v.nodeEvidence = nodes[node].hasHardwareFault();
-        v.repeatOffender = off;
+        v.node_evidence = nodes[node].hasHardwareFault();
+        v.repeat_offender = off;
         // Two estimates of how much slower the job runs, the larger wins: the peers' wait beyond
         // the job's typical wait (jobs where only the straggler's peers wait), and, in
         // synchronous jobs where every rank ends up waiting for the straggler (the typical wait
@@ -1212,7 +1214,7 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
         const double busyTypical = std::max(0.05, 1.0 - std::clamp(typicalWait, 0.0, 1.0));
         const double busyRatio = std::clamp(busySelf / busyTypical, 1.0, 20.0);
         v.slowdown = std::max(1.0 / (1.0 - share), busyRatio);
-        if (v.slowdown < factorIf(off, th.minStragglerSlowdown)) continue;
+        if (v.slowdown < factorIf(off, th.min_straggler_slowdown)) continue;
         c.relaxed = off;
         v.evidence.message = strf(
             "straggler rank %d on node %s: its %d peers wait on it %.0f%% of the window, the job's "
@@ -1222,8 +1224,8 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
             "slowdown %.2fx",
             worst, nodes[node].name.c_str(), outCount[uw], outWait[uw] * 100.0, typicalWait * 100.0,
             inWait[uw] * 100.0, typicalOwnWait * 100.0, excess,
-            std::max(typicalOwnWait - inWait[uw], 0.0), relaxedIf(off, th.minLatenessShare),
-            lateness[uw], noise, factorIf(off, th.stragglerFactor), busySelf * 100.0,
+            std::max(typicalOwnWait - inWait[uw], 0.0), relaxedIf(off, th.min_lateness_share),
+            lateness[uw], noise, factorIf(off, th.straggler_factor), busySelf * 100.0,
             busyTypical * 100.0, v.slowdown);
         if (ranks.size() > 1) v.evidence.message += "; ranks " + rankList(ranks);
         v.evidence.numbers = {{"excessWaitShare", excess},
@@ -1245,18 +1247,18 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
     for (std::int32_t r = 0; r < n; ++r) {
       const auto ur = static_cast<std::size_t>(r);
       if (reporting[ur] || !alive[ur] || crashCand[ur] || hangRoot[ur] || anyoneWaits[ur]) continue;
-      if (rankAt(r).reports.empty() && ticksInAttempt_ <= th.warmupWindows) continue;
+      if (rankAt(r).reports.empty() && ticks_in_attempt_ <= th.warmup_windows) continue;
       byNode[nodeOf(r)].push_back(r);
     }
-    for (auto& state : observations_) state.second.seenThisTick = false;
+    for (auto& state : observations_) state.second.seen_this_tick = false;
     for (auto& [node, ranks] : byNode) {
       const std::string key = "telemetryMissing/" + nodes[node].name;
-      auto it = observations_.try_emplace(key, ObservationState{.firstSeen = now}).first;
-      it->second.seenThisTick = true;
+      auto it = observations_.try_emplace(key, ObservationState{.first_seen = now}).first;
+      it->second.seen_this_tick = true;
       // Confirmed like a verdict: a silence seen for one tick is often the first tick of a hang
       // (the rank's silence passes silenceSeconds a moment before its peers' waits do) or a node
       // plugin restarting.
-      if (++it->second.ticks < th.confirmationWindows) continue;
+      if (++it->second.ticks < th.confirmation_windows) continue;
       std::size_t onNode = 0;
       for (const RankSnapshot& rs : snap.ranks) {
         if (static_cast<std::size_t>(rs.node) == node) ++onNode;
@@ -1272,56 +1274,56 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
       o.message = strf(
           "%zu of %zu ranks on node %s silent (up to %.1f s, threshold silenceSeconds %.1f s) "
           "while their pods run and no peer waits on them; node telemetry %s: not a fault",
-          ranks.size(), onNode, nodes[node].name.c_str(), longest, th.silenceSeconds,
-          nodes[node].telemetryArriving ? "arriving" : "missing");
+          ranks.size(), onNode, nodes[node].name.c_str(), longest, th.silence_seconds,
+          nodes[node].telemetry_arriving ? "arriving" : "missing");
       o.ranks = std::move(ranks);
-      o.firstSeen = it->second.firstSeen;
-      o.isNew = it->second.ticks == th.confirmationWindows;
+      o.first_seen = it->second.first_seen;
+      o.is_new = it->second.ticks == th.confirmation_windows;
       result.observations.push_back(std::move(o));
     }
-    std::erase_if(observations_, [](const auto& kv) { return !kv.second.seenThisTick; });
+    std::erase_if(observations_, [](const auto& kv) { return !kv.second.seen_this_tick; });
   }
 
   // --- Confirmation and deduplication ---------------------------------------------------------
-  for (auto& [key, f] : findings_) f.seenThisTick = false;
+  for (auto& [key, f] : findings_) f.seen_this_tick = false;
   for (Candidate& c : candidates) {
     const std::string key = c.verdict.key();
     auto it = findings_.find(key);
     if (it == findings_.end()) {
       Finding f;
       f.verdict = std::move(c.verdict);
-      f.verdict.firstSeen = now;
+      f.verdict.first_seen = now;
       it = findings_.emplace(key, std::move(f)).first;
-    } else if (it->second.seenThisTick) {
+    } else if (it->second.seen_this_tick) {
       continue;  // the same culprit found twice in one tick: keep the first
     } else {
-      const WallTime firstSeen = it->second.verdict.firstSeen;
-      const WallTime confirmedAt = it->second.verdict.confirmedAt;
+      const WallTime firstSeen = it->second.verdict.first_seen;
+      const WallTime confirmedAt = it->second.verdict.confirmed_at;
       it->second.verdict = std::move(c.verdict);
-      it->second.verdict.firstSeen = firstSeen;
-      it->second.verdict.confirmedAt = confirmedAt;
+      it->second.verdict.first_seen = firstSeen;
+      it->second.verdict.confirmed_at = confirmedAt;
     }
     Finding& f = it->second;
-    f.seenThisTick = true;
+    f.seen_this_tick = true;
     f.missing = 0;
     ++f.consecutive;
     const int required =
-        c.relaxed ? std::max(1, th.confirmationWindows - 1) : th.confirmationWindows;
+        c.relaxed ? std::max(1, th.confirmation_windows - 1) : th.confirmation_windows;
     if (!f.confirmed && f.consecutive >= required) {
       f.confirmed = true;
-      f.verdict.confirmedAt = now;
+      f.verdict.confirmed_at = now;
       result.verdicts.push_back(f.verdict);
     }
   }
   std::size_t pending = 0;
   for (auto it = findings_.begin(); it != findings_.end();) {
     Finding& f = it->second;
-    if (!f.seenThisTick) {
+    if (!f.seen_this_tick) {
       if (!f.confirmed) {
         it = findings_.erase(it);
         continue;
       }
-      if (++f.missing >= th.clearWindows) {
+      if (++f.missing >= th.clear_windows) {
         result.cleared.push_back(it->first);
         it = findings_.erase(it);
         continue;
@@ -1337,14 +1339,14 @@ Result<TickResult> JobAnalyser::tick(const JobSnapshot& snap, WallTime now) {
 
   std::size_t reportingCount = 0;
   for (char c : reporting) reportingCount += c ? 1 : 0;
-  result.stats.reportingRanks = reportingCount;
-  result.stats.silentRanks = un - reportingCount;
+  result.stats.reporting_ranks = reportingCount;
+  result.stats.silent_ranks = un - reportingCount;
   result.stats.edges = edges.size();
-  result.stats.measuredEdges = measuredCount;
-  result.stats.referenceRateBytesPerSec = refRate;
+  result.stats.measured_edges = measuredCount;
+  result.stats.reference_rate_bytes_per_sec = refRate;
   result.stats.paused = hangRulesOff;
   result.stats.warmup = warmup;
-  result.stats.pendingFindings = pending;
+  result.stats.pending_findings = pending;
   return result;
 }
 

@@ -51,11 +51,11 @@ class JobAnalyser {
   // Per rank->rank edge, kept between ticks.
   struct EdgeState {
     std::uint64_t key = 0;  // src << 32 | dst
-    std::uint64_t recvBytes = 0;
-    std::uint32_t recvConns = 0;
-    WallTime lastProgress{};  // the last time the receiver's bytes moved (or the edge appeared)
-    std::uint64_t recvWire = 0;
-    WallTime lastWireProgress{};  // the same for the receiver's socket-level (wire) bytes
+    std::uint64_t recv_bytes = 0;
+    std::uint32_t recv_conns = 0;
+    WallTime last_progress{};  // the last time the receiver's bytes moved (or the edge appeared)
+    std::uint64_t recv_wire = 0;
+    WallTime last_wire_progress{};  // the same for the receiver's socket-level (wire) bytes
   };
   struct PeerError {
     std::int32_t reporter = -1;
@@ -67,33 +67,33 @@ class JobAnalyser {
     int consecutive = 0;
     int missing = 0;
     bool confirmed = false;
-    bool seenThisTick = false;
+    bool seen_this_tick = false;
   };
   struct ObservationState {
-    WallTime firstSeen{};
+    WallTime first_seen{};
     int ticks = 0;  // consecutive ticks seen; reported from confirmationWindows on
-    bool seenThisTick = false;
+    bool seen_this_tick = false;
   };
 
   bool started_ = false;
   std::uint32_t attempt_ = 0;
-  std::int64_t ticksInAttempt_ = 0;
-  WallTime lastTick_{};
-  std::optional<WallTime> lastPauseSeen_;
+  std::int64_t ticks_in_attempt_ = 0;
+  WallTime last_tick_{};
+  std::optional<WallTime> last_pause_seen_;
   std::vector<EdgeState> edges_;  // sorted by key
-  std::vector<PeerError> peerErrors_;
-  std::vector<char> crashVictims_;  // per rank: died of another rank's crash in this attempt
+  std::vector<PeerError> peer_errors_;
+  std::vector<char> crash_victims_;  // per rank: died of another rank's crash in this attempt
   // Per rank: the last tick it had a measured connection slower than half the job's reference rate
   // (a rank on a slow link is not a straggler, even in a window where the link measured normal).
-  std::map<std::int32_t, WallTime> slowTransferAt_;
+  std::map<std::int32_t, WallTime> slow_transfer_at_;
   // The last tick with a slow connection (comm-slow rule) anywhere in the job.
-  std::optional<WallTime> lastSlowLinkSeen_;
+  std::optional<WallTime> last_slow_link_seen_;
   // The comm-slow reference of the recent windows (measured connections only), oldest first.
   struct RefSample {
     WallTime time{};
     double rate = 0.0;
   };
-  std::vector<RefSample> refHistory_;
+  std::vector<RefSample> ref_history_;
   std::map<std::string, Finding> findings_;
   std::map<std::string, ObservationState> observations_;
 };

@@ -26,12 +26,12 @@ std::uint64_t wireBytesOf(const report::ConnectionStats& c) {
 ConnSample ConnSample::from(const report::ConnectionStats& c) {
   return ConnSample{.id = c.id,
                     .direction = c.direction,
-                    .peerRank = c.peerRank,
+                    .peer_rank = c.peer_rank,
                     .bytes = c.bytes,
                     .ops = c.ops,
-                    .wireBytes = wireBytesOf(c),
+                    .wire_bytes = wireBytesOf(c),
                     .inflight = c.inflight,
-                    .oldestInflightUs = c.oldestInflightUs,
+                    .oldest_inflight_us = c.oldest_inflight_us,
                     .wait = c.wait,
                     .transfer = c.transfer};
 }
@@ -39,81 +39,82 @@ ConnSample ConnSample::from(const report::ConnectionStats& c) {
 ReportSample ReportSample::from(const report::RankReport& r) {
   ReportSample s;
   s.time = WallTime{
-      std::chrono::duration_cast<WallTime::duration>(std::chrono::nanoseconds{r.timeUnixNs})};
-  s.intervalMs = r.intervalMs;
+      std::chrono::duration_cast<WallTime::duration>(std::chrono::nanoseconds{r.time_unix_ns})};
+  s.interval_ms = r.interval_ms;
   s.connections.reserve(r.connections.size());
   for (const auto& c : r.connections) s.connections.push_back(ConnSample::from(c));
   return s;
 }
 
 void applyNodeHealth(const report::NodeHealth& health, NodeSnapshot& out) {
-  out.nicDown = false;
-  out.rdmaPortDown = false;
-  out.gpuFault = false;
-  out.healthDetail.clear();
+  out.nic_down = false;
+  out.rdma_port_down = false;
+  out.gpu_fault = false;
+  out.health_detail.clear();
   auto add = [&out](const std::string& what) {
-    if (!out.healthDetail.empty()) out.healthDetail += ", ";
-    out.healthDetail += what;
+    if (!out.health_detail.empty()) out.health_detail += ", ";
+    out.health_detail += what;
   };
   // Unavailable classes (empty lists) are never faults.
   for (const auto& nic : health.nics) {
     if (nic.up) continue;
-    out.nicDown = true;
+    out.nic_down = true;
     add("NIC " + nic.name + " down" +
         (nic.operstate.empty() ? std::string{} : " (operstate " + nic.operstate + ")"));
   }
-  for (const auto& port : health.rdmaPorts) {
+  for (const auto& port : health.rdma_ports) {
     if (port.active) continue;
-    out.rdmaPortDown = true;
+    out.rdma_port_down = true;
     add("RDMA " + port.device + " port " + std::to_string(port.port) + " " + port.state + "/" +
-        port.physState);
+        port.phys_state);
   }
   for (const auto& gpu : health.gpus) {
-    const bool fault = !gpu.healthy || gpu.eccVolatileUncorrected > 0 || gpu.retiredPagesPending;
+    const bool fault =
+        !gpu.healthy || gpu.ecc_volatile_uncorrected > 0 || gpu.retired_pages_pending;
     if (!fault) continue;
-    out.gpuFault = true;
+    out.gpu_fault = true;
     std::string why = gpu.detail;
-    if (why.empty() && gpu.eccVolatileUncorrected > 0) {
-      why = std::to_string(gpu.eccVolatileUncorrected) + " uncorrected ECC errors";
+    if (why.empty() && gpu.ecc_volatile_uncorrected > 0) {
+      why = std::to_string(gpu.ecc_volatile_uncorrected) + " uncorrected ECC errors";
     }
-    if (why.empty() && gpu.retiredPagesPending) why = "retired pages pending";
+    if (why.empty() && gpu.retired_pages_pending) why = "retired pages pending";
     add("GPU " + std::to_string(gpu.index) + " unhealthy" + (why.empty() ? "" : " (" + why + ")"));
   }
 }
 
 Status validate(const Thresholds& t) {
-  if (!positive(t.windowSeconds)) return invalid("thresholds.windowSeconds must be > 0");
-  if (!positive(t.silenceSeconds)) return invalid("thresholds.silenceSeconds must be > 0");
-  if (!positive(t.hangSeconds)) return invalid("thresholds.hangSeconds must be > 0");
-  if (!std::isfinite(t.minMeasureTransferSeconds) || t.minMeasureTransferSeconds < 0.0) {
+  if (!positive(t.window_seconds)) return invalid("thresholds.windowSeconds must be > 0");
+  if (!positive(t.silence_seconds)) return invalid("thresholds.silenceSeconds must be > 0");
+  if (!positive(t.hang_seconds)) return invalid("thresholds.hangSeconds must be > 0");
+  if (!std::isfinite(t.min_measure_transfer_seconds) || t.min_measure_transfer_seconds < 0.0) {
     return invalid("thresholds.minMeasureTransferSeconds must be >= 0");
   }
-  if (!std::isfinite(t.slowFactor) || t.slowFactor <= 1.0) {
+  if (!std::isfinite(t.slow_factor) || t.slow_factor <= 1.0) {
     return invalid("thresholds.slowFactor must be > 1");
   }
-  if (!std::isfinite(t.stragglerFactor) || t.stragglerFactor <= 1.0) {
+  if (!std::isfinite(t.straggler_factor) || t.straggler_factor <= 1.0) {
     return invalid("thresholds.stragglerFactor must be > 1");
   }
-  if (!positive(t.minLatenessShare)) return invalid("thresholds.minLatenessShare must be > 0");
-  if (!std::isfinite(t.minStragglerSlowdown) || t.minStragglerSlowdown < 1.0) {
+  if (!positive(t.min_lateness_share)) return invalid("thresholds.minLatenessShare must be > 0");
+  if (!std::isfinite(t.min_straggler_slowdown) || t.min_straggler_slowdown < 1.0) {
     return invalid("thresholds.minStragglerSlowdown must be >= 1");
   }
-  if (t.confirmationWindows < 1) return invalid("thresholds.confirmationWindows must be >= 1");
-  if (t.clearWindows < 1) return invalid("thresholds.clearWindows must be >= 1");
-  if (t.warmupWindows < 0) return invalid("thresholds.warmupWindows must be >= 0");
-  if (t.minPeersEvidence < 1) return invalid("thresholds.minPeersEvidence must be >= 1");
-  if (!std::isfinite(t.pauseGraceSeconds) || t.pauseGraceSeconds < 0.0) {
+  if (t.confirmation_windows < 1) return invalid("thresholds.confirmationWindows must be >= 1");
+  if (t.clear_windows < 1) return invalid("thresholds.clearWindows must be >= 1");
+  if (t.warmup_windows < 0) return invalid("thresholds.warmupWindows must be >= 0");
+  if (t.min_peers_evidence < 1) return invalid("thresholds.minPeersEvidence must be >= 1");
+  if (!std::isfinite(t.pause_grace_seconds) || t.pause_grace_seconds < 0.0) {
     return invalid("thresholds.pauseGraceSeconds must be >= 0");
   }
-  if (!positive(t.maxPauseSeconds)) return invalid("thresholds.maxPauseSeconds must be > 0");
-  if (!positive(t.anomalyMemorySeconds)) {
+  if (!positive(t.max_pause_seconds)) return invalid("thresholds.maxPauseSeconds must be > 0");
+  if (!positive(t.anomaly_memory_seconds)) {
     return invalid("thresholds.anomalyMemorySeconds must be > 0");
   }
-  if (!std::isfinite(t.repeatOffenderMinScore) || t.repeatOffenderMinScore <= 0.0) {
+  if (!std::isfinite(t.repeat_offender_min_score) || t.repeat_offender_min_score <= 0.0) {
     return invalid("thresholds.repeatOffenderMinScore must be > 0");
   }
-  if (!std::isfinite(t.repeatOffenderRelax) || t.repeatOffenderRelax <= 0.0 ||
-      t.repeatOffenderRelax > 1.0) {
+  if (!std::isfinite(t.repeat_offender_relax) || t.repeat_offender_relax <= 0.0 ||
+      t.repeat_offender_relax > 1.0) {
     return invalid("thresholds.repeatOffenderRelax must be in (0, 1]");
   }
   return okStatus();
@@ -121,12 +122,12 @@ Status validate(const Thresholds& t) {
 
 Status validate(const JobSnapshot& s) {
   C4_RETURN_IF_ERROR(validate(s.thresholds));
-  if (s.worldSize <= 0 || s.worldSize > report::kMaxRank) {
-    return invalid("worldSize " + std::to_string(s.worldSize) + " out of range");
+  if (s.world_size <= 0 || s.world_size > report::kMaxRank) {
+    return invalid("worldSize " + std::to_string(s.world_size) + " out of range");
   }
-  if (s.ranks.size() != static_cast<std::size_t>(s.worldSize)) {
+  if (s.ranks.size() != static_cast<std::size_t>(s.world_size)) {
     return invalid("ranks has " + std::to_string(s.ranks.size()) + " entries, worldSize is " +
-                   std::to_string(s.worldSize));
+                   std::to_string(s.world_size));
   }
   for (std::size_t r = 0; r < s.ranks.size(); ++r) {
     const RankSnapshot& rs = s.ranks[r];

@@ -1,7 +1,7 @@
 // The analyser's input: an immutable picture of one TrainingJob at one moment, built by the
 // caller (the ingest report store) every window, and the detection thresholds.
 //
-// Everything is plain data so the store can fill it cheaply: ranks are indexed 0..worldSize-1,
+// Everything is plain data so the store can fill it cheaply: ranks are indexed 0..world_size-1,
 // nodes are referenced by index into JobSnapshot::nodes, connections are compact copies of
 // report::ConnectionStats (no names, no subflows). Times are wall time (the senders' Unix time,
 // as carried by the reports); `now` is given to the analyser with each snapshot.
@@ -30,30 +30,30 @@ namespace c4::c4d {
 // Detection thresholds (TrainingJob spec `faultTolerance`; the defaults below are the documented
 // ones, see docs/c4d.md).
 struct Thresholds {
-  double windowSeconds = 1.0;     // the analysis window (one tick)
-  double silenceSeconds = 3.0;    // a rank whose newest report is older than this is silent
-  double hangSeconds = 10.0;      // ops waiting with no byte progress this long = hang
-  double slowFactor = 4.0;        // a connection slower than median / slowFactor is slow
-  double stragglerFactor = 3.0;   // a rank's lateness above this x the job's noise = straggler
-  double minLatenessShare = 0.1;  // ... and above this share of the window
+  double window_seconds = 1.0;      // the analysis window (one tick)
+  double silence_seconds = 3.0;     // a rank whose newest report is older than this is silent
+  double hang_seconds = 10.0;       // ops waiting with no byte progress this long = hang
+  double slow_factor = 4.0;         // a connection slower than median / slowFactor is slow
+  double straggler_factor = 3.0;    // a rank's lateness above this x the job's noise = straggler
+  double min_lateness_share = 0.1;  // ... and above this share of the window
   // ... and slowing the job down at least this much (a milder lateness is within the noise of a
   // busy job, and costs less than anything done about it)
-  double minStragglerSlowdown = 1.25;
-  int confirmationWindows = 2;  // consecutive windows a finding must persist
-  int clearWindows = 3;         // consecutive windows without it before a verdict clears
-  int warmupWindows = 3;        // windows after an attempt starts with no rate-based rules
-  int minPeersEvidence = 2;     // peers that must show the syndrome (capped at the degree)
-  std::uint64_t minMeasureBytes = 1 << 20;  // bytes a connection must carry to be measured
+  double min_straggler_slowdown = 1.25;
+  int confirmation_windows = 2;  // consecutive windows a finding must persist
+  int clear_windows = 3;         // consecutive windows without it before a verdict clears
+  int warmup_windows = 3;        // windows after an attempt starts with no rate-based rules
+  int min_peers_evidence = 2;    // peers that must show the syndrome (capped at the degree)
+  std::uint64_t min_measure_bytes = 1 << 20;  // bytes a connection must carry to be measured
   // ... and transfer time it must spend in the window: a rate over a few microseconds of
   // copies into socket buffers says nothing about the link.
-  double minMeasureTransferSeconds = 0.01;
-  double pauseGraceSeconds = 2.0;      // hang rules stay off this long after a pause
-  double maxPauseSeconds = 600.0;      // an announced pause older than this no longer suspends
-  double anomalyMemorySeconds = 30.0;  // how long peer connection errors count as evidence
+  double min_measure_transfer_seconds = 0.01;
+  double pause_grace_seconds = 2.0;      // hang rules stay off this long after a pause
+  double max_pause_seconds = 600.0;      // an announced pause older than this no longer suspends
+  double anomaly_memory_seconds = 30.0;  // how long peer connection errors count as evidence
   // Repeat offenders: a node whose score >= repeatOffenderMinScore gets thresholds relaxed by
   // repeatOffenderRelax (0 < relax <= 1; see docs/c4d.md for the exact formulas).
-  double repeatOffenderMinScore = 1.0;
-  double repeatOffenderRelax = 0.5;
+  double repeat_offender_min_score = 1.0;
+  double repeat_offender_relax = 0.5;
 
   friend bool operator==(const Thresholds&, const Thresholds&) = default;
 };
@@ -75,15 +75,15 @@ enum class PodState {
 struct ConnSample {
   std::uint64_t id = 0;  // unique within the reporting process
   report::Direction direction = report::Direction::kSend;
-  std::int32_t peerRank = -1;  // -1: unknown (ignored)
-  std::uint64_t bytes = 0;     // cumulative since the connection opened
-  std::uint64_t ops = 0;       // cumulative
+  std::int32_t peer_rank = -1;  // -1: unknown (ignored)
+  std::uint64_t bytes = 0;      // cumulative since the connection opened
+  std::uint64_t ops = 0;        // cumulative
   // Payload bytes through the connection's sockets (its subflows' bytes summed), cumulative:
   // written to the sockets by the sender, read from them by the receiver, ahead of whole-op
   // completion. 0: not reported (the dead-link rule on queued bytes is then off).
-  std::uint64_t wireBytes = 0;
+  std::uint64_t wire_bytes = 0;
   std::uint32_t inflight = 0;
-  std::uint64_t oldestInflightUs = 0;
+  std::uint64_t oldest_inflight_us = 0;
   report::LatencySummary wait;      // ops completed in the report's interval
   report::LatencySummary transfer;  // ops completed in the report's interval
 
@@ -92,7 +92,7 @@ struct ConnSample {
 
 struct ReportSample {
   WallTime time{};  // the report's timeUnixNs
-  std::uint32_t intervalMs = 1000;
+  std::uint32_t interval_ms = 1000;
   std::vector<ConnSample> connections;
 
   static ReportSample from(const report::RankReport& r);
@@ -106,16 +106,16 @@ struct ProgressSample {
 
 struct AnomalySample {
   report::AnomalyKind kind = report::AnomalyKind::kStall;
-  std::int32_t peerRank = -1;
+  std::int32_t peer_rank = -1;
   report::Direction direction = report::Direction::kSend;
-  std::uint64_t ageUs = 0;
+  std::uint64_t age_us = 0;
   WallTime time{};
 };
 
 struct RankSnapshot {
   std::int32_t node = -1;  // index into JobSnapshot::nodes
   std::string pod;
-  PodState podState = PodState::kUnknown;
+  PodState pod_state = PodState::kUnknown;
   std::vector<ReportSample> reports;  // oldest first, newest last; current attempt only
   std::optional<ProgressSample> progress;
   std::vector<AnomalySample> anomalies;  // since the previous tick
@@ -124,16 +124,16 @@ struct RankSnapshot {
 // What the node plugin says about a node, reduced to the facts the rules use.
 struct NodeSnapshot {
   std::string name;
-  bool telemetryArriving = true;  // the node plugin's batches arrive
-  bool nicDown = false;           // a NIC carrying job traffic is down
-  bool rdmaPortDown = false;      // an RDMA port is not ACTIVE/LinkUp
-  bool gpuFault = false;          // a GPU is unhealthy (XID, uncorrected ECC, ...)
-  std::string healthDetail;       // one line naming the faulty devices ("" when none)
+  bool telemetry_arriving = true;  // the node plugin's batches arrive
+  bool nic_down = false;           // a NIC carrying job traffic is down
+  bool rdma_port_down = false;     // an RDMA port is not ACTIVE/LinkUp
+  bool gpu_fault = false;          // a GPU is unhealthy (XID, uncorrected ECC, ...)
+  std::string health_detail;       // one line naming the faulty devices ("" when none)
   // Times this node was implicated in a fault (any job) within the caller's repeat-offender
   // window; >= Thresholds::repeatOffenderMinScore relaxes the thresholds for it.
-  double repeatOffenderScore = 0.0;
+  double repeat_offender_score = 0.0;
 
-  bool hasHardwareFault() const { return nicDown || rdmaPortDown || gpuFault; }
+  bool hasHardwareFault() const { return nic_down || rdma_port_down || gpu_fault; }
 };
 
 // Fills the health fields of `out` from a NodeHealth batch: NIC down = an interface that is not
@@ -144,7 +144,7 @@ void applyNodeHealth(const report::NodeHealth& health, NodeSnapshot& out);
 struct JobSnapshot {
   std::string ns;
   std::string name;
-  std::int32_t worldSize = 0;
+  std::int32_t world_size = 0;
   std::uint32_t attempt = 0;        // restart attempt; a change resets the analyser's state
   std::vector<RankSnapshot> ranks;  // size == worldSize
   std::vector<NodeSnapshot> nodes;

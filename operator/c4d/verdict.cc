@@ -10,7 +10,7 @@ double Evidence::number(std::string_view name, double fallback) const {
 }
 
 std::string Verdict::key() const {
-  std::string out(faultClassName(faultClass));
+  std::string out(faultClassName(fault_class));
   out += '/';
   out += culpritKindName(culprit.kind);
   out += '/';
@@ -19,7 +19,7 @@ std::string Verdict::key() const {
       out += culprit.node;
       break;
     case CulpritKind::kLink:
-      out += culprit.node + "<->" + culprit.peerNode;
+      out += culprit.node + "<->" + culprit.peer_node;
       break;
     case CulpritKind::kRank:
       out += std::to_string(culprit.rank);

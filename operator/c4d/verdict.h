@@ -13,7 +13,7 @@
 
 namespace c4::c4d {
 
-// The five classes of DESIGN.md §4.
+// The five classes of docs/design.md §4.
 enum class FaultClass { kCrash, kCommHang, kNonCommHang, kCommSlow, kNonCommSlow };
 
 enum class CulpritKind { kNode, kLink, kRank };
@@ -21,7 +21,7 @@ enum class CulpritKind { kNode, kLink, kRank };
 struct Culprit {
   CulpritKind kind = CulpritKind::kNode;
   std::string node;        // kNode: the node; kLink: one end; kRank: the rank's node
-  std::string peerNode;    // kLink: the other end (node < peerNode); else ""
+  std::string peer_node;   // kLink: the other end (node < peerNode); else ""
   std::int32_t rank = -1;  // kRank: the rank; else -1
 
   friend bool operator==(const Culprit&, const Culprit&) = default;
@@ -44,15 +44,15 @@ struct Evidence {
 };
 
 struct Verdict {
-  FaultClass faultClass = FaultClass::kCrash;
+  FaultClass fault_class = FaultClass::kCrash;
   Culprit culprit;
   std::vector<std::int32_t> ranks;  // ranks involved, ascending
   Evidence evidence;
-  WallTime firstSeen{};    // the first window the finding was seen
-  WallTime confirmedAt{};  // the window it had persisted for the confirmation windows
+  WallTime first_seen{};    // the first window the finding was seen
+  WallTime confirmed_at{};  // the window it had persisted for the confirmation windows
   Action action = Action::kEventOnly;
-  bool nodeEvidence = false;    // node health data (NIC/RDMA/GPU) supports the culprit
-  bool repeatOffender = false;  // relaxed thresholds applied (a repeat offender is involved)
+  bool node_evidence = false;    // node health data (NIC/RDMA/GPU) supports the culprit
+  bool repeat_offender = false;  // relaxed thresholds applied (a repeat offender is involved)
   // kNonCommSlow: estimated job slowdown caused by the straggler (step time / normal step
   // time, >= 1); 1 for the other classes.
   double slowdown = 1.0;
@@ -70,20 +70,20 @@ struct Observation {
   std::string node;
   std::vector<std::int32_t> ranks;
   std::string message;
-  WallTime firstSeen{};
-  bool isNew = false;  // first tick it is reported (raise the Event then)
+  WallTime first_seen{};
+  bool is_new = false;  // first tick it is reported (raise the Event then)
 };
 
 // Per-window measurements, for metrics and the benchmark.
 struct WindowStats {
-  std::size_t reportingRanks = 0;
-  std::size_t silentRanks = 0;
-  std::size_t edges = 0;                  // rank->rank connections seen (aggregated per direction)
-  std::size_t measuredEdges = 0;          // edges that carried enough bytes to rate
-  double referenceRateBytesPerSec = 0.0;  // 75th percentile rate of measured inter-node edges
-  bool paused = false;                    // hang and straggler rules suspended this window
-  bool warmup = false;                    // rate rules off (attempt just started)
-  std::size_t pendingFindings = 0;        // seen, not yet confirmed
+  std::size_t reporting_ranks = 0;
+  std::size_t silent_ranks = 0;
+  std::size_t edges = 0;           // rank->rank connections seen (aggregated per direction)
+  std::size_t measured_edges = 0;  // edges that carried enough bytes to rate
+  double reference_rate_bytes_per_sec = 0.0;  // 75th percentile rate of measured inter-node edges
+  bool paused = false;                        // hang and straggler rules suspended this window
+  bool warmup = false;                        // rate rules off (attempt just started)
+  std::size_t pending_findings = 0;           // seen, not yet confirmed
 };
 
 struct TickResult {

@@ -1,6 +1,6 @@
 #include "operator/c4p/plan_document.h"
 
-#include "c4/plugin/plan.h"
+#include "c4/common/plan.h"
 
 namespace c4::op::c4p {
 Result<PlanDocument> makePlanDocument(const JobPlan& plan, std::int64_t version, Mode mode) {
@@ -53,19 +53,19 @@ std::string renderPlanDocument(const PlanDocument& doc) {
 Result<PlanDocument> parsePlanDocument(std::string_view text) {
   // The plugin's own parser decides what is valid, so the operator cannot accept a document the
   // plugin would refuse (or the other way round).
-  C4_ASSIGN_OR_RETURN(plugin::Plan plan, plugin::parsePlan(text));
+  C4_ASSIGN_OR_RETURN(Plan plan, parsePlan(text));
   PlanDocument out;
   out.version = plan.version;
-  out.default_subflows = plan.defaultSubflows;
+  out.default_subflows = plan.default_subflows;
   out.planes.insert(plan.planes.begin(), plan.planes.end());
   for (const auto& p : plan.pairs) {
     PlannedPair pair;
-    pair.local_node = p.localNode;
-    pair.peer_node = p.peerNode;
+    pair.local_node = p.local_node;
+    pair.peer_node = p.peer_node;
     auto plane = out.planes.find(pair.local_node);
     pair.plane = plane == out.planes.end() ? 0 : plane->second;
     for (const auto& sf : p.subflows) {
-      pair.subflows.push_back(PlannedSubflow{sf.localPort, sf.pathId, sf.weight});
+      pair.subflows.push_back(PlannedSubflow{sf.local_port, sf.path_id, sf.weight});
     }
     out.pairs.push_back(std::move(pair));
   }

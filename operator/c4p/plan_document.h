@@ -10,7 +10,7 @@
 //   Advisory  the same pairs and path ids, but port 0 (ephemeral) and weight 1 on every subflow:
 //             the plugin applies nothing and echoes the plan's version and path labels;
 //   Off       version and default subflow count only.
-// parsePlanDocument() is the plugin's own parser (c4::plugin::parsePlan: unknown fields, types,
+// parsePlanDocument() is the plugin's own parser (c4::parsePlan: unknown fields, types,
 // ranges, 1..64 subflows, a positive weight per pair, duplicate pairs, plane ids) converted to the
 // operator's types, so a round trip proves the plugin accepts what the operator writes.
 #pragma once

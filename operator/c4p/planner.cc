@@ -866,26 +866,6 @@ void keepOldPaths(const Index& ix, std::vector<Item>& items,
 
 }  // namespace
 
-Result<Mode> parseMode(std::string_view name) {
-  if (name == "Off") return Mode::kOff;
-  if (name == "Advisory") return Mode::kAdvisory;
-  if (name == "Enforce") return Mode::kEnforce;
-  return makeError(ErrorCode::kInvalidArgument, "trafficPlanning.mode: \"" + std::string(name) +
-                                                    "\" is not one of Off, Advisory, Enforce");
-}
-
-std::string_view modeName(Mode mode) {
-  switch (mode) {
-    case Mode::kOff:
-      return "Off";
-    case Mode::kAdvisory:
-      return "Advisory";
-    case Mode::kEnforce:
-      return "Enforce";
-  }
-  return "Off";
-}
-
 Planner::Planner(Fabric fabric, PlannerOptions options)
     : fabric_(std::move(fabric)), options_(options) {}
 

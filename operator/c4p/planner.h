@@ -52,17 +52,9 @@
 #include "c4/common/error.h"
 #include "operator/c4p/fabric.h"
 #include "operator/c4p/flows.h"
+#include "operator/c4p/mode.h"
 
 namespace c4::op::c4p {
-
-// TrainingJob spec.trafficPlanning.mode.
-//   Off:      no plan (the document carries the version only; the plugin spreads by default)
-//   Advisory: the plan is computed and published with its path labels, but the plugin is given
-//             ephemeral ports and equal weights, so it only reports what the plan would do
-//   Enforce:  the plugin binds the planned ports and splits bytes by the planned weights
-enum class Mode { kOff, kAdvisory, kEnforce };
-Result<Mode> parseMode(std::string_view name);  // "Off" | "Advisory" | "Enforce"
-std::string_view modeName(Mode mode);
 
 struct PlannerOptions {
   std::uint16_t port_first = 40000;  // source ports the planner hands out, inclusive

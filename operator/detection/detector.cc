@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "operator/trainingjob/api.h"
+#include "operator/trainingjob/status.h"
 
 namespace c4::op {
 namespace {
@@ -30,11 +31,9 @@ c4d::PodState podStateOf(const std::optional<Json>& pod) {
   return c4d::PodState::kUnknown;
 }
 
-std::int64_t intAt(const Json& j, const char* pointer, std::int64_t fallback) {
-  const Json::json_pointer p(pointer);
-  if (!j.contains(p)) return fallback;
-  const Json& v = j.at(p);
-  return v.is_number_integer() ? v.get<std::int64_t>() : fallback;
+// A status that does not decode (never from the API server) reads as an empty one: not Running.
+TrainingJobStatus jobStatus(const Json& job) {
+  return parseTrainingJobStatus(job).value_or(TrainingJobStatus{});
 }
 
 std::string describeCulprit(const c4d::Culprit& c) {
@@ -42,7 +41,7 @@ std::string describeCulprit(const c4d::Culprit& c) {
     case c4d::CulpritKind::kNode:
       return "node " + c.node;
     case c4d::CulpritKind::kLink:
-      return "link " + c.node + "<->" + c.peerNode;
+      return "link " + c.node + "<->" + c.peer_node;
     case c4d::CulpritKind::kRank:
       return "rank " + std::to_string(c.rank) + " on node " + c.node;
   }
@@ -51,59 +50,29 @@ std::string describeCulprit(const c4d::Culprit& c) {
 
 }  // namespace
 
-std::vector<NodeFaultRecord> faultHistoryOf(const Json& node) {
-  std::vector<NodeFaultRecord> out;
-  const std::string text = annotationOf(node, kFaultHistoryAnnotation);
-  if (text.empty()) return out;
-  Json parsed = Json::parse(text, nullptr, false);
-  if (!parsed.is_array()) return out;
-  for (const auto& e : parsed) {
-    if (!e.is_object()) continue;
-    auto t = parseRfc3339(e.value("time", std::string{}));
-    if (!t) continue;
-    out.push_back({*t, e.value("class", std::string{}), e.value("job", std::string{})});
-  }
-  return out;
-}
-
-std::string appendFaultHistory(const Json& node, const NodeFaultRecord& added,
-                               std::size_t max_entries) {
-  auto history = faultHistoryOf(node);
-  history.push_back(added);
-  if (history.size() > max_entries) {
-    history.erase(history.begin(),
-                  history.begin() + static_cast<std::ptrdiff_t>(history.size() - max_entries));
-  }
-  Json out = Json::array();
-  for (const auto& r : history) {
-    out.push_back({{"time", formatRfc3339(r.time)}, {"class", r.fault_class}, {"job", r.job}});
-  }
-  return out.dump();
-}
-
-c4d::JobSnapshot buildSnapshot(const Json& job, const ingest::JobRecord& record,
+c4d::JobSnapshot buildSnapshot(const Json& job, const ingest::RecentReports& record,
                                const SnapshotSources& sources, const DetectorConfig& config,
                                WallTime now, std::int64_t* last_anomaly_ns) {
   c4d::JobSnapshot snap;
   snap.ns = record.ns;
   snap.name = record.name;
-  snap.worldSize = record.facts.world_size;
+  snap.world_size = record.facts.world_size;
   snap.attempt = record.facts.attempt;
-  snap.ranks.resize(static_cast<std::size_t>(std::max(0, snap.worldSize)));
+  snap.ranks.resize(static_cast<std::size_t>(std::max(0, snap.world_size)));
 
   auto spec = parseTrainingJobSpec(job);
   std::int64_t procs = 1;
   if (spec) {
     const FaultTolerance& ft = spec->fault_tolerance;
-    snap.thresholds.hangSeconds = static_cast<double>(ft.hang_seconds);
-    snap.thresholds.slowFactor = ft.slow_factor;
-    snap.thresholds.confirmationWindows = static_cast<int>(std::max<std::int64_t>(
+    snap.thresholds.hang_seconds = static_cast<double>(ft.hang_seconds);
+    snap.thresholds.slow_factor = ft.slow_factor;
+    snap.thresholds.confirmation_windows = static_cast<int>(std::max<std::int64_t>(
         1, ft.window_seconds /
                std::max<std::int64_t>(
                    1, std::chrono::duration_cast<std::chrono::seconds>(config.window).count())));
     procs = std::max<std::int64_t>(1, procsPerPod(*spec));
   }
-  snap.thresholds.windowSeconds = std::chrono::duration<double>(config.window).count();
+  snap.thresholds.window_seconds = std::chrono::duration<double>(config.window).count();
 
   std::map<std::string, std::int32_t> node_index;
   auto nodeIndex = [&](const std::string& name) -> std::int32_t {
@@ -112,18 +81,22 @@ c4d::JobSnapshot buildSnapshot(const Json& job, const ingest::JobRecord& record,
     if (added) {
       c4d::NodeSnapshot n;
       n.name = name;
-      if (sources.node_record) {
-        if (auto rec = sources.node_record(name)) {
-          n.telemetryArriving = now - rec->last_batch <= config.node_silence;
-          c4d::applyNodeHealth(rec->health, n);
-        } else {
-          n.telemetryArriving = false;
-        }
+      std::optional<ingest::NodeRecord> rec;
+      if (auto known = record.nodes.find(name); known != record.nodes.end()) {
+        rec = known->second;
+      } else if (sources.node_record) {
+        rec = sources.node_record(name);
+      }
+      if (rec) {
+        n.telemetry_arriving = now - rec->last_batch <= config.node_silence;
+        c4d::applyNodeHealth(rec->health, n);
+      } else {
+        n.telemetry_arriving = false;
       }
       if (sources.node) {
         if (auto node = sources.node(name)) {
           for (const auto& r : faultHistoryOf(*node)) {
-            if (now - r.time <= config.repeat_offender_window) n.repeatOffenderScore += 1.0;
+            if (now - r.time <= config.repeat_offender_window) n.repeat_offender_score += 1.0;
           }
         }
       }
@@ -134,7 +107,7 @@ c4d::JobSnapshot buildSnapshot(const Json& job, const ingest::JobRecord& record,
 
   const std::string job_name = objectName(job);
   std::map<std::int64_t, std::optional<Json>> pods;  // replica index -> pod
-  for (std::int32_t r = 0; r < snap.worldSize; ++r) {
+  for (std::int32_t r = 0; r < snap.world_size; ++r) {
     c4d::RankSnapshot& rank = snap.ranks[static_cast<std::size_t>(r)];
     const std::int64_t index = r / procs;
     auto pod_it = pods.find(index);
@@ -148,33 +121,29 @@ c4d::JobSnapshot buildSnapshot(const Json& job, const ingest::JobRecord& record,
       pod_it = pods.emplace(index, std::move(pod)).first;
     }
     const std::optional<Json>& pod = pod_it->second;
-    rank.podState = podStateOf(pod);
+    rank.pod_state = podStateOf(pod);
     rank.pod = pod ? objectName(*pod) : job_name + "-" + std::to_string(index);
     std::string node = pod ? stringAtPath(*pod, "/spec/nodeName") : std::string{};
 
     auto rec = record.ranks.find(r);
     if (rec != record.ranks.end()) {
-      const ingest::RankRecord& rr = rec->second;
+      const ingest::RecentRank& rr = rec->second;
       if (node.empty()) node = rr.identity.node;
       const std::size_t n = std::min(config.report_samples, rr.reports.size());
       for (std::size_t i = rr.reports.size() - n; i < rr.reports.size(); ++i) {
-        const ingest::RankHeader& h = rr.reports[i];
+        const ingest::StoredReport& report = rr.reports[i];
         c4d::ReportSample sample;
-        sample.time = h.received;  // operator clock: silence is measured against `now`
-        sample.intervalMs = h.interval_ms;
-        for (const auto& [id, history] : rr.connections) {
-          for (const auto& s : history.samples) {
-            if (s.report_seq == h.seq) {
-              sample.connections.push_back(c4d::ConnSample::from(s.stats));
-              break;
-            }
-          }
+        sample.time = report.header.received;  // operator clock: silence is measured to `now`
+        sample.interval_ms = report.header.interval_ms;
+        sample.connections.reserve(report.connections.size());
+        for (const auto& c : report.connections) {
+          sample.connections.push_back(c4d::ConnSample::from(c));
         }
         rank.reports.push_back(std::move(sample));
       }
       if (rr.progress) {
         rank.progress = c4d::ProgressSample{rr.progress->state, rr.progress->step,
-                                            fromUnixNanos(rr.progress->timeUnixNs)};
+                                            fromUnixNanos(rr.progress->time_unix_ns)};
       }
     }
     rank.node = nodeIndex(node);
@@ -182,24 +151,24 @@ c4d::JobSnapshot buildSnapshot(const Json& job, const ingest::JobRecord& record,
 
   std::int64_t newest = last_anomaly_ns != nullptr ? *last_anomaly_ns : 0;
   for (const auto& a : record.anomalies) {
-    if (last_anomaly_ns != nullptr && a.timeUnixNs <= *last_anomaly_ns) continue;
-    newest = std::max(newest, a.timeUnixNs);
-    if (a.id.rank < 0 || a.id.rank >= snap.worldSize) continue;
-    snap.ranks[static_cast<std::size_t>(a.id.rank)].anomalies.push_back(
-        c4d::AnomalySample{a.kind, a.peerRank, a.direction, a.ageUs, fromUnixNanos(a.timeUnixNs)});
+    if (last_anomaly_ns != nullptr && a.time_unix_ns <= *last_anomaly_ns) continue;
+    newest = std::max(newest, a.time_unix_ns);
+    if (a.id.rank < 0 || a.id.rank >= snap.world_size) continue;
+    snap.ranks[static_cast<std::size_t>(a.id.rank)].anomalies.push_back(c4d::AnomalySample{
+        a.kind, a.peer_rank, a.direction, a.age_us, fromUnixNanos(a.time_unix_ns)});
   }
   if (last_anomaly_ns != nullptr) *last_anomaly_ns = newest;
   return snap;
 }
 
 Detector::Detector(ingest::ReportStore& store, Informer& jobs, Informer& pods, Informer& nodes,
-                   KubeClient& client, EventRecorder& events, Clock& clock, DetectorConfig config,
-                   metrics::Registry& registry)
+                   NodeRemediator& remediator, EventRecorder& events, Clock& clock,
+                   DetectorConfig config, metrics::Registry& registry, DetectorPeers peers)
     : store_(store),
       jobs_(jobs),
       pods_(pods),
       nodes_(nodes),
-      client_(client),
+      remediator_(remediator),
       events_(events),
       clock_(clock),
       config_(config),
@@ -215,13 +184,15 @@ Detector::Detector(ingest::ReportStore& store, Informer& jobs, Informer& pods, I
           "From the first window a fault was seen to its confirmation, by fault class.", {"class"},
           metrics::exponentialBuckets(0.5, 2.0, 10))),
       tick_seconds_(registry.histogram("c4_c4d_tick_duration_seconds",
-                                       "Time of one analysis window over every job.", {},
+                                       "Time of one analysis window of one job.", {},
                                        metrics::exponentialBuckets(0.0005, 2.0, 14))),
       deferred_(registry.counter(
           "c4_c4d_deferred_total",
           "Communication hangs and slow nodes left to C4P (a failed, degraded or suspect link "
           "on the connections' planned paths), by outcome: deferred, then cleared or acted.",
-          {"outcome"})) {
+          {"outcome"})),
+      peers_(peers),
+      queue_(clock, defaultControllerRateLimiter(clock), &registry, "c4d") {
   // Every class's histogram and the observation counter from the start at 0, so increase() in
   // alerts and dashboards sees the first verdict of a class and the first observation.
   for (auto c : {c4d::FaultClass::kCrash, c4d::FaultClass::kCommHang, c4d::FaultClass::kNonCommHang,
@@ -231,15 +202,15 @@ Detector::Detector(ingest::ReportStore& store, Informer& jobs, Informer& pods, I
   observations_.labels(
       {std::string(c4d::observationKindName(c4d::ObservationKind::kTelemetryMissing))});
   for (const char* outcome : {"deferred", "cleared", "acted"}) deferred_.labels({outcome});
+  // Every change of a job (new, new attempt, phase, deleted) queues it; its window decides
+  // whether it is analysed now.
+  jobs_.addHandler([this](InformerEvent, const Json*, const Json& job) {
+    queue_.add(objectKey(objectNamespace(job), objectName(job)));
+  });
 }
 
 Detector::~Detector() {
   stop();
-}
-
-void Detector::setEnqueue(std::function<void(const std::string& key)> enqueue) {
-  std::lock_guard lock(mu_);
-  enqueue_ = std::move(enqueue);
 }
 
 std::optional<DiagnosedFault> Detector::diagnosis(const std::string& key) const {
@@ -249,72 +220,85 @@ std::optional<DiagnosedFault> Detector::diagnosis(const std::string& key) const 
   return it->second.diagnosis;
 }
 
-void Detector::tick() {
-  const MonoTime started = clock_.monoNow();
-  const WallTime now = clock_.wallNow();
-  std::vector<std::string> keys = store_.jobKeys();
-  std::set<std::string> live(keys.begin(), keys.end());
-  for (const auto& key : keys) {
-    auto job = jobs_.store().get(key);
-    if (!job) continue;
-    JobState* state = nullptr;
-    {
-      std::lock_guard lock(mu_);
-      state = &job_state_[key];
-    }
-    analyse(key, *job, *state, now);
+Result<ReconcileResult> Detector::reconcile(const std::string& key) {
+  auto job = jobs_.store().get(key);
+  if (!job) {  // deleted: forget it
+    std::lock_guard lock(mu_);
+    job_state_.erase(key);
+    return ReconcileResult{};
   }
+  JobState* state = nullptr;
   {
     std::lock_guard lock(mu_);
-    for (auto it = job_state_.begin(); it != job_state_.end();) {
-      it = live.contains(it->first) ? std::next(it) : job_state_.erase(it);
-    }
+    state = &job_state_[key];  // only this key's reconcile touches or erases it
   }
-  tick_seconds_.get().observe(std::chrono::duration<double>(clock_.monoNow() - started).count());
+  observeAttempt(*job, *state);
+  const MonoTime started = clock_.monoNow();
+  if (state->next_window && started < *state->next_window) {
+    return ReconcileResult{*state->next_window - started};  // not due: an event queued it early
+  }
+  // Due now; the next window follows this one's due time (fell behind: no burst).
+  state->next_window = std::max(state->next_window.value_or(started) + config_.window, started);
+  const bool known = analyse(key, *job, *state, clock_.wallNow());
+  const MonoTime finished = clock_.monoNow();
+  tick_seconds_.get().observe(std::chrono::duration<double>(finished - started).count());
+  if (!known) {
+    // Nothing in the store (no reports yet, or the job's data was dropped): nothing to keep.
+    // A running job is looked at again after a window; any other waits for its next event.
+    {
+      std::lock_guard lock(mu_);
+      job_state_.erase(key);
+    }
+    if (jobStatus(*job).phase.value_or("") != "Running") return ReconcileResult{};
+    return ReconcileResult{config_.window};
+  }
+  return ReconcileResult{std::max(Duration::zero(), *state->next_window - finished)};
 }
 
-void Detector::analyse(const std::string& key, const Json& job, JobState& state, WallTime now) {
+void Detector::observeAttempt(const Json& job, JobState& state) {
   const std::string uid = stringAtPath(job, "/metadata/uid");
-  const std::int64_t attempt = intAt(job, "/status/attempt", 0);
-  const std::string phase = stringAtPath(job, "/status/phase");
-  if (state.uid != uid || state.attempt != static_cast<std::uint32_t>(attempt)) {
-    state.analyser.reset();
-    state.uid = uid;
-    state.attempt = static_cast<std::uint32_t>(attempt);
-    state.last_anomaly_ns = 0;
-    state.replanned.clear();
-    state.deferred.clear();
-    std::lock_guard lock(mu_);
-    state.diagnosis.reset();
-  }
+  const std::int64_t attempt = jobStatus(job).attempt.value_or(0);
+  if (state.uid == uid && state.attempt == static_cast<std::uint32_t>(attempt)) return;
+  state.analyser.reset();
+  state.uid = uid;
+  state.attempt = static_cast<std::uint32_t>(attempt);
+  state.last_anomaly_ns = 0;
+  state.replanned.clear();
+  state.deferred.clear();
+  std::lock_guard lock(mu_);
+  state.diagnosis.reset();
+}
+
+bool Detector::analyse(const std::string& key, const Json& job, JobState& state, WallTime now) {
+  const std::string uid = stringAtPath(job, "/metadata/uid");
+  const std::string phase = jobStatus(job).phase.value_or("");
+  if (!store_.hasJob(objectNamespace(job), objectName(job))) return false;
   // Only a running attempt is analysed: pods starting, a restart in progress or a finished job
   // have no communication syndrome to read.
   if (phase != "Running") {
     state.analyser.reset();
-    return;
+    return true;
   }
-  std::optional<c4d::JobSnapshot> snap;
-  store_.readJob(objectNamespace(job), objectName(job), [&](const ingest::JobRecord& record) {
-    if (record.facts.attempt != state.attempt || record.facts.uid != uid) return;
-    SnapshotSources sources;
-    sources.pod = [this](const std::string& k) { return pods_.store().get(k); };
-    sources.node = [this](const std::string& n) { return nodes_.store().get(n); };
-    sources.node_record = {};  // filled below: the store's lock is not re-entrant
-    snap = buildSnapshot(job, record, sources, config_, now, &state.last_anomaly_ns);
-  });
-  if (!snap) return;
-  for (auto& n : snap->nodes) {
-    if (auto rec = store_.node(n.name)) {
-      n.telemetryArriving = now - rec->last_batch <= config_.node_silence;
-      c4d::applyNodeHealth(rec->health, n);
-    } else {
-      n.telemetryArriving = false;
-    }
-  }
-  auto result = state.analyser.tick(*snap, now);
+  ingest::RecentReportsQuery query;
+  query.reports = config_.report_samples;
+  query.anomalies_after_ns = state.last_anomaly_ns;
+  auto reports = store_.recentReports(objectNamespace(job), objectName(job), query);
+  if (!reports) return false;
+  if (reports->facts.attempt != state.attempt || reports->facts.uid != uid) return true;
+  SnapshotSources sources;
+  sources.pod = [this](const std::string& k) { return pods_.store().get(k); };
+  sources.node = [this](const std::string& n) {
+    auto node = nodes_.store().get(n);
+    if (node) checkFaultHistory(*node);
+    return node;
+  };
+  sources.node_record = [this](const std::string& n) { return store_.node(n); };
+  const c4d::JobSnapshot snap =
+      buildSnapshot(job, *reports, sources, config_, now, &state.last_anomaly_ns);
+  auto result = state.analyser.tick(snap, now);
   if (!result) {
     log_.warn("Analysis skipped", {{"job", key}, {"error", result.error()}});
-    return;
+    return true;
   }
   auto spec = parseTrainingJobSpec(job);
   const bool dry_run = spec && spec->fault_tolerance.dry_run;
@@ -323,14 +307,14 @@ void Detector::analyse(const std::string& key, const Json& job, JobState& state,
     // restart the job (a node named because all its slow links share it). A slow link (replan)
     // is C4P's anyway.
     const bool deferrable =
-        v.faultClass == c4d::FaultClass::kCommHang ||
-        (v.faultClass == c4d::FaultClass::kCommSlow && v.action != c4d::Action::kReplan);
-    auto why = deferrable ? trafficExplanation(key, v, *snap) : std::nullopt;
+        v.fault_class == c4d::FaultClass::kCommHang ||
+        (v.fault_class == c4d::FaultClass::kCommSlow && v.action != c4d::Action::kReplan);
+    auto why = deferrable ? trafficExplanation(key, v, snap) : std::nullopt;
     if (!why) {
       act(key, job, state, v, dry_run);
       continue;
     }
-    const bool hang = v.faultClass == c4d::FaultClass::kCommHang;
+    const bool hang = v.fault_class == c4d::FaultClass::kCommHang;
     state.deferred[v.key()] = JobState::Deferred{v, now, *why};
     deferred_.labels({"deferred"}).inc();
     const std::string culprit = describeCulprit(v.culprit);
@@ -338,24 +322,25 @@ void Detector::analyse(const std::string& key, const Json& job, JobState& state,
     std::snprintf(secs, sizeof secs, "%.0f s",
                   std::chrono::duration<double>(config_.traffic_plan_grace).count());
     log_.warn("Fault left to C4P", {{"job", key},
-                                    {"class", c4d::faultClassName(v.faultClass)},
+                                    {"class", c4d::faultClassName(v.fault_class)},
                                     {"culprit", culprit},
                                     {"explanation", *why},
                                     {"evidence", v.evidence.message}});
     events_.record(job, "Warning", "FaultDetected",
-                   std::string(c4d::faultClassName(v.faultClass)) + " of " + culprit + ": " +
+                   std::string(c4d::faultClassName(v.fault_class)) + " of " + culprit + ": " +
                        v.evidence.message + "; action " + std::string(c4d::actionName(v.action)) +
                        (hang ? " deferred up to " + std::string(secs) + ": "
                              : " held while C4P explains it: ") +
                        *why);
   }
-  resolveDeferred(key, job, state, *result, *snap, now, dry_run);
-  escalatePersistentSlowLinks(key, job, state, *result, *snap, now, dry_run);
+  resolveDeferred(key, job, state, *result, snap, now, dry_run);
+  escalatePersistentSlowLinks(key, job, state, *result, snap, now, dry_run);
   for (const auto& o : result->observations) {
-    if (!o.isNew) continue;
+    if (!o.is_new) continue;
     observations_.labels({std::string(c4d::observationKindName(o.kind))}).inc();
     events_.record(job, "Warning", "TelemetryMissing", o.message);
   }
+  return true;
 }
 
 // A slow link C4P re-planned around (or that no plan covers) and that is still slow after
@@ -388,22 +373,22 @@ void Detector::escalatePersistentSlowLinks(const std::string& key, const Json& j
       for (const auto& n : snap.nodes) {
         if (n.name == name) {
           return n.hasHardwareFault() ||
-                 n.repeatOffenderScore >= snap.thresholds.repeatOffenderMinScore;
+                 n.repeat_offender_score >= snap.thresholds.repeat_offender_min_score;
         }
       }
       return false;
     };
-    const bool a = suspect(v.culprit.node), b = suspect(v.culprit.peerNode);
+    const bool a = suspect(v.culprit.node), b = suspect(v.culprit.peer_node);
     char secs[32];
     std::snprintf(secs, sizeof secs, "%.1f s", since);
     std::string message = "still slow " + std::string(secs) +
                           " after C4P was asked to re-plan around it (" + v.evidence.message + ")";
     if (a != b) {
-      const std::string node = a ? v.culprit.node : v.culprit.peerNode;
+      const std::string node = a ? v.culprit.node : v.culprit.peer_node;
       v.culprit = c4d::Culprit{};
       v.culprit.kind = c4d::CulpritKind::kNode;
       v.culprit.node = node;
-      v.nodeEvidence = true;
+      v.node_evidence = true;
       v.action = c4d::Action::kCordonAndRestart;
       v.evidence.message = message + "; node " + node + " has node-level evidence: its NIC";
     } else {
@@ -420,22 +405,21 @@ void Detector::escalatePersistentSlowLinks(const std::string& key, const Json& j
 std::optional<std::string> Detector::trafficExplanation(const std::string& key,
                                                         const c4d::Verdict& v,
                                                         const c4d::JobSnapshot& snap) const {
-  if (v.faultClass != c4d::FaultClass::kCommHang && v.faultClass != c4d::FaultClass::kCommSlow) {
+  if (v.fault_class != c4d::FaultClass::kCommHang && v.fault_class != c4d::FaultClass::kCommSlow) {
     return std::nullopt;
   }
-  TrafficExplanation explain;
-  {
-    std::lock_guard lock(mu_);
-    explain = explain_;
-  }
-  if (!explain || v.culprit.node.empty()) return std::nullopt;
+  const TrafficPlanPeer* traffic = peers_.traffic;
+  if (traffic == nullptr || v.culprit.node.empty()) return std::nullopt;
+  auto explain = [&](const std::string& k, const std::string& a, const std::string& b) {
+    return traffic->explain(k, a, b);
+  };
   if (v.culprit.kind == c4d::CulpritKind::kLink) {
-    if (v.culprit.peerNode.empty()) return std::nullopt;
-    return explain(key, v.culprit.node, v.culprit.peerNode);
+    if (v.culprit.peer_node.empty()) return std::nullopt;
+    return explain(key, v.culprit.node, v.culprit.peer_node);
   }
   // A node named only because every hung or slow link of the job touches it (no node-level
   // evidence): C4P explains it when it explains every one of those links.
-  if (v.culprit.kind != c4d::CulpritKind::kNode || v.nodeEvidence) return std::nullopt;
+  if (v.culprit.kind != c4d::CulpritKind::kNode || v.node_evidence) return std::nullopt;
   std::set<std::string> peers;
   for (std::int32_t r : v.ranks) {
     if (r < 0 || static_cast<std::size_t>(r) >= snap.ranks.size()) continue;
@@ -474,14 +458,14 @@ void Detector::resolveDeferred(const std::string& key, const Json& job, JobState
       deferred_.labels({"cleared"}).inc();
       log_.info("Fault left to C4P cleared", {{"job", key}, {"culprit", culprit}});
       events_.record(job, "Normal", "FaultCleared",
-                     std::string(c4d::faultClassName(it->second.verdict.faultClass)) + " of " +
+                     std::string(c4d::faultClassName(it->second.verdict.fault_class)) + " of " +
                          culprit + " cleared " + secs + " after it was left to C4P (" +
                          it->second.why + "); nothing done");
       it = state.deferred.erase(it);
       continue;
     }
     auto why = trafficExplanation(key, *active, snap);
-    const bool expired = active->faultClass == c4d::FaultClass::kCommHang &&
+    const bool expired = active->fault_class == c4d::FaultClass::kCommHang &&
                          now - it->second.since >= config_.traffic_plan_grace;
     if (why && !expired) {
       it->second.why = *why;
@@ -504,12 +488,14 @@ bool Detector::stragglerWorthRestart(const Json& job, const c4d::Verdict& v, Wal
   // A restart: the job's measured loss per restart (or the default) plus the work since the
   // last checkpoint, which is computed again.
   double restart = std::chrono::duration<double>(config_.restart_cost).count();
-  const std::int64_t restarts = intAt(job, "/status/restarts", 0);
-  const std::int64_t lost = intAt(job, "/status/goodput/lostSeconds", 0);
+  const TrainingJobStatus status = jobStatus(job);
+  const std::int64_t restarts = status.restarts.value_or(0);
+  const std::int64_t lost = status.goodput ? status.goodput->lost_seconds.value_or(0) : 0;
   if (restarts > 0 && lost > 0) restart = static_cast<double>(lost) / static_cast<double>(restarts);
-  if (auto t = parseRfc3339(stringAtPath(job, "/status/lastCheckpoint/time"))) {
+  if (auto t = parseRfc3339(status.last_checkpoint ? status.last_checkpoint->time.value_or("")
+                                                   : std::string{})) {
     restart += std::max(0.0, std::chrono::duration<double>(now - *t).count());
-  } else if (auto since = parseRfc3339(stringAtPath(job, "/status/phaseSince"))) {
+  } else if (auto since = parseRfc3339(status.phase_since.value_or(""))) {
     restart += std::max(0.0, std::chrono::duration<double>(now - *since).count());
   }
   // Running on: this share of every second is lost until the job ends (horizon).
@@ -520,24 +506,24 @@ bool Detector::stragglerWorthRestart(const Json& job, const c4d::Verdict& v, Wal
 
 void Detector::act(const std::string& key, const Json& job, JobState& state, const c4d::Verdict& v,
                    bool dry_run) {
-  const std::string fault_class(c4d::faultClassName(v.faultClass));
+  const std::string fault_class(c4d::faultClassName(v.fault_class));
   const WallTime now = clock_.wallNow();
   c4d::Action action = v.action;
-  if (v.faultClass == c4d::FaultClass::kNonCommSlow && action == c4d::Action::kEventOnly &&
+  if (v.fault_class == c4d::FaultClass::kNonCommSlow && action == c4d::Action::kEventOnly &&
       stragglerWorthRestart(job, v, now)) {
     action = c4d::Action::kCordonAndRestart;
   }
   const std::string action_name(c4d::actionName(action));
   verdicts_.labels({fault_class, dry_run ? "dryRun" : action_name}).inc();
   detection_seconds_.labels({fault_class})
-      .observe(std::chrono::duration<double>(v.confirmedAt - v.firstSeen).count());
+      .observe(std::chrono::duration<double>(v.confirmed_at - v.first_seen).count());
 
   std::vector<std::string> nodes;
   if (v.culprit.kind == c4d::CulpritKind::kNode || v.culprit.kind == c4d::CulpritKind::kRank) {
     if (!v.culprit.node.empty()) nodes.push_back(v.culprit.node);
   } else if (v.culprit.kind == c4d::CulpritKind::kLink) {
     if (!v.culprit.node.empty()) nodes.push_back(v.culprit.node);
-    if (!v.culprit.peerNode.empty()) nodes.push_back(v.culprit.peerNode);
+    if (!v.culprit.peer_node.empty()) nodes.push_back(v.culprit.peer_node);
   }
   const std::string culprit = describeCulprit(v.culprit);
   std::string message = fault_class + " of " + culprit + ": " + v.evidence.message + "; action " +
@@ -554,26 +540,21 @@ void Detector::act(const std::string& key, const Json& job, JobState& state, con
   // a crash without node evidence implicates nobody).
   const bool node_culprit =
       v.culprit.kind != c4d::CulpritKind::kLink &&
-      (v.faultClass != c4d::FaultClass::kCrash || v.nodeEvidence || v.repeatOffender);
+      (v.fault_class != c4d::FaultClass::kCrash || v.node_evidence || v.repeat_offender);
   if (node_culprit) {
     for (const auto& n : nodes) {
-      if (auto node = nodes_.store().get(n)) {
-        events_.record(*node, "Warning", "FaultSuspected",
-                       "TrainingJob " + key + ": " + fault_class + ": " + v.evidence.message);
-      }
+      auto node = nodes_.store().get(n);
+      if (!node) continue;
+      events_.record(*node, "Warning", "FaultSuspected",
+                     "TrainingJob " + key + ": " + fault_class + ": " + v.evidence.message);
       recordNodeFault(n, {now, fault_class, key});
     }
   }
   if (dry_run) return;
   if (action == c4d::Action::kReplan && v.culprit.kind == c4d::CulpritKind::kLink &&
-      !v.culprit.node.empty() && !v.culprit.peerNode.empty()) {
+      !v.culprit.node.empty() && !v.culprit.peer_node.empty()) {
     state.replanned.emplace(v.key(), now);  // escalated if still slow after replan_grace
-    std::function<void(const std::string&, const std::string&, const std::string&)> replan;
-    {
-      std::lock_guard lock(mu_);
-      replan = replan_;
-    }
-    if (replan) replan(key, v.culprit.node, v.culprit.peerNode);
+    if (peers_.traffic != nullptr) peers_.traffic->replan(key, v.culprit.node, v.culprit.peer_node);
     return;
   }
   if (action != c4d::Action::kCordonAndRestart && action != c4d::Action::kRestartOnly) return;
@@ -587,66 +568,81 @@ void Detector::act(const std::string& key, const Json& job, JobState& state, con
                                                                       : std::vector<std::string>{};
   d.cordon = action == c4d::Action::kCordonAndRestart && node_culprit;
   d.rank = v.culprit.rank;
-  d.detection_seconds = std::chrono::duration<double>(v.confirmedAt - v.firstSeen).count();
-  std::function<void(const std::string&)> enqueue;
+  d.detection_seconds = std::chrono::duration<double>(v.confirmed_at - v.first_seen).count();
   {
     std::lock_guard lock(mu_);
     if (state.diagnosis) return;  // the first diagnosis of an attempt decides its restart
     state.diagnosis = std::move(d);
-    enqueue = enqueue_;
   }
-  if (enqueue) enqueue(key);
-}
-
-void Detector::setTrafficExplanation(TrafficExplanation explain) {
-  std::lock_guard lock(mu_);
-  explain_ = std::move(explain);
-}
-
-void Detector::setReplan(
-    std::function<void(const std::string&, const std::string&, const std::string&)> replan) {
-  std::lock_guard lock(mu_);
-  replan_ = std::move(replan);
+  if (peers_.diagnoses != nullptr) peers_.diagnoses->diagnosed(key);
 }
 
 void Detector::recordNodeFault(const std::string& node_name, const NodeFaultRecord& record) {
-  auto node = nodes_.store().get(node_name);
-  if (!node) return;
-  Json patch = {{"metadata",
-                 {{"annotations",
-                   {{kFaultHistoryAnnotation,
-                     appendFaultHistory(*node, record, config_.max_fault_history)}}}}}};
-  auto written = client_.patch(resources::nodes(), "", node_name, PatchType::kMerge, patch);
-  if (!written) {
+  if (auto written = remediator_.recordFault(node_name, record); !written) {
     log_.warn("Node fault history not written", {{"node", node_name}, {"error", written.error()}});
   }
 }
 
-void Detector::start() {
-  std::lock_guard guard(loop_mu_);
-  if (thread_.joinable()) return;
-  stopping_ = false;
-  thread_ = std::thread([this] {
-    std::unique_lock lock(loop_mu_);
-    MonoTime next = clock_.monoNow();
-    while (!stopping_) {
-      lock.unlock();
-      tick();
-      lock.lock();
-      next += config_.window;
-      if (next < clock_.monoNow()) next = clock_.monoNow();  // fell behind: no burst
-      clock_.waitUntil(lock, loop_cv_, next, [this] { return stopping_; });
+void Detector::checkFaultHistory(const Json& node) {
+  std::string problem;
+  faultHistoryOf(node, &problem);
+  const std::string name = objectName(node);
+  const std::string rv = stringAt(fieldsOf(node, "metadata"), "resourceVersion").value_or("");
+  {
+    std::lock_guard lock(mu_);
+    if (problem.empty()) {
+      history_reported_.erase(name);
+      return;
     }
-  });
+    auto [it, added] = history_reported_.try_emplace(name, rv);
+    if (!added && it->second == rv) return;
+    it->second = rv;
+  }
+  log_.warn("Malformed fault history ignored", {{"node", name}, {"problem", problem}});
+  events_.record(node, "Warning", "InvalidFaultHistory",
+                 std::string("annotation ") + kFaultHistoryAnnotation + " is malformed (" +
+                     problem +
+                     "); its malformed entries are ignored and dropped with the next fault "
+                     "recorded");
+}
+
+void Detector::start() {
+  std::lock_guard lock(lifecycle_mu_);
+  if (stopped_ || worker_.joinable()) return;
+  for (const auto& job : jobs_.store().list()) {
+    queue_.add(objectKey(objectNamespace(job), objectName(job)));
+  }
+  worker_ = std::thread([this] { worker(); });
 }
 
 void Detector::stop() {
   {
-    std::lock_guard lock(loop_mu_);
-    stopping_ = true;
+    std::lock_guard lock(lifecycle_mu_);
+    stopped_ = true;
+    queue_.shutDown();
   }
-  loop_cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  if (worker_.joinable()) worker_.join();
+}
+
+void Detector::worker() {
+  for (;;) {
+    auto key = queue_.get();
+    if (!key) return;
+    Result<ReconcileResult> result = makeError(ErrorCode::kInternal, "not run");
+    try {
+      result = reconcile(*key);
+    } catch (const std::exception& e) {  // no exception leaves the worker
+      result = makeError(ErrorCode::kInternal, std::string("analysis threw: ") + e.what());
+    }
+    if (!result) {
+      log_.warn("Analysis failed, will retry", {{"job", *key}, {"error", result.error()}});
+      queue_.addRateLimited(*key);
+    } else {
+      queue_.forget(*key);
+      if (result->requeue_after) queue_.addAfter(*key, *result->requeue_after);
+    }
+    queue_.done(*key);
+  }
 }
 
 }  // namespace c4::op

@@ -1,21 +1,32 @@
-// C4D in the operator: every analysis window (1 s) the detector turns each running TrainingJob's
-// reports in the ingest store into a c4d::JobSnapshot, runs the job's c4d::JobAnalyser on it and
-// acts on what it confirms:
+// C4D in the operator: a reconciler of TrainingJob keys ("<ns>/<name>") behind a rate-limited
+// work queue (kube/controller/work_queue.h), like the TrainingJob controller. A job's reconcile is
+// one analysis window: it turns the job's recent reports in the ingest store
+// (ReportStore::recentReports) into a c4d::JobSnapshot, runs the job's c4d::JobAnalyser on it,
+// acts on what it confirms and re-queues the job after the window (`window`, 1 s; measured from
+// when the window was due, so a slow analysis does not stretch the cadence). Jobs are discovered
+// from the TrainingJob informer (every event adds the job's key; a key added before its window
+// is due waits for it: the analyser counts windows, so an informer event never adds one) and,
+// at start(), from its cache. A job with nothing in the store is looked at again after a window
+// while it runs, and forgotten when it is not running or is deleted. One worker: analysis is
+// cheap and per job.
+//
+// What it confirms:
 //
 //   - every new verdict: a Warning Event `FaultDetected` on the TrainingJob naming class, culprit,
 //     evidence and action (with "dry run" when the job's faultTolerance.dryRun is set), a
-//     `FaultSuspected` Event on each culprit Node, the node's fault history (annotation
-//     c4.dev/fault-history, kept across jobs and operator restarts), metrics;
+//     `FaultSuspected` Event on each culprit Node, an entry in the node's fault history
+//     (annotation c4.dev/fault-history, kept across jobs and operator restarts; written by
+//     operator/remediation, NodeRemediator::recordFault, with optimistic concurrency), metrics;
 //   - a verdict that calls for a restart (cordonAndRestart, restartOnly, or a straggler whose
 //     measured slowdown costs more than a restart would) becomes the job's DiagnosedFault, which
 //     the TrainingJob controller reads (diagnosis()) when it reconciles the job — enqueued at
-//     once — and turns into a restart from the last checkpoint away from the culprits, with a
-//     cordon when the evidence names a node;
-//   - a slow link (replan) is reported and handed to the traffic planner (setReplan), which
+//     once (DiagnosisListener) — and turns into a restart from the last checkpoint away from the
+//     culprits, with a cordon when the evidence names a node;
+//   - a slow link (replan) is reported and handed to the traffic planner (TrafficPlanPeer), which
 //     looks at that connection's subflows with a lower bar;
 //   - telemetry missing from a node: a Warning Event `TelemetryMissing`, never an action.
 //
-// Coordination with C4P (setTrafficExplanation): a communication hang between two nodes whose
+// Coordination with C4P (TrafficPlanPeer::explain): a communication hang between two nodes whose
 // planned paths cross a link C4P holds failed, degraded or suspect is C4P's to handle first — it
 // moves new data off the link, and bytes queued on it move when the link or the routing does. The
 // verdict is deferred (a Warning Event `FaultDetected` that says so) and acted on only if the hang
@@ -35,7 +46,6 @@
 // and the slowdown is at least `straggler_min_slowdown`.
 #pragma once
 
-#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
@@ -47,23 +57,24 @@
 #include "c4/common/clock.h"
 #include "c4/common/log.h"
 #include "c4/common/metrics.h"
+#include "kube/cache/informer.h"
+#include "kube/client/kube_client.h"
+#include "kube/controller/events.h"
+#include "kube/controller/work_queue.h"
 #include "operator/c4d/analyser.h"
-#include "operator/cache/informer.h"
-#include "operator/client/kube_client.h"
-#include "operator/controller/events.h"
 #include "operator/ingest/report_store.h"
+#include "operator/remediation/node_actions.h"
 #include "operator/trainingjob/planner.h"
+#include "operator/trainingjob/reconciler.h"
 
 namespace c4::op {
-
-inline constexpr const char* kFaultHistoryAnnotation = "c4.dev/fault-history";
+using namespace c4::kube;  // the operator is written against the Kubernetes library
 
 struct DetectorConfig {
   Duration window = std::chrono::seconds{1};
   // A node's batches count as arriving when the newest is at most this old.
   Duration node_silence = std::chrono::seconds{5};
   Duration repeat_offender_window = std::chrono::hours{24};
-  std::size_t max_fault_history = 10;  // entries per node annotation
   // Straggler cost model.
   Duration restart_cost = std::chrono::seconds{60};
   Duration straggler_horizon = std::chrono::hours{1};
@@ -84,65 +95,77 @@ struct DetectorConfig {
   Duration traffic_plan_grace = std::chrono::seconds{15};
 };
 
-// One entry of a node's fault history.
-struct NodeFaultRecord {
-  WallTime time{};
-  std::string fault_class;
-  std::string job;  // "<ns>/<name>"
-};
-// The entries of a Node's c4.dev/fault-history annotation (malformed entries are skipped).
-std::vector<NodeFaultRecord> faultHistoryOf(const Json& node);
-// The annotation value with `added` appended, the oldest dropped beyond `max_entries`.
-std::string appendFaultHistory(const Json& node, const NodeFaultRecord& added,
-                               std::size_t max_entries);
-
-// The analyser's snapshot of one job from the store's record, the job's pods and the nodes
-// (exposed for tests). `job` is the TrainingJob; pods are looked up as "<ns>/<job>-<index>".
+// The analyser's snapshot of one job from its recent reports in the store
+// (ReportStore::recentReports), the job's pods and the nodes (exposed for tests). `job` is the
+// TrainingJob; pods are looked up as "<ns>/<job>-<index>"; a node's record is the one in
+// `reports.nodes`, else `node_record`'s.
 struct SnapshotSources {
   std::function<std::optional<Json>(const std::string& key)> pod;
   std::function<std::optional<Json>(const std::string& name)> node;
   std::function<std::optional<ingest::NodeRecord>(const std::string& name)> node_record;
 };
-c4d::JobSnapshot buildSnapshot(const Json& job, const ingest::JobRecord& record,
+c4d::JobSnapshot buildSnapshot(const Json& job, const ingest::RecentReports& reports,
                                const SnapshotSources& sources, const DetectorConfig& config,
                                WallTime now, std::int64_t* last_anomaly_ns);
 
+// Who hears of a diagnosis: the TrainingJob controller, which enqueues the job.
+class DiagnosisListener {
+ public:
+  virtual ~DiagnosisListener() = default;
+  // Job "<ns>/<name>" got a diagnosis (Detector::diagnosis). Called from the detector's worker.
+  virtual void diagnosed(const std::string& key) = 0;
+};
+
+// C4P as C4D sees it (operator/trafficplan; the manager adapts its controller). Thread-safe.
+class TrafficPlanPeer {
+ public:
+  virtual ~TrafficPlanPeer() = default;
+  // The connection between `node` and `peer_node` of job "<ns>/<name>" is slow (a kReplan
+  // verdict of a link, not in dry run): re-plan around it.
+  virtual void replan(const std::string& key, const std::string& node,
+                      const std::string& peer_node) = 0;
+  // Why the connection may hang or slow down without a fault at either end (a link on its
+  // planned paths that C4P holds failed, degraded or suspect), or nullopt.
+  [[nodiscard]] virtual std::optional<std::string> explain(const std::string& key,
+                                                           const std::string& node,
+                                                           const std::string& peer_node) const = 0;
+};
+
+// The detector's peers; null: nobody (no controller, no traffic planning).
+struct DetectorPeers {
+  DiagnosisListener* diagnoses = nullptr;
+  TrafficPlanPeer* traffic = nullptr;
+};
+
 class Detector {
  public:
-  // `client` writes node annotations (the manager's fenced client); `jobs`, `pods` and `nodes`
-  // are the controller's informers. Everything must outlive the detector.
+  // `remediator` records the culprit nodes' fault history (the only writer of Nodes); `jobs`,
+  // `pods` and `nodes` are the controller's informers (a handler is added to `jobs`: construct
+  // before the informers start). Everything must outlive the detector.
   Detector(ingest::ReportStore& store, Informer& jobs, Informer& pods, Informer& nodes,
-           KubeClient& client, EventRecorder& events, Clock& clock, DetectorConfig config,
-           metrics::Registry& registry);
+           NodeRemediator& remediator, EventRecorder& events, Clock& clock, DetectorConfig config,
+           metrics::Registry& registry, DetectorPeers peers = {});
   ~Detector();
   Detector(const Detector&) = delete;
   Detector& operator=(const Detector&) = delete;
 
-  // Called with "<ns>/<name>" when a job gets a diagnosis (the controller enqueues it).
-  void setEnqueue(std::function<void(const std::string& key)> enqueue);
-  // Called with "<ns>/<name>" and the two nodes of a connection C4D found slow (a kReplan
-  // verdict of a link, not in dry run): the traffic planner (operator/trafficplan) takes it.
-  void setReplan(std::function<void(const std::string& key, const std::string& node,
-                                    const std::string& peer_node)>
-                     replan);
-  // C4P's view of a connection between two nodes of job "<ns>/<name>": why it may hang or slow
-  // down without a fault at either end (a link on its planned paths that C4P holds failed,
-  // degraded or suspect), or nullopt. Called from the detector's thread; must be thread-safe.
-  using TrafficExplanation = std::function<std::optional<std::string>(
-      const std::string& key, const std::string& node, const std::string& peer_node)>;
-  void setTrafficExplanation(TrafficExplanation explain);
   // The restart-causing verdict of the job's current attempt, if any (thread-safe).
   [[nodiscard]] std::optional<DiagnosedFault> diagnosis(const std::string& key) const;
 
-  // One analysis window over every job the store holds.
-  void tick();
-  // Runs tick() every window on a thread of its own until stop().
+  // One reconcile of job "<ns>/<name>" (exposed for tests; the worker calls it): a new uid or
+  // attempt resets the job's state at once; the analysis window runs when it is due (the
+  // first at once), and the result says when to look again (none: forget the key).
+  Result<ReconcileResult> reconcile(const std::string& key);
+  // Queues every job in the TrainingJob cache and starts the worker; the manager calls it once
+  // the caches synced. stop() shuts the queue down and joins (idempotent; no restart).
   void start();
   void stop();
+  WorkQueue& queue() { return queue_; }
 
  private:
   struct JobState {
     c4d::JobAnalyser analyser;
+    std::optional<MonoTime> next_window;  // when the next analysis window is due
     std::string uid;
     std::uint32_t attempt = 0;
     std::int64_t last_anomaly_ns = 0;
@@ -158,7 +181,11 @@ class Detector {
     };
     std::map<std::string, Deferred> deferred;
   };
-  void analyse(const std::string& key, const Json& job, JobState& state, WallTime now);
+  void worker();
+  // Resets the state when the job's uid or attempt changed.
+  void observeAttempt(const Json& job, JobState& state);
+  // One analysis window; false when the store holds nothing of the job.
+  bool analyse(const std::string& key, const Json& job, JobState& state, WallTime now);
   void act(const std::string& key, const Json& job, JobState& state, const c4d::Verdict& v,
            bool dry_run);
   void escalatePersistentSlowLinks(const std::string& key, const Json& job, JobState& state,
@@ -172,13 +199,16 @@ class Detector {
                        const c4d::TickResult& result, const c4d::JobSnapshot& snap, WallTime now,
                        bool dry_run);
   void recordNodeFault(const std::string& node_name, const NodeFaultRecord& record);
+  // A Warning Event InvalidFaultHistory on a node whose c4.dev/fault-history annotation is
+  // malformed (once per resourceVersion); its malformed entries are ignored.
+  void checkFaultHistory(const Json& node);
   bool stragglerWorthRestart(const Json& job, const c4d::Verdict& v, WallTime now) const;
 
   ingest::ReportStore& store_;
   Informer& jobs_;
   Informer& pods_;
   Informer& nodes_;
-  KubeClient& client_;
+  NodeRemediator& remediator_;
   EventRecorder& events_;
   Clock& clock_;
   DetectorConfig config_;
@@ -189,16 +219,17 @@ class Detector {
   metrics::Family<metrics::Histogram>& tick_seconds_;
   metrics::Family<metrics::Counter>& deferred_;
 
-  mutable std::mutex mu_;  // guards jobs_state_ diagnoses, enqueue_, replan_ and explain_
-  std::map<std::string, JobState> job_state_;
-  std::function<void(const std::string&)> enqueue_;
-  std::function<void(const std::string&, const std::string&, const std::string&)> replan_;
-  TrafficExplanation explain_;
+  DetectorPeers peers_;
 
-  std::mutex loop_mu_;
-  std::condition_variable_any loop_cv_;
-  bool stopping_ = false;
-  std::thread thread_;
+  mutable std::mutex mu_;  // guards job_state_ (the map) and the states' diagnoses
+  std::map<std::string, JobState> job_state_;
+  // Node -> the resourceVersion whose malformed fault history was last reported (guarded by mu_).
+  std::map<std::string, std::string> history_reported_;
+
+  WorkQueue queue_;
+  std::mutex lifecycle_mu_;
+  bool stopped_ = false;
+  std::thread worker_;
 };
 
 }  // namespace c4::op

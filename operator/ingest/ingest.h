@@ -17,14 +17,15 @@
 
 #include "c4/common/clock.h"
 #include "c4/common/metrics.h"
-#include "operator/cache/shared_informers.h"
-#include "operator/client/kube_client.h"
+#include "kube/cache/shared_informers.h"
+#include "kube/client/kube_client.h"
 #include "operator/ingest/report_handler.h"
 #include "operator/ingest/report_server.h"
 #include "operator/ingest/report_store.h"
 #include "operator/ingest/token_review.h"
 
 namespace c4::op::ingest {
+using namespace c4::kube;  // the operator is written against the Kubernetes library
 
 struct IngestConfig {
   ReportServerConfig server;

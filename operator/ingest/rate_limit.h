@@ -10,9 +10,10 @@
 #include <string>
 
 #include "c4/common/clock.h"
-#include "operator/controller/lru_cache.h"
+#include "kube/controller/lru_cache.h"
 
 namespace c4::op::ingest {
+using namespace c4::kube;  // the operator is written against the Kubernetes library
 
 struct BucketConfig {
   double rate = 10;  // tokens per second; <= 0: unlimited

@@ -50,9 +50,7 @@ std::string_view noticeKind(const report::Notice& n) {
 }
 
 std::string nodeNameOfPod(const Json& pod) {
-  auto spec = pod.find("spec");
-  if (spec == pod.end() || !spec->is_object()) return "";
-  return spec->value("nodeName", std::string{});
+  return stringAt(fieldsOf(pod, "spec"), "nodeName").value_or("");
 }
 
 std::string errorBody(std::string_view reason, std::string_view message) {
@@ -69,7 +67,7 @@ std::optional<JobInfo> jobInfoOf(const Json& job) {
   auto spec = parseTrainingJobSpec(job);
   if (!spec) return std::nullopt;
   JobInfo info;
-  info.facts.uid = job.contains("metadata") ? job["metadata"].value("uid", std::string{}) : "";
+  info.facts.uid = stringAt(fieldsOf(job, "metadata"), "uid").value_or("");
   std::int64_t attempt = 0;
   if (auto status = job.find("status"); status != job.end() && status->is_object()) {
     auto a = status->find("attempt");
@@ -232,7 +230,7 @@ IngestResponse ReportHandler::process(const IngestRequest& request) {
         "the token is bound to node " + token_node + ", the batch is about node " + batch.node);
   }
   WallTime now = clock_.wallNow();
-  WallTime sent = fromUnixNanos(batch.timeUnixNs);
+  WallTime sent = fromUnixNanos(batch.time_unix_ns);
   if (sent > now + config_.max_clock_skew) {
     return refuse(
         400, "clock_skew",
@@ -302,7 +300,7 @@ std::uint64_t ReportHandler::attribute(report::NodeReport& batch,
     if (nodeNameOfPod(pod) != batch.node) return "pod_not_on_node";
     if (labelOf(pod, labels::kJobName) != id.job) return "pod_not_of_job";
     auto attempt = intLabelOf(pod, labels::kRestartAttempt);
-    if (!attempt || *attempt != id.restartAttempt || id.restartAttempt != info.facts.attempt) {
+    if (!attempt || *attempt != id.restart_attempt || id.restart_attempt != info.facts.attempt) {
       return "stale_attempt";
     }
     auto index = intLabelOf(pod, labels::kReplicaIndex);

@@ -48,12 +48,13 @@
 #include "c4/common/log.h"
 #include "c4/common/metrics.h"
 #include "c4/common/report.h"
-#include "operator/controller/lru_cache.h"
+#include "kube/controller/lru_cache.h"
 #include "operator/ingest/rate_limit.h"
 #include "operator/ingest/report_store.h"
 #include "operator/ingest/token_review.h"
 
 namespace c4::op::ingest {
+using namespace c4::kube;  // the operator is written against the Kubernetes library
 
 struct IngestRequest {
   std::string authorization;  // the Authorization header ("Bearer <token>")

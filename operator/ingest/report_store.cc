@@ -79,8 +79,8 @@ void ReportStore::addRankReport(JobRecord& job, const report::RankReport& r, Wal
   ++rank.reports_total;
   ++job.reports_total;
   job.last_report = std::max(job.last_report, received);
-  rank.reports.push_back(RankHeader{r.seq, r.timeUnixNs, r.intervalMs, r.planVersion,
-                                    r.droppedMessages,
+  rank.reports.push_back(RankHeader{r.seq, r.time_unix_ns, r.interval_ms, r.plan_version,
+                                    r.dropped_messages,
                                     static_cast<std::uint32_t>(r.connections.size()), received});
   while (rank.reports.size() > config_.history) rank.reports.pop_front();
   std::uint64_t now = rank.reports_total;
@@ -90,7 +90,7 @@ void ReportStore::addRankReport(JobRecord& job, const report::RankReport& r, Wal
       if (rank.connections.size() >= config_.max_connections_per_rank) continue;
       it = rank.connections.emplace(c.id, ConnectionHistory{}).first;
     }
-    it->second.samples.push_back(ConnectionSample{r.seq, r.timeUnixNs, c});
+    it->second.samples.push_back(ConnectionSample{r.seq, r.time_unix_ns, c});
     while (it->second.samples.size() > config_.history) it->second.samples.pop_front();
     it->second.last_seen_report = now;
   }
@@ -125,7 +125,7 @@ bool ReportStore::markCheckpoint(JobRecord& job, const report::CheckpointNotice&
     marks.path = notice.path;
     marks.path_from_rank0 = notice.id.rank == 0;
   }
-  marks.newest_ns = std::max(marks.newest_ns, notice.timeUnixNs);
+  marks.newest_ns = std::max(marks.newest_ns, notice.time_unix_ns);
   if (marks.count < world) return false;
   job.checkpoint = ReportedCheckpoint{notice.step, marks.path, fromUnixNanos(marks.newest_ns),
                                       job.facts.attempt};
@@ -146,7 +146,7 @@ std::size_t ReportStore::apply(const report::NodeReport& batch,
     auto facts_of = [&](const report::RankIdentity& id) -> JobRecord* {
       std::string key = jobKey(id.ns, id.job);
       auto f = jobs.find(key);
-      if (f == jobs.end() || f->second.attempt != id.restartAttempt) return nullptr;
+      if (f == jobs.end() || f->second.attempt != id.restart_attempt) return nullptr;
       if (id.rank < 0 || id.rank >= f->second.world_size) return nullptr;
       return jobFor(key, f->second);
     };
@@ -170,10 +170,10 @@ std::size_t ReportStore::apply(const report::NodeReport& batch,
       if (const auto* progress = std::get_if<report::ProgressNotice>(&n)) {
         RankRecord& rank = job->ranks[id.rank];
         if (rank.reports_total == 0 && rank.identity.rank < 0) rank.identity = id;
-        if (!rank.progress || rank.progress->timeUnixNs <= progress->timeUnixNs) {
+        if (!rank.progress || rank.progress->time_unix_ns <= progress->time_unix_ns) {
           rank.progress = *progress;
         }
-        if (!job->progress || job->progress->timeUnixNs <= progress->timeUnixNs) {
+        if (!job->progress || job->progress->time_unix_ns <= progress->time_unix_ns) {
           job->progress = *progress;
         }
       } else if (const auto* anomaly = std::get_if<report::AnomalyNotice>(&n)) {
@@ -199,8 +199,8 @@ std::size_t ReportStore::apply(const report::NodeReport& batch,
     n.last_batch = received;
     n.last_seq = batch.seq;
     ++n.batches;
-    n.plugin_dropped = batch.droppedMessages;
-    n.plugin_rejected = batch.rejectedMessages;
+    n.plugin_dropped = batch.dropped_messages;
+    n.plugin_rejected = batch.rejected_messages;
     n.operator_dropped += operator_dropped + ignored;
   }
   if (listener) {
@@ -242,6 +242,11 @@ std::vector<std::string> ReportStore::jobKeys() const {
   return keys;
 }
 
+bool ReportStore::hasJob(std::string_view ns, std::string_view name) const {
+  std::shared_lock lock(mu_);
+  return jobs_.contains(jobKey(ns, name));
+}
+
 bool ReportStore::readJob(std::string_view ns, std::string_view name,
                           const std::function<void(const JobRecord&)>& read) const {
   std::shared_lock lock(mu_);
@@ -254,6 +259,49 @@ bool ReportStore::readJob(std::string_view ns, std::string_view name,
 void ReportStore::forEachJob(const std::function<void(const JobRecord&)>& read) const {
   std::shared_lock lock(mu_);
   for (const auto& [key, job] : jobs_) read(job);
+}
+
+std::optional<RecentReports> ReportStore::recentReports(std::string_view ns, std::string_view name,
+                                                        const RecentReportsQuery& query) const {
+  std::shared_lock lock(mu_);
+  auto it = jobs_.find(jobKey(ns, name));
+  if (it == jobs_.end()) return std::nullopt;
+  const JobRecord& job = it->second;
+  RecentReports out;
+  out.ns = job.ns;
+  out.name = job.name;
+  out.facts = job.facts;
+  for (const auto& [r, rank] : job.ranks) {
+    RecentRank& view = out.ranks[r];
+    view.identity = rank.identity;
+    view.progress = rank.progress;
+    const std::size_t n = std::min(query.reports, rank.reports.size());
+    view.reports.reserve(n);
+    for (std::size_t i = rank.reports.size() - n; i < rank.reports.size(); ++i) {
+      const RankHeader& h = rank.reports[i];
+      StoredReport report{h, {}};
+      // A report's connections are kept per connection, tagged with the report's seq.
+      for (const auto& [id, history] : rank.connections) {
+        for (const auto& sample : history.samples) {
+          if (sample.report_seq == h.seq) {
+            report.connections.push_back(sample.stats);
+            break;
+          }
+        }
+      }
+      view.reports.push_back(std::move(report));
+    }
+    if (rank.reports_total > 0 && !rank.identity.node.empty() &&
+        !out.nodes.contains(rank.identity.node)) {
+      if (auto node = nodes_.find(rank.identity.node); node != nodes_.end()) {
+        out.nodes.emplace(node->first, node->second);
+      }
+    }
+  }
+  for (const auto& a : job.anomalies) {
+    if (a.time_unix_ns > query.anomalies_after_ns) out.anomalies.push_back(a);
+  }
+  return out;
 }
 
 std::optional<ReportedCheckpoint> ReportStore::checkpoint(std::string_view ns,
@@ -326,14 +374,14 @@ Json ReportStore::summary(std::string_view ns, std::string_view job_name, bool c
           const report::ConnectionStats& st = c.samples.back().stats;
           conns.push_back({{"id", id},
                            {"direction", std::string(report::directionName(st.direction))},
-                           {"peerRank", st.peerRank},
-                           {"peerNode", st.peerNode},
+                           {"peerRank", st.peer_rank},
+                           {"peerNode", st.peer_node},
                            {"bytes", st.bytes},
                            {"ops", st.ops},
                            {"inflight", st.inflight},
-                           {"oldestInflightUs", st.oldestInflightUs},
-                           {"waitSumUs", st.wait.sumUs},
-                           {"transferSumUs", st.transfer.sumUs},
+                           {"oldestInflightUs", st.oldest_inflight_us},
+                           {"waitSumUs", st.wait.sum_us},
+                           {"transferSumUs", st.transfer.sum_us},
                            {"reportSeq", c.samples.back().report_seq}});
         }
         ranks.back()["connectionDetail"] = std::move(conns);

@@ -16,7 +16,7 @@
 //       progress            the newest ProgressNotice
 //     anomalies             the last `max_anomalies_per_job` AnomalyNotices, oldest first
 //     progress              the newest ProgressNotice of any rank
-//     checkpoint            the newest step every rank 0..worldSize-1 has reported (see below)
+//     checkpoint            the newest step every rank 0..world_size-1 has reported (see below)
 //   node "<name>"           latest NodeHealth, last batch time and seq, batches, counters of
 //                           messages the node plugin dropped/rejected and of reports the operator
 //                           dropped; at most `max_nodes` (the longest silent goes first)
@@ -37,6 +37,11 @@
 // attempt. When it advances the checkpoint listener is called with "<ns>/<name>" (outside the
 // store's lock): the TrainingJob controller enqueues the job and writes status.lastCheckpoint.
 //
+// Readers that analyse a job (C4D) ask for its recent whole reports (recentReports): each
+// RankReport as it arrived, header and connections together, with the ranks' identities, the
+// job's newer anomalies and the reporting nodes' records, copied out under the lock; the layout
+// above stays the store's own.
+//
 // Thread-safety: one shared_mutex. apply() and the other writers hold it exclusively for the
 // time it takes to copy a batch in; readers hold it shared while their callback runs (the
 // callback must not call back into the store and should be quick: copy what it needs).
@@ -46,6 +51,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <shared_mutex>
@@ -56,9 +62,10 @@
 #include "c4/common/clock.h"
 #include "c4/common/metrics.h"
 #include "c4/common/report.h"
-#include "operator/client/kube_client.h"
+#include "kube/client/kube_client.h"
 
 namespace c4::op::ingest {
+using namespace c4::kube;  // the operator is written against the Kubernetes library
 
 // What the TrainingJob informer says of a job.
 struct JobFacts {
@@ -141,6 +148,37 @@ struct NodeRecord {
   std::uint64_t operator_dropped = 0;  // rank reports/notices the endpoint dropped, cumulative
 };
 
+// One RankReport as the store holds it: its header and the samples of the connections the store
+// tracks (by connection id) that came with it.
+struct StoredReport {
+  RankHeader header;
+  std::vector<report::ConnectionStats> connections;
+};
+
+// What recentReports() returns for one rank.
+struct RecentRank {
+  report::RankIdentity identity;      // as last reported (pod, node, pid, attempt)
+  std::vector<StoredReport> reports;  // the newest `reports` RankReports, oldest first
+  std::optional<report::ProgressNotice> progress;
+};
+
+// A job's recent whole reports (recentReports()).
+struct RecentReports {
+  std::string ns;
+  std::string name;
+  JobFacts facts;
+  std::map<std::int32_t, RecentRank> ranks;      // ranks with anything stored
+  std::vector<report::AnomalyNotice> anomalies;  // newer than the query's bound, oldest first
+  // The records of the nodes the ranks last reported from (NodeRecord.name == key).
+  std::map<std::string, NodeRecord> nodes;
+};
+
+struct RecentReportsQuery {
+  std::size_t reports = 3;  // per rank, newest first kept (at most the store's history)
+  // Only anomalies whose timeUnixNs is greater (the newest one a caller already saw).
+  std::int64_t anomalies_after_ns = std::numeric_limits<std::int64_t>::min();
+};
+
 struct ReportStoreConfig {
   std::size_t history = 8;
   std::size_t max_connections_per_rank = report::kMaxConnectionsPerReport;
@@ -181,10 +219,16 @@ class ReportStore {
 
   // --- Readers (the C4D analyser, the controller, the debug endpoint) ---
   [[nodiscard]] std::vector<std::string> jobKeys() const;
+  [[nodiscard]] bool hasJob(std::string_view ns, std::string_view name) const;
   // Runs `read` under the shared lock with the job's record; false when the job is unknown.
   bool readJob(std::string_view ns, std::string_view name,
                const std::function<void(const JobRecord&)>& read) const;
   void forEachJob(const std::function<void(const JobRecord&)>& read) const;
+  // A copy of the job's recent whole reports (see RecentReports); nullopt when the job is
+  // unknown. What C4D analyses each window.
+  [[nodiscard]] std::optional<RecentReports> recentReports(std::string_view ns,
+                                                           std::string_view name,
+                                                           const RecentReportsQuery& query) const;
   [[nodiscard]] std::optional<ReportedCheckpoint> checkpoint(std::string_view ns,
                                                              std::string_view name) const;
   [[nodiscard]] std::optional<NodeRecord> node(std::string_view name) const;

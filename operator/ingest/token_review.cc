@@ -148,16 +148,13 @@ Result<TokenUser> TokenReviewer::review(std::string_view token, const std::strin
     if (lookups_ != nullptr) lookups_->labels({"error"}).inc();
     return makeError(ErrorCode::kUnavailable, "TokenReview failed: " + answer.error().message);
   }
-  const Json& status = answer->contains("status") && (*answer)["status"].is_object()
-                           ? (*answer)["status"]
-                           : Json::object();
+  const Json& status = fieldsOf(*answer, "status");
   Entry entry;
-  entry.authenticated = status.value("authenticated", false);
+  entry.authenticated = boolAt(status, "authenticated").value_or(false);
   if (entry.authenticated) {
-    const Json& user =
-        status.contains("user") && status["user"].is_object() ? status["user"] : Json::object();
-    entry.user.username = user.value("username", std::string{});
-    entry.user.uid = user.value("uid", std::string{});
+    const Json& user = fieldsOf(status, "user");
+    entry.user.username = stringAt(user, "username").value_or("");
+    entry.user.uid = stringAt(user, "uid").value_or("");
     if (user.contains("groups")) entry.user.groups = stringList(user["groups"]);
     if (user.contains("extra") && user["extra"].is_object()) {
       for (const auto& [k, v] : user["extra"].items()) entry.user.extra[k] = stringList(v);
@@ -169,7 +166,7 @@ Result<TokenUser> TokenReviewer::review(std::string_view token, const std::strin
       entry.reason = "token is not valid for audience " + config_.audience;
     }
   } else {
-    entry.reason = status.value("error", std::string{});
+    entry.reason = stringAt(status, "error").value_or("");
     if (entry.reason.empty()) entry.reason = "token not authenticated";
   }
   MonoTime expires = started + (entry.authenticated ? config_.positive_ttl : config_.negative_ttl);

@@ -23,10 +23,11 @@
 #include "c4/common/clock.h"
 #include "c4/common/error.h"
 #include "c4/common/metrics.h"
-#include "operator/client/kube_client.h"
-#include "operator/controller/lru_cache.h"
+#include "kube/client/kube_client.h"
+#include "kube/controller/lru_cache.h"
 
 namespace c4::op::ingest {
+using namespace c4::kube;  // the operator is written against the Kubernetes library
 
 // tokenreviews.authentication.k8s.io/v1 (cluster-scoped, create only).
 const ResourceType& tokenReviews();

@@ -5,9 +5,10 @@
 //   C4_FAILPOINTS="after-restart-status=kill"        SIGKILL the process at that point
 //   C4_FAILPOINTS="after-status=kill;other=off"       several, separated by ';'
 //
-// Points (controller.cc): "after-status" (after any TrainingJob status write) and
-// "after-restart-status" (after the status write that starts a restart, before any pod is
-// deleted). An unknown point or action is an error, so a typo cannot silently test nothing.
+// Points (trainingjob/reconciler.h, where they are hit): "after-status" (after any TrainingJob
+// status write) and "after-restart-status" (after the status write that starts a restart, before
+// any pod is deleted). An unknown point or action is an error, so a typo cannot silently test
+// nothing.
 #pragma once
 
 #include <map>
@@ -15,6 +16,7 @@
 #include <string_view>
 
 #include "c4/common/error.h"
+#include "operator/trainingjob/reconciler.h"  // the failpoint names: where they are hit
 
 namespace c4::op {
 
@@ -33,9 +35,5 @@ class Failpoints {
  private:
   std::map<std::string, FailpointAction, std::less<>> actions_;
 };
-
-// The failpoint names the operator knows.
-inline constexpr std::string_view kFailpointAfterStatus = "after-status";
-inline constexpr std::string_view kFailpointAfterRestartStatus = "after-restart-status";
 
 }  // namespace c4::op

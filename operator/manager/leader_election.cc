@@ -63,8 +63,9 @@ Json LeaderElector::newLeaseSpec(const Json& old_spec, bool acquiring) const {
 
 void LeaderElector::recordOwnLease(const Json& lease, MonoTime now) {
   observed_holder_ = config_.identity;
-  observed_renew_time_ = lease["spec"].value("renewTime", std::string{});
-  observed_resource_version_ = lease["metadata"].value("resourceVersion", std::string{});
+  observed_renew_time_ = stringAt(fieldsOf(lease, "spec"), "renewTime").value_or("");
+  observed_resource_version_ =
+      stringAt(fieldsOf(lease, "metadata"), "resourceVersion").value_or("");
   observed_time_ = now;
 }
 
@@ -108,10 +109,10 @@ LeaderElector::Attempt LeaderElector::attempt(bool renewing) {
     setValidUntil(sent + config_.renew_deadline);
     return Attempt::kHeld;
   }
-  const Json& spec = (*current)["spec"];
-  std::string holder = spec.is_object() ? spec.value("holderIdentity", std::string{}) : "";
-  std::string renew_time = spec.is_object() ? spec.value("renewTime", std::string{}) : "";
-  std::string rv = (*current)["metadata"].value("resourceVersion", std::string{});
+  const Json& spec = fieldsOf(*current, "spec");
+  std::string holder = stringAt(spec, "holderIdentity").value_or("");
+  std::string renew_time = stringAt(spec, "renewTime").value_or("");
+  std::string rv = stringAt(fieldsOf(*current, "metadata"), "resourceVersion").value_or("");
   if (holder != observed_holder_ || renew_time != observed_renew_time_ ||
       rv != observed_resource_version_) {
     observed_holder_ = holder;
@@ -120,9 +121,8 @@ LeaderElector::Attempt LeaderElector::attempt(bool renewing) {
     observed_time_ = now;
   }
   Duration duration = config_.lease_duration;
-  if (spec.is_object() && spec.contains("leaseDurationSeconds") &&
-      spec["leaseDurationSeconds"].is_number_integer()) {
-    duration = std::chrono::seconds{spec["leaseDurationSeconds"].get<std::int64_t>()};
+  if (auto seconds = intAt(spec, "leaseDurationSeconds")) {
+    duration = std::chrono::seconds{*seconds};
   }
   bool held_by_other = !holder.empty() && holder != config_.identity;
   if (held_by_other) setValidUntil(MonoTime{});  // whatever we thought, it is not ours now
@@ -150,7 +150,7 @@ Status LeaderElector::release() {
   get_options.timeout = config_.renew_deadline;
   C4_ASSIGN_OR_RETURN(
       Json current, client_.get(leases, config_.lease_namespace, config_.lease_name, get_options));
-  if (current["spec"].value("holderIdentity", std::string{}) != config_.identity) return okStatus();
+  if (stringAt(fieldsOf(current, "spec"), "holderIdentity") != config_.identity) return okStatus();
   current["spec"]["holderIdentity"] = "";
   current["spec"]["leaseDurationSeconds"] = 1;
   current["spec"]["renewTime"] = formatRfc3339Micro(clock_.wallNow());

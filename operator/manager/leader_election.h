@@ -24,10 +24,11 @@
 
 #include "c4/common/clock.h"
 #include "c4/common/log.h"
-#include "operator/client/kube_client.h"
-#include "operator/client/random.h"
+#include "kube/client/kube_client.h"
+#include "kube/client/random.h"
 
 namespace c4::op {
+using namespace c4::kube;  // the operator is written against the Kubernetes library
 
 struct LeaderElectionConfig {
   std::string lease_namespace = "c4-system";

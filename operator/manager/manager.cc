@@ -3,9 +3,10 @@
 
 #include <unistd.h>
 
-#include "operator/client/curl_kube_client.h"
+#include "kube/client/curl_kube_client.h"
 
 namespace c4::op {
+using namespace c4::kube;  // the operator is written against the Kubernetes library
 
 namespace {
 constexpr const char* kLeaderLabel = "c4.dev/leader";
@@ -17,6 +18,33 @@ Duration seconds(double s) {
 }
 
 }  // namespace
+
+// A C4D diagnosis enqueues the job in the TrainingJob controller, which reads it.
+class Manager::QueueDiagnoses final : public DiagnosisListener {
+ public:
+  explicit QueueDiagnoses(WorkQueue& queue) : queue_(queue) {}
+  void diagnosed(const std::string& key) override { queue_.add(key); }
+
+ private:
+  WorkQueue& queue_;
+};
+
+// C4P as C4D sees it: the traffic-plan controller (which cannot include C4D's headers).
+class Manager::TrafficPlanAdapter final : public TrafficPlanPeer {
+ public:
+  explicit TrafficPlanAdapter(trafficplan::TrafficPlanController& plans) : plans_(plans) {}
+  void replan(const std::string& key, const std::string& node,
+              const std::string& peer_node) override {
+    plans_.onSlowConnection(key, node, peer_node);
+  }
+  std::optional<std::string> explain(const std::string& key, const std::string& node,
+                                     const std::string& peer_node) const override {
+    return plans_.explainConnection(key, node, peer_node);
+  }
+
+ private:
+  trafficplan::TrafficPlanController& plans_;
+};
 
 KubeConfig fencedConfig(KubeConfig config, const LeaderElector& elector, Clock& clock) {
   config.before_send = [&elector, &clock](std::string_view method, std::string_view) -> Status {
@@ -153,25 +181,14 @@ Status Manager::build(const KubeConfig& kube_config) {
       if (!cp) return std::nullopt;
       return ReportedCheckpointFact{cp->step, cp->path, cp->time};
     };
-  }
-  if (ingest_) {
-    // C4D: the detector reads the store every window; its diagnoses reach the controller.
-    const std::string& ns = options_.watch_namespace;
-    detector_events_ =
-        std::make_unique<EventRecorder>(*event_client_, clock_, "c4-operator", identity_, nullptr);
-    detector_ = std::make_unique<Detector>(
-        ingest_->store(), informers_->informerFor(resources::trainingJobs(), ns),
-        informers_->informerFor(resources::pods(), ns, labels::kJobName), nodes, *client_,
-        *detector_events_, clock_, DetectorConfig{}, registry_);
-    controller.diagnosis_source = [this](const std::string& key) {
-      return detector_->diagnosis(key);
+    // C4D's diagnoses reach the controller (the detector is built below, once the controller
+    // and the traffic planner it tells exist).
+    controller.diagnosis_source = [this](const std::string& key) -> std::optional<DiagnosedFault> {
+      return detector_ ? detector_->diagnosis(key) : std::nullopt;
     };
   }
   controller_ =
       std::make_unique<TrainingJobController>(*client_, clock_, *informers_, controller, registry_);
-  if (detector_) {
-    detector_->setEnqueue([this](const std::string& key) { controller_->queue().add(key); });
-  }
   if (options_.traffic_planning) {
     // C4P: plans for running jobs on the cluster's Fabric, re-weighted from the reports'
     // subflow bytes and C4D's slow-connection verdicts; writes through the fenced client.
@@ -183,19 +200,25 @@ Status Manager::build(const KubeConfig& kube_config) {
     trafficplan_ = trafficplan::TrafficPlanController::fromInformers(
         *client_, clock_, *trafficplan_events_, *informers_, options_.watch_namespace,
         ingest_ ? &ingest_->store() : nullptr, plan_config, registry_);
-    if (detector_) {
-      detector_->setReplan(
-          [this](const std::string& key, const std::string& node, const std::string& peer) {
-            trafficplan_->onSlowConnection(key, node, peer);
-          });
-      // C4P answers first for hangs and slowness on links it holds failed or suspects.
-      detector_->setTrafficExplanation(
-          [this](const std::string& key, const std::string& node, const std::string& peer) {
-            return trafficplan_->explainConnection(key, node, peer);
-          });
-    }
   }
   if (ingest_) {
+    // C4D: a reconciler of the jobs in the report store; a diagnosis enqueues the job in the
+    // controller, slow links go to C4P, which also answers first for hangs and slowness on
+    // links it holds failed or suspects.
+    const std::string& ns = options_.watch_namespace;
+    detector_events_ =
+        std::make_unique<EventRecorder>(*event_client_, clock_, "c4-operator", identity_, nullptr);
+    diagnoses_ = std::make_unique<QueueDiagnoses>(controller_->queue());
+    DetectorPeers peers;
+    peers.diagnoses = diagnoses_.get();
+    if (trafficplan_) {
+      traffic_peer_ = std::make_unique<TrafficPlanAdapter>(*trafficplan_);
+      peers.traffic = traffic_peer_.get();
+    }
+    detector_ = std::make_unique<Detector>(
+        ingest_->store(), informers_->informerFor(resources::trainingJobs(), ns),
+        informers_->informerFor(resources::pods(), ns, labels::kJobName), nodes, *remediator_,
+        *detector_events_, clock_, DetectorConfig{}, registry_, peers);
     ingest_->store().setCheckpointListener(
         [this](const std::string& key) { controller_->queue().add(key); });
   }
@@ -251,28 +274,38 @@ void Manager::startWork() {
   std::lock_guard lock(mu_);
   if (stopping_ || starter_.joinable()) return;
   starter_ = std::thread([this] {
-    labelLeaderPod(*client_, true);  // the report Service routes to the leader
-    informers_->start();
-    MonoTime deadline =
-        clock_.monoNow() + std::chrono::duration_cast<Duration>(std::chrono::minutes{2});
-    if (!informers_->waitForSync(deadline)) {
-      std::lock_guard inner(mu_);
-      if (stopping_) return;  // stopped while starting: nothing to report
-      log_.error("Caches did not sync within 2 minutes; exiting");
-      exit_code_ = 1;
-      stopping_ = true;
-      cv_.notify_all();
-      elector_->stop();
-      return;
+    try {
+      startWorkNow();
+    } catch (const std::exception& e) {  // no exception leaves the thread
+      log_.error("Start-up threw; exiting", {{"error", e.what()}});
+      requestStop(1);
     }
-    if (auto started = controller_->start(); !started) {
-      log_.info("Controller not started", {{"error", started.error()}});
-      return;
-    }
-    if (detector_) detector_->start();
-    if (trafficplan_) trafficplan_->start();
-    log_.info("Caches synced; controller started");
   });
+}
+
+// The start-up of the leader's work (startWork's thread).
+void Manager::startWorkNow() {
+  labelLeaderPod(*client_, true);  // the report Service routes to the leader
+  informers_->start();
+  MonoTime deadline =
+      clock_.monoNow() + std::chrono::duration_cast<Duration>(std::chrono::minutes{2});
+  if (!informers_->waitForSync(deadline)) {
+    std::lock_guard inner(mu_);
+    if (stopping_) return;  // stopped while starting: nothing to report
+    log_.error("Caches did not sync within 2 minutes; exiting");
+    exit_code_ = 1;
+    stopping_ = true;
+    cv_.notify_all();
+    elector_->stop();
+    return;
+  }
+  if (auto started = controller_->start(); !started) {
+    log_.info("Controller not started", {{"error", started.error()}});
+    return;
+  }
+  if (detector_) detector_->start();
+  if (trafficplan_) trafficplan_->start();
+  log_.info("Caches synced; controller started");
 }
 
 void Manager::stopWork() {

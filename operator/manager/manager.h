@@ -3,7 +3,10 @@
 // the /metrics /healthz /readyz /debug/reports server, the node remediator, the TrainingJob
 // controller, report ingest (the HTTPS endpoint POST /v1/reports and the report store), C4D's
 // detector and, with --traffic-planning, C4P's traffic-plan controller, and
-// runs them under leader election:
+// runs them under leader election. The three controllers have one shape, a reconciler behind a
+// rate-limited WorkQueue started once the caches synced; they talk through interfaces given at
+// construction (the detector's DiagnosisListener and TrafficPlanPeer, adapted in manager.cc)
+// and ControllerConfig's sources; the report store's checkpoint listener is still a setter.
 //
 //   - While not leading it only serves health and metrics (the report endpoint answers 503). On
 //   becoming leader it starts the
@@ -29,10 +32,10 @@
 #include "c4/common/clock.h"
 #include "c4/common/log.h"
 #include "c4/common/metrics.h"
-#include "operator/cache/shared_informers.h"
-#include "operator/client/kube_client.h"
-#include "operator/client/kube_config.h"
-#include "operator/controller/events.h"
+#include "kube/cache/shared_informers.h"
+#include "kube/client/kube_client.h"
+#include "kube/client/kube_config.h"
+#include "kube/controller/events.h"
 #include "operator/detection/detector.h"
 #include "operator/ingest/ingest.h"
 #include "operator/manager/http_server.h"
@@ -43,6 +46,7 @@
 #include "operator/trainingjob/reconciler.h"
 
 namespace c4::op {
+using namespace c4::kube;  // the operator is written against the Kubernetes library
 
 // Refuses every request but GETs (reads, watches) while `elector` may not write: the request
 // gate (KubeConfig::before_send) of a leader's clients. It runs after the client's throttle,
@@ -83,6 +87,7 @@ class Manager {
   Status build(const KubeConfig& kube_config);
   // Starts the informers and, once they synced, the controller (on a thread of its own).
   void startWork();
+  void startWorkNow();
   // Stops the controller and the informers; waits for startWork's thread.
   void stopWork();
   void requestStop(int code);
@@ -105,10 +110,15 @@ class Manager {
   std::unique_ptr<TrainingJobController> controller_;
   std::unique_ptr<KubeClient> review_client_;
   std::unique_ptr<ingest::Ingest> ingest_;
-  std::unique_ptr<EventRecorder> detector_events_;
-  std::unique_ptr<Detector> detector_;
   std::unique_ptr<EventRecorder> trafficplan_events_;
   std::unique_ptr<trafficplan::TrafficPlanController> trafficplan_;
+  // The detector's peers: the controller's queue and C4P (adapters, manager.cc).
+  class QueueDiagnoses;
+  class TrafficPlanAdapter;
+  std::unique_ptr<DiagnosisListener> diagnoses_;
+  std::unique_ptr<TrafficPlanPeer> traffic_peer_;
+  std::unique_ptr<EventRecorder> detector_events_;
+  std::unique_ptr<Detector> detector_;
   HttpServer server_;
   std::atomic<int> metrics_port_{0};
   std::atomic<int> report_port_{0};

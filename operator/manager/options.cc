@@ -6,9 +6,10 @@
 #include <map>
 
 #include "c4/common/flags.h"
-#include "operator/client/kube_config.h"
+#include "kube/client/kube_config.h"
 
 namespace c4::op {
+using namespace c4::kube;  // the operator is written against the Kubernetes library
 namespace {
 
 using Setter = std::function<Status(OperatorOptions&, const std::string&)>;

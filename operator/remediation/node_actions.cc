@@ -26,11 +26,11 @@ bool cordonedByUs(const Json& node) {
   if (annotationOf(node, node_annotations::kCordonedBy).empty()) return false;
   auto spec = node.find("spec");
   if (spec == node.end() || !spec->is_object()) return false;
-  if (spec->value("unschedulable", false)) return true;
+  if (boolAt(*spec, "unschedulable").value_or(false)) return true;
   auto taints = spec->find("taints");
   if (taints == spec->end() || !taints->is_array()) return false;
   for (const auto& t : *taints) {
-    if (t.is_object() && t.value("key", std::string{}) == kFaultyTaintKey) return true;
+    if (stringAt(t, "key") == kFaultyTaintKey) return true;
   }
   return false;
 }
@@ -68,7 +68,74 @@ std::string encodeRecords(const std::vector<CordonRecord>& records) {
   return list.dump();
 }
 
+// A string field of an object, or "" (checked access: never throws on another type).
+std::string stringField(const Json& object, const char* name) {
+  auto it = object.find(name);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string{};
+}
+
+// The resourceVersion of an object, or "" when it has none (or not a string).
+std::string resourceVersionOf(const Json& object) {
+  auto meta = object.find("metadata");
+  return meta != object.end() && meta->is_object() ? stringField(*meta, "resourceVersion")
+                                                   : std::string{};
+}
+
 }  // namespace
+
+std::vector<NodeFaultRecord> faultHistoryOf(const Json& node, std::string* problem) {
+  std::vector<NodeFaultRecord> out;
+  auto report = [&](std::string what) {
+    if (problem != nullptr && problem->empty()) *problem = std::move(what);
+  };
+  if (problem != nullptr) problem->clear();
+  const Json& annotations = fieldsOf(fieldsOf(node, "metadata"), "annotations");
+  if (hasWrongType(annotations, kFaultHistoryAnnotation, Json::value_t::string)) {
+    report("the annotation is not a string");
+  }
+  const std::string text = annotationOf(node, kFaultHistoryAnnotation);
+  if (text.empty()) return out;
+  Json parsed = Json::parse(text, nullptr, false);
+  if (!parsed.is_array()) {
+    report("the value is not a JSON array");
+    return out;
+  }
+  for (std::size_t i = 0; i < parsed.size(); ++i) {
+    const Json& e = parsed[i];
+    const std::string entry = "entry " + std::to_string(i);
+    if (!e.is_object()) {
+      report(entry + " is not an object");
+      continue;
+    }
+    for (const char* key : {"class", "job"}) {
+      if (hasWrongType(e, key, Json::value_t::string)) {
+        report(entry + ": " + key + " is not a string");
+      }
+    }
+    auto t = parseRfc3339(stringField(e, "time"));
+    if (!t) {
+      report(entry + ": time is not an RFC 3339 string");
+      continue;
+    }
+    out.push_back({*t, stringField(e, "class"), stringField(e, "job")});
+  }
+  return out;
+}
+
+std::string appendFaultHistory(const Json& node, const NodeFaultRecord& added,
+                               std::size_t max_entries) {
+  auto history = faultHistoryOf(node);
+  history.push_back(added);
+  if (history.size() > max_entries) {
+    history.erase(history.begin(),
+                  history.begin() + static_cast<std::ptrdiff_t>(history.size() - max_entries));
+  }
+  Json out = Json::array();
+  for (const auto& r : history) {
+    out.push_back({{"time", formatRfc3339(r.time)}, {"class", r.fault_class}, {"job", r.job}});
+  }
+  return out.dump();
+}
 
 std::string_view cordonOutcomeName(CordonOutcome o) {
   switch (o) {
@@ -115,6 +182,24 @@ Result<Json> NodeRemediator::readNode(const std::string& name, bool fresh) {
   }
   // Not in the cache (yet), or a write lost a race with it: read the API server.
   return client_.get(resources::nodes(), "", name);
+}
+
+Status NodeRemediator::recordFault(const std::string& node_name, const NodeFaultRecord& record) {
+  return retryOnConflict([&](int attempt) -> Status {
+    C4_ASSIGN_OR_RETURN(Json node, readNode(node_name, attempt > 1));
+    // Without a resourceVersion the patch would be unconditional: read one from the server.
+    if (resourceVersionOf(node).empty()) {
+      C4_ASSIGN_OR_RETURN(node, readNode(node_name, true));
+    }
+    Json patch = {{"metadata",
+                   {{"resourceVersion", resourceVersionOf(node)},
+                    {"annotations",
+                     {{kFaultHistoryAnnotation,
+                       appendFaultHistory(node, record, config_.max_fault_history)}}}}}};
+    auto written = client_.patch(resources::nodes(), "", node_name, PatchType::kMerge, patch);
+    if (!written) return std::unexpected(written.error());
+    return okStatus();
+  });
 }
 
 Result<std::vector<std::string>> NodeRemediator::recentCordons() {
@@ -233,15 +318,12 @@ Result<CordonOutcome> NodeRemediator::patchCordon(const std::string& node_name,
     if (cordonedByUs(node)) {
       return CordonOutcome::kAlreadyOurs;
     }
-    const bool was_cordoned = node.contains("spec") && node["spec"].is_object() &&
-                              node["spec"].value("unschedulable", false);
-    Json taints = node.contains("spec") && node["spec"].is_object() &&
-                          node["spec"].contains("taints") && node["spec"]["taints"].is_array()
-                      ? node["spec"]["taints"]
-                      : Json::array();
+    const bool was_cordoned = boolAt(fieldsOf(node, "spec"), "unschedulable").value_or(false);
+    const Json* listed = arrayAt(fieldsOf(node, "spec"), "taints");
+    Json taints = listed != nullptr ? *listed : Json::array();
     bool has_taint = false;
     for (const auto& t : taints) {
-      if (t.is_object() && t.value("key", std::string{}) == kFaultyTaintKey) has_taint = true;
+      if (stringAt(t, "key") == kFaultyTaintKey) has_taint = true;
     }
     const std::string now = formatRfc3339(clock_.wallNow());
     if (!has_taint) {
@@ -251,7 +333,7 @@ Result<CordonOutcome> NodeRemediator::patchCordon(const std::string& node_name,
                         {"timeAdded", now}});
     }
     Json patch = {{"metadata",
-                   {{"resourceVersion", node["metadata"].value("resourceVersion", std::string{})},
+                   {{"resourceVersion", resourceVersionOf(node)},
                     {"annotations",
                      {{node_annotations::kCordonedBy, config_.identity},
                       {node_annotations::kCordonReason, reason.substr(0, 512)},
@@ -284,10 +366,9 @@ Result<UncordonOutcome> NodeRemediator::uncordon(const std::string& node_name) {
     }
     const bool keep_cordon = annotationOf(node, node_annotations::kWasCordoned) == "true";
     Json kept = Json::array();
-    if (node.contains("spec") && node["spec"].is_object() && node["spec"].contains("taints") &&
-        node["spec"]["taints"].is_array()) {
-      for (const auto& t : node["spec"]["taints"]) {
-        if (!t.is_object() || t.value("key", std::string{}) != kFaultyTaintKey) kept.push_back(t);
+    if (const Json* taints = arrayAt(fieldsOf(node, "spec"), "taints")) {
+      for (const auto& t : *taints) {
+        if (stringAt(t, "key") != kFaultyTaintKey) kept.push_back(t);
       }
     }
     Json annotations = Json::object();
@@ -295,10 +376,9 @@ Result<UncordonOutcome> NodeRemediator::uncordon(const std::string& node_name) {
                             node_annotations::kCordonTime, node_annotations::kWasCordoned}) {
       annotations[key] = nullptr;  // merge patch: remove
     }
-    Json patch = {{"metadata",
-                   {{"resourceVersion", node["metadata"].value("resourceVersion", std::string{})},
-                    {"annotations", annotations}}},
-                  {"spec", {{"taints", kept}}}};
+    Json patch = {
+        {"metadata", {{"resourceVersion", resourceVersionOf(node)}, {"annotations", annotations}}},
+        {"spec", {{"taints", kept}}}};
     if (!keep_cordon) patch["spec"]["unschedulable"] = false;
     C4_ASSIGN_OR_RETURN(Json updated,
                         client_.patch(resources::nodes(), "", node_name, PatchType::kMerge, patch));

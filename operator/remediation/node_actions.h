@@ -9,6 +9,13 @@
 // ConfigMap (`state_namespace/state_name`), so its window survives an operator restart or a
 // leader failover; checking and recording a cordon there is one optimistic-concurrency update,
 // so two workers (or an old and a new leader) can never both take the last slot.
+//
+// A node's fault history (annotation c4.dev/fault-history: the faults C4D named the node in,
+// across jobs and operator restarts; the repeat-offender score) is written here too, the same
+// way: the entry is appended to the history of the cached copy and patched with that copy's
+// resourceVersion, so a concurrent writer (another verdict naming the node in the same window,
+// another job) makes the patch fail with 409 and the entry is appended again to a fresh read.
+// This room is the only writer of a Node's annotations; C4D asks it (recordFault).
 #pragma once
 
 #include <functional>
@@ -19,10 +26,11 @@
 #include "c4/common/clock.h"
 #include "c4/common/log.h"
 #include "c4/common/metrics.h"
-#include "operator/client/kube_client.h"
-#include "operator/controller/events.h"
+#include "kube/client/kube_client.h"
+#include "kube/controller/events.h"
 
 namespace c4::op {
+using namespace c4::kube;  // the operator is written against the Kubernetes library
 
 namespace node_annotations {
 inline constexpr const char* kCordonedBy = "c4.dev/cordoned-by";
@@ -31,6 +39,22 @@ inline constexpr const char* kCordonTime = "c4.dev/cordon-time";
 inline constexpr const char* kWasCordoned = "c4.dev/was-already-cordoned";
 }  // namespace node_annotations
 inline constexpr const char* kFaultyTaintKey = "c4.dev/faulty";
+inline constexpr const char* kFaultHistoryAnnotation = "c4.dev/fault-history";
+
+// One entry of a node's fault history.
+struct NodeFaultRecord {
+  WallTime time{};
+  std::string fault_class;
+  std::string job;  // "<ns>/<name>"
+};
+// The entries of a Node's c4.dev/fault-history annotation, oldest first. Never throws: a value
+// that is not a JSON array yields none, malformed entries (not an object, a field missing or of
+// another type, a time that is not RFC 3339) are skipped. `problem`, when given, is set to what
+// is wrong with the first malformed part ("" when nothing is).
+std::vector<NodeFaultRecord> faultHistoryOf(const Json& node, std::string* problem = nullptr);
+// The annotation value with `added` appended, the oldest dropped beyond `max_entries`.
+std::string appendFaultHistory(const Json& node, const NodeFaultRecord& added,
+                               std::size_t max_entries);
 
 struct NodeActionConfig {
   std::string identity = "c4-operator";  // written to c4.dev/cordoned-by
@@ -41,6 +65,7 @@ struct NodeActionConfig {
   // The circuit breaker's state (a ConfigMap the operator owns).
   std::string state_namespace = "c4-system";
   std::string state_name = "c4-node-actions";
+  std::size_t max_fault_history = 10;  // entries kept in a node's c4.dev/fault-history
 };
 
 enum class CordonOutcome { kCordoned, kAlreadyOurs, kDryRun, kBreakerOpen };
@@ -63,6 +88,11 @@ class NodeRemediator {
                                bool dry_run = false);
   // Removes our taint and bookkeeping; uncordons only if the node was not cordoned before us.
   Result<UncordonOutcome> uncordon(const std::string& node);
+
+  // Appends `record` to the node's c4.dev/fault-history (bounded by max_fault_history) with
+  // optimistic concurrency (see the top of this header). Bookkeeping, not an action: written in
+  // dry runs too. kNotFound when the node does not exist.
+  Status recordFault(const std::string& node, const NodeFaultRecord& record);
 
   // The cordons recorded in the breaker's window (node names), read from the cluster.
   Result<std::vector<std::string>> recentCordons();

@@ -6,6 +6,7 @@
 
 #include "operator/trainingjob/api.h"
 #include "operator/trainingjob/children.h"
+#include "operator/trainingjob/status.h"
 
 namespace c4::op::trafficplan {
 namespace {
@@ -18,37 +19,37 @@ std::string loadText(double load) {
 
 std::map<std::string, std::string> labelsOf(const Json& object) {
   std::map<std::string, std::string> out;
-  const Json& meta = object.value("metadata", Json::object());
-  auto it = meta.find("labels");
-  if (it == meta.end() || !it->is_object()) return out;
-  for (const auto& [k, v] : it->items()) {
+  const Json* labels = objectAt(fieldsOf(object, "metadata"), "labels");
+  if (labels == nullptr) return out;
+  for (const auto& [k, v] : labels->items()) {
     if (v.is_string()) out[k] = v.get<std::string>();
   }
   return out;
 }
 
 std::string uidOf(const Json& object) {
-  return object.value("metadata", Json::object()).value("uid", std::string{});
+  return stringAt(fieldsOf(object, "metadata"), "uid").value_or("");
 }
 
 std::int64_t generationOf(const Json& object) {
-  const Json& meta = object.value("metadata", Json::object());
-  auto it = meta.find("generation");
-  return it != meta.end() && it->is_number_integer() ? it->get<std::int64_t>() : 0;
+  return intAt(fieldsOf(object, "metadata"), "generation").value_or(0);
 }
 
 bool terminating(const Json& object) {
-  return object.value("metadata", Json::object()).contains("deletionTimestamp");
+  return fieldsOf(object, "metadata").contains("deletionTimestamp");
+}
+
+// A status that does not decode (never from the API server) reads as an empty one.
+TrainingJobStatus jobStatus(const Json& job) {
+  return parseTrainingJobStatus(job).value_or(TrainingJobStatus{});
 }
 
 std::string jobPhase(const Json& job) {
-  return job.value("status", Json::object()).value("phase", std::string{});
+  return jobStatus(job).phase.value_or("");
 }
 
 std::int64_t jobAttempt(const Json& job) {
-  const Json& status = job.value("status", Json::object());
-  auto it = status.find("attempt");
-  return it != status.end() && it->is_number_integer() ? it->get<std::int64_t>() : 0;
+  return jobStatus(job).attempt.value_or(0);
 }
 
 bool samePlacement(const c4p::JobPlacement& a, const c4p::JobPlacement& b) {
@@ -64,6 +65,21 @@ const ResourceType& fabrics() {
   return type;
 }
 
+Json buildPlanConfigMap(const Json& job, const c4p::PlanDocument& doc, const std::string& reason) {
+  const std::string name = objectName(job);
+  return {
+      {"apiVersion", "v1"},
+      {"kind", "ConfigMap"},
+      {"metadata",
+       {{"name", planConfigMapName(name)},
+        {"namespace", objectNamespace(job)},
+        {"labels", {{labels::kJobName, name}}},
+        {"annotations",
+         {{kPlanVersionAnnotation, std::to_string(doc.version)}, {kPlanReasonAnnotation, reason}}},
+        {"ownerReferences", Json::array({ownerReference(job)})}}},
+      {"data", {{c4p::kPlanDocumentKey, c4p::renderPlanDocument(doc)}}}};
+}
+
 std::optional<std::vector<std::string>> jobPlacement(const Json& job, std::int64_t replicas,
                                                      const std::vector<Json>& pods) {
   if (replicas <= 0) return std::nullopt;
@@ -77,7 +93,7 @@ std::optional<std::vector<std::string>> jobPlacement(const Json& job, std::int64
       continue;
     }
     if (terminating(pod)) return std::nullopt;
-    std::string node = pod.value("spec", Json::object()).value("nodeName", std::string{});
+    std::string node = stringAt(fieldsOf(pod, "spec"), "nodeName").value_or("");
     if (node.empty()) return std::nullopt;
     nodes[static_cast<std::size_t>(*index)] = node;
   }
@@ -108,7 +124,7 @@ std::vector<ConnectionDelta> connectionDeltas(
       auto& used = seen[{rank, id}];
       if (last.report_seq <= used) continue;
       used = last.report_seq;
-      const std::string& sender = last.stats.peerNode;
+      const std::string& sender = last.stats.peer_node;
       const std::string& receiver = rr.identity.node;
       const c4p::PlannedPair* pair = nullptr;
       for (const auto& p : plan.pairs) {
@@ -133,7 +149,7 @@ std::vector<ConnectionDelta> connectionDeltas(
       delta.local_node = sender;
       delta.peer_node = receiver;
       delta.stalled = last.stats.bytes == prev.stats.bytes && last.stats.inflight > 0 &&
-                      last.stats.oldestInflightUs >= kStalledWaitUs;
+                      last.stats.oldest_inflight_us >= kStalledWaitUs;
       std::vector<double> normalised(n, 0.0);
       double most = 0;
       for (std::size_t i = 0; i < n; ++i) {
@@ -182,7 +198,8 @@ TrafficPlanController::TrafficPlanController(KubeClient& client, Clock& clock,
       max_link_load_(registry.gauge("c4_trafficplan_max_link_load",
                                     "Load of the most loaded planned link direction.")),
       plan_seconds_(registry.histogram("c4_trafficplan_plan_seconds",
-                                       "Time to plan one job (planner only).")) {}
+                                       "Time to plan one job (planner only).")),
+      queue_(clock, defaultControllerRateLimiter(clock), &registry, "trafficplan") {}
 
 TrafficPlanController::~TrafficPlanController() {
   stop();
@@ -221,48 +238,53 @@ std::unique_ptr<TrafficPlanController> TrafficPlanController::fromInformers(
 }
 
 void TrafficPlanController::start() {
-  std::lock_guard guard(mu_);
-  if (thread_.joinable()) return;
-  stopping_ = false;
-  thread_ = std::thread([this] {
-    std::unique_lock lock(mu_);
-    MonoTime last_sync{};
-    bool first = true;
-    while (!stopping_) {
-      const bool full = first || kicked_ || clock_.monoNow() - last_sync >= config_.period;
-      kicked_ = false;
-      first = false;
-      lock.unlock();
-      if (full) {
-        last_sync = clock_.monoNow();
-        sync();
-      } else {
-        syncTelemetryOnly();
-      }
-      lock.lock();
-      const Duration wait = config_.telemetry_period > Duration::zero()
-                                ? std::min(config_.telemetry_period, config_.period)
-                                : config_.period;
-      clock_.waitUntil(lock, cv_, clock_.monoNow() + wait, [this] { return stopping_ || kicked_; });
-    }
-  });
+  std::lock_guard lock(lifecycle_mu_);
+  if (stopped_ || worker_.joinable()) return;
+  queue_.add(kSyncKey);
+  if (config_.telemetry_period > Duration::zero()) {
+    queue_.addAfter(kTelemetryKey, config_.telemetry_period);
+  }
+  worker_ = std::thread([this] { worker(); });
 }
 
 void TrafficPlanController::stop() {
   {
-    std::lock_guard lock(mu_);
-    stopping_ = true;
+    std::lock_guard lock(lifecycle_mu_);
+    stopped_ = true;
+    queue_.shutDown();
   }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  if (worker_.joinable()) worker_.join();
 }
 
 void TrafficPlanController::kick() {
-  {
-    std::lock_guard lock(mu_);
-    kicked_ = true;
+  queue_.add(kSyncKey);
+}
+
+void TrafficPlanController::reconcile(const std::string& key) {
+  if (key == kSyncKey) {
+    sync();
+    queue_.addAfter(kSyncKey, config_.period);
+  } else if (key == kTelemetryKey) {
+    syncTelemetryOnly();
+    if (config_.telemetry_period > Duration::zero()) {
+      queue_.addAfter(kTelemetryKey, config_.telemetry_period);
+    }
   }
-  cv_.notify_all();
+}
+
+void TrafficPlanController::worker() {
+  for (;;) {
+    auto key = queue_.get();
+    if (!key) return;
+    try {
+      reconcile(*key);
+      queue_.forget(*key);
+    } catch (const std::exception& e) {  // no exception leaves the worker
+      log_.error("Traffic-plan pass threw, will retry", {{"key", *key}, {"error", e.what()}});
+      queue_.addRateLimited(*key);
+    }
+    queue_.done(*key);
+  }
 }
 
 void TrafficPlanController::onSlowConnection(const std::string& key, const std::string& node,
@@ -399,8 +421,7 @@ void TrafficPlanController::rejectFabric(const Json& fabric, const std::string& 
   fabric_rejects_.get().inc();
   log_.warn("Fabric refused", {{"fabric", objectName(fabric)}, {"error", message}});
   events_.record(fabric, "Warning", reason, message);
-  Json status = fabric.value("status", Json::object());
-  if (!status.is_object()) status = Json::object();
+  Json status = fieldsOf(fabric, "status");
   setCondition(status, kAcceptedCondition, "False", reason, message, generationOf(fabric),
                clock_.wallNow());
   auto written =
@@ -448,20 +469,35 @@ void TrafficPlanController::syncFabric() {
   if (!planner_) {
     planner_ = std::make_unique<c4p::Planner>(std::move(*parsed), config_.planner);
     // Telemetry states survive a restart through the Fabric's status.
-    const Json& status = chosen->value("status", Json::object());
-    for (const auto& l : status.value("links", Json::array())) {
-      if (!l.is_object() || l.value("source", std::string{}) != "telemetry") continue;
+    const Json* links = arrayAt(fieldsOf(*chosen, "status"), "links");
+    for (const auto& l : links != nullptr ? *links : Json::array()) {
+      if (stringAt(l, "source") != "telemetry") continue;
+      // An entry with a field of another type is not restored: telemetry finds its state again.
+      bool typed = !hasWrongType(l, "capacityFraction", Json::value_t::number_float);
+      for (const char* k : {"plane", "spine", "coreUplink", "uplink"}) {
+        typed = typed && !hasWrongType(l, k, Json::value_t::number_integer);
+      }
+      for (const char* k : {"pod", "leaf", "direction"}) {
+        typed = typed && !hasWrongType(l, k, Json::value_t::string);
+      }
+      if (!typed) {
+        log_.warn(
+            "Telemetry link state in the Fabric status not restored: a field has another "
+            "type",
+            {{"link", l.dump()}});
+        continue;
+      }
+      auto number = [&l](const char* k) { return static_cast<int>(intAt(l, k).value_or(0)); };
       c4p::LinkRef ref =
           l.contains("spine")
-              ? c4p::LinkRef::spineTier(l.value("plane", 0), l.value("pod", std::string{}),
-                                        l.value("spine", 0), l.value("coreUplink", 0))
-              : c4p::LinkRef{l.value("plane", 0), l.value("leaf", std::string{}),
-                             l.value("uplink", 0)};
-      std::string dir = l.value("direction", std::string{"Both"});
+              ? c4p::LinkRef::spineTier(number("plane"), stringAt(l, "pod").value_or(""),
+                                        number("spine"), number("coreUplink"))
+              : c4p::LinkRef{number("plane"), stringAt(l, "leaf").value_or(""), number("uplink")};
+      std::string dir = stringAt(l, "direction").value_or("Both");
       c4p::Direction d = dir == "Up"     ? c4p::Direction::kUp
                          : dir == "Down" ? c4p::Direction::kDown
                                          : c4p::Direction::kBoth;
-      restore_links_.push_back({ref, d, l.value("capacityFraction", 1.0)});
+      restore_links_.push_back({ref, d, numberAt(l, "capacityFraction").value_or(1.0)});
     }
     log_.info("Fabric accepted",
               {{"fabric", objectName(*chosen)}, {"generation", generationOf(*chosen)}});
@@ -523,9 +559,9 @@ void TrafficPlanController::syncJobs() {
     const std::string key = objectKey(job);
     auto spec = parseTrainingJobSpec(job);
     if (!spec) continue;
-    auto mode = c4p::parseMode(spec->traffic_mode);
+    const c4p::Mode mode = spec->traffic_mode;
     const std::string phase = jobPhase(job);
-    if (!mode || *mode == c4p::Mode::kOff || terminating(job) || phase == phases::kSucceeded ||
+    if (mode == c4p::Mode::kOff || terminating(job) || phase == phases::kSucceeded ||
         phase == phases::kFailed || spec->suspend) {
       continue;
     }
@@ -547,9 +583,9 @@ void TrafficPlanController::syncJobs() {
     placement.subflows_per_connection = static_cast<int>(spec->subflows_per_connection);
     if (it != jobs_.end() && samePlacement(it->second.placement, placement)) {
       it->second.object = job;
-      if (it->second.mode != *mode) {
-        it->second.mode = *mode;
-        queueWrite(key, std::string("mode changed to ") + std::string(c4p::modeName(*mode)));
+      if (it->second.mode != mode) {
+        it->second.mode = mode;
+        queueWrite(key, std::string("mode changed to ") + std::string(c4p::modeName(mode)));
       }
       continue;
     }
@@ -566,7 +602,7 @@ void TrafficPlanController::syncJobs() {
     JobState& state = jobs_[key];
     state.uid = uidOf(job);
     state.placement = placement;
-    state.mode = *mode;
+    state.mode = mode;
     state.object = job;
     std::string reason = "new placement (attempt " + std::to_string(jobAttempt(job)) + ")";
     // The job itself always gets its document checked (a restart adopts an equal one).
@@ -658,14 +694,15 @@ void TrafficPlanController::writePlan(const std::string& key, JobState& state,
   state.version = doc->version;
   state.written = *doc;
   plans_written_.labels({reason.substr(0, reason.find(' '))}).inc();
-  Json plan_status = {{"version", doc->version},
-                      {"mode", std::string(c4p::modeName(state.mode))},
-                      {"maxLinkLoad", loadText(plan->max_link_load)},
-                      {"reason", reason},
-                      {"time", formatRfc3339(clock_.wallNow())}};
+  TrainingJobStatus plan_status;  // status.plan alone: a merge patch leaves the rest
+  plan_status.plan = PlanStatus{.version = doc->version,
+                                .mode = state.mode,
+                                .max_link_load = loadText(plan->max_link_load),
+                                .reason = reason,
+                                .time = formatRfc3339(clock_.wallNow())};
   auto patched =
       client_.patch(resources::trainingJobs(), ns, name, PatchType::kMerge,
-                    Json{{"status", {{"plan", plan_status}}}},
+                    Json{{"status", trainingJobStatusJson(plan_status)}},
                     PatchOptions{.subresource = "status", .field_manager = "", .force = false});
   if (!patched) log_.warn("status.plan not written", {{"job", key}, {"error", patched.error()}});
   events_.record(state.object, "Normal", "PlanUpdated",
@@ -683,13 +720,8 @@ Status TrafficPlanController::putConfigMap(const JobState& state, const c4p::Pla
   for (int tries = 0; tries < 3; ++tries) {
     auto cm = client_.get(resources::configMaps(), ns, name);
     if (!cm && cm.error().code == ErrorCode::kNotFound) {
-      auto spec = parseTrainingJobSpec(state.object);
-      if (!spec) return std::unexpected(spec.error());
-      Json created = buildPlanConfigMap(state.object, *spec);
-      created["data"][c4p::kPlanDocumentKey] = text;
-      created["metadata"]["annotations"] = {{kPlanVersionAnnotation, std::to_string(doc.version)},
-                                            {kPlanReasonAnnotation, reason}};
-      auto done = client_.create(resources::configMaps(), ns, created);
+      auto done = client_.create(resources::configMaps(), ns,
+                                 buildPlanConfigMap(state.object, doc, reason));
       if (done) return okStatus();
       if (done.error().code == ErrorCode::kAlreadyExists) continue;
       return std::unexpected(done.error());
@@ -796,7 +828,7 @@ void TrafficPlanController::syncFabricStatus() {
   max_link_load_.get().set(planner_->maxLinkLoad());
   Json status = c4p::renderFabricStatus(planner_->fabric(), generationOf(fabric_object_),
                                         planner_->maxLinkLoad());
-  const Json& known = fabric_object_.value("status", Json::object());
+  const Json& known = fieldsOf(fabric_object_, "status");
   if (known.contains("conditions")) status["conditions"] = known["conditions"];
   if (status == fabric_status_) return;
   auto written = client_.patch(

@@ -23,24 +23,37 @@
 //
 // Output, for every job in a PlanOutcome's `changed`: ConfigMap `<job>-c4-plan` (key plan.json,
 // c4p::makePlanDocument in the job's mode; annotations c4.dev/plan-version and
-// c4.dev/plan-reason), created with the job's ownerReference when the TrainingJob controller has
-// not created it yet; the job's status.plan {version, mode, maxLinkLoad, reason, time} through
-// /status (merge patch); a Normal Event `PlanUpdated` naming the version and why (new placement,
-// link failed, link restored, fabric changed, mode changed). Versions increase by one per
-// written document; a document equal to the one in the ConfigMap is not written again.
+// c4.dev/plan-reason), created with the job's ownerReference and label c4.dev/job-name
+// (buildPlanConfigMap) when it does not exist yet; the job's status.plan {version, mode,
+// maxLinkLoad, reason, time} through /status (merge patch of that field alone, TrainingJobStatus's
+// codec); a Normal Event `PlanUpdated` naming the version and why (new placement, link failed,
+// link restored, fabric changed, mode changed). Versions increase by one per written document; a
+// document equal to the one in the ConfigMap is not written again.
+//
+// This controller is the single writer of the plan ConfigMap: the TrainingJob controller only
+// names it in its pods' optional volume (trainingjob/children.h, planConfigMapName), and nothing
+// else creates or updates it. Without --traffic-planning no plan ConfigMap exists; the pods then
+// spread by C4_SUBFLOWS.
 //
 // Restart: the planner's state is rebuilt from the cluster (jobs in key order). The first time a
 // job is planned the ConfigMap is read; when the document it holds equals the new one at its
 // version, nothing is written and that version is continued. Telemetry link states are read back
 // from the Fabric's status (source telemetry).
 //
-// Writes go through the client it is given (the manager's fenced client: leader only). One
-// thread (start/stop) runs sync() every `period` and when kick() is called, and the telemetry
-// part alone (syncTelemetryOnly) every `telemetry_period` in between; sync() may also be
-// called directly (tests), never concurrently with the thread.
+// Writes go through the client it is given (the manager's fenced client: leader only).
+//
+// Shape: a reconciler behind a rate-limited WorkQueue, as every controller of the operator, with
+// two cluster-wide keys instead of one key per job: kSyncKey runs sync() and is re-queued after
+// `period`; kTelemetryKey runs syncTelemetryOnly() and is re-queued after `telemetry_period`.
+// kick() (the informers' events, a C4D hint) is add(kSyncKey), deduplicated by the queue. Why
+// not a key per job: there is one planner for the cluster's Fabric and the jobs share its links —
+// placing, re-weighting or failing a link changes other jobs' plans (the edge colouring and the
+// loads are cluster-wide), and a Fabric change re-weights every plan — so a pass is over the
+// whole cluster, in key order, as it was planned. One worker: the planner is not thread-safe
+// and two passes must not interleave. sync() may also be called directly (tests), never
+// concurrently with the worker.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -55,15 +68,17 @@
 #include "c4/common/clock.h"
 #include "c4/common/log.h"
 #include "c4/common/metrics.h"
+#include "kube/cache/shared_informers.h"
+#include "kube/client/kube_client.h"
+#include "kube/controller/events.h"
+#include "kube/controller/work_queue.h"
 #include "operator/c4p/plan_document.h"
 #include "operator/c4p/planner.h"
-#include "operator/cache/shared_informers.h"
-#include "operator/client/kube_client.h"
-#include "operator/controller/events.h"
 #include "operator/ingest/report_store.h"
 #include "operator/trafficplan/link_monitor.h"
 
 namespace c4::op::trafficplan {
+using namespace c4::kube;  // the operator is written against the Kubernetes library
 
 inline constexpr const char* kPlanVersionAnnotation = "c4.dev/plan-version";
 inline constexpr const char* kPlanReasonAnnotation = "c4.dev/plan-reason";
@@ -71,6 +86,11 @@ inline constexpr const char* kAcceptedCondition = "Accepted";
 
 // c4.dev/v1alpha1 fabrics (cluster-scoped).
 const ResourceType& fabrics();
+
+// ConfigMap `<job>-c4-plan` holding `doc` (key plan.json), with the version and reason
+// annotations, the label c4.dev/job-name and the job's controller ownerReference: what this
+// controller creates when the job has none yet.
+Json buildPlanConfigMap(const Json& job, const c4p::PlanDocument& doc, const std::string& reason);
 
 struct TrafficPlanConfig {
   std::string fabric_name;  // "" = the only Fabric of the cluster
@@ -132,10 +152,17 @@ class TrafficPlanController {
       const std::string& watch_namespace, ingest::ReportStore* store, TrafficPlanConfig config,
       metrics::Registry& registry);
 
+  // The work queue's keys (see the top of this header).
+  static constexpr const char* kSyncKey = "sync";
+  static constexpr const char* kTelemetryKey = "telemetry";
+
+  // Queues kSyncKey (and kTelemetryKey after `telemetry_period`) and starts the worker.
   void start();
-  void stop();  // idempotent
-  // Asks the thread for a sync now (thread-safe).
+  void stop();  // idempotent; shuts the queue down (no restart)
+  // Asks for a full sync now (thread-safe): add(kSyncKey).
   void kick();
+  // One reconcile of a key (the worker calls it): the pass and when to run it again.
+  void reconcile(const std::string& key);
   // A C4D kReplan verdict: the connection between `node` and `peer_node` of job `key` is slow
   // (thread-safe; either direction is taken as a hint).
   void onSlowConnection(const std::string& key, const std::string& node,
@@ -146,7 +173,7 @@ class TrafficPlanController {
   // planned path of the pair (any subflow, whatever its weight: bytes queued before a re-plan
   // still use it) that the planner holds failed or degraded (description or telemetry) or that
   // the link monitor suspects. Only Enforce jobs (their flows follow the plan). Thread-safe: C4D
-  // calls it (Detector::setTrafficExplanation).
+  // calls it (through the manager's TrafficPlanPeer adapter).
   [[nodiscard]] std::optional<std::string> explainConnection(const std::string& key,
                                                              const std::string& node,
                                                              const std::string& peer_node) const;
@@ -224,18 +251,20 @@ class TrafficPlanController {
   // job -> (node, peer) sorted -> why C4P answers for that pair's connections
   std::map<std::string, std::map<std::pair<std::string, std::string>, std::string>> explanations_;
 
-  std::mutex mu_;  // hints_, kicked_, stopping_
+  std::mutex mu_;  // hints_
   std::vector<std::pair<std::string, std::string>> hints_;
-  bool kicked_ = false;
-  bool stopping_ = false;
-  std::condition_variable_any cv_;
-  std::thread thread_;
 
   metrics::Family<metrics::Counter>& plans_written_;
   metrics::Family<metrics::Counter>& link_verdicts_;
   metrics::Family<metrics::Counter>& fabric_rejects_;
   metrics::Family<metrics::Gauge>& max_link_load_;
   metrics::Family<metrics::Histogram>& plan_seconds_;
+
+  void worker();
+  WorkQueue queue_;  // after the metrics families: it registers with the same registry
+  std::mutex lifecycle_mu_;
+  bool stopped_ = false;
+  std::thread worker_;
 };
 
 }  // namespace c4::op::trafficplan

@@ -184,7 +184,7 @@ Status parseFaultTolerance(const Json& spec, FaultTolerance& ft) {
 }
 
 // Reserved names set by the user in a container's env -> error naming the first one.
-Status checkReservedEnv(const Json& containers) {
+Status checkReservedEnv(const Json& containers, const TrainingJobSpec& spec) {
   for (std::size_t i = 0; i < containers.size(); ++i) {
     const Json& c = containers[i];
     if (!c.is_object()) {
@@ -193,12 +193,27 @@ Status checkReservedEnv(const Json& containers) {
     }
     auto env = c.find("env");
     if (env == c.end() || !env->is_array()) continue;
-    for (const auto& e : *env) {
-      std::string name = e.is_object() ? e.value("name", std::string{}) : std::string{};
-      if (isReservedEnvName(name)) {
+    for (std::size_t j = 0; j < env->size(); ++j) {
+      const Json& e = (*env)[j];
+      if (hasWrongType(e, "name", Json::value_t::string)) {
         return makeError(ErrorCode::kInvalidArgument,
-                         "spec.template.spec.containers[" + std::to_string(i) + "].env: " + name +
-                             " is set by the operator and may not be set in the template");
+                         "spec.template.spec.containers[" + std::to_string(i) + "].env[" +
+                             std::to_string(j) + "].name must be a string");
+      }
+      std::string name = stringAt(e, "name").value_or("");
+      if (isReservedEnvName(name, spec)) {
+        std::string why;
+        if (name == "NCCL_NET_PLUGIN") {
+          why = spec.traffic_mode == c4p::Mode::kEnforce
+                    ? " (trafficPlanning.mode Enforce runs C4's net plugin)"
+                    : " (telemetry.source NetPlugin runs C4's net plugin)";
+        } else if (name == "NCCL_PROFILER_PLUGIN") {
+          why = " (telemetry.source Profiler without Enforce runs C4's profiler plugin)";
+        }
+        return makeError(ErrorCode::kInvalidArgument, "spec.template.spec.containers[" +
+                                                          std::to_string(i) + "].env: " + name +
+                                                          " is set by the operator" + why +
+                                                          " and may not be set in the template");
       }
     }
   }
@@ -237,13 +252,29 @@ std::string_view failureActionName(FailureAction a) {
   return "Restart";
 }
 
-bool isReservedEnvName(std::string_view name) {
-  static constexpr std::string_view kExact[] = {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK",
-                                                "NCCL_NET_PLUGIN"};
+std::string_view telemetrySourceName(TelemetrySource source) {
+  return source == TelemetrySource::kNetPlugin ? "NetPlugin" : "Profiler";
+}
+
+bool usesC4NetPlugin(const TrainingJobSpec& spec) {
+  return spec.telemetry_source == TelemetrySource::kNetPlugin ||
+         spec.traffic_mode == c4p::Mode::kEnforce;
+}
+
+bool usesC4Profiler(const TrainingJobSpec& spec) {
+  return spec.telemetry_source == TelemetrySource::kProfiler &&
+         spec.traffic_mode != c4p::Mode::kEnforce;
+}
+
+bool isReservedEnvName(std::string_view name, const TrainingJobSpec& spec) {
+  static constexpr std::string_view kExact[] = {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"};
   for (auto e : kExact) {
     if (name == e) return true;
   }
-  return name.starts_with("PET_") || name.starts_with("C4_");
+  if (name == "NCCL_NET_PLUGIN") return usesC4NetPlugin(spec);
+  if (name == "NCCL_PROFILER_PLUGIN") return usesC4Profiler(spec);
+  return name.starts_with("PET_") || std::find(std::begin(kOperatorC4Env), std::end(kOperatorC4Env),
+                                               name) != std::end(kOperatorC4Env);
 }
 
 std::size_t maxJobNameLength(std::int64_t replicas) {
@@ -282,7 +313,6 @@ Result<TrainingJobSpec> parseTrainingJobSpec(const Json& job) {
       out.pod_template["spec"]["containers"].empty()) {
     return makeError(ErrorCode::kInvalidArgument, "spec.template.spec.containers is empty");
   }
-  C4_RETURN_IF_ERROR(checkReservedEnv(out.pod_template["spec"]["containers"]));
   C4_ASSIGN_OR_RETURN(out.suspend, boolField(spec, "suspend", false, "spec"));
   C4_ASSIGN_OR_RETURN(out.managed_by, stringField(spec, "managedBy", "", "spec"));
   if (!out.managed_by.empty() && out.managed_by != kControllerName &&
@@ -298,16 +328,32 @@ Result<TrainingJobSpec> parseTrainingJobSpec(const Json& job) {
   C4_RETURN_IF_ERROR(parseFaultTolerance(spec, out.fault_tolerance));
   C4_ASSIGN_OR_RETURN(const Json* tp, objectField(spec, "trafficPlanning", "spec"));
   if (tp != nullptr) {
-    C4_ASSIGN_OR_RETURN(out.traffic_mode,
+    C4_ASSIGN_OR_RETURN(std::string mode,
                         stringField(*tp, "mode", "Advisory", "spec.trafficPlanning"));
-    if (out.traffic_mode != "Off" && out.traffic_mode != "Advisory" &&
-        out.traffic_mode != "Enforce") {
+    auto parsed = c4p::parseMode(mode);
+    if (!parsed) {
       return makeError(ErrorCode::kInvalidArgument,
                        "spec.trafficPlanning.mode must be Off, Advisory or Enforce");
     }
+    out.traffic_mode = *parsed;
     C4_ASSIGN_OR_RETURN(out.subflows_per_connection,
                         intField(*tp, "subflowsPerConnection", 4, 1, 64, "spec.trafficPlanning"));
   }
+  C4_ASSIGN_OR_RETURN(const Json* telemetry, objectField(spec, "telemetry", "spec"));
+  if (telemetry != nullptr) {
+    C4_ASSIGN_OR_RETURN(std::string source,
+                        stringField(*telemetry, "source", "Profiler", "spec.telemetry"));
+    if (source == "Profiler") {
+      out.telemetry_source = TelemetrySource::kProfiler;
+    } else if (source == "NetPlugin") {
+      out.telemetry_source = TelemetrySource::kNetPlugin;
+    } else {
+      return makeError(ErrorCode::kInvalidArgument,
+                       "spec.telemetry.source must be Profiler or NetPlugin");
+    }
+  }
+  // After trafficPlanning and telemetry: which NCCL_* names are reserved depends on both.
+  C4_RETURN_IF_ERROR(checkReservedEnv(out.pod_template["spec"]["containers"], out));
   return out;
 }
 
@@ -326,14 +372,14 @@ const Json* findCondition(const Json& status, const std::string& type) {
     return nullptr;
   }
   for (const auto& c : status["conditions"]) {
-    if (c.is_object() && c.value("type", std::string{}) == type) return &c;
+    if (stringAt(c, "type") == type) return &c;
   }
   return nullptr;
 }
 
 bool isConditionTrue(const Json& status, const std::string& type) {
   const Json* c = findCondition(status, type);
-  return c != nullptr && c->value("status", std::string{}) == "True";
+  return c != nullptr && stringAt(*c, "status") == "True";
 }
 
 bool setCondition(Json& status, const std::string& type, const std::string& condition_status,
@@ -344,9 +390,9 @@ bool setCondition(Json& status, const std::string& type, const std::string& cond
   if (!list.is_array()) list = Json::array();
   const std::string bounded = message.substr(0, 32768);
   for (auto& c : list) {
-    if (!c.is_object() || c.value("type", std::string{}) != type) continue;
+    if (stringAt(c, "type") != type) continue;
     Json before = c;
-    if (c.value("status", std::string{}) != condition_status) {
+    if (stringAt(c, "status") != condition_status) {
       c["status"] = condition_status;
       c["lastTransitionTime"] = formatRfc3339(now);
     }
@@ -370,21 +416,6 @@ std::optional<std::int64_t> intLabelOf(const Json& object, const char* key) {
   auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), parsed);
   if (v.empty() || ec != std::errc{} || ptr != v.data() + v.size()) return std::nullopt;
   return parsed;
-}
-
-std::optional<WallTime> parseRfc3339(const std::string& text) {
-  int y = 0, mo = 0, d = 0, h = 0, mi = 0, s = 0;
-  if (std::sscanf(text.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d", &y, &mo, &d, &h, &mi, &s) != 6) {
-    return std::nullopt;
-  }
-  std::chrono::year_month_day ymd{std::chrono::year{y},
-                                  std::chrono::month{static_cast<unsigned>(mo)},
-                                  std::chrono::day{static_cast<unsigned>(d)}};
-  if (!ymd.ok() || h > 23 || mi > 59 || s > 60) return std::nullopt;
-  auto days = std::chrono::sys_days{ymd};
-  return WallTime{std::chrono::duration_cast<WallTime::duration>(
-      days.time_since_epoch() + std::chrono::hours{h} + std::chrono::minutes{mi} +
-      std::chrono::seconds{s})};
 }
 
 std::string formatIndexSet(const std::vector<std::int64_t>& sorted_unique) {

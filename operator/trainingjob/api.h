@@ -12,9 +12,11 @@
 
 #include "c4/common/clock.h"
 #include "c4/common/error.h"
-#include "operator/client/kube_client.h"
+#include "kube/client/kube_client.h"
+#include "operator/c4p/mode.h"
 
 namespace c4::op {
+using namespace c4::kube;  // the operator is written against the Kubernetes library
 
 namespace labels {
 inline constexpr const char* kJobName = "c4.dev/job-name";
@@ -107,6 +109,13 @@ struct ProcsPerNode {
   std::int64_t count = 1;
 };
 
+// spec.telemetry.source: where C4D's per-rank telemetry comes from. Profiler (the default) is
+// C4's NCCL profiler plugin, which sees every transport NCCL runs (InfiniBand/RoCE, NVLink,
+// sockets) without touching the data path; NetPlugin is C4's net plugin, whose TCP transport then
+// carries the job's traffic.
+enum class TelemetrySource { kProfiler, kNetPlugin };
+std::string_view telemetrySourceName(TelemetrySource source);
+
 struct TrainingJobSpec {
   std::int64_t replicas = 1;
   ProcsPerNode num_proc_per_node;
@@ -115,9 +124,19 @@ struct TrainingJobSpec {
   std::string managed_by;
   std::string checkpoint_dir;
   FaultTolerance fault_tolerance;
-  std::string traffic_mode = "Advisory";
+  c4p::Mode traffic_mode = c4p::Mode::kAdvisory;  // spec.trafficPlanning.mode
   std::int64_t subflows_per_connection = 4;
+  TelemetrySource telemetry_source = TelemetrySource::kProfiler;  // spec.telemetry.source
 };
+
+// Whether the operator points the job's NCCL at C4's net plugin (NCCL_NET_PLUGIN): with telemetry
+// source NetPlugin, or with traffic planning Enforce (only C4's transport can steer paths).
+// Otherwise NCCL keeps its own transports, or the net plugin the user's template names.
+bool usesC4NetPlugin(const TrainingJobSpec& spec);
+// Whether the operator loads C4's profiler plugin (NCCL_PROFILER_PLUGIN): telemetry source
+// Profiler, except under Enforce, where C4's net plugin carries the traffic and reports it (one
+// reporter per rank: two would report the same transfers twice).
+bool usesC4Profiler(const TrainingJobSpec& spec);
 
 // Parses and checks the job (spec, and the name's length against the replica count). Errors are
 // kInvalidArgument naming the field, e.g. "spec.faultTolerance.slowFactor must be a number".
@@ -127,9 +146,19 @@ Result<TrainingJobSpec> parseTrainingJobSpec(const Json& job);
 // container that has one (1 when none has).
 std::int64_t procsPerPod(const TrainingJobSpec& spec);
 
-// Environment names the operator sets in every trainer container (users may not set them):
-// MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK, NCCL_NET_PLUGIN and every PET_* and C4_* name.
-bool isReservedEnvName(std::string_view name);
+// The C4_* variables the operator sets in trainer containers (identity, paths, the checkpoint
+// contract, the plan's subflow count and wait). Any other C4_* name (the plugins' tuning, e.g.
+// C4_SOCKET_IFNAME, C4_TCP_USER_TIMEOUT_MS, C4_REPORT_INTERVAL_MS) is the user's to set. The CRD's
+// env rule lists the same names (crds/trainingjob.yaml).
+inline constexpr std::string_view kOperatorC4Env[] = {
+    "C4_AGENT_SOCKET", "C4_CHECKPOINT_DIR",  "C4_JOB",         "C4_NAMESPACE",    "C4_NODE_NAME",
+    "C4_NODE_RANK",    "C4_NPROC_PER_NODE",  "C4_PLAN_FILE",   "C4_PLAN_WAIT_MS", "C4_POD_NAME",
+    "C4_RANK",         "C4_RESTART_ATTEMPT", "C4_RESUME_STEP", "C4_SUBFLOWS"};
+
+// Environment names the operator sets in trainer containers of this job (users may not set them):
+// MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK, every PET_* name, the kOperatorC4Env names,
+// NCCL_NET_PLUGIN when usesC4NetPlugin and NCCL_PROFILER_PLUGIN when usesC4Profiler.
+bool isReservedEnvName(std::string_view name, const TrainingJobSpec& spec);
 // The longest job name whose pods `<job>-<replicas-1>` are still valid hostnames (63).
 std::size_t maxJobNameLength(std::int64_t replicas);
 
@@ -146,8 +175,7 @@ bool isConditionTrue(const Json& status, const std::string& type);
 // an integer.
 std::optional<std::int64_t> intLabelOf(const Json& object, const char* key);
 
-// RFC 3339 "YYYY-MM-DDTHH:MM:SS[.frac]Z" (fraction ignored); nullopt when malformed.
-std::optional<WallTime> parseRfc3339(const std::string& text);
+// parseRfc3339 is c4/common/clock.h's.
 
 // Index sets in batch Job's completedIndexes format: "0-3,5,7-9" (ascending, merged ranges).
 std::string formatIndexSet(const std::vector<std::int64_t>& sorted_unique);

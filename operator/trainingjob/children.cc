@@ -1,8 +1,6 @@
 // TrainingJob children.
 #include "operator/trainingjob/children.h"
 
-#include "operator/c4p/plan_document.h"
-
 namespace c4::op {
 namespace {
 
@@ -16,7 +14,7 @@ void setEnv(Json& container, const std::string& name, const Json& value_or_sourc
     entry["valueFrom"] = value_or_source;
   }
   for (auto& e : env) {
-    if (e.is_object() && e.value("name", std::string{}) == name) {
+    if (stringAt(e, "name") == name) {
       e = entry;
       return;
     }
@@ -29,7 +27,7 @@ void addVolumeMount(Json& container, const std::string& name, const std::string&
   Json& mounts = container["volumeMounts"];
   if (!mounts.is_array()) mounts = Json::array();
   for (const auto& m : mounts) {
-    if (m.is_object() && m.value("name", std::string{}) == name) return;
+    if (stringAt(m, "name") == name) return;
   }
   mounts.push_back({{"name", name}, {"mountPath", path}, {"readOnly", read_only}});
 }
@@ -38,7 +36,7 @@ void addVolume(Json& spec, const Json& volume) {
   Json& volumes = spec["volumes"];
   if (!volumes.is_array()) volumes = Json::array();
   for (const auto& v : volumes) {
-    if (v.is_object() && v.value("name", std::string{}) == volume["name"].get<std::string>()) {
+    if (stringAt(v, "name") == stringAt(volume, "name")) {
       return;
     }
   }
@@ -55,20 +53,17 @@ Json ownerReference(const Json& job) {
   return {{"apiVersion", resources::trainingJobs().apiVersion()},
           {"kind", "TrainingJob"},
           {"name", objectName(job)},
-          {"uid", job["metadata"].value("uid", std::string{})},
+          {"uid", stringAt(fieldsOf(job, "metadata"), "uid").value_or("")},
           {"controller", true},
           {"blockOwnerDeletion", true}};
 }
 
 bool isControlledBy(const Json& child, const Json& job) {
-  const Json& meta = child["metadata"];
-  if (!meta.contains("ownerReferences") || !meta["ownerReferences"].is_array()) return false;
-  std::string uid = job["metadata"].value("uid", std::string{});
-  for (const auto& ref : meta["ownerReferences"]) {
-    if (ref.is_object() && ref.value("controller", false) &&
-        ref.value("uid", std::string{}) == uid) {
-      return true;
-    }
+  const Json* refs = arrayAt(fieldsOf(child, "metadata"), "ownerReferences");
+  if (refs == nullptr) return false;
+  std::string uid = stringAt(fieldsOf(job, "metadata"), "uid").value_or("");
+  for (const auto& ref : *refs) {
+    if (boolAt(ref, "controller").value_or(false) && stringAt(ref, "uid") == uid) return true;
   }
   return false;
 }
@@ -91,23 +86,6 @@ Json buildHeadlessService(const Json& job, const PodSettings& settings) {
                                     {"targetPort", settings.master_port}}})}}}};
 }
 
-Json buildPlanConfigMap(const Json& job, const TrainingJobSpec& spec) {
-  std::string name = objectName(job);
-  // Until C4P plans the job: version 0 with the job's subflow count for every pair (the
-  // plugin's plan schema, operator/c4p/plan_document.h).
-  c4p::PlanDocument doc;
-  doc.version = 0;
-  doc.default_subflows = static_cast<int>(spec.subflows_per_connection);
-  return {{"apiVersion", "v1"},
-          {"kind", "ConfigMap"},
-          {"metadata",
-           {{"name", planConfigMapName(name)},
-            {"namespace", objectNamespace(job)},
-            {"labels", {{labels::kJobName, name}}},
-            {"ownerReferences", Json::array({ownerReference(job)})}}},
-          {"data", {{"plan.json", c4p::renderPlanDocument(doc)}}}};
-}
-
 namespace {
 
 // Adds `metadata.name NotIn [node]` for each node to every required node selector term of
@@ -124,20 +102,17 @@ void avoidNodes(Json& pod_spec, const std::vector<std::string>& nodes) {
     exprs.push_back(std::move(expr));
   }
 
-  Json affinity = pod_spec.value("affinity", Json::object());
-  if (!affinity.is_object()) affinity = Json::object();
-  Json node_affinity = affinity.value("nodeAffinity", Json::object());
-  if (!node_affinity.is_object()) node_affinity = Json::object();
-  Json required =
-      node_affinity.value("requiredDuringSchedulingIgnoredDuringExecution", Json::object());
-  if (!required.is_object()) required = Json::object();
-  Json terms = required.value("nodeSelectorTerms", Json::array());
-  if (!terms.is_array() || terms.empty()) terms = Json::array({Json::object()});
+  Json affinity = fieldsOf(pod_spec, "affinity");
+  Json node_affinity = fieldsOf(affinity, "nodeAffinity");
+  Json required = fieldsOf(node_affinity, "requiredDuringSchedulingIgnoredDuringExecution");
+  const Json* listed = arrayAt(required, "nodeSelectorTerms");
+  Json terms = listed != nullptr ? *listed : Json::array();
+  if (terms.empty()) terms = Json::array({Json::object()});
   Json out_terms = Json::array();
   for (const auto& term : terms) {
     Json t = term.is_object() ? term : Json::object();
-    Json fields = t.value("matchFields", Json::array());
-    if (!fields.is_array()) fields = Json::array();
+    const Json* matched = arrayAt(t, "matchFields");
+    Json fields = matched != nullptr ? *matched : Json::array();
     for (const auto& e : exprs) fields.push_back(e);
     t["matchFields"] = std::move(fields);
     out_terms.push_back(std::move(t));
@@ -195,11 +170,25 @@ Json buildPod(const Json& job, const TrainingJobSpec& spec, std::int64_t index,
     setEnv(container, "PET_NNODES", nodes);
     setEnv(container, "PET_NPROC_PER_NODE", std::to_string(nproc));
     setEnv(container, "PET_NODE_RANK", node_rank);
-    setEnv(container, "NCCL_NET_PLUGIN", settings.plugin_mount_dir + "/" + settings.plugin_library);
+    // C4's NCCL plugins, both installed by the node plugin in the mounted directory: the
+    // profiler plugin is the telemetry source by default; the net plugin replaces NCCL's
+    // transports only when the job asks for it (telemetry.source NetPlugin, or Enforce, whose
+    // path steering only C4's transport can do). Otherwise NCCL_NET_PLUGIN is the user's.
+    if (usesC4Profiler(spec)) {
+      setEnv(container, "NCCL_PROFILER_PLUGIN",
+             settings.plugin_mount_dir + "/" + settings.profiler_library);
+    }
+    if (usesC4NetPlugin(spec)) {
+      setEnv(container, "NCCL_NET_PLUGIN",
+             settings.plugin_mount_dir + "/" + settings.plugin_library);
+    }
     setEnv(container, "C4_AGENT_SOCKET",
            settings.agent_socket_dir + "/" + settings.agent_socket_name);
     setEnv(container, "C4_PLAN_FILE", settings.plan_mount_dir + "/plan.json");
-    if (spec.traffic_mode == "Enforce") {
+    // The subflow count of pairs no plan names (a plan's default.subflows, when one is written,
+    // says the same).
+    setEnv(container, "C4_SUBFLOWS", std::to_string(spec.subflows_per_connection));
+    if (spec.traffic_mode == c4p::Mode::kEnforce) {
       setEnv(container, "C4_PLAN_WAIT_MS", std::to_string(settings.plan_wait_ms));
     }
     setEnv(container, "C4_JOB", job_name);

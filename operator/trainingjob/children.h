@@ -1,7 +1,9 @@
 // The children of a TrainingJob, built from its spec: pods `<job>-<index>` with the environment
-// contract (docs/design.md), the headless Service `<job>` that gives them stable hostnames, and
-// the traffic-plan ConfigMap `<job>-c4-plan`. All carry the job's controller ownerReference and
-// the label c4.dev/job-name. No I/O.
+// contract (docs/design.md) and the headless Service `<job>` that gives them stable hostnames.
+// Both carry the job's controller ownerReference and the label c4.dev/job-name. The pods mount
+// the traffic-plan ConfigMap `<job>-c4-plan` (planConfigMapName) as an optional volume; its only
+// writer is the traffic-plan controller (trafficplan/controller.h), so a pod starts without it
+// and gets the job's subflow count from C4_SUBFLOWS until a plan is written. No I/O.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +22,7 @@ struct PodSettings {
   std::string plugin_host_dir = "/opt/c4/lib";  // where the DaemonSet installs the plugin
   std::string plugin_mount_dir = "/opt/c4/lib";
   std::string plugin_library = "libnccl-net-c4.so";
+  std::string profiler_library = "libnccl-profiler-c4.so";
   std::string plan_mount_dir = "/etc/c4/plan";
   int master_port = 29500;
   // C4_PLAN_WAIT_MS of an Enforce job's pods: how long a connection waits for a plan that
@@ -35,7 +38,7 @@ Json buildPod(const Json& job, const TrainingJobSpec& spec, std::int64_t index,
               std::int64_t attempt, const std::optional<std::int64_t>& resume_step,
               const PodSettings& settings, const std::vector<std::string>& avoid_nodes = {});
 Json buildHeadlessService(const Json& job, const PodSettings& settings);
-Json buildPlanConfigMap(const Json& job, const TrainingJobSpec& spec);
+// `<job>-c4-plan`, the name of the plan ConfigMap (written by the traffic-plan controller).
 std::string planConfigMapName(const std::string& job_name);
 Json ownerReference(const Json& job);
 // True if `child` has a controller ownerReference naming `job`'s uid.

@@ -5,23 +5,15 @@
 #include <utility>
 
 #include "operator/trainingjob/api.h"
+#include "operator/trainingjob/status.h"
 
 namespace c4::op {
 namespace {
 
 const std::vector<std::string> kJobLabels = {"namespace", "trainingjob"};
 
-double numberAt(const Json& object, const char* pointer, double fallback) {
-  const Json::json_pointer p(pointer);
-  if (!object.contains(p)) return fallback;
-  const Json& v = object.at(p);
-  return v.is_number() ? v.get<double>() : fallback;
-}
-
-std::string stringAt(const Json& object, const char* pointer) {
-  const Json::json_pointer p(pointer);
-  if (!object.contains(p) || !object.at(p).is_string()) return {};
-  return object.at(p).get<std::string>();
+double number(const std::optional<std::int64_t>& value) {
+  return static_cast<double>(value.value_or(0));
 }
 
 }  // namespace
@@ -65,17 +57,20 @@ void JobMetrics::refresh() {
     seen[&family].insert(std::move(labels));
   };
   for (const Json& job : list_jobs_()) {
-    const std::string ns = stringAt(job, "/metadata/namespace");
-    const std::string name = stringAt(job, "/metadata/name");
+    const std::string ns = objectNamespace(job);
+    const std::string name = objectName(job);
     if (name.empty()) continue;
     const std::vector<std::string> key = {ns, name};
-    const std::string phase = stringAt(job, "/status/phase");
+    // A status that does not decode (never from the API server) reads as an empty one.
+    const TrainingJobStatus status = parseTrainingJobStatus(job).value_or(TrainingJobStatus{});
+    const std::string phase = status.phase.value_or("");
+    const GoodputStatus goodput = status.goodput.value_or(GoodputStatus{});
 
-    double productive = numberAt(job, "/status/goodput/productiveSeconds", 0);
-    double lost = numberAt(job, "/status/goodput/lostSeconds", 0);
+    double productive = number(goodput.productive_seconds);
+    double lost = number(goodput.lost_seconds);
     // The reconciler's accrual (planner.cc accrueGoodput), up to now.
-    auto since = parseRfc3339(stringAt(job, "/status/goodput/lastUpdateTime"));
-    if (!since) since = parseRfc3339(stringAt(job, "/status/phaseSince"));
+    auto since = parseRfc3339(goodput.last_update_time.value_or(""));
+    if (!since) since = parseRfc3339(status.phase_since.value_or(""));
     if (since && *since < now) {
       const auto whole = std::chrono::duration_cast<std::chrono::seconds>(now - *since).count();
       if (phase == phases::kRunning) productive += static_cast<double>(whole);
@@ -85,15 +80,14 @@ void JobMetrics::refresh() {
     put(lost_, key, lost);
     if (productive + lost > 0) put(ratio_, key, productive / (productive + lost));
 
-    put(restarts_, key, numberAt(job, "/status/restarts", 0));
-    put(restarts_counted_, key, numberAt(job, "/status/restartsCountTowardsMax", 0));
+    put(restarts_, key, number(status.restarts));
+    put(restarts_counted_, key, number(status.restarts_count_towards_max));
     if (auto spec = parseTrainingJobSpec(job)) {
       put(max_restarts_, key, static_cast<double>(spec->fault_tolerance.max_restarts));
     }
-    put(attempt_, key, numberAt(job, "/status/attempt", 0));
-    const Json::json_pointer version("/status/plan/version");
-    if (job.contains(version) && job.at(version).is_number()) {
-      put(plan_version_, key, job.at(version).get<double>());
+    put(attempt_, key, number(status.attempt));
+    if (status.plan && status.plan->version) {
+      put(plan_version_, key, static_cast<double>(*status.plan->version));
     }
     if (!phase.empty()) put(phase_, {ns, name, phase}, 1);
   }

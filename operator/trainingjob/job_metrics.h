@@ -25,9 +25,10 @@
 
 #include "c4/common/clock.h"
 #include "c4/common/metrics.h"
-#include "operator/client/kube_client.h"
+#include "kube/client/kube_client.h"
 
 namespace c4::op {
+using namespace c4::kube;  // the operator is written against the Kubernetes library
 
 class JobMetrics {
  public:

@@ -14,12 +14,12 @@ const Json& statusOf(const Json& object) {
 }
 
 std::string podPhase(const Json& pod) {
-  return statusOf(pod).value("phase", std::string{});
+  return stringAt(statusOf(pod), "phase").value_or("");
 }
 
 bool isDeleting(const Json& pod) {
-  return pod["metadata"].contains("deletionTimestamp") &&
-         !pod["metadata"]["deletionTimestamp"].is_null();
+  const Json& meta = fieldsOf(pod, "metadata");
+  return meta.contains("deletionTimestamp") && !meta["deletionTimestamp"].is_null();
 }
 
 bool isPodReady(const Json& pod) {
@@ -27,16 +27,13 @@ bool isPodReady(const Json& pod) {
   auto conds = status.find("conditions");
   if (conds == status.end() || !conds->is_array()) return false;
   for (const auto& c : *conds) {
-    if (c.is_object() && c.value("type", std::string{}) == "Ready") {
-      return c.value("status", std::string{}) == "True";
-    }
+    if (stringAt(c, "type") == "Ready") return stringAt(c, "status") == "True";
   }
   return false;
 }
 
 std::string nodeNameOf(const Json& pod) {
-  if (!pod.contains("spec") || !pod["spec"].is_object()) return {};
-  return pod["spec"].value("nodeName", std::string{});
+  return stringAt(fieldsOf(pod, "spec"), "nodeName").value_or("");
 }
 
 // The first terminated container (of that name, when given) with a non-zero exit code.
@@ -53,7 +50,7 @@ std::vector<Terminated> terminatedContainers(const Json& pod, const std::string&
   if (list == status.end() || !list->is_array()) return out;
   for (const auto& cs : *list) {
     if (!cs.is_object()) continue;
-    std::string name = cs.value("name", std::string{});
+    std::string name = stringAt(cs, "name").value_or("");
     if (!container.empty() && name != container) continue;
     auto state = cs.find("state");
     if (state == cs.end() || !state->is_object()) continue;
@@ -61,7 +58,7 @@ std::vector<Terminated> terminatedContainers(const Json& pod, const std::string&
     if (t == state->end() || !t->is_object()) continue;
     auto code = t->find("exitCode");
     if (code == t->end() || !code->is_number_integer() || code->get<std::int64_t>() == 0) continue;
-    out.push_back({name, code->get<std::int64_t>(), t->value("reason", std::string{})});
+    out.push_back({name, code->get<std::int64_t>(), stringAt(*t, "reason").value_or("")});
   }
   return out;
 }
@@ -78,8 +75,8 @@ std::optional<std::pair<std::string, std::string>> podCondition(const Json& pod,
   auto list = status.find("conditions");
   if (list == status.end() || !list->is_array()) return std::nullopt;
   for (const auto& c : *list) {
-    if (c.is_object() && c.value("type", std::string{}) == type) {
-      return std::pair{c.value("status", std::string{}), c.value("reason", std::string{})};
+    if (stringAt(c, "type") == type) {
+      return std::pair{stringAt(c, "status").value_or(""), stringAt(c, "reason").value_or("")};
     }
   }
   return std::nullopt;
@@ -126,53 +123,42 @@ std::string describePod(const Json* pod, std::int64_t index, const std::string& 
   return text;
 }
 
-std::optional<std::int64_t> lastCheckpointStep(const Json& status) {
-  auto cp = status.find("lastCheckpoint");
-  if (cp == status.end() || !cp->is_object()) return std::nullopt;
-  auto step = cp->find("step");
-  if (step == cp->end() || !step->is_number_integer()) return std::nullopt;
-  return step->get<std::int64_t>();
-}
-
-std::int64_t statusInt(const Json& status, const char* key) {
-  auto it = status.find(key);
-  return it != status.end() && it->is_number_integer() ? it->get<std::int64_t>() : 0;
+std::optional<std::int64_t> lastCheckpointStep(const TrainingJobStatus& status) {
+  if (!status.last_checkpoint) return std::nullopt;
+  return status.last_checkpoint->step;
 }
 
 // Adds the whole seconds since goodput.lastUpdateTime (or phaseSince) to productiveSeconds
 // (Running) or lostSeconds (Restarting) and moves lastUpdateTime by exactly that much, so
 // frequent updates lose no fractions.
-void accrueGoodput(Json& status, WallTime now) {
-  Json& goodput = status["goodput"];
-  if (!goodput.is_object()) goodput = Json::object();
-  auto since = parseRfc3339(goodput.value("lastUpdateTime", std::string{}));
-  if (!since) since = parseRfc3339(status.value("phaseSince", std::string{}));
+void accrueGoodput(TrainingJobStatus& status, WallTime now) {
+  GoodputStatus& goodput = status.goodput ? *status.goodput : status.goodput.emplace();
+  auto since = parseRfc3339(goodput.last_update_time.value_or(""));
+  if (!since) since = parseRfc3339(status.phase_since.value_or(""));
   if (!since || *since > now) since = now;
   auto whole = std::chrono::duration_cast<std::chrono::seconds>(now - *since);
-  const std::string phase = status.value("phase", std::string{});
+  const std::string phase = status.phase.value_or("");
   if (phase == phases::kRunning) {
-    goodput["productiveSeconds"] = statusInt(goodput, "productiveSeconds") + whole.count();
+    goodput.productive_seconds = goodput.productive_seconds.value_or(0) + whole.count();
   } else if (phase == phases::kRestarting) {
-    goodput["lostSeconds"] = statusInt(goodput, "lostSeconds") + whole.count();
+    goodput.lost_seconds = goodput.lost_seconds.value_or(0) + whole.count();
   }
-  if (!goodput.contains("productiveSeconds")) goodput["productiveSeconds"] = 0;
-  if (!goodput.contains("lostSeconds")) goodput["lostSeconds"] = 0;
-  goodput["lastUpdateTime"] = formatRfc3339(*since + whole);
+  if (!goodput.productive_seconds) goodput.productive_seconds = 0;
+  if (!goodput.lost_seconds) goodput.lost_seconds = 0;
+  goodput.last_update_time = formatRfc3339(*since + whole);
 }
 
-void setPhase(Json& status, const std::string& phase, WallTime now) {
-  if (status.value("phase", std::string{}) == phase) return;
+void setPhase(TrainingJobStatus& status, const std::string& phase, WallTime now) {
+  if (status.phase.value_or("") == phase) return;
   accrueGoodput(status, now);
-  status["phase"] = phase;
-  status["phaseSince"] = formatRfc3339(now);
+  status.phase = phase;
+  status.phase_since = formatRfc3339(now);
 }
 
-void addFault(Json& status, const Json& fault) {
-  Json& faults = status["faults"];
-  if (!faults.is_array()) faults = Json::array();
-  faults.push_back(fault);
-  while (faults.size() > kMaxFaults) faults.erase(faults.begin());
-  status["lastFault"] = fault.value("summary", std::string{});
+void addFault(TrainingJobStatus& status, const FaultRecord& fault) {
+  status.faults.push_back(fault);
+  while (status.faults.size() > kMaxFaults) status.faults.erase(status.faults.begin());
+  status.last_fault = fault.summary.value_or("");
 }
 
 // One pod of the current attempt that stopped: failed, being deleted, or gone.
@@ -193,11 +179,11 @@ NodeFacts nodeFactsOf(const Json& node) {
   facts.ready = false;
   auto spec = node.find("spec");
   if (spec != node.end() && spec->is_object()) {
-    facts.unschedulable = spec->value("unschedulable", false);
+    facts.unschedulable = boolAt(*spec, "unschedulable").value_or(false);
     auto taints = spec->find("taints");
     if (taints != spec->end() && taints->is_array()) {
       for (const auto& t : *taints) {
-        if (t.is_object() && t.value("key", std::string{}) == kFaultyTaintKey) {
+        if (stringAt(t, "key") == kFaultyTaintKey) {
           facts.faulty_taint = true;
         }
       }
@@ -208,8 +194,8 @@ NodeFacts nodeFactsOf(const Json& node) {
     auto conds = status->find("conditions");
     if (conds != status->end() && conds->is_array()) {
       for (const auto& c : *conds) {
-        if (c.is_object() && c.value("type", std::string{}) == "Ready") {
-          facts.ready = c.value("status", std::string{}) == "True";
+        if (stringAt(c, "type") == "Ready") {
+          facts.ready = stringAt(c, "status") == "True";
         }
       }
     }
@@ -239,7 +225,7 @@ FailureVerdict classifyFailure(const Json* pod, bool deleted, const NodeFacts& n
       v.why = "DisruptionTarget: " + (dt->second.empty() ? std::string{"disrupted"} : dt->second);
       return v;
     }
-    std::string reason = statusOf(*pod).value("reason", std::string{});
+    std::string reason = stringAt(statusOf(*pod), "reason").value_or("");
     if (isDisruptionReason(reason)) {
       v.action = FailureAction::kIgnore;
       v.infrastructure = true;
@@ -256,7 +242,7 @@ FailureVerdict classifyFailure(const Json* pod, bool deleted, const NodeFacts& n
   if (pod != nullptr && podPhase(*pod) == "Failed") {
     v.action = FailureAction::kRestart;
     auto exit = terminatedExit(*pod, "");
-    std::string reason = statusOf(*pod).value("reason", std::string{});
+    std::string reason = stringAt(statusOf(*pod), "reason").value_or("");
     if (exit) {
       v.why = (exit->reason.empty() ? std::string{} : exit->reason + ", ") + "exit code " +
               std::to_string(exit->exit_code);
@@ -275,15 +261,23 @@ FailureVerdict classifyFailure(const Json* pod, bool deleted, const NodeFacts& n
 JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const NodeLookup& nodes,
                       WallTime now, const PlanContext& context) {
   JobPlan plan;
-  const Json& old_status = statusOf(job);
-  Json status = old_status;
-  const std::int64_t generation = job["metadata"].value("generation", std::int64_t{0});
-  status["observedGeneration"] = generation;
+  auto decoded = parseTrainingJobStatus(job);
+  if (!decoded) {
+    // Never from the API server (the CRD's schema types every field): nothing is safe to do.
+    plan.events.push_back(
+        {"Warning", "InvalidStatus",
+         "the status cannot be read, the job is left alone: " + decoded.error().message});
+    return plan;
+  }
+  const TrainingJobStatus old_status = *decoded;
+  TrainingJobStatus status = old_status;
+  const std::int64_t generation = intAt(fieldsOf(job, "metadata"), "generation").value_or(0);
+  status.observed_generation = generation;
   if (const auto& cp = context.reported_checkpoint) {
     auto recorded = lastCheckpointStep(status);
     if (!recorded || cp->step > *recorded) {
-      status["lastCheckpoint"] = {
-          {"step", cp->step}, {"path", cp->path}, {"time", formatRfc3339(cp->time)}};
+      status.last_checkpoint =
+          CheckpointStatus{.step = cp->step, .path = cp->path, .time = formatRfc3339(cp->time)};
     }
   }
   auto event = [&](const char* type, const char* reason, const std::string& message) {
@@ -299,17 +293,14 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
   // Goodput is brought up to date with any other change, and at least every goodput_period
   // while the job runs or restarts (the reconciler is requeued for it).
   auto finish = [&]() -> JobPlan {
-    const std::string phase = status.value("phase", std::string{});
+    const std::string phase = status.phase.value_or("");
     if (phase == phases::kRunning || phase == phases::kRestarting) {
-      auto last = parseRfc3339(status.contains("goodput") && status["goodput"].is_object()
-                                   ? status["goodput"].value("lastUpdateTime", std::string{})
-                                   : std::string{});
-      if (!last) last = parseRfc3339(status.value("phaseSince", std::string{}));
+      auto last = parseRfc3339(status.goodput ? status.goodput->last_update_time.value_or("") : "");
+      if (!last) last = parseRfc3339(status.phase_since.value_or(""));
       WallTime last_update = last.value_or(now);
       if (status != old_status || now - last_update >= context.goodput_period) {
         accrueGoodput(status, now);
-        last_update =
-            parseRfc3339(status["goodput"].value("lastUpdateTime", std::string{})).value_or(now);
+        last_update = parseRfc3339(status.goodput->last_update_time.value_or("")).value_or(now);
       }
       Duration due =
           std::max<Duration>(std::chrono::seconds{1}, last_update + context.goodput_period - now);
@@ -335,12 +326,11 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
 
   // Every start of the job's pods is an attempt: restarts and resumes begin a new one, whose pods
   // carry its number (statuses written before `attempt` existed have it in `restarts`).
-  std::int64_t attempt =
-      status.contains("attempt") ? statusInt(status, "attempt") : statusInt(status, "restarts");
-  status["attempt"] = attempt;
-  status["restarts"] = statusInt(status, "restarts");  // always present: the printer column
-  status["restartsCountTowardsMax"] = statusInt(status, "restartsCountTowardsMax");
-  status["infrastructureRestarts"] = statusInt(status, "infrastructureRestarts");
+  std::int64_t attempt = status.attempt ? *status.attempt : status.restarts.value_or(0);
+  status.attempt = attempt;
+  status.restarts = status.restarts.value_or(0);  // always present: the printer column
+  status.restarts_count_towards_max = status.restarts_count_towards_max.value_or(0);
+  status.infrastructure_restarts = status.infrastructure_restarts.value_or(0);
   std::vector<const Json*> pods;
   for (const auto& pod : all_pods) {
     if (isControlledBy(pod, job)) pods.push_back(&pod);
@@ -353,7 +343,8 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
     bool force = phase == "Failed" || phase == "Succeeded" ||
                  (!node.empty() &&
                   (!facts.exists || !facts.ready || facts.unschedulable || facts.faulty_taint));
-    return PodDeletion{objectName(pod), pod["metadata"].value("uid", std::string{}), force, why};
+    return PodDeletion{objectName(pod), stringAt(fieldsOf(pod, "metadata"), "uid").value_or(""),
+                       force, why};
   };
   // Deletes pods not yet being deleted; force-deletes deleting pods stuck on a bad node.
   auto deletePods = [&](auto&& predicate, const std::string& why) {
@@ -377,7 +368,7 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
     cond(conditions::kDegraded, false, "ChildrenCreated", "The job's children exist");
   }
 
-  std::string phase = status.value("phase", std::string{});
+  std::string phase = status.phase.value_or("");
   if (phase == phases::kSucceeded || phase == phases::kFailed) {
     deletePods(isActive, "job finished");
     return finish();
@@ -390,7 +381,7 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
     cond(conditions::kSuspended, true, "Suspended", "spec.suspend is true");
     condIfPresent(conditions::kRunning, false, "Suspended", "spec.suspend is true");
     setPhase(status, phases::kSuspended, now);
-    status["startedIndexes"] = "";  // the attempt's pods go; resuming starts them again
+    status.started_indexes = "";  // the attempt's pods go; resuming starts them again
     deletePods([](const Json&) { return true; }, "job suspended");
     return finish();
   }
@@ -398,7 +389,7 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
     // A new attempt: the suspended attempt's pods (perhaps still terminating) and everything
     // the informer saw of them belong to the old one.
     ++attempt;
-    status["attempt"] = attempt;
+    status.attempt = attempt;
     event("Normal", "Resumed", "Job resumed as attempt " + std::to_string(attempt));
     cond(conditions::kSuspended, false, "Resumed", "spec.suspend is false");
     setPhase(status, phases::kPending, now);
@@ -418,7 +409,7 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
     current[*index] = pod;
   }
   std::set<std::int64_t> started;
-  if (auto recorded = parseIndexSet(status.value("startedIndexes", std::string{}), spec.replicas)) {
+  if (auto recorded = parseIndexSet(status.started_indexes.value_or(""), spec.replicas)) {
     started.insert(recorded->begin(), recorded->end());
   }
   if (context.observed_attempt == attempt) {
@@ -430,7 +421,7 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
     }
   }
   for (const auto& [i, pod] : current) started.insert(i);
-  status["startedIndexes"] = formatIndexSet({started.begin(), started.end()});
+  status.started_indexes = formatIndexSet({started.begin(), started.end()});
 
   // Pods of this attempt that stopped: failed, being deleted, or gone (a vanished rank is a
   // crash of that rank: its peers wait in a static rendezvous that a new pod cannot join).
@@ -467,21 +458,23 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
     if (p == "Succeeded") ++succeeded;
     if (p != "Succeeded" && p != "Failed" && !isDeleting(*pod)) ++active;
   }
-  status["active"] = active;
-  status["ready"] = ready;
-  status["succeeded"] = succeeded;
-  status["failed"] = static_cast<std::int64_t>(stopped.size());
+  status.active = active;
+  status.ready = ready;
+  status.succeeded = succeeded;
+  status.failed = static_cast<std::int64_t>(stopped.size());
 
   // A fault in this attempt: pods stopped, a restart requested for exactly this attempt, or a
   // C4D verdict for it (dry run: the detector only records what it would do).
   const bool requested = annotationOf(job, annotations::kRestartRequest) == std::to_string(attempt);
-  const DiagnosedFault* diagnosis =
-      context.diagnosis && context.diagnosis->attempt == attempt && !ft.dry_run &&
-              status.value("phase", std::string{}) != phases::kRestarting
-          ? &*context.diagnosis
-          : nullptr;
+  const DiagnosedFault* diagnosis = context.diagnosis && context.diagnosis->attempt == attempt &&
+                                            !ft.dry_run &&
+                                            status.phase.value_or("") != phases::kRestarting
+                                        ? &*context.diagnosis
+                                        : nullptr;
   if (!stopped.empty() || requested || diagnosis != nullptr) {
-    Json fault = {{"time", formatRfc3339(now)}, {"attempt", attempt}};
+    FaultRecord fault;
+    fault.time = formatRfc3339(now);
+    fault.attempt = attempt;
     std::string summary;
     FailureAction action = FailureAction::kIgnore;
     bool counted = false;
@@ -506,10 +499,10 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
                                          : " failed") +
                 ": " + decider->verdict.why;
       if (stopped.size() > 1) summary += " (and " + std::to_string(stopped.size() - 1) + " more)";
-      fault["class"] = decider->verdict.infrastructure ? "disruption" : "crash";
-      fault["pod"] = decider->name;
-      fault["node"] = decider->node;
-      fault["rank"] = decider->index;
+      fault.fault_class = decider->verdict.infrastructure ? "disruption" : "crash";
+      fault.pod = decider->name;
+      fault.node = decider->node;
+      fault.rank = decider->index;
       // Node-level evidence: a node that went NotReady under the job is cordoned (DESIGN: a
       // crash implicates its node only with node-level evidence).
       for (const auto& s : stopped) {
@@ -526,21 +519,20 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
       }
     } else if (diagnosis != nullptr) {
       summary = diagnosis->summary;
-      fault["class"] = diagnosis->fault_class;
-      if (!diagnosis->nodes.empty()) fault["node"] = diagnosis->nodes.front();
-      if (diagnosis->rank >= 0) fault["rank"] = diagnosis->rank;
-      fault["detectionSeconds"] = diagnosis->detection_seconds;
+      fault.fault_class = diagnosis->fault_class;
+      if (!diagnosis->nodes.empty()) fault.node = diagnosis->nodes.front();
+      if (diagnosis->rank >= 0) fault.rank = diagnosis->rank;
+      fault.detection_seconds = diagnosis->detection_seconds;
     } else {
       std::string reason = annotationOf(job, annotations::kRestartReason);
       summary = "restart requested" + (reason.empty() ? std::string{} : ": " + reason);
-      fault["class"] = "requested";
+      fault.fault_class = "requested";
     }
     if (diagnosis != nullptr) {
       // The next attempt avoids the culprits (also where policy does not cordon them).
-      Json& avoid = status["avoidNodes"];
-      if (!avoid.is_array()) avoid = Json::array();
+      std::vector<std::string>& avoid = status.avoid_nodes;
       for (const auto& n : diagnosis->nodes) {
-        if (std::find(avoid.begin(), avoid.end(), Json(n)) == avoid.end()) avoid.push_back(n);
+        if (std::find(avoid.begin(), avoid.end(), n) == avoid.end()) avoid.push_back(n);
       }
       while (avoid.size() > kMaxAvoidNodes) avoid.erase(avoid.begin());
       if (diagnosis->cordon && ft.cordon_faulty_nodes) {
@@ -555,13 +547,13 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
         }
       }
     }
-    fault["summary"] = summary;
-    fault["counted"] = counted;
+    fault.summary = summary;
+    fault.counted = counted;
 
-    const std::int64_t counted_restarts = statusInt(status, "restartsCountTowardsMax");
-    const std::int64_t infra_restarts = statusInt(status, "infrastructureRestarts");
+    const std::int64_t counted_restarts = status.restarts_count_towards_max.value_or(0);
+    const std::int64_t infra_restarts = status.infrastructure_restarts.value_or(0);
     auto fail = [&](const char* reason, const std::string& message) {
-      fault["action"] = "fail";
+      fault.action = "fail";
       addFault(status, fault);
       event("Warning", reason, message);
       cond(conditions::kFailed, true, reason, message);
@@ -587,9 +579,9 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
 
     // Backoff: exponential in consecutive counted failures; an attempt that ran long enough
     // resets it; faults that are not the trainer's restart after the base delay.
-    std::int64_t consecutive = statusInt(status, "consecutiveFailures");
-    if (status.value("phase", std::string{}) == phases::kRunning) {
-      auto since = parseRfc3339(status.value("phaseSince", std::string{}));
+    std::int64_t consecutive = status.consecutive_failures.value_or(0);
+    if (status.phase.value_or("") == phases::kRunning) {
+      auto since = parseRfc3339(status.phase_since.value_or(""));
       if (since && now - *since >= std::chrono::seconds{kBackoffResetSeconds}) consecutive = 0;
     }
     std::int64_t delay = ft.restart_backoff_seconds;
@@ -600,7 +592,7 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
       }
       delay = std::min(delay, ft.max_restart_backoff_seconds);
     }
-    status["consecutiveFailures"] = consecutive;
+    status.consecutive_failures = consecutive;
 
     const std::int64_t next = attempt + 1;
     auto step = lastCheckpointStep(status);
@@ -611,10 +603,10 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
                           (counted ? " (" + std::to_string(counted_restarts + 1) + " of " +
                                          std::to_string(ft.max_restarts) + " restarts)"
                                    : std::string{" (not counted against maxRestarts)"});
-    fault["action"] = "restart";
-    if (auto cp = status.find("lastCheckpoint"); cp != status.end() && cp->is_object()) {
-      if (auto t = parseRfc3339(cp->value("time", std::string{})); t && *t <= now) {
-        fault["recomputeSeconds"] =
+    fault.action = "restart";
+    if (status.last_checkpoint) {
+      if (auto t = parseRfc3339(status.last_checkpoint->time.value_or("")); t && *t <= now) {
+        fault.recompute_seconds =
             std::chrono::duration_cast<std::chrono::seconds>(now - *t).count();
       }
     }
@@ -622,29 +614,26 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
     // while this attempt ran (a hang before the verdict included): it is lost. Bounded by this
     // attempt's running time, since earlier attempts settled their own share at their restart.
     std::int64_t redo = 0;
-    if (status.value("phase", std::string{}) == phases::kRunning) {
-      if (auto since = parseRfc3339(status.value("phaseSince", std::string{}));
-          since && *since <= now) {
+    if (status.phase.value_or("") == phases::kRunning) {
+      if (auto since = parseRfc3339(status.phase_since.value_or("")); since && *since <= now) {
         redo = std::chrono::duration_cast<std::chrono::seconds>(now - *since).count();
-        if (auto r = fault.find("recomputeSeconds"); r != fault.end() && r->is_number_integer()) {
-          redo = std::min(redo, r->get<std::int64_t>());
-        }
+        if (fault.recompute_seconds) redo = std::min(redo, *fault.recompute_seconds);
       }
     }
     addFault(status, fault);
-    status["attempt"] = next;
-    status["restarts"] = statusInt(status, "restarts") + 1;
-    status[counted ? "restartsCountTowardsMax" : "infrastructureRestarts"] =
+    status.attempt = next;
+    status.restarts = status.restarts.value_or(0) + 1;
+    (counted ? status.restarts_count_towards_max : status.infrastructure_restarts) =
         (counted ? counted_restarts : infra_restarts) + 1;
-    status["lastRestartTime"] = formatRfc3339(now);
-    status["nextAttemptTime"] = formatRfc3339(now + std::chrono::seconds{delay});
-    status["startedIndexes"] = "";
-    status["active"] = 0;
-    status["ready"] = 0;
-    status["succeeded"] = 0;
-    status["failed"] = 0;
+    status.last_restart_time = formatRfc3339(now);
+    status.next_attempt_time = formatRfc3339(now + std::chrono::seconds{delay});
+    status.started_indexes = "";
+    status.active = 0;
+    status.ready = 0;
+    status.succeeded = 0;
+    status.failed = 0;
     const char* reason = !stopped.empty()
-                             ? (fault["class"] == "crash" ? "PodFailed" : "PodDisrupted")
+                             ? (fault.fault_class == "crash" ? "PodFailed" : "PodDisrupted")
                          : diagnosis != nullptr ? "FaultDiagnosed"
                                                 : "RestartRequested";
     event("Warning", reason, summary);
@@ -653,10 +642,10 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
     condIfPresent(conditions::kRunning, false, "Restarting", message);
     setPhase(status, phases::kRestarting, now);
     if (redo > 0) {
-      Json& goodput = status["goodput"];
-      redo = std::min(redo, statusInt(goodput, "productiveSeconds"));
-      goodput["productiveSeconds"] = statusInt(goodput, "productiveSeconds") - redo;
-      goodput["lostSeconds"] = statusInt(goodput, "lostSeconds") + redo;
+      GoodputStatus& goodput = status.goodput ? *status.goodput : status.goodput.emplace();
+      redo = std::min(redo, goodput.productive_seconds.value_or(0));
+      goodput.productive_seconds = goodput.productive_seconds.value_or(0) - redo;
+      goodput.lost_seconds = goodput.lost_seconds.value_or(0) + redo;
     }
     deletePods([](const Json&) { return true; }, "restart to attempt " + std::to_string(next));
     plan.restart_started = true;
@@ -676,10 +665,10 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
     plan.requeue_after = std::chrono::seconds{1};
     return finish();
   }
-  if (status.value("phase", std::string{}) == phases::kRestarting) {
-    auto ready_at = parseRfc3339(status.value("nextAttemptTime", std::string{}));
+  if (status.phase.value_or("") == phases::kRestarting) {
+    auto ready_at = parseRfc3339(status.next_attempt_time.value_or(""));
     if (!ready_at) {  // written by an older operator: base backoff after the restart
-      auto restarted = parseRfc3339(status.value("lastRestartTime", std::string{}));
+      auto restarted = parseRfc3339(status.last_restart_time.value_or(""));
       ready_at = restarted.value_or(now) + std::chrono::seconds{ft.restart_backoff_seconds};
     }
     if (now < *ready_at) {
@@ -690,12 +679,7 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
 
   if (!context.child_problem || !context.child_problem->blocks_pods) {
     auto resume = lastCheckpointStep(status);
-    std::vector<std::string> avoid_nodes;
-    if (auto avoid = status.find("avoidNodes"); avoid != status.end() && avoid->is_array()) {
-      for (const auto& n : *avoid) {
-        if (n.is_string()) avoid_nodes.push_back(n.get<std::string>());
-      }
-    }
+    const std::vector<std::string>& avoid_nodes = status.avoid_nodes;
     for (std::int64_t i = 0; i < spec.replicas; ++i) {
       if (!current.contains(i)) {
         plan.pods_to_create.push_back(
@@ -705,7 +689,7 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
   }
 
   std::string replicas = std::to_string(spec.replicas);
-  std::string now_phase = status.value("phase", std::string{});
+  std::string now_phase = status.phase.value_or("");
   if (succeeded == spec.replicas) {
     std::string message = "All " + replicas + " replicas succeeded";
     event("Normal", "Succeeded", message);
@@ -720,11 +704,10 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
     }
     if (now_phase == phases::kRestarting) {
       // The restart's length goes to the fault that caused it.
-      auto restarted = parseRfc3339(status.value("lastRestartTime", std::string{}));
-      Json& faults = status["faults"];
-      if (restarted && faults.is_array() && !faults.empty() && faults.back().is_object() &&
-          !faults.back().contains("restartSeconds")) {
-        faults.back()["restartSeconds"] =
+      auto restarted = parseRfc3339(status.last_restart_time.value_or(""));
+      std::vector<FaultRecord>& faults = status.faults;
+      if (restarted && !faults.empty() && !faults.back().restart_seconds) {
+        faults.back().restart_seconds =
             std::chrono::duration_cast<std::chrono::seconds>(now - *restarted).count();
       }
     }

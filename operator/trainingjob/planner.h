@@ -17,6 +17,7 @@
 #include "operator/remediation/node_actions.h"
 #include "operator/trainingjob/api.h"
 #include "operator/trainingjob/children.h"
+#include "operator/trainingjob/status.h"
 
 namespace c4::op {
 
@@ -105,9 +106,9 @@ struct PlanContext {
 };
 
 struct JobPlan {
-  Json status;  // the complete desired status
+  TrainingJobStatus status;  // the complete desired status
   bool status_changed = false;
-  bool ensure_children = false;  // headless Service and plan ConfigMap
+  bool ensure_children = false;  // the headless Service
   std::vector<Json> pods_to_create;
   std::vector<PodDeletion> pods_to_delete;
   std::vector<EventSpec> events;
@@ -117,7 +118,9 @@ struct JobPlan {
 };
 
 // Computes what to do. `pods` are the pods labelled with the job's name (the planner ignores
-// those another object controls). Deterministic for the same inputs.
+// those another object controls). Deterministic for the same inputs. A status that does not
+// decode (parseTrainingJobStatus) gets a Warning Event `InvalidStatus` and nothing else: no
+// status write, no pod touched.
 JobPlan planReconcile(const Json& job, const std::vector<Json>& pods, const NodeLookup& nodes,
                       WallTime now, const PlanContext& context);
 

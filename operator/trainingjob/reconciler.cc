@@ -7,8 +7,6 @@
 #include <cstdio>
 #include <thread>
 
-#include "operator/manager/failpoints.h"
-
 namespace c4::op {
 namespace {
 
@@ -40,21 +38,20 @@ const char* kPodsByNode = "trainingjob.byNode";
 
 // Identity and generation of a child for creation expectations.
 std::string childId(const Json& object) {
-  return object.value("kind", std::string{}) + "/" + objectKey(object);
+  return stringAt(object, "kind").value_or("") + "/" + objectKey(object);
 }
 std::string childVersion(const Json& object) {
-  return object.value("kind", std::string{}) == "Pod" ? labelOf(object, labels::kRestartAttempt)
-                                                      : std::string{};
+  return stringAt(object, "kind") == "Pod" ? labelOf(object, labels::kRestartAttempt)
+                                           : std::string{};
 }
 
 // The uid of the TrainingJob that controls `object`, or "".
 std::string controllerUid(const Json& object) {
-  const Json& meta = object["metadata"];
-  if (!meta.contains("ownerReferences") || !meta["ownerReferences"].is_array()) return {};
-  for (const auto& ref : meta["ownerReferences"]) {
-    if (ref.is_object() && ref.value("controller", false) &&
-        ref.value("kind", std::string{}) == "TrainingJob") {
-      return ref.value("uid", std::string{});
+  const Json* refs = arrayAt(fieldsOf(object, "metadata"), "ownerReferences");
+  if (refs == nullptr) return {};
+  for (const auto& ref : *refs) {
+    if (boolAt(ref, "controller").value_or(false) && stringAt(ref, "kind") == "TrainingJob") {
+      return stringAt(ref, "uid").value_or("");
     }
   }
   return {};
@@ -103,14 +100,13 @@ TrainingJobController::TrainingJobController(KubeClient& client, Clock& clock,
   pods_ = &informers.informerFor(resources::pods(), ns, labels::kJobName);
   nodes_ = &informers.informerFor(resources::nodes());
   services_ = &informers.informerFor(resources::services(), ns, labels::kJobName);
-  config_maps_ = &informers.informerFor(resources::configMaps(), ns, labels::kJobName);
   pods_->store().addIndex(kPodsByJob, [](const Json& pod) {
     std::string job = labelOf(pod, labels::kJobName);
     if (job.empty()) return std::vector<std::string>{};
     return std::vector<std::string>{objectKey(objectNamespace(pod), job)};
   });
   pods_->store().addIndex(kPodsByNode, [](const Json& pod) {
-    std::string node = pod.contains("spec") ? pod["spec"].value("nodeName", std::string{}) : "";
+    std::string node = stringAt(fieldsOf(pod, "spec"), "nodeName").value_or("");
     if (node.empty()) return std::vector<std::string>{};
     return std::vector<std::string>{node};
   });
@@ -125,7 +121,7 @@ TrainingJobController::TrainingJobController(KubeClient& client, Clock& clock,
     }
     if (event == InformerEvent::kDelete) {
       std::lock_guard lock(tracks_mu_);
-      tracks_.erase(trackKey(key, job["metadata"].value("uid", std::string{})));
+      tracks_.erase(trackKey(key, stringAt(fieldsOf(job, "metadata"), "uid").value_or("")));
     }
     queue_.add(key);
   });
@@ -138,7 +134,6 @@ TrainingJobController::TrainingJobController(KubeClient& client, Clock& clock,
     child(event, old_object, pod);
   });
   services_->addHandler(child);
-  config_maps_->addHandler(child);
   nodes_->addHandler([this](InformerEvent, const Json* old_node, const Json& node) {
     // Only readiness, cordon and our taint matter (force deletion); heartbeats do not.
     if (old_node != nullptr && nodeFactsOf(*old_node) == nodeFactsOf(node)) return;
@@ -208,6 +203,18 @@ void TrainingJobController::worker() {
     Result<ReconcileResult> result = makeError(ErrorCode::kInternal, "not run");
     try {
       result = reconcile(*key);
+    } catch (const Json::exception& e) {
+      // A field of another type that no check caught: retrying reads the same object again, so
+      // it is left alone (with an Event) until it changes; the other jobs go on.
+      log_.warn("Job cannot be read, left alone until it changes",
+                {{"job", *key}, {"error", e.what()}});
+      if (auto job = jobs_->store().get(*key)) {
+        events_.record(*job, "Warning", "InvalidObject",
+                       std::string("the object cannot be read, it is left alone until it "
+                                   "changes: ") +
+                           e.what());
+      }
+      result = ReconcileResult{};
     } catch (const std::exception& e) {  // controller-runtime's panic recovery
       result = makeError(ErrorCode::kInternal, std::string("reconcile threw: ") + e.what());
     }
@@ -333,10 +340,8 @@ Result<ReconcileResult> TrainingJobController::reconcile(const std::string& key)
     return ReconcileResult{};
   }
   const Json& job = *cached;
-  if (job["metadata"].contains("deletionTimestamp")) return ReconcileResult{};
-  std::string managed_by = job.contains("spec") && job["spec"].is_object()
-                               ? job["spec"].value("managedBy", std::string{})
-                               : std::string{};
+  if (fieldsOf(job, "metadata").contains("deletionTimestamp")) return ReconcileResult{};
+  std::string managed_by = stringAt(fieldsOf(job, "spec"), "managedBy").value_or("");
   if (!managed_by.empty() && managed_by != kControllerName) return ReconcileResult{};
   {
     std::lock_guard lock(written_mu_);
@@ -353,7 +358,7 @@ Result<ReconcileResult> TrainingJobController::reconcile(const std::string& key)
   context.goodput_period = config_.goodput_period;
   {
     std::lock_guard lock(tracks_mu_);
-    auto it = tracks_.find(trackKey(key, job["metadata"].value("uid", std::string{})));
+    auto it = tracks_.find(trackKey(key, stringAt(fieldsOf(job, "metadata"), "uid").value_or("")));
     if (it != tracks_.end()) {
       context.observed_attempt = it->second.attempt;
       context.observed_indexes = it->second.indexes;
@@ -361,20 +366,17 @@ Result<ReconcileResult> TrainingJobController::reconcile(const std::string& key)
     }
   }
 
-  // Children first: their problems are part of the status written below.
+  // Children first: their problems are part of the status written below. The plan ConfigMap
+  // is not one of them: the traffic-plan controller is its single writer (the pods mount it
+  // optional).
   std::optional<Error> retry;
-  auto spec = parseTrainingJobSpec(job);
-  if (spec) {
-    for (auto [type, cache, desired] :
-         {std::tuple{&resources::services(), services_,
-                     buildHeadlessService(job, config_.pod_settings)},
-          std::tuple{&resources::configMaps(), config_maps_, buildPlanConfigMap(job, *spec)}}) {
-      ChildOutcome outcome = ensureChild(*type, *cache, desired, job);
-      if (outcome.problem && !context.child_problem) context.child_problem = outcome.problem;
-      if (outcome.retry && !retry) retry = outcome.retry;
-      if (outcome.problem) {
-        events_.record(job, "Warning", outcome.problem->reason.c_str(), outcome.problem->message);
-      }
+  if (parseTrainingJobSpec(job)) {
+    ChildOutcome outcome = ensureChild(resources::services(), *services_,
+                                       buildHeadlessService(job, config_.pod_settings), job);
+    if (outcome.problem) context.child_problem = outcome.problem;
+    if (outcome.retry) retry = outcome.retry;
+    if (outcome.problem) {
+      events_.record(job, "Warning", outcome.problem->reason.c_str(), outcome.problem->message);
     }
   }
   {
@@ -401,11 +403,12 @@ Result<ReconcileResult> TrainingJobController::reconcile(const std::string& key)
   // once.
   std::optional<Duration> deferred;
   {
-    const std::string phase = plan.status.value("phase", std::string{});
+    const std::string phase = plan.status.phase.value_or("");
+    auto observed = parseTrainingJobStatus(job);
     bool urgent = plan.restart_started ||
                   (phase != phases::kPending && phase != phases::kRunning) ||
                   isConditionTrue(plan.status, conditions::kDegraded) !=
-                      isConditionTrue(job.value("status", Json::object()), conditions::kDegraded);
+                      (observed && isConditionTrue(*observed, conditions::kDegraded));
     MonoTime now = clock_.monoNow();
     std::lock_guard lock(written_mu_);
     if (plan.status_changed && !urgent && config_.status_batch_period > Duration::zero()) {
@@ -417,7 +420,7 @@ Result<ReconcileResult> TrainingJobController::reconcile(const std::string& key)
 
   if (plan.status_changed && !deferred) {
     Json updated = job;
-    updated["status"] = plan.status;
+    updated["status"] = trainingJobStatusJson(plan.status);
     auto written = client_.update(resources::trainingJobs(), objectNamespace(job), updated,
                                   WriteOptions{.subresource = "status", .field_manager = ""});
     if (!written) return std::unexpected(written.error().withContext("status update"));
@@ -425,8 +428,8 @@ Result<ReconcileResult> TrainingJobController::reconcile(const std::string& key)
       std::lock_guard lock(written_mu_);
       written_rv_[key] = *rv;
     }
-    log.info("Status updated", {{"phase", plan.status.value("phase", std::string{})},
-                                {"restarts", plan.status.value("restarts", std::int64_t{0})}});
+    log.info("Status updated", {{"phase", plan.status.phase.value_or("")},
+                                {"restarts", plan.status.restarts.value_or(0)}});
     if (plan.restart_started) restarts_.get().inc();
   }
   if (!deferred) {

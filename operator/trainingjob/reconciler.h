@@ -1,9 +1,10 @@
 // The TrainingJob controller: its informers from the manager's shared caches (TrainingJobs,
-// Pods by job, Nodes, Services, ConfigMaps), the rate-limited queue, workers that the manager
+// Pods by job, Nodes, Services), the rate-limited queue, workers that the manager
 // starts once the caches synced, and the
 // reconciler that applies planReconcile()'s plan in an order that is safe to crash in at any
-// point: children (Service, ConfigMap), node cordons, one status write through /status (always,
-// even when a child could not be created), Events, pod deletions, pod creations.
+// point: children (the headless Service), node cordons, one status write through /status
+// (always, even when a child could not be created), Events, pod deletions, pod creations. The
+// plan ConfigMap the pods mount is the traffic-plan controller's alone (trafficplan/).
 #pragma once
 
 #include <atomic>
@@ -20,17 +21,24 @@
 #include "c4/common/clock.h"
 #include "c4/common/log.h"
 #include "c4/common/metrics.h"
-#include "operator/cache/informer.h"
-#include "operator/cache/shared_informers.h"
-#include "operator/client/kube_client.h"
-#include "operator/controller/events.h"
-#include "operator/controller/expectations.h"
-#include "operator/controller/work_queue.h"
+#include "kube/cache/informer.h"
+#include "kube/cache/shared_informers.h"
+#include "kube/client/kube_client.h"
+#include "kube/controller/events.h"
+#include "kube/controller/expectations.h"
+#include "kube/controller/work_queue.h"
 #include "operator/remediation/node_actions.h"
 #include "operator/trainingjob/job_metrics.h"
 #include "operator/trainingjob/planner.h"
 
 namespace c4::op {
+using namespace c4::kube;  // the operator is written against the Kubernetes library
+
+// The failpoints a reconcile passes (ControllerConfig::fault_hook; the manager arms them from
+// C4_FAILPOINTS, manager/failpoints.h): right after any status write lands, and right after the
+// status write that starts a restart, before any pod is deleted.
+inline constexpr std::string_view kFailpointAfterStatus = "after-status";
+inline constexpr std::string_view kFailpointAfterRestartStatus = "after-restart-status";
 
 struct ReconcileResult {
   std::optional<Duration> requeue_after;
@@ -55,9 +63,9 @@ struct ControllerConfig {
   // Cordons nodes with node-level evidence of a fault (circuit breaker, dry run). Null: node
   // actions are reported in Events only. Not owned.
   NodeRemediator* remediator = nullptr;
-  // Test hook: called at the named failpoints of a reconcile (failpoints.h: "after-status",
-  // "after-restart-status"); returning false aborts the reconcile there, as a crash would. The
-  // binary sets it only when C4_FAILPOINTS is set. Null in production.
+  // Test hook: called at the named failpoints of a reconcile (kFailpointAfterStatus,
+  // kFailpointAfterRestartStatus); returning false aborts the reconcile there, as a crash would.
+  // The binary sets it only when C4_FAILPOINTS is set. Null in production.
   std::function<bool(std::string_view stage, const std::string& key)> fault_hook;
   // The checkpoint the job's ranks reported ("<ns>/<name>" -> the report store's newest
   // complete checkpoint), written into status.lastCheckpoint; null = no report pipeline. Whoever
@@ -93,7 +101,6 @@ class TrainingJobController {
   Informer& podInformer() { return *pods_; }
   Informer& nodeInformer() { return *nodes_; }
   Informer& serviceInformer() { return *services_; }
-  Informer& configMapInformer() { return *config_maps_; }
   WorkQueue& queue() { return queue_; }
 
  private:
@@ -130,7 +137,6 @@ class TrainingJobController {
   Informer* pods_;
   Informer* nodes_;
   Informer* services_;
-  Informer* config_maps_;
   WorkQueue queue_;
   std::mutex lifecycle_mu_;  // start() vs stop()
   std::vector<std::thread> workers_;

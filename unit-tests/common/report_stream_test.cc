@@ -57,12 +57,12 @@ class Gen {
 
   RankIdentity identity() {
     RankIdentity id{name(), name(), name(), name(), -1, 0, 0, 0};
-    id.worldSize = static_cast<std::int32_t>(below(3) == 0 ? 0 : 1 + below(kMaxRank));
+    id.world_size = static_cast<std::int32_t>(below(3) == 0 ? 0 : 1 + below(kMaxRank));
     id.rank = static_cast<std::int32_t>(
-        id.worldSize == 0
+        id.world_size == 0
             ? static_cast<std::int64_t>(below(kMaxRank + 1)) - 1
-            : static_cast<std::int64_t>(below(static_cast<std::uint64_t>(id.worldSize) + 1)) - 1);
-    id.restartAttempt = static_cast<std::uint32_t>(counter());
+            : static_cast<std::int64_t>(below(static_cast<std::uint64_t>(id.world_size) + 1)) - 1);
+    id.restart_attempt = static_cast<std::uint32_t>(counter());
     id.pid = static_cast<std::uint32_t>(rng_());
     return id;
   }
@@ -70,23 +70,23 @@ class Gen {
     LatencySummary l;
     if (below(4) == 0) return l;
     l.count = 1 + below(1000);
-    l.sumUs = counter();
-    l.p50Us = below(10000);
-    l.p99Us = l.p50Us + below(10000);
-    l.maxUs = l.p99Us + below(10000);
+    l.sum_us = counter();
+    l.p50_us = below(10000);
+    l.p99_us = l.p50_us + below(10000);
+    l.max_us = l.p99_us + below(10000);
     return l;
   }
   ConnectionStats connection() {
     ConnectionStats c;
     c.id = counter();
     c.direction = coin() ? Direction::kSend : Direction::kRecv;
-    c.peerRank = static_cast<std::int32_t>(static_cast<std::int64_t>(below(kMaxRank + 1)) - 1);
-    c.peerNode = name();
-    c.peerPod = name();
+    c.peer_rank = static_cast<std::int32_t>(static_cast<std::int64_t>(below(kMaxRank + 1)) - 1);
+    c.peer_node = name();
+    c.peer_pod = name();
     c.bytes = counter();
     c.ops = counter();
     c.inflight = static_cast<std::uint32_t>(below(3) == 0 ? 0 : counter());
-    c.oldestInflightUs = c.inflight == 0 ? 0 : counter();
+    c.oldest_inflight_us = c.inflight == 0 ? 0 : counter();
     c.wait = latency();
     c.transfer = latency();
     const std::size_t n = below(6);
@@ -107,10 +107,10 @@ class Gen {
     r.seq = counter();
     r.parts = static_cast<std::uint16_t>(1 + below(kMaxParts));
     r.part = static_cast<std::uint16_t>(below(r.parts));
-    r.timeUnixNs = time();
-    r.intervalMs = static_cast<std::uint32_t>(1 + below(3'600'000));
-    r.planVersion = static_cast<std::int64_t>(below(1000)) - 1;
-    r.droppedMessages = counter();
+    r.time_unix_ns = time();
+    r.interval_ms = static_cast<std::uint32_t>(1 + below(3'600'000));
+    r.plan_version = static_cast<std::int64_t>(below(1000)) - 1;
+    r.dropped_messages = counter();
     const std::size_t n = below(5);
     for (std::size_t i = 0; i < n; ++i) r.connections.push_back(connection());
     return r;
@@ -143,21 +143,21 @@ class Gen {
     NodeReport n;
     n.node = name(false);
     n.seq = counter();
-    n.timeUnixNs = time();
+    n.time_unix_ns = time();
     for (std::size_t i = below(4); i > 0; --i) {
       NicHealth nic;
       nic.name = name(false);
       nic.up = coin();
       nic.rdma = coin();
-      nic.speedMbps = counter();
+      nic.speed_mbps = counter();
       nic.errors = counter();
       nic.operstate = coin() ? "up" : "lowerlayerdown";
       nic.carrier = coin();
-      nic.carrierChanges = counter();
-      nic.rxErrors = counter();
-      nic.txErrors = counter();
-      nic.rxDropped = counter();
-      nic.txDropped = counter();
+      nic.carrier_changes = counter();
+      nic.rx_errors = counter();
+      nic.tx_errors = counter();
+      nic.rx_dropped = counter();
+      nic.tx_dropped = counter();
       n.health.nics.push_back(nic);
     }
     for (std::size_t i = below(4); i > 0; --i) {
@@ -166,10 +166,10 @@ class Gen {
       g.uuid = "GPU-" + name(false);
       g.healthy = coin();
       g.detail = text();
-      g.eccVolatileUncorrected = counter();
-      g.retiredPagesPending = coin();
-      g.lastXid = counter();
-      g.throttleReasons = counter();
+      g.ecc_volatile_uncorrected = counter();
+      g.retired_pages_pending = coin();
+      g.last_xid = counter();
+      g.throttle_reasons = counter();
       n.health.gpus.push_back(g);
     }
     for (std::size_t i = below(3); i > 0; --i) {
@@ -178,26 +178,26 @@ class Gen {
       p.port = static_cast<std::uint32_t>(below(256));
       p.netdev = coin() ? "" : name(false);
       p.state = "ACTIVE";
-      p.physState = "LinkUp";
-      p.rateMbps = counter();
+      p.phys_state = "LinkUp";
+      p.rate_mbps = counter();
       p.active = coin();
-      p.symbolErrors = counter();
-      p.linkDowned = counter();
-      p.linkErrorRecovery = counter();
-      p.rcvErrors = counter();
-      p.xmitDiscards = counter();
-      n.health.rdmaPorts.push_back(p);
+      p.symbol_errors = counter();
+      p.link_downed = counter();
+      p.link_error_recovery = counter();
+      p.rcv_errors = counter();
+      p.xmit_discards = counter();
+      n.health.rdma_ports.push_back(p);
     }
-    n.health.nicsAvailable = coin();
-    n.health.nicsReason = text();
-    n.health.rdmaAvailable = coin();
-    n.health.rdmaReason = text();
-    n.health.gpusAvailable = coin();
-    n.health.gpusReason = text();
+    n.health.nics_available = coin();
+    n.health.nics_reason = text();
+    n.health.rdma_available = coin();
+    n.health.rdma_reason = text();
+    n.health.gpus_available = coin();
+    n.health.gpus_reason = text();
     for (std::size_t i = below(4); i > 0; --i) n.reports.push_back(rankReport());
     for (std::size_t i = below(4); i > 0; --i) n.notices.push_back(notice());
-    n.droppedMessages = counter();
-    n.rejectedMessages = counter();
+    n.dropped_messages = counter();
+    n.rejected_messages = counter();
     return n;
   }
 
@@ -452,6 +452,87 @@ TEST(ReportStreamTest, EncodingsOurEncoderDoesNotWriteStillDecode) {
   bytes.push_back(0x09);
   EXPECT_FALSE(internal::decodeMessageCborStreaming(bytes).has_value());
   agreeMessage(bytes);
+}
+
+// Pins the wire format and the error texts: FNV-1a over the CBOR and JSON encodings of random
+// valid documents, and over the decoders' error messages for random schema mutations of them.
+// The expected values were taken from the codec before its schema became one description
+// (issue #22); a change to either hash is a change of the wire format or of an error text.
+class Fnv {
+ public:
+  void add(std::string_view s) {
+    for (const char c : s) {
+      h_ = (h_ ^ static_cast<std::uint8_t>(c)) * 0x100000001b3ULL;
+    }
+    h_ = (h_ ^ 0xFFU) * 0x100000001b3ULL;
+  }
+  void add(const std::vector<std::uint8_t>& b) {
+    add(std::string_view(reinterpret_cast<const char*>(b.data()), b.size()));
+  }
+  [[nodiscard]] std::uint64_t value() const { return h_; }
+
+ private:
+  std::uint64_t h_ = 0xcbf29ce484222325ULL;
+};
+
+TEST(ReportStreamTest, WireFormatIsPinned) {
+  Gen gen(7);
+  Fnv cbor;
+  Fnv text;
+  for (int i = 0; i < 600; ++i) {
+    const Message m = gen.message();
+    cbor.add(*encodeCbor(m));
+    text.add(*encodeJson(m));
+  }
+  for (int i = 0; i < 200; ++i) {
+    const NodeReport n = gen.nodeReport();
+    cbor.add(*encodeCbor(n));
+    text.add(*encodeJson(n));
+  }
+  EXPECT_EQ(cbor.value(), 0xfb5186de565879c4ULL) << std::hex << cbor.value();
+  EXPECT_EQ(text.value(), 0x3a6adfe67958b58dULL) << std::hex << text.value();
+}
+
+TEST(ReportStreamTest, ErrorTextsArePinned) {
+  Gen gen(8);
+  Fnv errors;
+  int refused = 0;
+  for (int i = 0; i < 4000; ++i) {
+    const bool node = gen.below(3) == 0;
+    json j =
+        node ? json::parse(*encodeJson(gen.nodeReport())) : json::parse(*encodeJson(gen.message()));
+    for (std::size_t k = 1 + gen.below(2); k > 0; --k) gen.mutate(j);
+    std::vector<std::uint8_t> bytes;
+    try {
+      bytes = json::to_cbor(j);
+    } catch (const std::exception&) {
+      continue;
+    }
+    std::string dumped;  // stays empty where the mutation put invalid UTF-8 in the document
+    try {
+      dumped = j.dump();
+    } catch (const std::exception&) {
+    }
+    if (node) {
+      auto viaCbor = decodeNodeReportCbor(bytes);
+      errors.add(viaCbor ? std::string("ok") : viaCbor.error().message);
+      refused += viaCbor ? 0 : 1;
+      if (!dumped.empty()) {
+        auto viaJson = decodeNodeReportJson(dumped);
+        errors.add(viaJson ? std::string("ok") : viaJson.error().message);
+      }
+    } else {
+      auto viaCbor = decodeMessageCbor(bytes);
+      errors.add(viaCbor ? std::string("ok") : viaCbor.error().message);
+      refused += viaCbor ? 0 : 1;
+      if (!dumped.empty()) {
+        auto viaJson = decodeMessageJson(dumped);
+        errors.add(viaJson ? std::string("ok") : viaJson.error().message);
+      }
+    }
+  }
+  EXPECT_GT(refused, 2000);
+  EXPECT_EQ(errors.value(), 0xa330a219b31a3187ULL) << std::hex << errors.value();
 }
 
 }  // namespace

@@ -18,20 +18,20 @@ RankReport sampleReport() {
   RankReport r;
   r.id = identity();
   r.seq = 17;
-  r.timeUnixNs = 1'764'673'209'000'000'000LL;
-  r.intervalMs = 1000;
-  r.planVersion = 5;
-  r.droppedMessages = 1;
+  r.time_unix_ns = 1'764'673'209'000'000'000LL;
+  r.interval_ms = 1000;
+  r.plan_version = 5;
+  r.dropped_messages = 1;
   ConnectionStats c;
   c.id = 99;
   c.direction = Direction::kRecv;
-  c.peerRank = 2;
-  c.peerNode = "node-6";
-  c.peerPod = "llama-70b-2";
+  c.peer_rank = 2;
+  c.peer_node = "node-6";
+  c.peer_pod = "llama-70b-2";
   c.bytes = 1ULL << 40;
   c.ops = 123456;
   c.inflight = 3;
-  c.oldestInflightUs = 2500;
+  c.oldest_inflight_us = 2500;
   c.wait = {10, 5000, 900, 400, 850};
   c.transfer = {10, 20000, 3000, 1900, 2900};
   c.subflows = {{0, 40001, 0, 0.5, 1000}, {1, 40002, 1, 0.5, 1001}};
@@ -39,7 +39,7 @@ RankReport sampleReport() {
   c.id = 100;
   c.direction = Direction::kSend;
   c.inflight = 0;
-  c.oldestInflightUs = 0;
+  c.oldest_inflight_us = 0;
   c.subflows.clear();
   r.connections.push_back(c);
   return r;
@@ -59,14 +59,14 @@ NodeReport sampleNodeReport() {
   NodeReport n;
   n.node = "node-7";
   n.seq = 9;
-  n.timeUnixNs = 1'764'673'210'000'000'000LL;
+  n.time_unix_ns = 1'764'673'210'000'000'000LL;
   n.health.nics.resize(2);
   n.health.nics[0].name = "eth0";
   n.health.nics[0].up = true;
-  n.health.nics[0].speedMbps = 100000;
+  n.health.nics[0].speed_mbps = 100000;
   n.health.nics[1].name = "mlx5_0";
   n.health.nics[1].rdma = true;
-  n.health.nics[1].speedMbps = 400000;
+  n.health.nics[1].speed_mbps = 400000;
   n.health.nics[1].errors = 17;
   n.health.gpus.resize(2);
   n.health.gpus[0].uuid = "GPU-1234";
@@ -76,40 +76,40 @@ NodeReport sampleNodeReport() {
   n.health.gpus[1].detail = "Xid 79";
   n.health.nics[0].operstate = "up";
   n.health.nics[0].carrier = true;
-  n.health.nics[0].carrierChanges = 4;
+  n.health.nics[0].carrier_changes = 4;
   n.health.nics[1].operstate = "down";
-  n.health.nics[1].rxErrors = 10;
-  n.health.nics[1].txErrors = 7;
-  n.health.nics[1].rxDropped = 3;
-  n.health.nics[1].txDropped = 2;
-  n.health.nicsAvailable = true;
+  n.health.nics[1].rx_errors = 10;
+  n.health.nics[1].tx_errors = 7;
+  n.health.nics[1].rx_dropped = 3;
+  n.health.nics[1].tx_dropped = 2;
+  n.health.nics_available = true;
   RdmaPortHealth port;
   port.device = "mlx5_0";
   port.port = 1;
   port.netdev = "ib0";
   port.state = "ACTIVE";
-  port.physState = "LinkUp";
-  port.rateMbps = 400000;
+  port.phys_state = "LinkUp";
+  port.rate_mbps = 400000;
   port.active = true;
-  port.symbolErrors = 1;
-  port.linkDowned = 2;
-  port.linkErrorRecovery = 3;
-  port.rcvErrors = 4;
-  port.xmitDiscards = 5;
-  n.health.rdmaPorts = {port};
-  n.health.rdmaAvailable = true;
-  n.health.gpus[1].eccVolatileUncorrected = 2;
-  n.health.gpus[1].retiredPagesPending = true;
-  n.health.gpus[1].lastXid = 79;
-  n.health.gpus[1].throttleReasons = 0x40;
-  n.health.gpusAvailable = true;
-  n.health.gpusReason = "";
+  port.symbol_errors = 1;
+  port.link_downed = 2;
+  port.link_error_recovery = 3;
+  port.rcv_errors = 4;
+  port.xmit_discards = 5;
+  n.health.rdma_ports = {port};
+  n.health.rdma_available = true;
+  n.health.gpus[1].ecc_volatile_uncorrected = 2;
+  n.health.gpus[1].retired_pages_pending = true;
+  n.health.gpus[1].last_xid = 79;
+  n.health.gpus[1].throttle_reasons = 0x40;
+  n.health.gpus_available = true;
+  n.health.gpus_reason = "";
   n.reports = {sampleReport()};
   n.notices = {ProgressNotice{identity(), 1'764'673'209'000'000'001LL, 7, ProgressState::kTraining},
                AnomalyNotice{identity(1), 1'764'673'209'000'000'003LL, AnomalyKind::kPeerClosed, 5,
                              Direction::kSend, 0, "", 0, "reset"}};
-  n.droppedMessages = 3;
-  n.rejectedMessages = 4;
+  n.dropped_messages = 3;
+  n.rejected_messages = 4;
   return n;
 }
 
@@ -380,14 +380,14 @@ TEST(ReportTest, NodeHealthIsStrict) {
   // An unavailable class round-trips with its reason.
   NodeReport n = sampleNodeReport();
   n.health.gpus.clear();
-  n.health.gpusAvailable = false;
-  n.health.gpusReason = "libnvidia-ml.so.1 not found";
+  n.health.gpus_available = false;
+  n.health.gpus_reason = "libnvidia-ml.so.1 not found";
   auto cbor = encodeCbor(n);
   ASSERT_TRUE(cbor.has_value());
   auto back = decodeNodeReportCbor(*cbor);
   ASSERT_TRUE(back.has_value()) << back.error().toString();
-  EXPECT_FALSE(back->health.gpusAvailable);
-  EXPECT_EQ(back->health.gpusReason, "libnvidia-ml.so.1 not found");
+  EXPECT_FALSE(back->health.gpus_available);
+  EXPECT_EQ(back->health.gpus_reason, "libnvidia-ml.so.1 not found");
 }
 
 TEST(ReportTest, DnsSubdomain) {

@@ -135,7 +135,7 @@ TEST(UnixSocketTest, CarriesAnEncodedReport) {
   auto sender = UnixDatagramSender::create(path);
   report::ProgressNotice n;
   n.id.rank = 0;
-  n.timeUnixNs = 1;
+  n.time_unix_ns = 1;
   n.step = 10;
   auto bytes = report::encodeCbor(report::Message{n});
   ASSERT_TRUE(bytes.has_value());

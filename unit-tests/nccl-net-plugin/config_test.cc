@@ -23,7 +23,7 @@ PluginConfig load(std::map<std::string, std::string> env) {
 TEST(Config, DefaultsAndEnvironment) {
   auto d = load({});
   EXPECT_EQ(d.subflows, 4);
-  EXPECT_EQ(d.reportIntervalMs, 1000u);
+  EXPECT_EQ(d.report_interval_ms, 1000u);
   EXPECT_TRUE(d.warnings.empty());
   auto c = load({{"C4_SUBFLOWS", "8"},
                  {"RANK", "5"},
@@ -33,8 +33,8 @@ TEST(Config, DefaultsAndEnvironment) {
   EXPECT_EQ(c.subflows, 8);
   EXPECT_EQ(c.rank, 5);
   EXPECT_EQ(c.node, "node-a");  // sanitized, with a warning
-  EXPECT_EQ(c.agentSocket, "/run/c4.sock");
-  EXPECT_EQ(c.stallMs, 250u);
+  EXPECT_EQ(c.agent_socket, "/run/c4.sock");
+  EXPECT_EQ(c.stall_ms, 250u);
   EXPECT_EQ(c.warnings.size(), 1u);
   bool sawEnv = false;
   for (const auto& line : c.describe()) sawEnv = sawEnv || line == "C4_SUBFLOWS=8 (env)";
@@ -46,8 +46,8 @@ TEST(Config, DefaultsAndEnvironment) {
 TEST(Config, InvalidValuesKeepDefaultsWithWarnings) {
   auto c = load({{"C4_SUBFLOWS", "0"}, {"C4_REPORT_INTERVAL_MS", "abc"}, {"C4_STALL_MS", "-5"}});
   EXPECT_EQ(c.subflows, 4);
-  EXPECT_EQ(c.reportIntervalMs, 1000u);
-  EXPECT_EQ(c.stallMs, 10000u);
+  EXPECT_EQ(c.report_interval_ms, 1000u);
+  EXPECT_EQ(c.stall_ms, 10000u);
   EXPECT_EQ(c.warnings.size(), 3u);
 }
 
@@ -66,7 +66,7 @@ RawInterface iface(const char* name, const char* ip, bool up, bool lo) {
   a.sin_family = AF_INET;
   ::inet_pton(AF_INET, ip, &a.sin_addr);
   std::memcpy(&r.addr, &a, sizeof(a));
-  r.addrLen = sizeof(a);
+  r.addr_len = sizeof(a);
   return r;
 }
 
@@ -96,7 +96,7 @@ TEST(Interfaces, SpeedFromSysfsWithFallback) {
   ASSERT_EQ(lo->size(), 1u);
   EXPECT_EQ((*lo)[0].name, "lo");
   EXPECT_TRUE((*lo)[0].loopback);
-  EXPECT_GT((*lo)[0].speedMbps, 0);
+  EXPECT_GT((*lo)[0].speed_mbps, 0);
   EXPECT_FALSE(discoverInterfaces("=no-such-interface").has_value());
 }
 

@@ -1,7 +1,9 @@
 // c4-netbench end to end on localhost: collectives verify every byte (exit 3 on a wrong word), the
 // baseline runs the same ring, and training resumes from checkpoints to the same final checksum.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,6 +12,8 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -211,32 +215,116 @@ TEST_F(NetbenchTest, TrainingSurvivesKill) {
   EXPECT_EQ(field(resumed.out, "checksum"), field(straight.out, "checksum"));
 }
 
-TEST_F(NetbenchTest, TrainingSendsProgressAndCheckpointNotices) {
-  std::string path = "@c4-netbench-test-" + std::to_string(::getpid());
+// What a rank's RankReports said over a run: the largest cumulative bytes per (direction, peer).
+struct Reported {
+  int reports = 0;
+  std::map<std::pair<int, std::pair<bool, int>>, std::uint64_t> bytes;  // (rank, (send, peer))
+};
+
+// Runs `run` while a node-plugin stand-in bound at `path` decodes every datagram and hands it to
+// `onMessage` (on its own thread; the caller reads what it gathered after this returns). Datagram
+// queues are short: the messages are drained while the ranks run, then 300 ms more for the last
+// ones in flight.
+void drainWhile(const std::string& path,
+                const std::function<void(const report::Message&)>& onMessage,
+                const std::function<void()>& run) {
   auto server = UnixDatagramServer::bind(path);
-  ASSERT_TRUE(server.has_value());
-  // Datagram queues are short: drain while the ranks run.
-  int progress = 0, finished = 0, checkpoints = 0;
+  ASSERT_TRUE(server.has_value()) << server.error().toString();
   std::atomic<bool> stop{false};
-  std::vector<report::CheckpointNotice> ckpts;
   std::thread reader([&] {
     while (!stop.load()) {
       auto d = server->receive(std::chrono::milliseconds(50));
       if (!d || !*d) continue;
       auto m = report::decodeMessageCbor((*d)->bytes);
-      if (!m) continue;
-      if (auto* p = std::get_if<report::ProgressNotice>(&*m)) {
-        (p->state == report::ProgressState::kFinished ? finished : progress)++;
-      }
-      if (auto* c = std::get_if<report::CheckpointNotice>(&*m)) ckpts.push_back(*c);
+      if (m) onMessage(*m);
     }
   });
-  Outcome r = run("--launch 2 --state-bytes 16K --steps 6 --checkpoint-every 3 --checkpoint-dir " +
-                      (dir / "n").string(),
-                  "C4_AGENT_SOCKET=" + path + " C4_REPORT_INTERVAL_MS=3600000");
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // last datagrams in flight
+  run();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
   stop = true;
   reader.join();
+}
+
+Reported collectReports(const std::string& path, const std::function<void()>& run) {
+  Reported out;
+  drainWhile(
+      path,
+      [&out](const report::Message& m) {
+        const auto* r = std::get_if<report::RankReport>(&m);
+        if (r == nullptr) return;
+        out.reports++;
+        for (const auto& c : r->connections) {
+          auto& b = out.bytes[{r->id.rank, {c.direction == report::Direction::kSend, c.peer_rank}}];
+          b = std::max(b, c.bytes);
+        }
+      },
+      run);
+  return out;
+}
+
+// On NCCL's own transports C4's telemetry comes from the profiler plugin: c4-netbench plays NCCL
+// towards it over the plain-TCP baseline (no net plugin), and every rank reports the bytes it sent
+// to and received from its peer, by the peer's rank. The control: the same run without the
+// profiler reports nothing.
+TEST_F(NetbenchTest, TheProfilerPluginTimesTheBaselineTransport) {
+  // Reports go out every 20 ms; 400 iterations last several intervals.
+  const std::string env = "C4_REPORT_INTERVAL_MS=20 C4_JOB=nb C4_NAMESPACE=default ";
+  const std::string args = "--launch 2 --baseline --op allreduce -b 1M -e 1M -n 400 -w 1 ";
+  Outcome r;
+  Reported with = collectReports("@c4-netbench-prof-" + std::to_string(::getpid()), [&] {
+    r = run(args + "--profiler " + std::string(C4_PROFILER_PLUGIN),
+            env + "C4_AGENT_SOCKET=@c4-netbench-prof-" + std::to_string(::getpid()));
+  });
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_GT(with.reports, 0);
+  // A 2-rank ring allreduce of 1 MiB sends and receives 1 MiB per iteration on each rank; the
+  // reports seen cover at least 20 of the 400 iterations.
+  const std::uint64_t least = 20ull << 20;
+  for (int rank = 0; rank < 2; ++rank) {
+    for (bool send : {true, false}) {
+      auto it = with.bytes.find({rank, {send, 1 - rank}});
+      ASSERT_NE(it, with.bytes.end()) << "rank " << rank << (send ? " sent" : " received")
+                                      << " nothing reported for peer " << 1 - rank;
+      EXPECT_GE(it->second, least) << "rank " << rank << (send ? " send" : " recv");
+    }
+  }
+  Outcome plain;
+  Reported without = collectReports("@c4-netbench-noprof-" + std::to_string(::getpid()), [&] {
+    plain = run(args + "--profiler ''",
+                env + "C4_AGENT_SOCKET=@c4-netbench-noprof-" + std::to_string(::getpid()));
+  });
+  ASSERT_EQ(plain.rc, 0) << plain.out;
+  EXPECT_EQ(without.reports, 0);
+}
+
+// A profiler plugin that cannot be loaded costs the run nothing: it says so and runs without it,
+// as NCCL does.
+TEST_F(NetbenchTest, AMissingProfilerPluginIsReportedAndTheRunGoesOn) {
+  Outcome r = run("--launch 2 --baseline --op allreduce -b 64K -e 64K -n 2 -w 0",
+                  "NCCL_PROFILER_PLUGIN=/nonexistent/libnccl-profiler-x.so");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("running without a profiler plugin: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("cannot load profiler plugin"), std::string::npos) << r.out;
+}
+
+TEST_F(NetbenchTest, TrainingSendsProgressAndCheckpointNotices) {
+  std::string path = "@c4-netbench-test-" + std::to_string(::getpid());
+  int progress = 0, finished = 0, checkpoints = 0;
+  std::vector<report::CheckpointNotice> ckpts;
+  Outcome r;
+  drainWhile(
+      path,
+      [&](const report::Message& m) {
+        if (auto* p = std::get_if<report::ProgressNotice>(&m)) {
+          (p->state == report::ProgressState::kFinished ? finished : progress)++;
+        }
+        if (auto* c = std::get_if<report::CheckpointNotice>(&m)) ckpts.push_back(*c);
+      },
+      [&] {
+        r = run("--launch 2 --state-bytes 16K --steps 6 --checkpoint-every 3 --checkpoint-dir " +
+                    (dir / "n").string(),
+                "C4_AGENT_SOCKET=" + path + " C4_REPORT_INTERVAL_MS=3600000");
+      });
   ASSERT_EQ(r.rc, 0) << r.out;
   for (const auto& c : ckpts) {
     checkpoints++;
@@ -250,27 +338,21 @@ TEST_F(NetbenchTest, TrainingSendsProgressAndCheckpointNotices) {
 
 TEST_F(NetbenchTest, AnnouncedPauseIsCheckpointingThenTrainingAndKeepsTheChecksum) {
   std::string path = "@c4-netbench-pause-" + std::to_string(::getpid());
-  auto server = UnixDatagramServer::bind(path);
-  ASSERT_TRUE(server.has_value());
-  std::atomic<bool> stop{false};
   std::vector<report::ProgressNotice> notices;
-  std::thread reader([&] {
-    while (!stop.load()) {
-      auto d = server->receive(std::chrono::milliseconds(50));
-      if (!d || !*d) continue;
-      auto m = report::decodeMessageCbor((*d)->bytes);
-      if (!m) continue;
-      if (auto* p = std::get_if<report::ProgressNotice>(&*m)) notices.push_back(*p);
-    }
-  });
   std::string common = "--launch 2 --state-bytes 16K --steps 6 ";
-  auto t0 = std::chrono::steady_clock::now();
-  Outcome r = run(common + "--pause-at-step 3 --pause-ms 400 --pause-rank 1",
-                  "C4_AGENT_SOCKET=" + path + " C4_REPORT_INTERVAL_MS=3600000");
-  auto took = std::chrono::steady_clock::now() - t0;
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  stop = true;
-  reader.join();
+  Outcome r;
+  std::chrono::steady_clock::duration took{};
+  drainWhile(
+      path,
+      [&notices](const report::Message& m) {
+        if (auto* p = std::get_if<report::ProgressNotice>(&m)) notices.push_back(*p);
+      },
+      [&] {
+        auto t0 = std::chrono::steady_clock::now();
+        r = run(common + "--pause-at-step 3 --pause-ms 400 --pause-rank 1",
+                "C4_AGENT_SOCKET=" + path + " C4_REPORT_INTERVAL_MS=3600000");
+        took = std::chrono::steady_clock::now() - t0;
+      });
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_GE(took, std::chrono::milliseconds(400));
   std::vector<report::ProgressState> rank1;
@@ -290,29 +372,22 @@ TEST_F(NetbenchTest, AnnouncedPauseIsCheckpointingThenTrainingAndKeepsTheChecksu
 
 TEST_F(NetbenchTest, SilentPauseSendsNoCheckpointingNotice) {
   std::string path = "@c4-netbench-silent-" + std::to_string(::getpid());
-  auto server = UnixDatagramServer::bind(path);
-  ASSERT_TRUE(server.has_value());
-  std::atomic<bool> stop{false};
   int pausing = 0, total = 0;
-  std::thread reader([&] {
-    while (!stop.load()) {
-      auto d = server->receive(std::chrono::milliseconds(50));
-      if (!d || !*d) continue;
-      auto m = report::decodeMessageCbor((*d)->bytes);
-      if (!m) continue;
-      if (auto* p = std::get_if<report::ProgressNotice>(&*m)) {
-        ++total;
-        if (p->state == report::ProgressState::kCheckpointing) ++pausing;
-      }
-    }
-  });
-  Outcome r =
-      run("--launch 2 --state-bytes 16K --steps 4 --pause-at-step 2 --pause-ms 200 "
-          "--pause-silent",
-          "C4_AGENT_SOCKET=" + path + " C4_REPORT_INTERVAL_MS=3600000");
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  stop = true;
-  reader.join();
+  Outcome r;
+  drainWhile(
+      path,
+      [&](const report::Message& m) {
+        if (auto* p = std::get_if<report::ProgressNotice>(&m)) {
+          ++total;
+          if (p->state == report::ProgressState::kCheckpointing) ++pausing;
+        }
+      },
+      [&] {
+        r =
+            run("--launch 2 --state-bytes 16K --steps 4 --pause-at-step 2 --pause-ms 200 "
+                "--pause-silent",
+                "C4_AGENT_SOCKET=" + path + " C4_REPORT_INTERVAL_MS=3600000");
+      });
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_EQ(total, 10);  // 4 training notices and 1 finished per rank
   EXPECT_EQ(pausing, 0);
@@ -391,6 +466,69 @@ TEST(BootstrapTest, AnUnresolvableMasterIsRetriedUntilTheDeadline) {
   EXPECT_NE(bs.error().message.find("cannot resolve c4-no-such-host.invalid"), std::string::npos)
       << bs.error().message;
   EXPECT_GE(waited, std::chrono::milliseconds(500)) << "gave up before the deadline";
+}
+
+// A port nobody listens on right now (the kernel's pick; a tiny reuse window until the test binds).
+int unusedPort() {
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    return -1;
+  }
+  return ntohs(a.sin_port);
+}
+
+// A restarted job's master keeps its name (train-0.train) but gets a new address, and while its
+// old pod terminates a resolver may still answer with the old one, alone or first. A rank resolves
+// again on every try and tries every address, so it reaches the new master (a CI run saw a rank
+// spend its whole minute knocking on the old address, resolved once).
+TEST(BootstrapTest, ARankFollowsTheMastersNameToItsNewAddress) {
+  const int port = unusedPort();
+  ASSERT_GT(port, 0);
+  std::thread master([port] {
+    auto bs = Bootstrap::create(0, 2, "127.0.0.1", port, 10000);
+    ASSERT_TRUE(bs) << bs.error().message;
+    auto all = bs->allgather("zero");
+    ASSERT_TRUE(all) << all.error().message;
+    EXPECT_EQ(*all, (std::vector<std::string>{"zero", "one"}));
+  });
+  std::atomic<int> calls{0};
+  auto resolver = [&calls](const std::string& host) -> Result<std::vector<std::string>> {
+    EXPECT_EQ(host, "train-0.train");
+    // 127.0.0.3 is the old address: local, and nothing listens on it (rank 0 binds 127.0.0.1).
+    if (calls++ < 3) return std::vector<std::string>{"127.0.0.3"};
+    return std::vector<std::string>{"127.0.0.3", "127.0.0.1"};
+  };
+  auto bs = Bootstrap::create(1, 2, "train-0.train", port, 10000, resolver);
+  ASSERT_TRUE(bs) << bs.error().message;
+  EXPECT_GE(calls.load(), 4) << "connected before the new address was ever answered";
+  auto all = bs->allgather("one");
+  ASSERT_TRUE(all) << all.error().message;
+  EXPECT_EQ(*all, (std::vector<std::string>{"zero", "one"}));
+  master.join();
+}
+
+// The control: a rank that is only ever told the old address fails at its deadline, and the
+// error says where it knocked.
+TEST(BootstrapTest, ARankToldOnlyAStaleAddressFailsNamingIt) {
+  const int port = unusedPort();
+  ASSERT_GT(port, 0);
+  std::atomic<int> calls{0};
+  auto stale = [&calls](const std::string&) -> Result<std::vector<std::string>> {
+    ++calls;
+    return std::vector<std::string>{"127.0.0.3"};
+  };
+  auto bs = Bootstrap::create(1, 2, "train-0.train", port, 400, stale);
+  ASSERT_FALSE(bs);
+  EXPECT_NE(bs.error().message.find("train-0.train:" + std::to_string(port) + " timed out"),
+            std::string::npos)
+      << bs.error().message;
+  EXPECT_NE(bs.error().message.find("127.0.0.3"), std::string::npos) << bs.error().message;
+  EXPECT_GE(calls.load(), 2) << "the name was resolved once only";
 }
 
 }  // namespace

@@ -65,13 +65,13 @@ TEST_F(NotifyTest, ProgressAndCheckpointCarryTheRankIdentity) {
   EXPECT_EQ(p->step, 41);
   EXPECT_EQ(p->state, report::ProgressState::kEvaluating);
   EXPECT_EQ(p->id.rank, 3);
-  EXPECT_EQ(p->id.worldSize, 8);
+  EXPECT_EQ(p->id.world_size, 8);
   EXPECT_EQ(p->id.job, "train");
   EXPECT_EQ(p->id.ns, "ml");
   EXPECT_EQ(p->id.pod, "train-3");
   EXPECT_EQ(p->id.node, "node-7");
-  EXPECT_EQ(p->id.restartAttempt, 2u);
-  EXPECT_GT(p->timeUnixNs, 1'600'000'000'000'000'000);
+  EXPECT_EQ(p->id.restart_attempt, 2u);
+  EXPECT_GT(p->time_unix_ns, 1'600'000'000'000'000'000);
 
   r = run(kIdentity + "C4_AGENT_SOCKET=" + path, "checkpoint --step 40 --path /ckpt/step-40.pt");
   ASSERT_EQ(r.rc, 0) << r.out;

@@ -1,5 +1,5 @@
-// Traffic plan: strict parsing, subflows bound to planned source ports, and a weight change that
-// moves bytes between subflows of a live connection.
+// Traffic plan in the plugin (the schema parser is tested in unit-tests/common): subflows bound to
+// planned source ports, and a weight change that moves bytes between subflows of a live connection.
 #include <netinet/in.h>
 #include <sys/socket.h>
 
@@ -18,86 +18,6 @@ namespace {
 using namespace c4::plugin::testing;
 namespace fs = std::filesystem;
 
-TEST(PlanParse, AcceptsTheDocumentedSchema) {
-  auto p = parsePlan(R"({"version": 3, "default": {"subflows": 2},
-    "pairs": [{"localNode": "a", "peerNode": "b",
-               "subflows": [{"localPort": 40001, "pathId": 0, "weight": 2},
-                            {"localPort": 0, "pathId": 1, "weight": 0.5}]}]})");
-  ASSERT_TRUE(p.has_value()) << p.error().toString();
-  EXPECT_EQ(p->version, 3);
-  EXPECT_EQ(p->defaultSubflows, 2);
-  const PlanPair* pair = p->find("a", nodeHash("b"));
-  ASSERT_NE(pair, nullptr);
-  ASSERT_EQ(pair->subflows.size(), 2u);
-  EXPECT_EQ(pair->subflows[0].localPort, 40001);
-  EXPECT_EQ(pair->subflows[1].pathId, 1);
-  EXPECT_DOUBLE_EQ(pair->subflows[1].weight, 0.5);
-  EXPECT_EQ(p->find("b", nodeHash("a")), nullptr);
-}
-
-TEST(PlanParse, RejectsBadInputWithTheField) {
-  struct Case {
-    const char* json;
-    const char* field;
-  };
-  for (const Case& c : std::vector<Case>{
-           {"not json", "$"},
-           {"[]", "$"},
-           {R"({"pairs": []})", "$.version"},
-           {R"({"version": -1})", "$.version"},
-           {R"({"version": 1, "extra": 1})", "$.extra"},
-           {R"({"version": 1, "default": {"subflows": 0}})", "$.default.subflows"},
-           {R"({"version": 1, "pairs": [{"localNode": "a", "peerNode": "b", "subflows": []}]})",
-            "$.pairs[0].subflows"},
-           {R"({"version": 1, "pairs": [{"localNode": "a", "peerNode": "b",
-              "subflows": [{"localPort": 70000}]}]})",
-            "localPort"},
-           {R"({"version": 1, "pairs": [{"localNode": "a", "peerNode": "b",
-              "subflows": [{"weight": 0}]}]})",
-            "at least one weight"},
-           {R"({"version": 1, "pairs": [{"localNode": "a", "peerNode": "b",
-              "subflows": [{"weight": -1}]}]})",
-            "weight"},
-           {R"({"version": 1, "pairs": [{"localNode": "", "peerNode": "b",
-              "subflows": [{}]}]})",
-            "localNode"},
-       }) {
-    auto p = parsePlan(c.json);
-    ASSERT_FALSE(p.has_value()) << c.json;
-    EXPECT_NE(p.error().message.find(c.field), std::string::npos)
-        << c.json << " -> " << p.error().message;
-  }
-}
-
-// Planes (node label c4.dev/plane) become NCCL's planeId only when the plan is complete for the
-// job: every node the plan mentions has one.
-TEST(PlanParse, PlaneIsReportedOnlyWhenEveryNodeHasOne) {
-  auto p = parsePlan(R"({"version": 1, "planes": {"a": 1, "b": 1, "c": 0},
-    "pairs": [{"localNode": "a", "peerNode": "b", "subflows": [{}]},
-              {"localNode": "b", "peerNode": "c", "subflows": [{}]}]})");
-  ASSERT_TRUE(p.has_value()) << p.error().toString();
-  EXPECT_EQ(p->planeOf("a"), 1);
-  EXPECT_EQ(p->planeOf("c"), 0);
-  std::string why;
-  EXPECT_EQ(p->planeOf("d", &why), kPlaneUnknown);
-  EXPECT_NE(why.find("node d"), std::string::npos) << why;
-  auto partial = parsePlan(R"({"version": 1, "planes": {"a": 1},
-    "pairs": [{"localNode": "a", "peerNode": "b", "subflows": [{}]}]})");
-  ASSERT_TRUE(partial.has_value());
-  EXPECT_EQ(partial->planeOf("a", &why), kPlaneUnknown);
-  EXPECT_NE(why.find("node b"), std::string::npos) << why;
-  auto none = parsePlan(R"({"version": 1})");
-  ASSERT_TRUE(none.has_value());
-  EXPECT_EQ(none->planeOf("a"), kPlaneUnknown);
-  for (const char* bad :
-       {R"({"version": 1, "planes": []})", R"({"version": 1, "planes": {"a": -1}})",
-        R"({"version": 1, "planes": {"a": 32768}})", R"({"version": 1, "planes": {"a": "0"}})"}) {
-    auto q = parsePlan(bad);
-    ASSERT_FALSE(q.has_value()) << bad;
-    EXPECT_NE(q.error().message.find("$.planes"), std::string::npos) << q.error().message;
-  }
-}
-
 struct PlanFileTest : ::testing::Test {
   void SetUp() override {
     dir = fs::temp_directory_path() /
@@ -110,8 +30,8 @@ struct PlanFileTest : ::testing::Test {
   // node-a reading the plan file, polled only when a test ticks it.
   std::unique_ptr<Context> plannedContext() {
     auto cfg = baseConfig("node-a", 0);
-    cfg.planFile = file;
-    cfg.planPollMs = 3600 * 1000;
+    cfg.plan_file = file;
+    cfg.plan_poll_ms = 3600 * 1000;
     return makeContext(cfg);
   }
   // Atomic replace, as a ConfigMap update does (new inode).
@@ -191,8 +111,8 @@ TEST_F(PlanFileTest, SubflowsBindPlannedPortsAndFollowWeightChanges) {
   // Two planned subflows (not C4_SUBFLOWS=4), bound to the planned ports.
   EXPECT_EQ(subflowLocalPorts(p.send), (std::vector<std::uint16_t>{p0, p1}));
   auto tel = telemetryOf(p.send);
-  EXPECT_EQ(tel->subflows[0].pathId, 10);
-  EXPECT_EQ(tel->subflows[1].pathId, 11);
+  EXPECT_EQ(tel->subflows[0].path_id, 10);
+  EXPECT_EQ(tel->subflows[1].path_id, 11);
   transfer(p, 4 << 20);
   EXPECT_EQ(tel->subflows[0].bytes.load(), 4u << 20);
   EXPECT_EQ(tel->subflows[1].bytes.load(), 0u);
@@ -216,9 +136,9 @@ TEST_F(PlanFileTest, SubflowsBindPlannedPortsAndFollowWeightChanges) {
 TEST_F(PlanFileTest, AConnectionWaitsForItsPlanThenBindsThePlannedPorts) {
   std::uint16_t p0 = freePort(), p1 = freePort();
   auto cfgA = baseConfig("node-a", 0);
-  cfgA.planFile = file;  // not there yet
-  cfgA.planPollMs = 20;
-  cfgA.planWaitMs = 10000;
+  cfgA.plan_file = file;  // not there yet
+  cfgA.plan_poll_ms = 20;
+  cfgA.plan_wait_ms = 10000;
   auto a = makeContext(cfgA);
   auto b = makeContext(baseConfig("node-b", 1));
   auto start = std::chrono::steady_clock::now();
@@ -250,8 +170,8 @@ TEST_F(PlanFileTest, WithoutItsPlanAConnectionGoesUnplannedAfterThePlanWait) {
   auto sink = std::make_shared<CaptureLogSink>();
   setLogSink(sink);
   auto cfgA = baseConfig("node-a", 0);
-  cfgA.planFile = file;  // never written
-  cfgA.planWaitMs = 200;
+  cfgA.plan_file = file;  // never written
+  cfgA.plan_wait_ms = 200;
   auto a = makeContext(cfgA);
   auto b = makeContext(baseConfig("node-b", 1));
   auto start = std::chrono::steady_clock::now();
@@ -276,7 +196,7 @@ TEST_F(PlanFileTest, WithoutItsPlanAConnectionGoesUnplannedAfterThePlanWait) {
 TEST_F(PlanFileTest, UnplannedPairUsesDefaultSpread) {
   write(R"({"version": 4, "default": {"subflows": 3}})");
   auto cfgA = baseConfig("node-a", 0);
-  cfgA.planFile = file;
+  cfgA.plan_file = file;
   auto a = makeContext(cfgA);
   auto b = makeContext(baseConfig("node-b", 1));
   Pair p = connectPair(*a, *b);

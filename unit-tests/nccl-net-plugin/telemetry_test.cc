@@ -34,9 +34,9 @@ TEST(Telemetry, ReportCarriesCountsPeerAndSubflows) {
   ASSERT_TRUE(server.has_value());
   SimulatedClock clock;
   auto cfgA = baseConfig("node-a", 0);
-  cfgA.agentSocket = path;
-  cfgA.reportIntervalMs = 3600 * 1000;  // only explicit ticks
-  cfgA.stallMs = 3600 * 1000;
+  cfgA.agent_socket = path;
+  cfgA.report_interval_ms = 3600 * 1000;  // only explicit ticks
+  cfgA.stall_ms = 3600 * 1000;
   auto a = makeContext(cfgA, &clock);
   auto b = makeContext(baseConfig("node-b", 1), &clock);
   Pair p = connectPair(*a, *b);
@@ -61,17 +61,17 @@ TEST(Telemetry, ReportCarriesCountsPeerAndSubflows) {
   ASSERT_NE(rep, nullptr);
   EXPECT_EQ(rep->id.rank, 0);
   EXPECT_EQ(rep->id.node, "node-a");
-  EXPECT_EQ(rep->planVersion, -1);
+  EXPECT_EQ(rep->plan_version, -1);
   ASSERT_EQ(rep->connections.size(), 1u);
   const auto& c = rep->connections[0];
   EXPECT_EQ(c.direction, report::Direction::kSend);
-  EXPECT_EQ(c.peerRank, 1);
-  EXPECT_EQ(c.peerNode, "node-b");
-  EXPECT_EQ(c.peerPod, "node-b-pod");
+  EXPECT_EQ(c.peer_rank, 1);
+  EXPECT_EQ(c.peer_node, "node-b");
+  EXPECT_EQ(c.peer_pod, "node-b-pod");
   EXPECT_EQ(c.ops, 10u);
   EXPECT_EQ(c.bytes, sent);
   EXPECT_EQ(c.inflight, 0u);
-  EXPECT_EQ(c.oldestInflightUs, 0u);
+  EXPECT_EQ(c.oldest_inflight_us, 0u);
   EXPECT_EQ(c.wait.count, 10u);
   EXPECT_EQ(c.transfer.count, 10u);
   ASSERT_EQ(c.subflows.size(), 4u);
@@ -95,9 +95,9 @@ TEST(Telemetry, StalledPeerRaisesAnomalyNotice) {
   ASSERT_TRUE(server.has_value());
   SimulatedClock clock;
   auto cfgB = baseConfig("node-b", 1);
-  cfgB.agentSocket = path;
-  cfgB.stallMs = 2000;
-  cfgB.reportIntervalMs = 3600 * 1000;
+  cfgB.agent_socket = path;
+  cfgB.stall_ms = 2000;
+  cfgB.report_interval_ms = 3600 * 1000;
   auto a = makeContext(baseConfig("node-a", 0), &clock);
   auto b = makeContext(cfgB, &clock);
   Pair p = connectPair(*a, *b);
@@ -118,10 +118,10 @@ TEST(Telemetry, StalledPeerRaisesAnomalyNotice) {
   auto* n = std::get_if<report::AnomalyNotice>(&msgs[0]);
   ASSERT_NE(n, nullptr);
   EXPECT_EQ(n->kind, report::AnomalyKind::kStall);
-  EXPECT_EQ(n->peerRank, 0);
-  EXPECT_EQ(n->peerNode, "node-a");
+  EXPECT_EQ(n->peer_rank, 0);
+  EXPECT_EQ(n->peer_node, "node-a");
   EXPECT_EQ(n->direction, report::Direction::kRecv);
-  EXPECT_EQ(n->ageUs, 2'500'000u);
+  EXPECT_EQ(n->age_us, 2'500'000u);
   // Once per op.
   clock.advance(std::chrono::milliseconds(5000));
   b->tickNow(false);
@@ -134,7 +134,7 @@ TEST(Telemetry, StalledPeerRaisesAnomalyNotice) {
   ASSERT_NE(rep, nullptr);
   ASSERT_EQ(rep->connections.size(), 1u);
   EXPECT_EQ(rep->connections[0].inflight, 1u);
-  EXPECT_EQ(rep->connections[0].oldestInflightUs, 7'500'000u);
+  EXPECT_EQ(rep->connections[0].oldest_inflight_us, 7'500'000u);
 }
 
 TEST(Telemetry, ReporterThreadUsesInjectedClock) {
@@ -143,8 +143,8 @@ TEST(Telemetry, ReporterThreadUsesInjectedClock) {
   ASSERT_TRUE(server.has_value());
   SimulatedClock clock;
   auto cfg = baseConfig("node-a", 0);
-  cfg.agentSocket = path;
-  cfg.reportIntervalMs = 1000;
+  cfg.agent_socket = path;
+  cfg.report_interval_ms = 1000;
   auto a = makeContext(cfg, &clock);
   ASSERT_TRUE(clock.awaitWaiters(1));
   clock.advance(std::chrono::milliseconds(1000));
@@ -157,8 +157,8 @@ TEST(Telemetry, ReporterThreadUsesInjectedClock) {
 
 TEST(Telemetry, MissingAgentNeverBlocksAndCountsDrops) {
   auto cfg = baseConfig("node-a", 0);
-  cfg.agentSocket = tempSocket("nobody-listens");
-  cfg.reportIntervalMs = 3600 * 1000;
+  cfg.agent_socket = tempSocket("nobody-listens");
+  cfg.report_interval_ms = 3600 * 1000;
   auto a = makeContext(cfg);
   auto b = makeContext(baseConfig("node-b", 1));
   Pair p = connectPair(*a, *b);
@@ -200,9 +200,9 @@ FailedReceive failedReceive(const char* name, Clock* clock = nullptr) {
   if (!server) return f;
   f.server.emplace(std::move(*server));
   auto cfgB = baseConfig("node-b", 1);
-  cfgB.agentSocket = path;
-  cfgB.reportIntervalMs = 3600 * 1000;
-  cfgB.stallMs = 3600 * 1000;
+  cfgB.agent_socket = path;
+  cfgB.report_interval_ms = 3600 * 1000;
+  cfgB.stall_ms = 3600 * 1000;
   auto a = makeContext(baseConfig("node-a", 0));
   f.b = makeContext(cfgB, clock);
   Pair p = connectPair(*a, *f.b);
@@ -255,7 +255,7 @@ TEST(Telemetry, AFailureIsReportedWhenItsConnectionOrContextEndsBeforeTheNextTic
     f.b.reset();
     auto notices = peerClosed(drain(*f.server));
     ASSERT_EQ(notices.size(), 1u);
-    EXPECT_EQ(notices[0].timeUnixNs, failed) << "the failure's time, not the flush's";
+    EXPECT_EQ(notices[0].time_unix_ns, failed) << "the failure's time, not the flush's";
   }
   {
     auto f = failedReceive("words-at-close", &clock);
@@ -274,11 +274,11 @@ TEST(Telemetry, LargeReportsAreSplitIntoParts) {
   r.id.node = "node-a";
   r.id.rank = 3;
   r.seq = 17;
-  r.timeUnixNs = 1'700'000'000'000'000'000;
+  r.time_unix_ns = 1'700'000'000'000'000'000;
   for (std::uint64_t i = 0; i < 100; ++i) {
     report::ConnectionStats c;
     c.id = i + 1;
-    c.peerNode = "node-b";
+    c.peer_node = "node-b";
     c.subflows.resize(4);
     r.connections.push_back(c);
   }
@@ -312,10 +312,10 @@ TEST(Telemetry, HistogramSummaryIsBucketed) {
   for (std::uint64_t v : {0u, 1u, 3u, 100u, 100u, 100u, 5000u}) h.record(v);
   auto s = LatencyHistogram::summarize(before, h.snapshot(), h.takeIntervalMax());
   EXPECT_EQ(s.count, 7u);
-  EXPECT_EQ(s.sumUs, 5304u);
-  EXPECT_EQ(s.maxUs, 5000u);
-  EXPECT_EQ(s.p50Us, 127u);  // 100 lies in [64, 127]
-  EXPECT_EQ(s.p99Us, 5000u);
+  EXPECT_EQ(s.sum_us, 5304u);
+  EXPECT_EQ(s.max_us, 5000u);
+  EXPECT_EQ(s.p50_us, 127u);  // 100 lies in [64, 127]
+  EXPECT_EQ(s.p99_us, 5000u);
   EXPECT_EQ(h.takeIntervalMax(), 0u);
 }
 

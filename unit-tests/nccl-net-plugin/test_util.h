@@ -27,7 +27,7 @@ inline PluginConfig baseConfig(const std::string& node, int rank) {
   c.pod = node + "-pod";
   c.rank = rank;
   c.subflows = 4;
-  c.minChunkBytes = 64 * 1024;
+  c.min_chunk_bytes = 64 * 1024;
   return c;
 }
 

@@ -71,7 +71,7 @@ TEST_F(TransportTest, RandomSizesArriveIntact) {
   for (auto& sf : tel->subflows) perSubflow += sf.bytes.load();
   EXPECT_EQ(tel->bytes.load(), total);
   EXPECT_EQ(perSubflow, total);
-  EXPECT_EQ(tel->completedOps.load(), sizes.size());
+  EXPECT_EQ(tel->completed_ops.load(), sizes.size());
   auto rtel = telemetryOf(p.recv);
   EXPECT_EQ(rtel->bytes.load(), total);
   // Large messages are spread: every subflow carried bytes.
@@ -247,7 +247,7 @@ TEST_F(TransportTest, SingleReceivesTakeTheSendWithTheirTag) {
 // Sizes cross the multi-subflow split threshold. Every byte lands in the buffer of its tag.
 struct Interleaving {
   int subflows;
-  bool laggingReceiver;
+  bool lagging_receiver;
 };
 
 class TagInterleavingTest : public ::testing::TestWithParam<Interleaving> {};
@@ -338,7 +338,7 @@ TEST_P(TagInterleavingTest, EverySendLandsInTheReceiveOfItsTag) {
         EXPECT_EQ(r.bufs[i][m.size()], 0xEE) << "wrote past the message";
       }
     };
-    if (GetParam().laggingReceiver) {
+    if (GetParam().lagging_receiver) {
       for (std::size_t i = 0; i < sendOrder.size(); ++i) postSend(i);
       for (auto& r : recvs) {
         postRecv(r);
@@ -368,7 +368,8 @@ INSTANTIATE_TEST_SUITE_P(Plugin, TagInterleavingTest,
                                            Interleaving{4, true}, Interleaving{1, true}),
                          [](const auto& param) {
                            return std::to_string(param.param.subflows) + "Subflows" +
-                                  (param.param.laggingReceiver ? "LaggingReceiver" : "Interleaved");
+                                  (param.param.lagging_receiver ? "LaggingReceiver"
+                                                                : "Interleaved");
                          });
 
 TEST_F(TransportTest, ManyConcurrentComms) {

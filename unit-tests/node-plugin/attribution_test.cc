@@ -78,11 +78,12 @@ TEST(PodInfoTest, ReadsLabelsNodeAndNproc) {
   EXPECT_EQ(info.uid, kUid);
   EXPECT_EQ(info.node, "node-a");
   EXPECT_EQ(info.job, "job");
-  EXPECT_EQ(info.replicaIndex, "1");
-  EXPECT_EQ(info.restartAttempt, "2");
-  EXPECT_EQ(info.nprocPerNode, 8);
-  EXPECT_EQ(podInfoFromJson(jobPod("team", "job-1", kUid, "node-a", "job", 1, 2)).nprocPerNode, 1);
-  EXPECT_EQ(podInfoFromJson(op::Json::array()).name, "");  // not an object: empty, no crash
+  EXPECT_EQ(info.replica_index, "1");
+  EXPECT_EQ(info.restart_attempt, "2");
+  EXPECT_EQ(info.nproc_per_node, 8);
+  EXPECT_EQ(podInfoFromJson(jobPod("team", "job-1", kUid, "node-a", "job", 1, 2)).nproc_per_node,
+            1);
+  EXPECT_EQ(podInfoFromJson(kube::Json::array()).name, "");  // not an object: empty, no crash
 }
 
 // A pod directory over a real informer Store, plus a fake /proc.
@@ -94,7 +95,7 @@ class AttributorTest : public ::testing::Test {
     store_.upsert(
         jobPod("team", "plain", "22222222-2222-2222-2222-222222222222", "node-a", "", 0, 0));
     auto plain = *store_.get("team/plain");
-    plain["metadata"]["labels"] = op::Json::object();
+    plain["metadata"]["labels"] = kube::Json::object();
     store_.upsert(plain);
     // A pod the cache holds for another node (must never attribute here).
     store_.upsert(
@@ -113,7 +114,7 @@ class AttributorTest : public ::testing::Test {
   }
   static report::RankIdentity good() { return identityOf("team", "job-1", "node-a", "job", 5, 2); }
 
-  op::Store store_;
+  kube::Store store_;
   bool synced_ = true;
   StorePodDirectory pods_;
   TempDir proc_;
@@ -157,7 +158,7 @@ TEST_F(AttributorTest, ForgedIdentitiesAreDropped) {
     EXPECT_EQ(dropOf(a.attribute(100, id)), DropReason::kRankOutOfRange) << rank;
   }
   id = good();
-  id.restartAttempt = 1;
+  id.restart_attempt = 1;
   EXPECT_EQ(dropOf(a.attribute(100, id)), DropReason::kAttemptMismatch);
 }
 

@@ -52,31 +52,31 @@ TEST(SysfsTest, ReadsInterfacesAndRdmaPorts) {
   EXPECT_TRUE(eth0.carrier);
   EXPECT_TRUE(eth0.rdma);
   EXPECT_EQ(eth0.operstate, "up");
-  EXPECT_EQ(eth0.speedMbps, 100000u);
-  EXPECT_EQ(eth0.carrierChanges, 3u);
-  EXPECT_EQ(eth0.rxErrors, 7u);
-  EXPECT_EQ(eth0.txErrors, 2u);
+  EXPECT_EQ(eth0.speed_mbps, 100000u);
+  EXPECT_EQ(eth0.carrier_changes, 3u);
+  EXPECT_EQ(eth0.rx_errors, 7u);
+  EXPECT_EQ(eth0.tx_errors, 2u);
   EXPECT_EQ(eth0.errors, 9u);
-  EXPECT_EQ(eth0.rxDropped, 3u);
-  EXPECT_EQ(eth0.txDropped, 4u);
+  EXPECT_EQ(eth0.rx_dropped, 3u);
+  EXPECT_EQ(eth0.tx_dropped, 4u);
   const auto& eth1 = s.nics[1];
   EXPECT_FALSE(eth1.up);
   EXPECT_FALSE(eth1.carrier);
-  EXPECT_EQ(eth1.speedMbps, 0u);  // -1: unknown
+  EXPECT_EQ(eth1.speed_mbps, 0u);  // -1: unknown
   EXPECT_FALSE(eth1.rdma);
 
   ASSERT_TRUE(s.rdma_available);
   ASSERT_EQ(s.rdma_ports.size(), 2u);
   EXPECT_EQ(s.rdma_ports[0].device, "mlx5_0");
   EXPECT_EQ(s.rdma_ports[0].state, "ACTIVE");
-  EXPECT_EQ(s.rdma_ports[0].physState, "LinkUp");
+  EXPECT_EQ(s.rdma_ports[0].phys_state, "LinkUp");
   EXPECT_TRUE(s.rdma_ports[0].active);
-  EXPECT_EQ(s.rdma_ports[0].rateMbps, 400000u);
+  EXPECT_EQ(s.rdma_ports[0].rate_mbps, 400000u);
   EXPECT_EQ(s.rdma_ports[0].netdev, "eth0");
-  EXPECT_EQ(s.rdma_ports[0].symbolErrors, 1u);
-  EXPECT_EQ(s.rdma_ports[0].linkDowned, 2u);
-  EXPECT_EQ(s.rdma_ports[0].rcvErrors, 5u);
-  EXPECT_EQ(s.rdma_ports[0].xmitDiscards, 0u);  // absent counter
+  EXPECT_EQ(s.rdma_ports[0].symbol_errors, 1u);
+  EXPECT_EQ(s.rdma_ports[0].link_downed, 2u);
+  EXPECT_EQ(s.rdma_ports[0].rcv_errors, 5u);
+  EXPECT_EQ(s.rdma_ports[0].xmit_discards, 0u);  // absent counter
   EXPECT_FALSE(s.rdma_ports[1].active);
   EXPECT_EQ(s.rdma_ports[1].state, "DOWN");
 
@@ -120,9 +120,9 @@ TEST(HealthAnomalyTest, TransitionsAreAnomalies) {
   a.nics.resize(1);
   a.nics[0].name = "eth0";
   a.nics[0].up = true;
-  a.rdmaPorts.resize(1);
-  a.rdmaPorts[0].device = "mlx5_0";
-  a.rdmaPorts[0].active = true;
+  a.rdma_ports.resize(1);
+  a.rdma_ports[0].device = "mlx5_0";
+  a.rdma_ports[0].active = true;
   a.gpus.resize(1);
   a.gpus[0].uuid = "GPU-1";
   EXPECT_TRUE(healthAnomalies(a, a).empty());
@@ -131,13 +131,13 @@ TEST(HealthAnomalyTest, TransitionsAreAnomalies) {
   EXPECT_EQ(healthAnomalies(a, b).size(), 1u);
   EXPECT_TRUE(healthAnomalies(b, a).empty());  // coming back up is not an anomaly
   b = a;
-  b.nics[0].carrierChanges = 1;
+  b.nics[0].carrier_changes = 1;
   EXPECT_EQ(healthAnomalies(a, b).size(), 1u);
   b = a;
-  b.rdmaPorts[0].active = false;
+  b.rdma_ports[0].active = false;
   EXPECT_EQ(healthAnomalies(a, b).size(), 1u);
   b = a;
-  b.gpus[0].lastXid = 79;
+  b.gpus[0].last_xid = 79;
   b.gpus[0].healthy = false;
   EXPECT_EQ(healthAnomalies(a, b).size(), 2u);
   b = a;
@@ -162,8 +162,8 @@ TEST(HealthMonitorTest, PublishesAndFlagsAnomalies) {
   ASSERT_EQ(published.size(), 2u);
   EXPECT_FALSE(published[0].second);
   EXPECT_TRUE(published[1].second);
-  EXPECT_FALSE(published[1].first.gpusAvailable);
-  EXPECT_FALSE(published[1].first.gpusReason.empty());
+  EXPECT_FALSE(published[1].first.gpus_available);
+  EXPECT_FALSE(published[1].first.gpus_reason.empty());
   const std::string text = registry.expose();
   EXPECT_NE(text.find("c4_node_plugin_nic_up{interface=\"eth0\"} 0"), std::string::npos);
   EXPECT_NE(text.find("c4_node_plugin_hardware_available{class=\"gpus\"} 0"), std::string::npos);
@@ -171,7 +171,7 @@ TEST(HealthMonitorTest, PublishesAndFlagsAnomalies) {
   // The reading encodes: it is a valid part of a NodeReport.
   report::NodeReport nr;
   nr.node = "n";
-  nr.timeUnixNs = 1;
+  nr.time_unix_ns = 1;
   nr.health = published[1].first;
   EXPECT_TRUE(report::encodeCbor(nr).has_value());
   EXPECT_FALSE(HealthMonitor::create({root.path(), "(", std::chrono::seconds{1}}, clock, nullptr,

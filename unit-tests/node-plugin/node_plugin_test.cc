@@ -43,6 +43,7 @@ class NodePluginTest : public ::testing::Test {
     ASSERT_TRUE(server_->is_running());
     writeFile(dir_ / "token", "tok");
     writeFile(dir_ / "plugin/libnccl-net-c4.so", "ELF");
+    writeFile(dir_ / "plugin/libnccl-profiler-c4.so", "ELF-profiler");
     writeFile(dir_ / (std::string("proc/") + std::to_string(::getpid()) + "/cgroup"),
               "0::/kubepods/pod" + std::string(kUid) + "/ctr\n");
     writeFile(dir_ / "sys/class/net/eth0/operstate", "up\n");
@@ -65,6 +66,7 @@ class NodePluginTest : public ::testing::Test {
     o.ca_file = dir_ / "ca.crt";
     o.token_file = dir_ / "token";
     o.plugin_source = dir_ / "plugin/libnccl-net-c4.so";
+    o.profiler_plugin_source = dir_ / "plugin/libnccl-profiler-c4.so";
     o.plugin_install_dir = dir_ / "host/lib";
     o.metrics_bind_address = "127.0.0.1:0";
     return o;
@@ -84,12 +86,13 @@ class NodePluginTest : public ::testing::Test {
 };
 
 TEST_F(NodePluginTest, DatagramToOperator) {
-  auto client = std::make_unique<op::testing::FakeKubeClient>();
-  client->put(op::resources::pods(), jobPod("team", "job-1", kUid, "node-a", "job", 0, 0));
+  auto client = std::make_unique<kube::testing::FakeKubeClient>();
+  client->put(kube::resources::pods(), jobPod("team", "job-1", kUid, "node-a", "job", 0, 0));
   auto plugin = NodePlugin::create(options(), realClock(), std::move(client));
   ASSERT_TRUE(plugin.has_value()) << plugin.error().toString();
   ASSERT_TRUE((*plugin)->start().has_value());
   EXPECT_EQ(testing::readFile(dir_ / "host/lib/libnccl-net-c4.so"), "ELF");
+  EXPECT_EQ(testing::readFile(dir_ / "host/lib/libnccl-profiler-c4.so"), "ELF-profiler");
 
   httplib::Client http("127.0.0.1", (*plugin)->httpPort());
   std::string ready = "?";
@@ -123,8 +126,8 @@ TEST_F(NodePluginTest, DatagramToOperator) {
   ASSERT_TRUE(seen);
   for (const auto& nr : received()) {
     EXPECT_EQ(nr.node, "node-a");
-    EXPECT_TRUE(nr.health.nicsAvailable);
-    EXPECT_FALSE(nr.health.gpusAvailable);
+    EXPECT_TRUE(nr.health.nics_available);
+    EXPECT_FALSE(nr.health.gpus_available);
     for (const auto& rr : nr.reports) EXPECT_NE(rr.id.rank, 3);  // the forged one never left
   }
   // The operator's answer reaches the shipper after the server recorded the batch: poll.
@@ -167,11 +170,25 @@ TEST_F(NodePluginTest, DatagramToOperator) {
 TEST_F(NodePluginTest, BadPluginSourceFailsStart) {
   auto o = options();
   o.plugin_source = dir_ / "missing.so";
-  auto plugin = NodePlugin::create(o, realClock(), std::make_unique<op::testing::FakeKubeClient>());
+  auto plugin =
+      NodePlugin::create(o, realClock(), std::make_unique<kube::testing::FakeKubeClient>());
   ASSERT_TRUE(plugin.has_value());
   auto s = (*plugin)->start();
   ASSERT_FALSE(s.has_value());
   EXPECT_NE(s.error().message.find("missing.so"), std::string::npos);
+  EXPECT_EQ((*plugin)->readiness(), "plugin not installed");
+}
+
+TEST_F(NodePluginTest, BadProfilerPluginSourceFailsStart) {
+  auto o = options();
+  o.profiler_plugin_source = dir_ / "missing-profiler.so";
+  auto plugin =
+      NodePlugin::create(o, realClock(), std::make_unique<kube::testing::FakeKubeClient>());
+  ASSERT_TRUE(plugin.has_value());
+  auto s = (*plugin)->start();
+  ASSERT_FALSE(s.has_value());
+  EXPECT_NE(s.error().message.find("missing-profiler.so"), std::string::npos);
+  EXPECT_NE(s.error().message.find("profiler plugin"), std::string::npos);
   EXPECT_EQ((*plugin)->readiness(), "plugin not installed");
 }
 

@@ -35,6 +35,7 @@ TEST(OptionsTest, DefaultsAndNodeNameFromEnv) {
   EXPECT_EQ(o->attribution, "auto");
   EXPECT_EQ(o->token_file, "/var/run/secrets/c4/token");
   EXPECT_EQ(o->plugin_source, "/usr/lib/c4/libnccl-net-c4.so");
+  EXPECT_EQ(o->profiler_plugin_source, "/usr/lib/c4/libnccl-profiler-c4.so");
   EXPECT_EQ(o->plugin_install_dir, "/opt/c4/lib");
   EXPECT_EQ(o->metrics_bind_address, ":9400");
   EXPECT_EQ(o->interval_seconds, 1);
@@ -67,6 +68,15 @@ TEST(OptionsTest, RequiredAndInvalidValues) {
   auto r = parseNodePluginOptions(with({"--node-name", "Not_A_Node"}), env("n"));
   ASSERT_FALSE(r.has_value());
   EXPECT_NE(r.error().message.find("node-name"), std::string::npos);
+  // Either plugin library needs the directory the pods mount.
+  auto no_dir =
+      parseNodePluginOptions(with({"--plugin-source=", "--plugin-install-dir="}), env("n"));
+  ASSERT_FALSE(no_dir.has_value());
+  EXPECT_NE(no_dir.error().message.find("plugin-install-dir"), std::string::npos);
+  EXPECT_TRUE(parseNodePluginOptions(
+                  with({"--plugin-source=", "--profiler-plugin-source=", "--plugin-install-dir="}),
+                  env("n"))
+                  .has_value());
 }
 
 TEST(OptionsTest, ConfigFileWithFlagsWinning) {
@@ -77,6 +87,7 @@ TEST(OptionsTest, ConfigFileWithFlagsWinning) {
             "attribution: cgroup\n"
             "interval: 2.5\n"
             "plugin-source: \"\"\n"
+            "profiler-plugin-source: \"\"\n"
             "metrics-bind-address: \"0\"\n");
   auto o = parseNodePluginOptions({"--config", dir / "c.yaml", "--interval=3"}, env(std::nullopt));
   ASSERT_TRUE(o.has_value()) << o.error().toString();
@@ -84,6 +95,7 @@ TEST(OptionsTest, ConfigFileWithFlagsWinning) {
   EXPECT_EQ(o->attribution, "cgroup");
   EXPECT_EQ(o->interval_seconds, 3);
   EXPECT_EQ(o->plugin_source, "");
+  EXPECT_EQ(o->profiler_plugin_source, "");
   EXPECT_EQ(o->metrics_bind_address, "0");
   writeFile(dir / "bad.yaml", "operator-url: https://x\nnot-a-key: 1\n");
   auto bad = parseNodePluginOptions({"--config", dir / "bad.yaml"}, env("n"));

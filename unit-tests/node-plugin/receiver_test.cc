@@ -60,7 +60,7 @@ class ReceiverTest : public ::testing::Test {
 
   SimulatedClock clock_;
   metrics::Registry registry_;
-  op::Store store_;
+  kube::Store store_;
   StorePodDirectory pods_;
   TempDir proc_;
   TempDir dir_;

@@ -67,7 +67,7 @@ class ShipperTest : public ::testing::Test {
   static report::AnomalyNotice anomaly() {
     report::AnomalyNotice n;
     n.id = identityOf("team", "job-1", "node-a", "job", 0, 0);
-    n.timeUnixNs = 1'764'673'209'000'000'000LL;
+    n.time_unix_ns = 1'764'673'209'000'000'000LL;
     n.detail = "stall";
     return n;
   }
@@ -85,7 +85,7 @@ TEST_F(ShipperTest, BatchesEverythingIntoOneReportWithGrowingSeq) {
   const std::uint64_t seq0 = s->nextSeq();
   EXPECT_EQ(seq0, static_cast<std::uint64_t>(toUnixNanos(clock_.wallNow()) / 1000));
   report::NodeHealth h;
-  h.gpusReason = "no NVML";
+  h.gpus_reason = "no NVML";
   s->setHealth(h, false);
   s->setMessageCounters(3, 4);
   ASSERT_TRUE(s->add(report(0, 1)));
@@ -98,9 +98,9 @@ TEST_F(ShipperTest, BatchesEverythingIntoOneReportWithGrowingSeq) {
   EXPECT_EQ(nr.seq, seq0);
   EXPECT_EQ(nr.reports.size(), 2u);
   EXPECT_EQ(nr.notices.size(), 1u);
-  EXPECT_EQ(nr.health.gpusReason, "no NVML");
-  EXPECT_EQ(nr.droppedMessages, 3u);
-  EXPECT_EQ(nr.rejectedMessages, 4u);
+  EXPECT_EQ(nr.health.gpus_reason, "no NVML");
+  EXPECT_EQ(nr.dropped_messages, 3u);
+  EXPECT_EQ(nr.rejected_messages, 4u);
   EXPECT_EQ(transport_.posted[0].token, "token-1");
   EXPECT_EQ(s->bufferedReports(), 0u);
   // An empty batch still carries health (a heartbeat) and the next seq.
@@ -336,7 +336,7 @@ TEST_F(ShipperTest, ANewlyStalledConnectionShipsAtOnce) {
     r.connections[0].direction = report::Direction::kRecv;
     r.connections[0].bytes = bytes;
     r.connections[0].inflight = oldest_us > 0 ? 1 : 0;
-    r.connections[0].oldestInflightUs = oldest_us;
+    r.connections[0].oldest_inflight_us = oldest_us;
     return r;
   };
   auto settle = [&](std::size_t want) {

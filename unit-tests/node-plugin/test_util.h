@@ -10,7 +10,7 @@
 #include <string>
 
 #include "c4/common/report.h"
-#include "operator/client/kube_client.h"
+#include "kube/client/kube_client.h"
 
 namespace c4::node::testing {
 
@@ -62,19 +62,19 @@ inline bool makeTestCertificates(const std::string& dir) {
 }
 
 // A pod of TrainingJob `job` (replica `index`, attempt `attempt`) on `node`.
-inline op::Json jobPod(const std::string& ns, const std::string& name, const std::string& uid,
-                       const std::string& node, const std::string& job, int index, int attempt,
-                       int nproc = 0) {
-  op::Json pod = {{"metadata",
-                   {{"namespace", ns},
-                    {"name", name},
-                    {"uid", uid},
-                    {"labels",
-                     {{"c4.dev/job-name", job},
-                      {"c4.dev/replica-index", std::to_string(index)},
-                      {"c4.dev/restart-attempt", std::to_string(attempt)}}}}},
-                  {"spec", {{"nodeName", node}, {"containers", op::Json::array()}}}};
-  op::Json container = {{"name", "trainer"}, {"env", op::Json::array()}};
+inline kube::Json jobPod(const std::string& ns, const std::string& name, const std::string& uid,
+                         const std::string& node, const std::string& job, int index, int attempt,
+                         int nproc = 0) {
+  kube::Json pod = {{"metadata",
+                     {{"namespace", ns},
+                      {"name", name},
+                      {"uid", uid},
+                      {"labels",
+                       {{"c4.dev/job-name", job},
+                        {"c4.dev/replica-index", std::to_string(index)},
+                        {"c4.dev/restart-attempt", std::to_string(attempt)}}}}},
+                    {"spec", {{"nodeName", node}, {"containers", kube::Json::array()}}}};
+  kube::Json container = {{"name", "trainer"}, {"env", kube::Json::array()}};
   container["env"].push_back({{"name", "OTHER"}, {"value", "x"}});
   if (nproc > 0) {
     container["env"].push_back({{"name", "C4_NPROC_PER_NODE"}, {"value", std::to_string(nproc)}});
@@ -92,8 +92,8 @@ inline report::RankIdentity identityOf(const std::string& ns, const std::string&
   id.node = node;
   id.job = job;
   id.rank = rank;
-  id.worldSize = 16;
-  id.restartAttempt = static_cast<std::uint32_t>(attempt);
+  id.world_size = 16;
+  id.restart_attempt = static_cast<std::uint32_t>(attempt);
   id.pid = 1;
   return id;
 }
@@ -103,11 +103,11 @@ inline report::RankReport rankReport(const report::RankIdentity& id, std::uint64
   report::RankReport r;
   r.id = id;
   r.seq = seq;
-  r.timeUnixNs = 1'764'673'209'000'000'000LL + static_cast<std::int64_t>(seq);
+  r.time_unix_ns = 1'764'673'209'000'000'000LL + static_cast<std::int64_t>(seq);
   for (std::size_t i = 0; i < connections; ++i) {
     report::ConnectionStats c;
     c.id = i;
-    c.peerRank = 1;
+    c.peer_rank = 1;
     c.bytes = 1000 * (i + 1);
     r.connections.push_back(c);
   }

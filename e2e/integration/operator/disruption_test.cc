@@ -7,12 +7,13 @@
 #include <filesystem>
 
 #include "harness.h"
-#include "operator/client/curl_kube_client.h"
-#include "operator/client/forwarding_kube_client.h"
+#include "kube/client/curl_kube_client.h"
+#include "kube/client/forwarding_kube_client.h"
 #include "operator/manager/leader_election.h"
 #include "operator/manager/manager.h"
 
 namespace c4::op::it {
+using namespace c4::kube;  // the operator is written against the Kubernetes library
 namespace {
 
 class DisruptionIT : public NamespacedTest {

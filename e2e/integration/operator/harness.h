@@ -17,12 +17,13 @@
 
 #include "c4/common/clock.h"
 #include "c4/common/metrics.h"
-#include "operator/client/curl_kube_client.h"
-#include "operator/client/forwarding_kube_client.h"
-#include "operator/client/kube_config.h"
+#include "kube/client/curl_kube_client.h"
+#include "kube/client/forwarding_kube_client.h"
+#include "kube/client/kube_config.h"
 #include "operator/trainingjob/reconciler.h"
 
 namespace c4::op::it {
+using namespace c4::kube;  // the operator is written against the Kubernetes library
 
 inline std::string testenvDir() {
   const char* dir = std::getenv("C4_TESTENV_DIR");

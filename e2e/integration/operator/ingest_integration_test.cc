@@ -108,13 +108,13 @@ class IngestIntegrationTest : public NamespacedTest {
     report::NodeReport b;
     b.node = node;
     b.seq = ++seq_;
-    b.timeUnixNs = toUnixNanos(realClock().wallNow());
+    b.time_unix_ns = toUnixNanos(realClock().wallNow());
     report::NicHealth nic;
     nic.name = "eth0";
     nic.up = true;
     nic.carrier = true;
     nic.operstate = "up";
-    nic.speedMbps = 100000;
+    nic.speed_mbps = 100000;
     b.health.nics.push_back(nic);
     return b;
   }
@@ -270,18 +270,18 @@ TEST_F(IngestIntegrationTest, CheckpointsOfEveryRankLandInLastCheckpoint) {
       id.pod = job + "-" + std::to_string(rank);
       id.node = node;
       id.rank = rank;
-      id.restartAttempt = 0;
+      id.restart_attempt = 0;
       id.pid = 10;
       report::CheckpointNotice n;
       n.id = id;
       n.step = step;
-      n.timeUnixNs = toUnixNanos(realClock().wallNow());
+      n.time_unix_ns = toUnixNanos(realClock().wallNow());
       n.path = "/ckpt/step-" + std::to_string(step) + (rank == 0 ? "" : "-r1");
       batches[node].notices.push_back(n);
       report::RankReport r;
       r.id = id;
       r.seq = static_cast<std::uint64_t>(step);
-      r.timeUnixNs = n.timeUnixNs;
+      r.time_unix_ns = n.time_unix_ns;
       batches[node].reports.push_back(r);
     }
     for (auto& [node, b] : batches) {

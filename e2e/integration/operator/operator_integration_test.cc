@@ -8,11 +8,13 @@
 #include <set>
 
 #include "harness.h"
-#include "operator/cache/informer.h"
-#include "operator/client/forwarding_kube_client.h"
+#include "kube/cache/informer.h"
+#include "kube/client/forwarding_kube_client.h"
 #include "operator/remediation/node_actions.h"
+#include "operator/trainingjob/status.h"
 
 namespace c4::op::it {
+using namespace c4::kube;  // the operator is written against the Kubernetes library
 namespace {
 
 class OperatorIT : public NamespacedTest {
@@ -272,7 +274,23 @@ TEST_F(OperatorIT, JobGetsChildrenWithEnvironmentAndOwners) {
     EXPECT_EQ(envValue(pod, "C4_RESTART_ATTEMPT"), "0");
     EXPECT_EQ(envValue(pod, "C4_NAMESPACE"), ns_);
     EXPECT_EQ(envValue(pod, "C4_NODE_NAME"), "<ref>");
+    EXPECT_EQ(envValue(pod, "C4_PLAN_FILE"), "/etc/c4/plan/plan.json");
+    EXPECT_EQ(envValue(pod, "C4_SUBFLOWS"), "4") << "the job's subflow count without a plan";
+    // telemetry.source Profiler (the API server's default), Advisory: C4's profiler plugin,
+    // NCCL's own transports.
+    EXPECT_EQ(envValue(pod, "NCCL_PROFILER_PLUGIN"), "/opt/c4/lib/libnccl-profiler-c4.so");
+    EXPECT_EQ(envValue(pod, "NCCL_NET_PLUGIN"), "<unset>");
     EXPECT_EQ(pod["spec"]["subdomain"], "llm");
+    // The plan reaches the pod through its optional volume of ConfigMap llm-c4-plan, which the
+    // traffic-plan controller alone writes (not running here).
+    bool plan_volume = false;
+    for (const auto& v : pod["spec"]["volumes"]) {
+      if (v.value("name", "") != "c4-plan") continue;
+      plan_volume = true;
+      EXPECT_EQ(v["configMap"]["name"], "llm-c4-plan");
+      EXPECT_EQ(v["configMap"]["optional"], true);
+    }
+    EXPECT_TRUE(plan_volume);
   }
   EXPECT_EQ(names, (std::set<std::string>{"llm-0", "llm-1", "llm-2"}));
   auto svc = client_->get(resources::services(), ns_, "llm");
@@ -280,8 +298,8 @@ TEST_F(OperatorIT, JobGetsChildrenWithEnvironmentAndOwners) {
   EXPECT_EQ((*svc)["spec"]["clusterIP"], "None");
   EXPECT_EQ((*svc)["metadata"]["ownerReferences"][0]["uid"], uid);
   auto cm = client_->get(resources::configMaps(), ns_, "llm-c4-plan");
-  ASSERT_TRUE(cm) << cm.error().toString();
-  EXPECT_TRUE((*cm)["data"].contains("plan.json"));
+  ASSERT_FALSE(cm) << "the TrainingJob controller does not write the plan ConfigMap";
+  EXPECT_EQ(cm.error().code, ErrorCode::kNotFound);
 
   ASSERT_TRUE(waitFor([&] { return job("llm")["status"].value("phase", "") == "Running"; }));
   tj = job("llm");
@@ -523,7 +541,8 @@ TEST_F(OperatorIT, InvalidTrainingJobsAreRejectedWithAClearMessage) {
   EXPECT_NE(created.error().message.find("spec.managedBy"), std::string::npos);
 
   // Variables the operator sets may not be set by the user (they would be overwritten).
-  for (const char* name : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "C4_JOB", "PET_NNODES"}) {
+  for (const char* name :
+       {"RANK", "WORLD_SIZE", "MASTER_ADDR", "C4_JOB", "C4_RESUME_STEP", "PET_NNODES"}) {
     bad = trainingJob(ns_, "bad", 1);
     bad["spec"]["template"]["spec"]["containers"][0]["env"] =
         Json::array({{{"name", "OK"}, {"value", "1"}}, {{"name", name}, {"value", "1"}}});
@@ -532,6 +551,49 @@ TEST_F(OperatorIT, InvalidTrainingJobsAreRejectedWithAClearMessage) {
     EXPECT_NE(created.error().message.find("the operator sets them"), std::string::npos)
         << created.error().message;
   }
+
+  // The plugins' tuning variables (C4_* names the operator does not set) are the user's.
+  for (const char* name : {"C4_SOCKET_IFNAME", "C4_TCP_USER_TIMEOUT_MS"}) {
+    Json j = trainingJob(ns_, "tuned", 1);
+    j["spec"]["template"]["spec"]["containers"][0]["env"] =
+        Json::array({{{"name", name}, {"value", "1"}}});
+    created = client_->create(resources::trainingJobs(), ns_, j);
+    ASSERT_TRUE(created) << name << ": " << created.error().message;
+    ASSERT_TRUE(client_->remove(resources::trainingJobs(), ns_, "tuned"));
+  }
+
+  // C4's NCCL plugin variables are refused where the job runs that plugin, and only there.
+  struct PluginEnv {
+    const char* name;
+    Json spec_patch;
+    bool refused;
+  };
+  for (const auto& c :
+       {PluginEnv{"NCCL_PROFILER_PLUGIN", Json::object(), true},
+        PluginEnv{"NCCL_NET_PLUGIN", Json::object(), false},
+        PluginEnv{"NCCL_NET_PLUGIN", {{"telemetry", {{"source", "NetPlugin"}}}}, true},
+        PluginEnv{"NCCL_NET_PLUGIN", {{"trafficPlanning", {{"mode", "Enforce"}}}}, true},
+        PluginEnv{"NCCL_PROFILER_PLUGIN", {{"telemetry", {{"source", "NetPlugin"}}}}, false},
+        PluginEnv{"NCCL_PROFILER_PLUGIN", {{"trafficPlanning", {{"mode", "Enforce"}}}}, false}}) {
+    Json j = trainingJob(ns_, "plugin-env", 1);
+    j["spec"].merge_patch(c.spec_patch);
+    j["spec"]["template"]["spec"]["containers"][0]["env"] =
+        Json::array({{{"name", c.name}, {"value", "x"}}});
+    created = client_->create(resources::trainingJobs(), ns_, j);
+    EXPECT_EQ(created.has_value(), !c.refused) << c.name << " " << c.spec_patch.dump();
+    if (created) {
+      ASSERT_TRUE(client_->remove(resources::trainingJobs(), ns_, "plugin-env"));
+    } else {
+      EXPECT_NE(created.error().message.find(std::string(c.name) + " with telemetry.source"),
+                std::string::npos)
+          << created.error().message;
+    }
+  }
+  bad = trainingJob(ns_, "bad", 1);
+  bad["spec"]["telemetry"] = {{"source", "Inspector"}};
+  created = client_->create(resources::trainingJobs(), ns_, bad);
+  ASSERT_FALSE(created);
+  EXPECT_NE(created.error().message.find("NetPlugin"), std::string::npos);
 
   // Numbers are numbers; numProcPerNode is a number or "auto".
   bad = trainingJob(ns_, "bad", 1, {{"slowFactor", "fast"}});
@@ -561,6 +623,7 @@ TEST_F(OperatorIT, InvalidTrainingJobsAreRejectedWithAClearMessage) {
   Json fixed = job("fixed");
   EXPECT_EQ(fixed["spec"]["faultTolerance"]["maxRestarts"], 3);
   EXPECT_EQ(fixed["spec"]["trafficPlanning"]["mode"], "Advisory");
+  EXPECT_EQ(fixed["spec"]["telemetry"]["source"], "Profiler");
   EXPECT_EQ(fixed["spec"]["numProcPerNode"], 1);
   EXPECT_EQ(fixed["spec"]["faultTolerance"]["maxInfrastructureRestarts"], 10);
 }
@@ -730,7 +793,7 @@ TEST_F(OperatorIT, ATerminalApiErrorCreatingPodsIsACondition) {
   op.stop();
 }
 
-// Forwards to the real client. The first ConfigMap create returns only after the operator's
+// Forwards to the real client. The first Service create returns only after the operator's
 // informer has shown the new object AND its deletion by someone else: the order a fast watch
 // and a quick user produce under load.
 class InformerFirstClient final : public ForwardingKubeClient {
@@ -740,7 +803,7 @@ class InformerFirstClient final : public ForwardingKubeClient {
   Result<Json> create(const ResourceType& t, std::string_view ns, const Json& obj,
                       const WriteOptions& o) override {
     auto result = target().create(t, ns, obj, o);
-    if (result && t.resource == "configmaps" && !raced_.exchange(true)) {
+    if (result && t.resource == "services" && !raced_.exchange(true)) {
       const std::string key = objectKey(*result);
       EXPECT_TRUE(waitFor([&] { return cached(key); }, std::chrono::seconds{10}));
       EXPECT_TRUE(target().remove(t, ns, objectName(*result), DeleteOptions{}));
@@ -760,15 +823,14 @@ TEST_F(OperatorIT, AChildSeenBeforeItsCreateReturnedLeavesNoStaleExpectation) {
   InformerFirstClient client(*client_);
   OperatorInstance op(client, ns_);
   client.cached = [&](const std::string& key) {
-    return op.controller().configMapInformer().store().get(key).has_value();
+    return op.controller().serviceInformer().store().get(key).has_value();
   };
   ASSERT_TRUE(op.start());
   ASSERT_TRUE(create(trainingJob(ns_, "exp", 1)));
   auto created_at = std::chrono::steady_clock::now();
   ASSERT_TRUE(waitFor([&] { return podsAtAttempt("exp", 1, 0, "Running"); }));
-  ASSERT_TRUE(
-      waitFor([&] { return bool(client_->get(resources::configMaps(), ns_, "exp-c4-plan")); },
-              std::chrono::seconds{30}));
+  ASSERT_TRUE(waitFor([&] { return bool(client_->get(resources::services(), ns_, "exp")); },
+                      std::chrono::seconds{30}));
   EXPECT_LT(std::chrono::steady_clock::now() - created_at, std::chrono::seconds{8})
       << "a stale expectation would hold the re-create for 15 s";
   op.stop();
@@ -905,6 +967,84 @@ TEST_F(OperatorIT, IdenticalEventsAreOneEventWithCountAndTimestamps) {
     }
   }
   EXPECT_EQ(combined, 1);
+}
+
+// The TrainingJob status codec against the CRD's schema in the real API server: a status with
+// every field the operator writes survives PUT /status unpruned and decodes to what was written,
+// and a merge patch of status.plan alone (the traffic-plan controller's write) leaves the rest.
+TEST_F(OperatorIT, EveryStatusFieldSurvivesTheApiServerSchema) {
+  ASSERT_TRUE(create(trainingJob(ns_, "codec", 2)));
+  const std::string now = formatRfc3339(realClock().wallNow());
+  TrainingJobStatus status;
+  status.phase = "Restarting";
+  status.phase_since = now;
+  status.observed_generation = 1;
+  status.restarts = 3;
+  status.attempt = 3;
+  status.restarts_count_towards_max = 1;
+  status.infrastructure_restarts = 2;
+  status.consecutive_failures = 1;
+  status.next_attempt_time = now;
+  status.started_indexes = "";
+  status.active = 0;
+  status.ready = 0;
+  status.succeeded = 0;
+  status.failed = 0;
+  status.last_restart_time = now;
+  status.last_fault = "hang on rank 1";
+  status.last_checkpoint = CheckpointStatus{.step = 1200, .path = "/ckpt/1200", .time = now};
+  status.plan.emplace();
+  status.plan->version = 4;
+  status.plan->mode = c4p::Mode::kEnforce;
+  status.plan->max_link_load = "0.750";
+  status.plan->reason = "link failed";
+  status.plan->time = now;
+  status.avoid_nodes = {"node-a"};
+  FaultRecord fault;
+  fault.time = now;
+  fault.fault_class = "commHang";
+  fault.attempt = 2;
+  fault.pod = "codec-1";
+  fault.node = "node-a";
+  fault.rank = 1;
+  fault.link = "node-a<->node-b";
+  fault.summary = "hang on rank 1";
+  fault.action = "restart";
+  fault.counted = false;
+  fault.detection_seconds = 2.5;
+  fault.recompute_seconds = 60;
+  fault.restart_seconds = 7;
+  status.faults = {fault};
+  status.goodput.emplace();
+  status.goodput->productive_seconds = 3600;
+  status.goodput->lost_seconds = 120;
+  status.goodput->last_update_time = now;
+  ASSERT_TRUE(setCondition(status, conditions::kRestarting, "True", "FaultDiagnosed",
+                           "restarting as attempt 3", 1, realClock().wallNow()));
+
+  Json updated = job("codec");
+  updated["status"] = trainingJobStatusJson(status);
+  auto written = client_->update(resources::trainingJobs(), ns_, updated,
+                                 WriteOptions{.subresource = "status", .field_manager = ""});
+  ASSERT_TRUE(written) << written.error().toString();
+  auto read = parseTrainingJobStatus(job("codec"));
+  ASSERT_TRUE(read) << read.error().toString();
+  EXPECT_EQ(trainingJobStatusJson(*read), trainingJobStatusJson(status))
+      << "nothing pruned or changed by the schema";
+
+  TrainingJobStatus plan_only;
+  plan_only.plan = status.plan;
+  plan_only.plan->version = 5;
+  plan_only.plan->mode = c4p::Mode::kAdvisory;
+  ASSERT_TRUE(
+      client_->patch(resources::trainingJobs(), ns_, "codec", PatchType::kMerge,
+                     Json{{"status", trainingJobStatusJson(plan_only)}},
+                     PatchOptions{.subresource = "status", .field_manager = "", .force = false}));
+  auto patched = parseTrainingJobStatus(job("codec"));
+  ASSERT_TRUE(patched) << patched.error().toString();
+  TrainingJobStatus expected = status;
+  expected.plan = plan_only.plan;
+  EXPECT_EQ(trainingJobStatusJson(*patched), trainingJobStatusJson(expected));
 }
 
 }  // namespace

@@ -34,8 +34,9 @@ c4_scenario_init() {
   NODE_PLUGIN=$BUILD/node-plugin/c4-node-plugin
   NETBENCH=$BUILD/nccl-net-plugin/netbench/c4-netbench
   PLUGIN_SO=$BUILD/nccl-net-plugin/libnccl-net-c4.so
+  PROFILER_SO=$BUILD/nccl-profiler-plugin/libnccl-profiler-c4.so
   local f
-  for f in "$OPERATOR" "$NODE_PLUGIN" "$NETBENCH" "$PLUGIN_SO"; do
+  for f in "$OPERATOR" "$NODE_PLUGIN" "$NETBENCH" "$PLUGIN_SO" "$PROFILER_SO"; do
     [[ -e $f ]] || { echo "FAIL: $f not built" >&2; exit 1; }
   done
   rm -rf "$WORK" && mkdir -p "$WORK"
@@ -60,14 +61,24 @@ c4_mpi_worker_command() {
 #   c4_apply_train_job <ranks> <steps> <state bytes> [more args] [command line]
 # more args: appended to the args list (", --flag, value ..."); command line: a `command:` line
 # for the container (c4_mpi_worker_command).
+# C4_E2E_TELEMETRY picks the job's telemetry source: NetPlugin (default: c4-netbench moves its
+# bytes and reports them through C4's net plugin) or Profiler (it moves them over plain TCP, the
+# stand-in for NCCL's native transports, and tells C4's profiler plugin of them as NCCL does).
 c4_apply_train_job() {
   local ranks=$1 steps=$2 state=$3 more=${4:-} command=${5:-}
+  local telemetry=${C4_E2E_TELEMETRY:-NetPlugin} transport=""
+  case $telemetry in
+    NetPlugin) ;;
+    Profiler) transport="--baseline, " ;;
+    *) echo "C4_E2E_TELEMETRY must be NetPlugin or Profiler, not '$telemetry'" >&2; exit 2 ;;
+  esac
   kubectl apply -n "$NS" -f - >/dev/null <<YAML
 apiVersion: c4.dev/v1alpha1
 kind: TrainingJob
 metadata: {name: train}
 spec:
   replicas: $ranks
+  telemetry: {source: $telemetry}
   checkpoint: {dir: $WORK/ckpt}
   faultTolerance: {maxRestarts: 2, restartBackoffSeconds: 1}
   template:
@@ -80,10 +91,22 @@ spec:
         image: c4/netbench
         resources:
           limits: {nvidia.com/gpu: "4"}
-        args: [--steps, "$steps", --step-compute-ms, "60", --state-bytes, "$state", --json,
+        args: [$transport--steps, "$steps", --step-compute-ms, "60", --state-bytes, "$state", --json,
                --checkpoint-dir, \$(C4_CHECKPOINT_DIR), --checkpoint-every, "20"$more]
 $command
 YAML
+}
+
+# The value of variable $1 in the trainer container of the job's pod train-0 ("" when unset).
+c4_train_env() {
+  kubectl get pod -n "$NS" train-0 -o jsonpath="{.spec.containers[0].env[?(@.name==\"$1\")].value}"
+}
+
+# The profiler path: the operator loads C4's profiler plugin into the job's pods and leaves NCCL's
+# transport alone (no net plugin), so the reports C4D reads come from the profiler plugin.
+c4_expect_profiler_only() {
+  [[ -n $(c4_train_env NCCL_PROFILER_PLUGIN) && -z $(c4_train_env NCCL_NET_PLUGIN) ]] \
+    || fail "the pods do not load the profiler plugin alone"
 }
 
 c4_cleanup() {
@@ -201,9 +224,11 @@ PY
       test -s "$CLUSTER/nodes/node-$i/root/opt/c4/lib/libnccl-net-c4.so"
     cmp -s "$PLUGIN_SO" "$CLUSTER/nodes/node-$i/root/opt/c4/lib/libnccl-net-c4.so" \
       || fail "node-$i: installed plugin differs from the build"
+    cmp -s "$PROFILER_SO" "$CLUSTER/nodes/node-$i/root/opt/c4/lib/libnccl-profiler-c4.so" \
+      || fail "node-$i: installed profiler plugin differs from the build"
   done
   echo "helm install: operator pod $pod on $node (metrics 127.0.0.1:$OP_METRICS), $C4_NODES node" \
-    "plugin pods, the NCCL plugin installed on every node"
+    "plugin pods, the NCCL net and profiler plugins installed on every node"
 }
 
 c4_install_c4_host() {
@@ -269,6 +294,7 @@ spec:
         - --ca-file=/etc/c4/ca/ca.crt
         - --token-file=/var/run/secrets/c4/token
         - --plugin-source=$PLUGIN_SO
+        - --profiler-plugin-source=$PROFILER_SO
         - --plugin-install-dir=/opt/c4/lib
         - --metrics-bind-address=127.0.0.1:9400
         env:
@@ -301,6 +327,8 @@ for ((i = 0; i < C4_NODES; i++)); do
     test -s "$CLUSTER/nodes/node-$i/root/opt/c4/lib/libnccl-net-c4.so"
   cmp -s "$PLUGIN_SO" "$CLUSTER/nodes/node-$i/root/opt/c4/lib/libnccl-net-c4.so" \
     || fail "node-$i: installed plugin differs from the build"
+  cmp -s "$PROFILER_SO" "$CLUSTER/nodes/node-$i/root/opt/c4/lib/libnccl-profiler-c4.so" \
+    || fail "node-$i: installed profiler plugin differs from the build"
 done
-echo "node plugins: $C4_NODES Running, the NCCL plugin installed on every node"
+echo "node plugins: $C4_NODES Running, the NCCL net and profiler plugins installed on every node"
 }

@@ -791,10 +791,19 @@ class Runner:
         return ann.get(ANNOTATION) == ANNOTATION_VALUE and m and int(m.group(1)) < self.nodes
 
     # ---- /etc/hosts ---------------------------------------------------------------------
+    def live_workers(self):
+        """Workers whose pod the API server still has. A pod gone from it (force-deleted, or
+        deleted while this runner looked away) leaves the Service records at once, as its
+        endpoint does, even while its processes stop: a new pod of the same name (a restarted
+        job's rank) may already run, and its name must not resolve to the old address. Its
+        directory path may already be the new pod's too, so it writes no files there."""
+        with self.lock:
+            return [w for w in self.workers.values()
+                    if not w.done.is_set() and not w.force_deleted]
+
     def hosts_content(self, worker, services):
         lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
-        with self.lock:
-            workers = [w for w in self.workers.values() if not w.done.is_set()]
+        workers = self.live_workers()
         spec = worker.pod.spec
         hostname = spec.hostname or worker.name
         if spec.subdomain:
@@ -860,9 +869,7 @@ class Runner:
 
     def update_hosts_all(self):
         services = self.selector_services()
-        with self.lock:
-            workers = [w for w in self.workers.values() if not w.done.is_set()]
-        for w in workers:
+        for w in self.live_workers():
             if os.path.isdir(w.dir):
                 self.write_hosts(w, services)
 

@@ -9,8 +9,9 @@
 #  2. a failing container's exit code reaches the pod status (Failed, exitCode 3);
 #  3. deletion: SIGTERM reaches the process, the pod object goes away, nothing is left running;
 #     a process that ignores SIGTERM is killed after the grace period;
-#  4. /etc/hosts has the pod hostnames of a headless Service; a ClusterIP Service's names resolve
-#     to one pod it selects (following relabels), and not at all when it translates ports;
+#  4. /etc/hosts has the pod hostnames of a headless Service, and a force-deleted pod leaves it at
+#     once (while its process stops); a ClusterIP Service's names resolve to one pod it selects
+#     (following relabels), and not at all when it translates ports;
 #  5. stop/continue/kill of a pod process (testenv.sh pod-signal);
 #  6. KWOK still runs pods without the annotation (and leaves runner pods alone).
 #   pods_test.sh <work dir>
@@ -236,6 +237,63 @@ grep -qE "^$w0\s.*worker-0\.workers\.pt\.svc\.cluster\.local" "$DIR/pods/pt/read
   || fail "/etc/hosts lacks worker-0 -> $w0: $(cat "$DIR/pods/pt/reader/main.log")"
 grep -qE "^$w0\s.*\bworkers\.pt\b" "$DIR/pods/pt/reader/main.log" || fail "/etc/hosts lacks workers.pt"
 echo "hosts: worker-0.workers.pt.svc.cluster.local -> $w0"
+
+# ---- 4a. a force-deleted pod leaves /etc/hosts at once, while its process still stops ---------
+# A restarted job deletes its pods with force and creates new ones of the same names at once: the
+# name must not resolve to the old address while the old process takes its grace period (a rank
+# that resolved its master then knocked on the old address for a minute). Control: the old pod's
+# process is checked to be still alive when the new pod runs.
+w1=$(kubectl get node node-1 -o jsonpath='{.status.addresses[?(@.type=="InternalIP")].address}')
+ghost_pod() {  # ghost_pod <node>: worker-1 of Service workers, ignoring SIGTERM
+  $K apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata: {name: worker-1, labels: {app: worker}, annotations: {c4.dev/runner: process}}
+spec:
+  hostname: worker-1
+  subdomain: workers
+  nodeName: $1
+  terminationGracePeriodSeconds: 30
+  containers:
+  - {name: main, image: busybox, command: [sh, -c, "trap '' TERM; while true; do sleep 0.2; done"]}
+YAML
+}
+ghost_pod node-0
+wait_phase worker-1 Running
+$K apply -f - >/dev/null <<'YAML'
+apiVersion: v1
+kind: Pod
+metadata: {name: watcher, annotations: {c4.dev/runner: process}}
+spec:
+  nodeName: node-1
+  restartPolicy: Never
+  containers:
+  - name: main
+    image: busybox
+    command: [sh, -c]
+    args:
+    - |
+      # One line per look at /etc/hosts: the addresses worker-1's name has there.
+      for i in $(seq 120); do
+        echo "look $(grep -E '\sworker-1\.workers\.pt\.svc\.cluster\.local(\s|$)' /etc/hosts |
+          awk '{print $1}' | sort -u | tr '\n' ' ')"
+        sleep 0.1
+      done
+YAML
+wait_phase watcher Running
+old_pid=$(pid_of worker-1)
+$K delete pod worker-1 --grace-period=0 --force >/dev/null 2>&1
+ghost_pod node-1
+wait_phase worker-1 Running
+running "$old_pid" || fail "the force-deleted worker-1's process stopped before the new one ran"
+wait_phase watcher Succeeded 40
+looks="$DIR/pods/pt/watcher/main.log"
+if grep -E '^look .*[0-9] .*[0-9]' "$looks" >/dev/null; then
+  fail "worker-1 resolved to two addresses at once: $(grep -E '^look .*[0-9] .*[0-9]' "$looks" | head -3)"
+fi
+[[ $(tail -n 1 "$looks") == "look $w1 " ]] || fail "worker-1 does not end at $w1: $(tail -n 3 "$looks")"
+echo "hosts: a force-deleted pod left /etc/hosts at once; its successor resolves to $w1"
+$K delete pod worker-1 watcher --grace-period=0 --force >/dev/null 2>&1 || true
 
 # ---- 4b. ClusterIP Services (no kube-proxy): names -> one selected pod, ports unchanged --------
 $K apply -f - >/dev/null <<'YAML'

@@ -16,8 +16,8 @@ JobSpec spec(std::uint64_t seed = 1, int nodes = 8, int ranksPerNode = 2, int ex
   JobSpec s;
   s.seed = seed;
   s.nodes = nodes;
-  s.ranksPerNode = ranksPerNode;
-  s.extraRings = extraRings;
+  s.ranks_per_node = ranksPerNode;
+  s.extra_rings = extraRings;
   return s;
 }
 
@@ -27,9 +27,9 @@ TEST(C4dAnalyser, HealthyJobWithJitterHasNoVerdictAndNoObservation) {
       Harness h(spec(seed, 8, 2, rings));
       const auto v = h.run(180);
       EXPECT_TRUE(v.empty()) << "seed " << seed << " rings " << rings << ": " << describe(v);
-      EXPECT_TRUE(h.newObservations.empty()) << h.newObservations.front().message;
-      EXPECT_GT(h.last.stats.measuredEdges, 0u);
-      EXPECT_EQ(h.last.stats.silentRanks, 0u);
+      EXPECT_TRUE(h.new_observations.empty()) << h.new_observations.front().message;
+      EXPECT_GT(h.last.stats.measured_edges, 0u);
+      EXPECT_EQ(h.last.stats.silent_ranks, 0u);
     }
   }
 }
@@ -40,12 +40,12 @@ TEST(C4dAnalyser, KilledRankIsACrashRestartedWithoutCordonWithoutNodeEvidence) {
   h.job.crash(5, /*podLagWindows=*/1);
   const auto v = h.run(15);
   ASSERT_EQ(v.size(), 1u) << describe(v);
-  EXPECT_EQ(v[0].verdict.faultClass, FaultClass::kCrash);
+  EXPECT_EQ(v[0].verdict.fault_class, FaultClass::kCrash);
   EXPECT_EQ(v[0].verdict.culprit.kind, CulpritKind::kRank);
   EXPECT_EQ(v[0].verdict.culprit.rank, 5);
   EXPECT_EQ(v[0].verdict.culprit.node, "node-2");
   EXPECT_EQ(v[0].verdict.action, Action::kRestartOnly);
-  EXPECT_FALSE(v[0].verdict.nodeEvidence);
+  EXPECT_FALSE(v[0].verdict.node_evidence);
   EXPECT_LE(v[0].window - kWarm, 5);
   EXPECT_THAT(v[0].verdict.evidence.message, HasSubstr("restart without cordon"));
   EXPECT_EQ(v[0].verdict.evidence.number("peersReportingErrors"), 2.0);
@@ -58,11 +58,11 @@ TEST(C4dAnalyser, CrashOnANodeWithAGpuFaultCordonsTheNode) {
   h.job.crash(5, 0);
   const auto v = h.run(10);
   ASSERT_EQ(v.size(), 1u) << describe(v);
-  EXPECT_EQ(v[0].verdict.faultClass, FaultClass::kCrash);
+  EXPECT_EQ(v[0].verdict.fault_class, FaultClass::kCrash);
   EXPECT_EQ(v[0].verdict.culprit.kind, CulpritKind::kNode);
   EXPECT_EQ(v[0].verdict.culprit.node, "node-2");
   EXPECT_EQ(v[0].verdict.action, Action::kCordonAndRestart);
-  EXPECT_TRUE(v[0].verdict.nodeEvidence);
+  EXPECT_TRUE(v[0].verdict.node_evidence);
   EXPECT_THAT(v[0].verdict.evidence.message, HasSubstr("XID 79"));
 }
 
@@ -89,7 +89,7 @@ TEST(C4dAnalyser, FrozenRankIsANonCommunicationHangOnItsNodeWithin15Seconds) {
   EXPECT_THAT(v[0].verdict.evidence.message, HasSubstr("2 of 2 peers wait"));
   // Its silence passes silenceSeconds a moment before its peers' waits do: that moment is the
   // start of a hang, not missing telemetry (no TelemetryMissing observation before the verdict).
-  EXPECT_TRUE(h.newObservations.empty()) << h.newObservations.front().message;
+  EXPECT_TRUE(h.new_observations.empty()) << h.new_observations.front().message;
 }
 
 TEST(C4dAnalyser, BusyHungRankIsANonCommunicationHangAfterHangSeconds) {
@@ -126,7 +126,7 @@ TEST(C4dAnalyser, NodeEvidenceDecidesWhichEndOfAStalledLinkIsFaulty) {
   const auto v = h.run(30);
   ASSERT_EQ(v.size(), 1u) << describe(v);
   EXPECT_EQ(v[0].verdict.key(), "commHang/node/node-3");
-  EXPECT_TRUE(v[0].verdict.nodeEvidence);
+  EXPECT_TRUE(v[0].verdict.node_evidence);
 }
 
 TEST(C4dAnalyser, DeadNicIsACommunicationHangOnTheNode) {
@@ -164,7 +164,7 @@ TEST(C4dAnalyser, NoStragglerIsJudgedWhileALinkIsSlow) {
   const auto during = h.run(20);
   ASSERT_FALSE(during.empty());
   for (const auto& v : during) {
-    EXPECT_EQ(v.verdict.faultClass, FaultClass::kCommSlow) << describe(during);
+    EXPECT_EQ(v.verdict.fault_class, FaultClass::kCommSlow) << describe(during);
   }
   h.job.slowLink(2, 3, 1.0);
   const auto after = h.run(20);
@@ -183,7 +183,7 @@ TEST(C4dAnalyser, ASlowNicCarryingHalfOfASmallJobsConnectionsIsFound) {
     h.job.slowNic(1, 0.1);
     const auto v = h.run(20);
     ASSERT_FALSE(v.empty()) << "seed " << seed;
-    EXPECT_EQ(v[0].verdict.faultClass, FaultClass::kCommSlow) << describe(v);
+    EXPECT_EQ(v[0].verdict.fault_class, FaultClass::kCommSlow) << describe(v);
     EXPECT_THAT(v[0].verdict.key(), HasSubstr("node-1")) << describe(v);
   }
 }
@@ -231,13 +231,13 @@ TEST(C4dAnalyser, NodePluginOutageIsAnObservationNeverAVerdict) {
   h.job.pluginOutage(3);
   const auto v = h.run(90);
   EXPECT_TRUE(v.empty()) << describe(v);
-  ASSERT_EQ(h.newObservations.size(), 1u);
-  EXPECT_EQ(h.newObservations[0].kind, ObservationKind::kTelemetryMissing);
-  EXPECT_EQ(h.newObservations[0].node, "node-3");
-  EXPECT_EQ(h.newObservations[0].ranks, (std::vector<std::int32_t>{6, 7}));
-  EXPECT_THAT(h.newObservations[0].message, HasSubstr("node telemetry missing"));
+  ASSERT_EQ(h.new_observations.size(), 1u);
+  EXPECT_EQ(h.new_observations[0].kind, ObservationKind::kTelemetryMissing);
+  EXPECT_EQ(h.new_observations[0].node, "node-3");
+  EXPECT_EQ(h.new_observations[0].ranks, (std::vector<std::int32_t>{6, 7}));
+  EXPECT_THAT(h.new_observations[0].message, HasSubstr("node telemetry missing"));
   ASSERT_EQ(h.last.observations.size(), 1u);  // still reported every tick, not new
-  EXPECT_FALSE(h.last.observations[0].isNew);
+  EXPECT_FALSE(h.last.observations[0].is_new);
 }
 
 // Silence past silenceSeconds for a single tick (a node plugin restarting, or the first tick of a
@@ -250,7 +250,7 @@ TEST(C4dAnalyser, ASilenceOfOneTickIsNoObservation) {
   h.run(3);  // silent past silenceSeconds for one tick
   h.job.healAll();
   h.run(20);
-  EXPECT_TRUE(h.newObservations.empty()) << h.newObservations.front().message;
+  EXPECT_TRUE(h.new_observations.empty()) << h.new_observations.front().message;
 }
 
 TEST(C4dAnalyser, AnnouncedCheckpointPauseSuspendsHangRules) {
@@ -269,7 +269,7 @@ TEST(C4dAnalyser, AnnouncedCheckpointPauseSuspendsHangRules) {
   control.job.busyHang(0);
   const auto c = control.run(45);
   ASSERT_EQ(c.size(), 1u) << describe(c);
-  EXPECT_EQ(c[0].verdict.faultClass, FaultClass::kNonCommHang);
+  EXPECT_EQ(c[0].verdict.fault_class, FaultClass::kNonCommHang);
 }
 
 // The e2e pause: rank 0 alone announces a 20 s checkpoint while the ring waits on it. When it
@@ -308,16 +308,16 @@ TEST(C4dAnalyser, IdleJobIsNotHung) {
   h.job.idle();
   const auto v = h.run(60);
   EXPECT_TRUE(v.empty()) << describe(v);
-  EXPECT_TRUE(h.newObservations.empty());
+  EXPECT_TRUE(h.new_observations.empty());
 }
 
 TEST(C4dAnalyser, JobStartWithStaggeredRanksRaisesNothing) {
   JobSpec s = spec(11);
-  s.startSpreadWindows = 3;
+  s.start_spread_windows = 3;
   Harness h(s);
   const auto v = h.run(40);
   EXPECT_TRUE(v.empty()) << describe(v);
-  EXPECT_TRUE(h.newObservations.empty());
+  EXPECT_TRUE(h.new_observations.empty());
 }
 
 TEST(C4dAnalyser, NewAttemptResetsCountersWithoutFalsePositives) {
@@ -326,7 +326,7 @@ TEST(C4dAnalyser, NewAttemptResetsCountersWithoutFalsePositives) {
   h.job.newAttempt();
   const auto v = h.run(60);
   EXPECT_TRUE(v.empty()) << describe(v);
-  EXPECT_GT(h.last.stats.measuredEdges, 0u);
+  EXPECT_GT(h.last.stats.measured_edges, 0u);
 }
 
 TEST(C4dAnalyser, NewAttemptClearsActiveVerdicts) {
@@ -371,8 +371,8 @@ TEST(C4dAnalyser, RepeatOffenderCrashCordonsWithoutHardwareEvidence) {
   ASSERT_EQ(v.size(), 1u) << describe(v);
   EXPECT_EQ(v[0].verdict.key(), "crash/node/node-2");
   EXPECT_EQ(v[0].verdict.action, Action::kCordonAndRestart);
-  EXPECT_TRUE(v[0].verdict.repeatOffender);
-  EXPECT_FALSE(v[0].verdict.nodeEvidence);
+  EXPECT_TRUE(v[0].verdict.repeat_offender);
+  EXPECT_FALSE(v[0].verdict.node_evidence);
 }
 
 TEST(C4dAnalyser, RepeatOffenderHangIsConfirmedOnHalfTheHangTime) {
@@ -389,7 +389,7 @@ TEST(C4dAnalyser, RepeatOffenderHangIsConfirmedOnHalfTheHangTime) {
   const auto ov = off.run(30);
   ASSERT_EQ(ov.size(), 1u) << describe(ov);
   EXPECT_EQ(ov[0].verdict.key(), "nonCommHang/node/node-3");
-  EXPECT_TRUE(ov[0].verdict.repeatOffender);
+  EXPECT_TRUE(ov[0].verdict.repeat_offender);
   EXPECT_LE(ov[0].window - kWarm, 7);  // hangSeconds * 0.5 + 1 confirmation window + slack
   EXPECT_LT(ov[0].window, pv[0].window - 3);
 }
@@ -410,24 +410,24 @@ TEST(C4dAnalyser, RepeatOffenderMakesAModeratelySlowLinkEnough) {
   const auto ov = off.run(30);
   ASSERT_EQ(ov.size(), 1u) << describe(ov);
   EXPECT_EQ(ov[0].verdict.key(), "commSlow/link/node-2<->node-3");
-  EXPECT_TRUE(ov[0].verdict.repeatOffender);
+  EXPECT_TRUE(ov[0].verdict.repeat_offender);
 }
 
 TEST(C4dAnalyser, AVerdictWaitsForTheConfirmationWindows) {
   JobSpec s = spec();
-  s.thresholds.confirmationWindows = 5;
+  s.thresholds.confirmation_windows = 5;
   Harness h(s);
   h.run(kWarm);
   h.job.slowLink(2, 3, 0.1);
   const auto v = h.run(20);
   ASSERT_EQ(v.size(), 1u) << describe(v);
-  EXPECT_EQ(v[0].verdict.confirmedAt - v[0].verdict.firstSeen, std::chrono::seconds{4});
-  EXPECT_EQ(h.last.stats.pendingFindings, 0u);
+  EXPECT_EQ(v[0].verdict.confirmed_at - v[0].verdict.first_seen, std::chrono::seconds{4});
+  EXPECT_EQ(h.last.stats.pending_findings, 0u);
 }
 
 TEST(C4dAnalyser, AFindingThatDoesNotPersistIsNeverAVerdict) {
   JobSpec s = spec();
-  s.thresholds.confirmationWindows = 3;
+  s.thresholds.confirmation_windows = 3;
   Harness h(s);
   h.run(kWarm);
   for (int i = 0; i < 10; ++i) {  // slow for 2 windows, healthy for 1, repeatedly
@@ -462,7 +462,7 @@ TEST(C4dAnalyser, InvalidInputIsRejectedAndChangesNothing) {
   h.run(kWarm);
   h.job.slowLink(2, 3, 0.1);
   h.run(1);  // pending, not confirmed
-  ASSERT_EQ(h.last.stats.pendingFindings, 1u);
+  ASSERT_EQ(h.last.stats.pending_findings, 1u);
 
   JobSnapshot bad = h.job.snapshot();
   bad.ranks.pop_back();
@@ -478,7 +478,7 @@ TEST(C4dAnalyser, InvalidInputIsRejectedAndChangesNothing) {
   EXPECT_THAT(r.error().message, HasSubstr("ranks[0].node"));
 
   bad = h.job.snapshot();
-  bad.thresholds.slowFactor = 0.5;
+  bad.thresholds.slow_factor = 0.5;
   r = h.analyser.tick(bad, h.job.now() + std::chrono::seconds{1});
   ASSERT_FALSE(r.has_value());
   EXPECT_THAT(r.error().message, HasSubstr("slowFactor"));
@@ -490,20 +490,20 @@ TEST(C4dAnalyser, InvalidInputIsRejectedAndChangesNothing) {
   // The rejected ticks did not count: the pending finding confirms on the next real window.
   const auto v = h.run(1);
   ASSERT_EQ(v.size(), 1u) << describe(v);
-  EXPECT_EQ(v[0].verdict.confirmedAt - v[0].verdict.firstSeen, std::chrono::seconds{1});
+  EXPECT_EQ(v[0].verdict.confirmed_at - v[0].verdict.first_seen, std::chrono::seconds{1});
 }
 
 TEST(C4dAnalyser, ThresholdValidationNamesTheField) {
   Thresholds t;
   EXPECT_TRUE(validate(t).has_value());
-  t.repeatOffenderRelax = 1.5;
+  t.repeat_offender_relax = 1.5;
   ASSERT_FALSE(validate(t).has_value());
   EXPECT_THAT(validate(t).error().message, HasSubstr("repeatOffenderRelax"));
   t = {};
-  t.confirmationWindows = 0;
+  t.confirmation_windows = 0;
   EXPECT_THAT(validate(t).error().message, HasSubstr("confirmationWindows"));
   t = {};
-  t.minStragglerSlowdown = 0.9;
+  t.min_straggler_slowdown = 0.9;
   ASSERT_FALSE(validate(t).has_value());
   EXPECT_THAT(validate(t).error().message, HasSubstr("minStragglerSlowdown"));
 }
@@ -526,51 +526,51 @@ TEST(C4dAnalyser, ApplyNodeHealthSummarisesNicAndGpuFaults) {
   report::RdmaPortHealth port;
   port.device = "mlx5_0";
   port.state = "DOWN";
-  port.physState = "Polling";
-  health.rdmaPorts.push_back(port);
+  port.phys_state = "Polling";
+  health.rdma_ports.push_back(port);
   NodeSnapshot ns;
   applyNodeHealth(health, ns);
-  EXPECT_TRUE(ns.nicDown);
-  EXPECT_TRUE(ns.gpuFault);
-  EXPECT_TRUE(ns.rdmaPortDown);
+  EXPECT_TRUE(ns.nic_down);
+  EXPECT_TRUE(ns.gpu_fault);
+  EXPECT_TRUE(ns.rdma_port_down);
   EXPECT_TRUE(ns.hasHardwareFault());
-  EXPECT_EQ(ns.healthDetail,
+  EXPECT_EQ(ns.health_detail,
             "NIC eth1 down (operstate down), RDMA mlx5_0 port 1 DOWN/Polling, GPU 3 unhealthy "
             "(XID 79)");
   report::NodeHealth ecc;
   report::GpuHealth bad_ecc;
   bad_ecc.index = 1;
-  bad_ecc.eccVolatileUncorrected = 2;
+  bad_ecc.ecc_volatile_uncorrected = 2;
   ecc.gpus.push_back(bad_ecc);
   applyNodeHealth(ecc, ns);
-  EXPECT_TRUE(ns.gpuFault);
-  EXPECT_EQ(ns.healthDetail, "GPU 1 unhealthy (2 uncorrected ECC errors)");
+  EXPECT_TRUE(ns.gpu_fault);
+  EXPECT_EQ(ns.health_detail, "GPU 1 unhealthy (2 uncorrected ECC errors)");
   applyNodeHealth(report::NodeHealth{}, ns);
   EXPECT_FALSE(ns.hasHardwareFault());
 }
 
 TEST(C4dAnalyser, ReportSampleCopiesTheConnectionCounters) {
   report::RankReport r;
-  r.timeUnixNs = 1'700'000'000'123'000'000;
-  r.intervalMs = 500;
+  r.time_unix_ns = 1'700'000'000'123'000'000;
+  r.interval_ms = 500;
   report::ConnectionStats c;
   c.id = 7;
   c.direction = report::Direction::kRecv;
-  c.peerRank = 3;
+  c.peer_rank = 3;
   c.bytes = 1000;
   c.inflight = 2;
-  c.oldestInflightUs = 40;
-  c.wait.sumUs = 11;
-  c.transfer.sumUs = 22;
+  c.oldest_inflight_us = 40;
+  c.wait.sum_us = 11;
+  c.transfer.sum_us = 22;
   r.connections.push_back(c);
   const ReportSample s = ReportSample::from(r);
-  EXPECT_EQ(s.time.time_since_epoch(), std::chrono::nanoseconds{r.timeUnixNs});
-  EXPECT_EQ(s.intervalMs, 500u);
+  EXPECT_EQ(s.time.time_since_epoch(), std::chrono::nanoseconds{r.time_unix_ns});
+  EXPECT_EQ(s.interval_ms, 500u);
   ASSERT_EQ(s.connections.size(), 1u);
-  EXPECT_EQ(s.connections[0].peerRank, 3);
+  EXPECT_EQ(s.connections[0].peer_rank, 3);
   EXPECT_EQ(s.connections[0].bytes, 1000u);
-  EXPECT_EQ(s.connections[0].wait.sumUs, 11u);
-  EXPECT_EQ(s.connections[0].transfer.sumUs, 22u);
+  EXPECT_EQ(s.connections[0].wait.sum_us, 11u);
+  EXPECT_EQ(s.connections[0].transfer.sum_us, 22u);
 }
 
 }  // namespace
@@ -586,7 +586,7 @@ TEST(C4dAnalyserMesh, FrozenRankInAOneWayRingOverAFullMeshIsFound) {
   JobSnapshot snap;
   snap.ns = "team";
   snap.name = "ring";
-  snap.worldSize = kRanks;
+  snap.world_size = kRanks;
   for (int i = 0; i < kRanks; ++i) {
     NodeSnapshot node;
     node.name = "node-" + std::to_string(i);
@@ -595,7 +595,7 @@ TEST(C4dAnalyserMesh, FrozenRankInAOneWayRingOverAFullMeshIsFound) {
   snap.ranks.resize(kRanks);
   for (int r = 0; r < kRanks; ++r) {
     snap.ranks[static_cast<std::size_t>(r)].node = r;
-    snap.ranks[static_cast<std::size_t>(r)].podState = PodState::kRunning;
+    snap.ranks[static_cast<std::size_t>(r)].pod_state = PodState::kRunning;
   }
   JobAnalyser analyser;
   WallTime t{std::chrono::seconds{1'800'000'000}};
@@ -611,7 +611,7 @@ TEST(C4dAnalyserMesh, FrozenRankInAOneWayRingOverAFullMeshIsFound) {
       if (frozen && r == 2) continue;  // SIGSTOPped: no reports
       ReportSample s;
       s.time = t;
-      s.intervalMs = 1000;
+      s.interval_ms = 1000;
       std::uint64_t id = 1;
       for (int p = 0; p < kRanks; ++p) {
         if (p == r) continue;
@@ -620,25 +620,25 @@ TEST(C4dAnalyserMesh, FrozenRankInAOneWayRingOverAFullMeshIsFound) {
         ConnSample send;
         send.id = id++;
         send.direction = report::Direction::kSend;
-        send.peerRank = p;
+        send.peer_rank = p;
         ConnSample recv;
         recv.id = id++;
         recv.direction = report::Direction::kRecv;
-        recv.peerRank = p;
+        recv.peer_rank = p;
         if (ring_out) {
           send.bytes = moved;
           send.ops = moved >> 16;
           send.transfer.count = 10;
-          send.transfer.sumUs = 30000;
+          send.transfer.sum_us = 30000;
         }
         if (ring_in) {
           recv.bytes = moved;
           recv.ops = moved >> 16;
           recv.transfer.count = 10;
-          recv.transfer.sumUs = 30000;
+          recv.transfer.sum_us = 30000;
           // After the freeze everyone ends up waiting on its upstream.
           recv.inflight = 1;
-          recv.oldestInflightUs =
+          recv.oldest_inflight_us =
               frozen ? static_cast<std::uint64_t>(w - kFreezeAt) * 1000000 : 500;
         }
         s.connections.push_back(send);
@@ -656,7 +656,7 @@ TEST(C4dAnalyserMesh, FrozenRankInAOneWayRingOverAFullMeshIsFound) {
     }
   }
   ASSERT_TRUE(found) << "the frozen rank was not found";
-  EXPECT_EQ(found->faultClass, FaultClass::kNonCommHang);
+  EXPECT_EQ(found->fault_class, FaultClass::kNonCommHang);
   EXPECT_EQ(found->culprit.node, "node-2");
   EXPECT_LE(found_at - kFreezeAt, 10);
   EXPECT_THAT(found->evidence.message, ::testing::HasSubstr("1 of 1 peers wait on it"));
@@ -672,16 +672,16 @@ namespace {
 // the socket-level (wire) counters the plugin sends; `edge(w, src)` gives what the edge src ->
 // src+1 did in window w.
 struct RingWindow {
-  std::uint64_t sentWire = 0;        // cumulative bytes the sender wrote to its sockets
-  std::uint64_t recvWire = 0;        // cumulative bytes the receiver read from its sockets
-  std::uint64_t sentDone = 0;        // cumulative payload of completed sends
-  std::uint64_t recvDone = 0;        // cumulative payload of completed receives
-  std::uint32_t sendInflight = 0;    // ops posted at the sender
-  std::uint32_t recvInflight = 0;    // ops posted at the receiver
-  std::uint64_t oldestUs = 0;        // the receiver's oldest op in flight
-  double recvWaitShare = 0.0;        // the receiver's wait (posted -> first byte) / window
-  std::uint64_t recvXferUs = 30000;  // the receiver's transfer time (first byte -> done)
-  std::uint64_t sendXferUs = 30000;  // the sender's transfer time (first byte -> done)
+  std::uint64_t sent_wire = 0;         // cumulative bytes the sender wrote to its sockets
+  std::uint64_t recv_wire = 0;         // cumulative bytes the receiver read from its sockets
+  std::uint64_t sent_done = 0;         // cumulative payload of completed sends
+  std::uint64_t recv_done = 0;         // cumulative payload of completed receives
+  std::uint32_t send_inflight = 0;     // ops posted at the sender
+  std::uint32_t recv_inflight = 0;     // ops posted at the receiver
+  std::uint64_t oldest_us = 0;         // the receiver's oldest op in flight
+  double recv_wait_share = 0.0;        // the receiver's wait (posted -> first byte) / window
+  std::uint64_t recv_xfer_us = 30000;  // the receiver's transfer time (first byte -> done)
+  std::uint64_t send_xfer_us = 30000;  // the sender's transfer time (first byte -> done)
 };
 
 struct RingRun {
@@ -694,7 +694,7 @@ RingRun runRing(int windows, EdgeFn edge, int kRanks = 4) {
   JobSnapshot snap;
   snap.ns = "team";
   snap.name = "ring";
-  snap.worldSize = kRanks;
+  snap.world_size = kRanks;
   for (int i = 0; i < kRanks; ++i) {
     NodeSnapshot node;
     node.name = "node-" + std::to_string(i);
@@ -703,7 +703,7 @@ RingRun runRing(int windows, EdgeFn edge, int kRanks = 4) {
   snap.ranks.resize(static_cast<std::size_t>(kRanks));
   for (int r = 0; r < kRanks; ++r) {
     snap.ranks[static_cast<std::size_t>(r)].node = r;
-    snap.ranks[static_cast<std::size_t>(r)].podState = PodState::kRunning;
+    snap.ranks[static_cast<std::size_t>(r)].pod_state = PodState::kRunning;
   }
   JobAnalyser analyser;
   WallTime t{std::chrono::seconds{1'800'000'000}};
@@ -713,7 +713,7 @@ RingRun runRing(int windows, EdgeFn edge, int kRanks = 4) {
     std::vector<ReportSample> reports(static_cast<std::size_t>(kRanks));
     for (int r = 0; r < kRanks; ++r) {
       reports[static_cast<std::size_t>(r)].time = t;
-      reports[static_cast<std::size_t>(r)].intervalMs = 1000;
+      reports[static_cast<std::size_t>(r)].interval_ms = 1000;
     }
     for (int src = 0; src < kRanks; ++src) {
       const int dst = (src + 1) % kRanks;
@@ -721,29 +721,29 @@ RingRun runRing(int windows, EdgeFn edge, int kRanks = 4) {
       report::ConnectionStats send;
       send.id = 1;
       send.direction = report::Direction::kSend;
-      send.peerRank = dst;
-      send.bytes = e.sentDone;
-      send.ops = e.sentDone >> 16;
-      send.inflight = e.sendInflight;
-      send.oldestInflightUs = e.sendInflight > 0 ? e.oldestUs : 0;
+      send.peer_rank = dst;
+      send.bytes = e.sent_done;
+      send.ops = e.sent_done >> 16;
+      send.inflight = e.send_inflight;
+      send.oldest_inflight_us = e.send_inflight > 0 ? e.oldest_us : 0;
       send.transfer.count = 10;
-      send.transfer.sumUs = e.sendXferUs;
-      send.subflows = {{.index = 0, .bytes = e.sentWire / 2},
-                       {.index = 1, .bytes = e.sentWire - e.sentWire / 2}};
+      send.transfer.sum_us = e.send_xfer_us;
+      send.subflows = {{.index = 0, .bytes = e.sent_wire / 2},
+                       {.index = 1, .bytes = e.sent_wire - e.sent_wire / 2}};
       report::ConnectionStats recv;
       recv.id = 2;
       recv.direction = report::Direction::kRecv;
-      recv.peerRank = src;
-      recv.bytes = e.recvDone;
-      recv.ops = e.recvDone >> 16;
-      recv.inflight = e.recvInflight;
-      recv.oldestInflightUs = e.recvInflight > 0 ? e.oldestUs : 0;
+      recv.peer_rank = src;
+      recv.bytes = e.recv_done;
+      recv.ops = e.recv_done >> 16;
+      recv.inflight = e.recv_inflight;
+      recv.oldest_inflight_us = e.recv_inflight > 0 ? e.oldest_us : 0;
       recv.transfer.count = 10;
-      recv.transfer.sumUs = e.recvXferUs;
+      recv.transfer.sum_us = e.recv_xfer_us;
       recv.wait.count = 10;
-      recv.wait.sumUs = static_cast<std::uint64_t>(e.recvWaitShare * 1e6);
-      recv.subflows = {{.index = 0, .bytes = e.recvWire / 2},
-                       {.index = 1, .bytes = e.recvWire - e.recvWire / 2}};
+      recv.wait.sum_us = static_cast<std::uint64_t>(e.recv_wait_share * 1e6);
+      recv.subflows = {{.index = 0, .bytes = e.recv_wire / 2},
+                       {.index = 1, .bytes = e.recv_wire - e.recv_wire / 2}};
       reports[static_cast<std::size_t>(src)].connections.push_back(ConnSample::from(send));
       reports[static_cast<std::size_t>(dst)].connections.push_back(ConnSample::from(recv));
     }
@@ -768,7 +768,7 @@ constexpr std::uint64_t kPerWindow = 64 << 20;
 // Window w of an edge that moved kPerWindow bytes every window so far, at both ends.
 RingWindow steadyWindow(int w) {
   RingWindow e;
-  e.sentWire = e.recvWire = e.sentDone = e.recvDone =
+  e.sent_wire = e.recv_wire = e.sent_done = e.recv_done =
       static_cast<std::uint64_t>(w + 1) * kPerWindow;
   return e;
 }
@@ -783,15 +783,15 @@ TEST(C4dAnalyserWire, BytesQueuedThatDoNotMoveAreADeadLinkBeforeHangSeconds) {
   auto run = runRing(30, [&](int w, int src) {
     RingWindow e;
     const std::uint64_t before = static_cast<std::uint64_t>(std::min(w, kDeadAt) + 1) * kPerWindow;
-    e.sentWire = e.recvWire = e.sentDone = e.recvDone = before;
+    e.sent_wire = e.recv_wire = e.sent_done = e.recv_done = before;
     if (w < kDeadAt) return e;
     const int age = w - kDeadAt + 1;
-    e.recvInflight = 1;  // everyone waits on its upstream
-    e.oldestUs = static_cast<std::uint64_t>(age) * 1000000;
+    e.recv_inflight = 1;  // everyone waits on its upstream
+    e.oldest_us = static_cast<std::uint64_t>(age) * 1000000;
     if (src == 1) {  // node-1 -> node-2 black-holed: bytes written, none read
-      e.sentWire = before + kQueued;
-      e.sentDone = before + kQueued;
-      e.sendInflight = 1;
+      e.sent_wire = before + kQueued;
+      e.sent_done = before + kQueued;
+      e.send_inflight = 1;
     }
     return e;
   });
@@ -811,16 +811,16 @@ TEST(C4dAnalyserWire, SlowButMovingBytesAreNotAHang) {
   auto run = runRing(9 + 8, [&](int w, int src) {
     RingWindow e;
     const std::uint64_t before = static_cast<std::uint64_t>(std::min(w, kSlowAt) + 1) * kPerWindow;
-    e.sentWire = e.recvWire = e.sentDone = e.recvDone = before;
+    e.sent_wire = e.recv_wire = e.sent_done = e.recv_done = before;
     if (w < kSlowAt) return e;
     const int age = w - kSlowAt + 1;
-    e.recvInflight = 1;
-    e.oldestUs = static_cast<std::uint64_t>(age) * 1000000;
+    e.recv_inflight = 1;
+    e.oldest_us = static_cast<std::uint64_t>(age) * 1000000;
     if (src == 1) {
-      e.sentWire = before + (4 << 20);
-      e.sentDone = before + (4 << 20);
-      e.sendInflight = 1;
-      e.recvWire = before + static_cast<std::uint64_t>(age) * 300000;  // trickling in
+      e.sent_wire = before + (4 << 20);
+      e.sent_done = before + (4 << 20);
+      e.send_inflight = 1;
+      e.recv_wire = before + static_cast<std::uint64_t>(age) * 300000;  // trickling in
     }
     return e;
   });
@@ -834,10 +834,10 @@ TEST(C4dAnalyserWire, QueuedBytesWithoutAWaitingReceiverAreNotAHang) {
   auto run = runRing(9 + 6, [&](int w, int src) {
     RingWindow e;
     const std::uint64_t before = static_cast<std::uint64_t>(std::min(w, kAt) + 1) * kPerWindow;
-    e.sentWire = e.recvWire = e.sentDone = e.recvDone = before;
+    e.sent_wire = e.recv_wire = e.sent_done = e.recv_done = before;
     if (w >= kAt && src == 1) {
-      e.sentWire = before + (1 << 20);
-      e.sentDone = before + (1 << 20);
+      e.sent_wire = before + (1 << 20);
+      e.sent_done = before + (1 << 20);
     }
     return e;
   });
@@ -852,14 +852,14 @@ TEST(C4dAnalyserWire, ARankLateFromTransferringIsNoStraggler) {
   auto run = runRing(20, [&](int w, int src) {
     RingWindow e;
     std::uint64_t done = static_cast<std::uint64_t>(w + 1) * kPerWindow;
-    e.recvWaitShare = w < 8 ? 0.1 : 0.58;
-    if (w >= 8 && src == 2) e.recvWaitShare = 0.70;  // rank 3 waits on rank 2
+    e.recv_wait_share = w < 8 ? 0.1 : 0.58;
+    if (w >= 8 && src == 2) e.recv_wait_share = 0.70;  // rank 3 waits on rank 2
     if (w >= 8 && src == 1) {
-      e.recvWaitShare = 0.08;  // rank 2 hardly waits: its data are arriving
+      e.recv_wait_share = 0.08;  // rank 2 hardly waits: its data are arriving
       done += static_cast<std::uint64_t>(w - 7) * 19 * kPerWindow;
-      e.recvXferUs = e.sendXferUs = 800000;
+      e.recv_xfer_us = e.send_xfer_us = 800000;
     }
-    e.sentWire = e.recvWire = e.sentDone = e.recvDone = done;
+    e.sent_wire = e.recv_wire = e.sent_done = e.recv_done = done;
     return e;
   });
   EXPECT_FALSE(run.verdict) << run.verdict->key() << ": " << run.verdict->evidence.message;
@@ -873,9 +873,9 @@ TEST(C4dAnalyserWire, ARankLateFromTransferringIsNoStraggler) {
 TEST(C4dAnalyserWire, StragglerInASynchronousRingIsMeasuredByBusyShares) {
   auto run = runRing(20, [&](int w, int src) {
     RingWindow e = steadyWindow(w);
-    e.recvWaitShare = w < 8 ? 0.1 : 0.58;
-    if (w >= 8 && src == 2) e.recvWaitShare = 0.70;  // rank 3 waits on the straggler
-    if (w >= 8 && src == 1) e.recvWaitShare = 0.08;  // the straggler waits on its upstream
+    e.recv_wait_share = w < 8 ? 0.1 : 0.58;
+    if (w >= 8 && src == 2) e.recv_wait_share = 0.70;  // rank 3 waits on the straggler
+    if (w >= 8 && src == 1) e.recv_wait_share = 0.08;  // the straggler waits on its upstream
     return e;
   });
   ASSERT_TRUE(run.verdict) << "the straggler was not found";
@@ -893,9 +893,9 @@ TEST(C4dAnalyserWire, StragglerInASynchronousRingIsMeasuredByBusyShares) {
 TEST(C4dAnalyserWire, StragglerWhoseLatenessSpreadsAlongTheRingIsFoundByItsOwnShortWait) {
   auto run = runRing(20, [&](int w, int src) {
     RingWindow e = steadyWindow(w);
-    e.recvWaitShare = w < 8 ? 0.1 : 0.6;
-    if (w >= 8 && src == 1) e.recvWaitShare = 0.05;  // rank 2 (the straggler) on rank 1
-    if (w >= 8 && src == 3) e.recvWaitShare = 0.72;  // rank 0 on rank 3: the echo
+    e.recv_wait_share = w < 8 ? 0.1 : 0.6;
+    if (w >= 8 && src == 1) e.recv_wait_share = 0.05;  // rank 2 (the straggler) on rank 1
+    if (w >= 8 && src == 3) e.recv_wait_share = 0.72;  // rank 0 on rank 3: the echo
     return e;
   });
   ASSERT_TRUE(run.verdict) << "the straggler was not found";
@@ -911,8 +911,8 @@ TEST(C4dAnalyserWire, StragglerWhoseLatenessSpreadsAlongTheRingIsFoundByItsOwnSh
 TEST(C4dAnalyserWire, ARankThatWaitsSomewhatLessIsNotAStraggler) {
   auto run = runRing(20, [&](int w, int src) {
     RingWindow e = steadyWindow(w);
-    e.recvWaitShare = w < 8 ? 0.1 : 0.39;
-    if (w >= 8 && src == 1) e.recvWaitShare = 0.19;
+    e.recv_wait_share = w < 8 ? 0.1 : 0.39;
+    if (w >= 8 && src == 1) e.recv_wait_share = 0.19;
     return e;
   });
   EXPECT_FALSE(run.verdict) << run.verdict->key() << ": " << run.verdict->evidence.message;
@@ -925,16 +925,16 @@ TEST(C4dAnalyserWire, ARankThatWaitsSomewhatLessIsNotAStraggler) {
 TEST(C4dAnalyserWire, ARankOnAnIntermittentlySlowLinkIsNotAStraggler) {
   auto run = runRing(25, [&](int w, int src) {
     RingWindow e = steadyWindow(w);
-    e.recvWaitShare = w < 8 ? 0.1 : 0.37;
+    e.recv_wait_share = w < 8 ? 0.1 : 0.37;
     if (w >= 8 && src == 1) {
-      e.recvWaitShare = 0.31;  // rank 2 receives over the slow link
-      e.recvXferUs = w % 3 == 0 ? 300000 : 100000;
+      e.recv_wait_share = 0.31;  // rank 2 receives over the slow link
+      e.recv_xfer_us = w % 3 == 0 ? 300000 : 100000;
     }
-    if (w >= 8 && src == 2) e.recvWaitShare = 0.53;  // rank 3 waits on rank 2
+    if (w >= 8 && src == 2) e.recv_wait_share = 0.53;  // rank 3 waits on rank 2
     return e;
   });
   if (run.verdict) {
-    EXPECT_NE(run.verdict->faultClass, FaultClass::kNonCommSlow) << run.verdict->evidence.message;
+    EXPECT_NE(run.verdict->fault_class, FaultClass::kNonCommSlow) << run.verdict->evidence.message;
   }
 }
 
@@ -944,8 +944,8 @@ TEST(C4dAnalyserWire, ARankOnAnIntermittentlySlowLinkIsNotAStraggler) {
 TEST(C4dAnalyserWire, ALatenessWithinTheNoiseFloorIsNotAStraggler) {
   auto run = runRing(20, [&](int w, int src) {
     RingWindow e = steadyWindow(w);
-    e.recvWaitShare = 0.4;
-    if (w >= 8 && src == 0) e.recvWaitShare = 0.51;
+    e.recv_wait_share = 0.4;
+    if (w >= 8 && src == 0) e.recv_wait_share = 0.51;
     return e;
   });
   EXPECT_FALSE(run.verdict) << run.verdict->key() << ": " << run.verdict->evidence.message;
@@ -959,9 +959,9 @@ TEST(C4dAnalyserWire, ALatenessWithinTheNoiseFloorIsNotAStraggler) {
 TEST(C4dAnalyserWire, AStragglerSlowingTheJobLessThanMinStragglerSlowdownIsNoVerdict) {
   auto run = runRing(20, [&](int w, int src) {
     RingWindow e = steadyWindow(w);
-    e.recvWaitShare = 0.42;
-    if (w >= 8 && src == 1) e.recvWaitShare = 0.54;  // rank 2 waits on rank 1
-    if (w >= 8 && src == 0) e.recvWaitShare = 0.36;  // rank 1 waits on rank 0
+    e.recv_wait_share = 0.42;
+    if (w >= 8 && src == 1) e.recv_wait_share = 0.54;  // rank 2 waits on rank 1
+    if (w >= 8 && src == 0) e.recv_wait_share = 0.36;  // rank 1 waits on rank 0
     return e;
   });
   EXPECT_FALSE(run.verdict) << run.verdict->key() << ": " << run.verdict->evidence.message;
@@ -974,13 +974,13 @@ TEST(C4dAnalyserWire, AStragglerSlowingTheJobLessThanMinStragglerSlowdownIsNoVer
 TEST(C4dAnalyserWire, ASlowLinkIsRatedByTheSendersTransferTimeWhenTheReceiverSeesNone) {
   auto run = runRing(20, [&](int w, int src) {
     RingWindow e = steadyWindow(w);
-    e.recvWaitShare = w < 8 ? 0.1 : 0.4;
+    e.recv_wait_share = w < 8 ? 0.1 : 0.4;
     if (w >= 8 && src == 1) {
-      e.recvXferUs = 1000;
-      e.sendXferUs = 600000;
-      e.recvWaitShare = 0.3;
+      e.recv_xfer_us = 1000;
+      e.send_xfer_us = 600000;
+      e.recv_wait_share = 0.3;
     }
-    if (w >= 8 && src == 2) e.recvWaitShare = 0.6;  // rank 3 waits on the slow link's receiver
+    if (w >= 8 && src == 2) e.recv_wait_share = 0.6;  // rank 3 waits on the slow link's receiver
     return e;
   });
   ASSERT_TRUE(run.verdict) << "the slow link was not found";
@@ -999,9 +999,9 @@ TEST(C4dAnalyserWire, ASlowLinkWhosePeersAreTooFastToMeasureIsFound) {
     RingWindow e;
     const std::uint64_t done = w < 8 ? static_cast<std::uint64_t>(w + 1) * kPerWindow
                                      : 8 * kPerWindow + static_cast<std::uint64_t>(w - 7) * kPaced;
-    e.sentWire = e.recvWire = e.sentDone = e.recvDone = done;
-    e.sendXferUs = 0;  // sends complete into the socket buffers
-    if (w >= 8) e.recvXferUs = src == 1 ? 900000 : 3000;
+    e.sent_wire = e.recv_wire = e.sent_done = e.recv_done = done;
+    e.send_xfer_us = 0;  // sends complete into the socket buffers
+    if (w >= 8) e.recv_xfer_us = src == 1 ? 900000 : 3000;
     return e;
   });
   ASSERT_TRUE(run.verdict) << "the slow link was not found";
@@ -1014,7 +1014,7 @@ TEST(C4dAnalyserWire, ASlowLinkWhosePeersAreTooFastToMeasureIsFound) {
 TEST(C4dAnalyserWire, AJobWideSlowdownIsNoSlowLink) {
   auto run = runRing(20, [&](int w, int /*src*/) {
     RingWindow e = steadyWindow(w);
-    if (w >= 8) e.recvXferUs = e.sendXferUs = 200000;
+    if (w >= 8) e.recv_xfer_us = e.send_xfer_us = 200000;
     return e;
   });
   EXPECT_FALSE(run.verdict) << run.verdict->key() << ": " << run.verdict->evidence.message;
@@ -1026,8 +1026,8 @@ TEST(C4dAnalyserWire, AJobWideSlowdownIsNoSlowLink) {
 TEST(C4dAnalyserWire, ConnectionsTooFastToMeasureDoNotRaiseTheReferenceAboveTheRecentPast) {
   auto run = runRing(20, [&](int w, int src) {
     RingWindow e = steadyWindow(w);
-    e.recvXferUs = e.sendXferUs = 120000;
-    if (w >= 8 && src >= 2) e.recvXferUs = e.sendXferUs = 1000;
+    e.recv_xfer_us = e.send_xfer_us = 120000;
+    if (w >= 8 && src >= 2) e.recv_xfer_us = e.send_xfer_us = 1000;
     return e;
   });
   EXPECT_FALSE(run.verdict) << run.verdict->key() << ": " << run.verdict->evidence.message;
@@ -1039,7 +1039,7 @@ TEST(C4dAnalyserWire, ConnectionsTooFastToMeasureDoNotRaiseTheReferenceAboveTheR
 TEST(C4dAnalyserWire, SlowLinksThatAllShareANodeAreItsNic) {
   auto run = runRing(20, [&](int w, int src) {
     RingWindow e = steadyWindow(w);
-    if (w >= 8 && (src == 0 || src == 1)) e.recvXferUs = 900000;  // 0 -> 1 and 1 -> 2
+    if (w >= 8 && (src == 0 || src == 1)) e.recv_xfer_us = 900000;  // 0 -> 1 and 1 -> 2
     return e;
   });
   ASSERT_TRUE(run.verdict) << "the slow node was not found";
@@ -1057,9 +1057,9 @@ TEST(C4dAnalyserWire, ComparableLatenessOnTwoNodesAtOnceIsNoStraggler) {
       20,
       [&](int w, int src) {
         RingWindow e = steadyWindow(w);
-        e.recvWaitShare = 0.23;
-        if (w >= 8 && (src == 2 || src == 6)) e.recvWaitShare = 0.72;
-        if (w >= 8 && (src == 1 || src == 5)) e.recvWaitShare = 0.19;
+        e.recv_wait_share = 0.23;
+        if (w >= 8 && (src == 2 || src == 6)) e.recv_wait_share = 0.72;
+        if (w >= 8 && (src == 1 || src == 5)) e.recv_wait_share = 0.19;
         return e;
       },
       8);
@@ -1072,9 +1072,9 @@ TEST(C4dAnalyserWire, TheSameLatenessOnOneNodeIsAStraggler) {
       20,
       [&](int w, int src) {
         RingWindow e = steadyWindow(w);
-        e.recvWaitShare = 0.23;
-        if (w >= 8 && src == 2) e.recvWaitShare = 0.72;
-        if (w >= 8 && src == 1) e.recvWaitShare = 0.19;
+        e.recv_wait_share = 0.23;
+        if (w >= 8 && src == 2) e.recv_wait_share = 0.72;
+        if (w >= 8 && src == 1) e.recv_wait_share = 0.19;
         return e;
       },
       8);

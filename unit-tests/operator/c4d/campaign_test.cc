@@ -75,9 +75,9 @@ std::string linkKey(const char* cls, int a, int b) {
 struct ClassStats {
   int runs = 0;
   int detected = 0;
-  int falsePositives = 0;
-  int maxLatency = 0;
-  double sumLatency = 0.0;
+  int false_positives = 0;
+  int max_latency = 0;
+  double sum_latency = 0.0;
 };
 
 TEST(C4dCampaign, PrecisionAndRecallOverSeededFaults) {
@@ -91,11 +91,11 @@ TEST(C4dCampaign, PrecisionAndRecallOverSeededFaults) {
     JobSpec spec;
     spec.seed = static_cast<std::uint64_t>(run) + 1000;
     spec.nodes = pick(4, 12);
-    spec.ranksPerNode = std::array{1, 2, 4}[static_cast<std::size_t>(pick(0, 2))];
-    spec.extraRings = pick(0, 2);
+    spec.ranks_per_node = std::array{1, 2, 4}[static_cast<std::size_t>(pick(0, 2))];
+    spec.extra_rings = pick(0, 2);
     const Injected fault = kAll[static_cast<std::size_t>(run) % kAll.size()];
     const int inject = pick(6, 12);
-    const int n = spec.nodes * spec.ranksPerNode;
+    const int n = spec.nodes * spec.ranks_per_node;
     const int rank = pick(0, n - 1);
     const int node = pick(0, spec.nodes - 1);
     const int next = (node + 1) % spec.nodes;
@@ -105,7 +105,7 @@ TEST(C4dCampaign, PrecisionAndRecallOverSeededFaults) {
     Harness h(spec);
     h.run(inject);
     std::string expected;
-    const std::string nodeOfRank = SyntheticJob::nodeName(rank / spec.ranksPerNode);
+    const std::string nodeOfRank = SyntheticJob::nodeName(rank / spec.ranks_per_node);
     switch (fault) {
       case Injected::kHealthy:
         break;
@@ -166,15 +166,15 @@ TEST(C4dCampaign, PrecisionAndRecallOverSeededFaults) {
         hit = true;
         ++correct;
         const int latency = e.window - inject;
-        cs.maxLatency = std::max(cs.maxLatency, latency);
-        cs.sumLatency += latency;
+        cs.max_latency = std::max(cs.max_latency, latency);
+        cs.sum_latency += latency;
       } else {
         ++wrong;
-        ++cs.falsePositives;
+        ++cs.false_positives;
         std::cout << "  false: run " << run << " (" << name(fault) << ", " << spec.nodes << "x"
-                  << spec.ranksPerNode << " rings " << spec.extraRings << ", expected '" << expected
-                  << "'): unexpected " << e.verdict.key() << ": " << e.verdict.evidence.message
-                  << "\n";
+                  << spec.ranks_per_node << " rings " << spec.extra_rings << ", expected '"
+                  << expected << "'): unexpected " << e.verdict.key() << ": "
+                  << e.verdict.evidence.message << "\n";
       }
     }
     if (hit) {
@@ -182,7 +182,7 @@ TEST(C4dCampaign, PrecisionAndRecallOverSeededFaults) {
       ++cs.detected;
     } else if (!expected.empty()) {
       std::cout << "  missed: run " << run << " (" << name(fault) << ", " << spec.nodes << "x"
-                << spec.ranksPerNode << " rings " << spec.extraRings << "): missed " << expected
+                << spec.ranks_per_node << " rings " << spec.extra_rings << "): missed " << expected
                 << "\n";
     }
   }
@@ -196,7 +196,8 @@ TEST(C4dCampaign, PrecisionAndRecallOverSeededFaults) {
               "mean latency (s)", "max latency (s)");
   for (const auto& [fault, cs] : stats) {
     std::printf("%-28s %5d %9d %7d %16.1f %16d\n", name(fault), cs.runs, cs.detected,
-                cs.falsePositives, cs.detected ? cs.sumLatency / cs.detected : 0.0, cs.maxLatency);
+                cs.false_positives, cs.detected ? cs.sum_latency / cs.detected : 0.0,
+                cs.max_latency);
   }
   EXPECT_GE(precision, 0.95);
   EXPECT_GE(recall, 0.95);

@@ -35,7 +35,7 @@ class Harness {
         all.push_back({v, window});
       }
       for (auto& o : result->observations) {
-        if (o.isNew) newObservations.push_back(o);
+        if (o.is_new) new_observations.push_back(o);
       }
       for (auto& k : result->cleared) cleared.push_back(k);
     }
@@ -47,7 +47,7 @@ class Harness {
   int window = 0;
   TickResult last;
   std::vector<Emitted> all;
-  std::vector<Observation> newObservations;
+  std::vector<Observation> new_observations;
   std::vector<std::string> cleared;
 };
 

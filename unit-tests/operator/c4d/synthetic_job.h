@@ -35,17 +35,17 @@ namespace c4::c4d::testing {
 
 struct JobSpec {
   int nodes = 8;
-  int ranksPerNode = 2;
+  int ranks_per_node = 2;
   // Extra bidirectional rings with strides 3, 5, 7, ... (0: the plain ring, 2 send + 2 recv
   // connections per rank; 2: 6 + 6).
-  int extraRings = 0;
+  int extra_rings = 0;
   double jitter = 0.3;
   std::uint64_t seed = 1;
-  double bytesPerWindow = 200e6;
-  double linkBytesPerSec = 2e9;
-  double baseWaitShare = 0.1;
-  int startSpreadWindows = 2;  // ranks start reporting within this many windows of the start
-  int reportHistory = 3;       // K reports kept per rank
+  double bytes_per_window = 200e6;
+  double link_bytes_per_sec = 2e9;
+  double base_wait_share = 0.1;
+  int start_spread_windows = 2;  // ranks start reporting within this many windows of the start
+  int report_history = 3;        // K reports kept per rank
   Thresholds thresholds;
 };
 
@@ -54,7 +54,7 @@ class SyntheticJob {
   explicit SyntheticJob(JobSpec spec);
 
   int worldSize() const { return static_cast<int>(ranks_.size()); }
-  int nodeOfRank(int rank) const { return rank / spec_.ranksPerNode; }
+  int nodeOfRank(int rank) const { return rank / spec_.ranks_per_node; }
   static std::string nodeName(int node);
   // Receivers of `rank`'s sends (ascending).
   std::vector<int> sendPeers(int rank) const;
@@ -93,18 +93,18 @@ class SyntheticJob {
   enum class Mode { kFlow, kStalled, kPaused, kIdle };
   struct GEdge {
     int src = 0, dst = 0;
-    std::uint64_t sendId = 0, recvId = 0;
-    std::uint64_t sendBytes = 0, recvBytes = 0, sendOps = 0, recvOps = 0;
-    double slowFactor = 1.0;  // transfer rate multiplier
-    bool blocked = false;     // stalled with ops at both ends (dead link)
+    std::uint64_t send_id = 0, recv_id = 0;
+    std::uint64_t send_bytes = 0, recv_bytes = 0, send_ops = 0, recv_ops = 0;
+    double slow_factor = 1.0;  // transfer rate multiplier
+    bool blocked = false;      // stalled with ops at both ends (dead link)
   };
   struct GRank {
-    int startWindow = 0;
+    int start_window = 0;
     bool reporting = true;  // its reports reach the store
-    bool hungBusy = false;
+    bool hung_busy = false;
     std::vector<int> out, in;  // edge indices
     std::vector<ReportSample> history;
-    std::vector<AnomalySample> pendingAnomalies;
+    std::vector<AnomalySample> pending_anomalies;
     PodState pod = PodState::kRunning;
     std::optional<ProgressSample> progress;
   };
@@ -121,20 +121,25 @@ class SyntheticJob {
   std::vector<GEdge> edges_;
   WallTime now_;
   std::int64_t window_ = 0;
-  std::int64_t attemptStartWindow_ = 0;
-  std::uint64_t nextConnId_ = 1;
+  std::int64_t attempt_start_window_ = 0;
+  std::uint64_t next_conn_id_ = 1;
   Mode mode_ = Mode::kFlow;
-  WallTime stallSince_{};
-  int stragglerRank_ = -1;
-  double stragglerFactor_ = 1.0;
-  int frozenRank_ = -1;
-  int crashedRank_ = -1;
-  int pausedRank_ = 0;
-  std::int64_t backlogFrom_ = -1;  // windows whose receives carry the pause's waits
-  std::int64_t backlogTo_ = -1;
-  double backlogUs_ = 0.0;
-  std::int64_t podFailWindow_ = -1;
-  std::int64_t cascadeWindow_ = -1;
+  WallTime stall_since_{};
+  int straggler_rank_ = -1;
+  double straggler_factor_ = 1.0;
+  int frozen_rank_ = -1;
+  int crashed_rank_ = -1;
+  int paused_rank_ = 0;
+  std::int64_t backlog_from_ = -1;  // windows whose receives carry the pause's waits
+  std::int64_t backlog_to_ = -1;
+  double backlog_us_ = 0.0;
+  std::int64_t pod_fail_window_ = -1;
+  std::int64_t cascade_window_ = -1;
 };
+
+// The RankReport a rank's plugin would have sent for `sample` (what the analyser's snapshot was
+// made from): for tests that feed a synthetic job's windows through the report store.
+report::RankReport rankReportOf(const ReportSample& sample, report::RankIdentity id,
+                                std::uint64_t seq);
 
 }  // namespace c4::c4d::testing

@@ -4,8 +4,7 @@
 
 #include <string>
 
-#include "c4/plugin/plan.h"
-#include "operator/trainingjob/children.h"
+#include "c4/common/plan.h"
 
 namespace c4::op::c4p {
 namespace {
@@ -66,20 +65,20 @@ TEST(PlanDocumentTest, ThePluginParserReadsWhatThePlannerWrites) {
   for (Mode mode : {Mode::kOff, Mode::kAdvisory, Mode::kEnforce}) {
     auto doc = makePlanDocument(plan, 3, mode);
     ASSERT_TRUE(doc);
-    auto parsed = c4::plugin::parsePlan(renderPlanDocument(*doc));
+    auto parsed = c4::parsePlan(renderPlanDocument(*doc));
     ASSERT_TRUE(parsed) << parsed.error().toString();
     EXPECT_EQ(parsed->version, 3);
-    EXPECT_EQ(parsed->defaultSubflows, 4);
+    EXPECT_EQ(parsed->default_subflows, 4);
     ASSERT_EQ(parsed->pairs.size(), doc->pairs.size()) << modeName(mode);
     EXPECT_EQ(parsed->planes.size(), doc->planes.size());
     for (std::size_t i = 0; i < doc->pairs.size(); ++i) {
       const auto& mine = doc->pairs[i];
-      const auto* theirs = parsed->find(mine.local_node, c4::plugin::nodeHash(mine.peer_node));
+      const auto* theirs = parsed->find(mine.local_node, c4::nodeHash(mine.peer_node));
       ASSERT_NE(theirs, nullptr);
       ASSERT_EQ(theirs->subflows.size(), mine.subflows.size());
       for (std::size_t j = 0; j < mine.subflows.size(); ++j) {
-        EXPECT_EQ(theirs->subflows[j].localPort, mine.subflows[j].local_port);
-        EXPECT_EQ(theirs->subflows[j].pathId, mine.subflows[j].path);
+        EXPECT_EQ(theirs->subflows[j].local_port, mine.subflows[j].local_port);
+        EXPECT_EQ(theirs->subflows[j].path_id, mine.subflows[j].path);
         EXPECT_EQ(theirs->subflows[j].weight, mine.subflows[j].weight);
       }
     }
@@ -133,7 +132,7 @@ TEST(PlanDocumentTest, ParserRefusesWhatThePluginRefuses) {
     if (!mine) {
       EXPECT_EQ(mine.error().message.rfind("plan: ", 0), 0u);
     }
-    EXPECT_FALSE(c4::plugin::parsePlan(text)) << "the plugin agrees: " << text;
+    EXPECT_FALSE(c4::parsePlan(text)) << "the plugin agrees: " << text;
   }
   auto defaults = parsePlanDocument(
       R"({"version": 2, "pairs": [{"localNode": "a", "peerNode": "b", "subflows": [{}]}]})");
@@ -143,29 +142,3 @@ TEST(PlanDocumentTest, ParserRefusesWhatThePluginRefuses) {
 
 }  // namespace
 }  // namespace c4::op::c4p
-
-namespace c4::op {
-namespace {
-
-// The plan ConfigMap the TrainingJob controller writes before C4P plans a job must be a plan the
-// plugin accepts (an unusable plan costs the job its planned subflow count).
-TEST(PlanConfigMapTest, TheOperatorsInitialPlanIsAcceptedByThePlugin) {
-  Json job = {{"apiVersion", "c4.dev/v1alpha1"},
-              {"kind", "TrainingJob"},
-              {"metadata", {{"name", "llm"}, {"namespace", "team"}, {"uid", "u"}}},
-              {"spec",
-               {{"replicas", 2},
-                {"trafficPlanning", {{"mode", "Enforce"}, {"subflowsPerConnection", 6}}},
-                {"template", {{"spec", {{"containers", {{{"name", "t"}, {"image", "i"}}}}}}}}}}};
-  auto spec = parseTrainingJobSpec(job);
-  ASSERT_TRUE(spec) << spec.error().toString();
-  Json cm = buildPlanConfigMap(job, *spec);
-  auto parsed = c4::plugin::parsePlan(cm["data"]["plan.json"].get<std::string>());
-  ASSERT_TRUE(parsed) << parsed.error().toString();
-  EXPECT_EQ(parsed->version, 0);
-  EXPECT_EQ(parsed->defaultSubflows, 6);
-  EXPECT_TRUE(parsed->pairs.empty());
-}
-
-}  // namespace
-}  // namespace c4::op

@@ -7,15 +7,43 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <thread>
 
 #include "synthetic_job.h"
 #include "testing/fake_kube_client.h"
 
 namespace c4::op {
+using namespace c4::kube;  // the operator is written against the Kubernetes library
 namespace {
 
 using c4d::testing::JobSpec;
 using c4d::testing::SyntheticJob;
+
+// C4P as the detector sees it: what each test sets, nothing otherwise.
+struct FakeTrafficPlan final : TrafficPlanPeer {
+  using Replan = std::function<void(const std::string&, const std::string&, const std::string&)>;
+  using Explain = std::function<std::optional<std::string>(const std::string&, const std::string&,
+                                                           const std::string&)>;
+  void setReplan(Replan r) { replan_ = std::move(r); }
+  void setTrafficExplanation(Explain e) { explain_ = std::move(e); }
+  void replan(const std::string& key, const std::string& node,
+              const std::string& peer_node) override {
+    if (replan_) replan_(key, node, peer_node);
+  }
+  std::optional<std::string> explain(const std::string& key, const std::string& node,
+                                     const std::string& peer_node) const override {
+    return explain_ ? explain_(key, node, peer_node) : std::nullopt;
+  }
+  Replan replan_;
+  Explain explain_;
+};
+
+// The TrainingJob controller as the detector sees it: the keys it was asked to enqueue.
+struct RecordedDiagnoses final : DiagnosisListener {
+  explicit RecordedDiagnoses(std::vector<std::string>& keys) : keys_(keys) {}
+  void diagnosed(const std::string& key) override { keys_.push_back(key); }
+  std::vector<std::string>& keys_;
+};
 
 class DetectorTest : public ::testing::Test {
  protected:
@@ -27,7 +55,7 @@ class DetectorTest : public ::testing::Test {
     enqueued_.clear();
     JobSpec spec;
     spec.nodes = 4;
-    spec.ranksPerNode = 1;
+    spec.ranks_per_node = 1;
     spec.seed = 7;
     synth_ = std::make_unique<SyntheticJob>(spec);
     clock_.setWall(synth_->now());
@@ -57,9 +85,11 @@ class DetectorTest : public ::testing::Test {
                             {"status", {{"phase", "Running"}}}});
     }
     store_.observeJob("team", "llm", facts());
-    detector_ = std::make_unique<Detector>(store_, jobs_, pods_, nodes_, client_, events_, clock_,
-                                           config, registry_);
-    detector_->setEnqueue([this](const std::string& key) { enqueued_.push_back(key); });
+    traffic_ = FakeTrafficPlan{};
+    window_ = config.window;
+    detector_ =
+        std::make_unique<Detector>(store_, jobs_, pods_, nodes_, remediator_, events_, clock_,
+                                   config, registry_, DetectorPeers{&diagnoses_, &traffic_});
   }
 
   ingest::JobFacts facts() const { return {"job-uid", 0, 4}; }
@@ -67,6 +97,7 @@ class DetectorTest : public ::testing::Test {
   // One window: the synthetic job's newest reports become one batch per node.
   void step() {
     synth_->step();
+    clock_.advance(window_);  // the job's next analysis window is due
     clock_.setWall(synth_->now());
     const c4d::JobSnapshot& snap = synth_->snapshot();
     for (int r = 0; r < synth_->worldSize(); ++r) {
@@ -79,29 +110,31 @@ class DetectorTest : public ::testing::Test {
       report::NodeReport batch;
       batch.node = node;
       batch.seq = ++seq_;
-      batch.timeUnixNs = toUnixNanos(clock_.wallNow());
-      report::RankReport rr;
-      rr.id = {"team", "llm", "llm-" + std::to_string(r), node, r, 4, 0, 100};
-      rr.seq = ++report_seq_[r];
-      rr.timeUnixNs = toUnixNanos(newest.time);
-      rr.intervalMs = newest.intervalMs;
-      for (const auto& c : newest.connections) {
-        report::ConnectionStats s;
-        s.id = c.id;
-        s.direction = c.direction;
-        s.peerRank = c.peerRank;
-        s.bytes = c.bytes;
-        s.ops = c.ops;
-        s.inflight = c.inflight;
-        s.oldestInflightUs = c.oldestInflightUs;
-        s.wait = c.wait;
-        s.transfer = c.transfer;
-        rr.connections.push_back(s);
-      }
-      batch.reports.push_back(std::move(rr));
+      batch.time_unix_ns = toUnixNanos(clock_.wallNow());
+      batch.reports.push_back(c4d::testing::rankReportOf(
+          newest, {"team", "llm", "llm-" + std::to_string(r), node, r, 4, 0, 100},
+          ++report_seq_[r]));
       store_.apply(batch, {{"team/llm", facts()}}, clock_.wallNow(), 0);
     }
-    detector_->tick();
+    reconcile();
+  }
+
+  // What the detector's worker does with the job's key.
+  void reconcile() { ASSERT_TRUE(detector_->reconcile("team/llm")); }
+
+  // Analysis windows run so far (c4_c4d_tick_duration_seconds observations).
+  int windows() {
+    const std::string text = registry_.expose();
+    const std::string name = "c4_c4d_tick_duration_seconds_count ";
+    auto at = text.find(name);
+    return at == std::string::npos ? -1 : std::stoi(text.substr(at + name.size()));
+  }
+  // Waits (real time, bounded) until `done` holds; for tests that run the detector's worker.
+  static bool eventually(const std::function<bool()>& done) {
+    for (int i = 0; i < 10000 && !done(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds{1});
+    }
+    return done();
   }
 
   // Steps until an Event with `reason` exists (at most `windows` windows); returns those Events.
@@ -119,17 +152,28 @@ class DetectorTest : public ::testing::Test {
   }
 
   SimulatedClock clock_;
-  testing::FakeKubeClient client_;
+  kube::testing::FakeKubeClient client_;
   metrics::Registry registry_;
   EventRecorder events_{client_, clock_, "c4-operator", "test", nullptr};
   ingest::ReportStore store_;
   Informer jobs_{client_, clock_, resources::trainingJobs(), ""};
   Informer pods_{client_, clock_, resources::pods(), ""};
   Informer nodes_{client_, clock_, resources::nodes(), ""};
+  // The only writer of Nodes (the culprits' fault history), reading the cache above.
+  NodeRemediator remediator_{client_,
+                             clock_,
+                             events_,
+                             NodeActionConfig{},
+                             [this](const std::string& name) { return nodes_.store().get(name); },
+                             [this] { return nodes_.store().list(); },
+                             nullptr};
+  std::vector<std::string> enqueued_;
+  RecordedDiagnoses diagnoses_{enqueued_};
+  FakeTrafficPlan traffic_;
+  Duration window_ = std::chrono::seconds{1};
   std::unique_ptr<SyntheticJob> synth_;
   std::unique_ptr<Detector> detector_;
   Json job_;
-  std::vector<std::string> enqueued_;
   std::map<int, WallTime> last_sent_;
   std::map<int, std::uint64_t> report_seq_;
   std::uint64_t seq_ = 0;
@@ -186,8 +230,80 @@ TEST_F(DetectorTest, AFrozenRankIsDiagnosedOnItsNodeWithEventsAndHistory) {
   // A new attempt clears the diagnosis.
   job_["status"]["attempt"] = 1;
   jobs_.store().upsert(job_);
-  detector_->tick();
+  reconcile();
   EXPECT_FALSE(detector_->diagnosis("team/llm"));
+}
+
+// The node's fault history is read, changed and written back: an entry another writer added in
+// the cluster after the cache's copy was taken (another job's verdict, an earlier verdict of this
+// tick) is kept, not overwritten from the stale copy.
+TEST_F(DetectorTest, AFaultHistoryEntryWrittenSinceTheCachedCopyIsKept) {
+  const std::string culprit = SyntheticJob::nodeName(synth_->nodeOfRank(2));
+  nodes_.store().upsert(*client_.peek(resources::nodes(), "", culprit));  // the cache: as stored
+  Json stored = *client_.peek(resources::nodes(), "", culprit);
+  ASSERT_TRUE(client_.patch(
+      resources::nodes(), "", culprit, PatchType::kMerge,
+      {{"metadata",
+        {{"annotations",
+          {{kFaultHistoryAnnotation,
+            appendFaultHistory(stored,
+                               {clock_.wallNow() - std::chrono::hours{1}, "crash", "team/other"},
+                               10)}}}}}},
+      PatchOptions{}));
+  for (int i = 0; i < 8; ++i) step();
+  synth_->freeze(2);
+  for (int i = 0; i < 30 && !detector_->diagnosis("team/llm"); ++i) step();
+  ASSERT_TRUE(detector_->diagnosis("team/llm"));
+  auto history = faultHistoryOf(*client_.peek(resources::nodes(), "", culprit));
+  ASSERT_EQ(history.size(), 2u) << "an entry was lost";
+  EXPECT_EQ(history[0].job, "team/other");
+  EXPECT_EQ(history[1].job, "team/llm");
+  EXPECT_EQ(history[1].fault_class, "nonCommHang");
+}
+
+// The job's reconcile is one window and asks to be queued again when the next is due; a key
+// queued before then (an informer event) adds no window: the analyser counts them.
+TEST_F(DetectorTest, AReconcileBeforeTheWindowIsDueAddsNoWindow) {
+  step();
+  step();
+  ASSERT_EQ(windows(), 2);
+  clock_.advance(std::chrono::milliseconds{400});
+  auto early = detector_->reconcile("team/llm");
+  ASSERT_TRUE(early);
+  ASSERT_TRUE(early->requeue_after);
+  EXPECT_EQ(*early->requeue_after, std::chrono::milliseconds{600});
+  EXPECT_EQ(windows(), 2);
+  clock_.advance(std::chrono::milliseconds{600});
+  auto due = detector_->reconcile("team/llm");
+  ASSERT_TRUE(due);
+  EXPECT_EQ(windows(), 3);
+  EXPECT_EQ(due->requeue_after, std::optional<Duration>(window_));
+  // A deleted job is forgotten: no requeue.
+  jobs_.store().erase("team/llm");
+  auto gone = detector_->reconcile("team/llm");
+  ASSERT_TRUE(gone);
+  EXPECT_FALSE(gone->requeue_after);
+}
+
+// Started, the detector queues the jobs in the cache and its worker analyses each one every
+// window (requeue-after on the injected clock) until stop().
+TEST_F(DetectorTest, TheWorkerAnalysesEveryJobOnceAWindow) {
+  step();
+  ASSERT_EQ(windows(), 1);
+  clock_.advance(window_);
+  detector_->start();
+  ASSERT_TRUE(eventually([&] { return windows() == 2; }));
+  ASSERT_TRUE(clock_.awaitWaiters(1));  // parked until the next window
+  EXPECT_EQ(windows(), 2);
+  clock_.advance(window_);
+  ASSERT_TRUE(eventually([&] { return windows() == 3; }));
+  detector_->queue().add("team/llm");  // an event: no extra window
+  ASSERT_TRUE(eventually([&] { return detector_->queue().len() == 0; }));
+  ASSERT_TRUE(clock_.awaitWaiters(1));
+  EXPECT_EQ(windows(), 3);
+  detector_->stop();
+  clock_.advance(window_ * 3);
+  EXPECT_EQ(windows(), 3);
 }
 
 TEST_F(DetectorTest, DryRunReportsButDiagnosesNothing) {
@@ -250,7 +366,7 @@ TEST_F(DetectorTest, ASlowLinkStillSlowAfterTheReplanGraceRestartsAwayFromBothEn
   config.replan_grace = std::chrono::seconds{10};
   build({}, config);
   std::vector<std::string> replans;
-  detector_->setReplan([&](const std::string& job, const std::string& a, const std::string& b) {
+  traffic_.setReplan([&](const std::string& job, const std::string& a, const std::string& b) {
     replans.push_back(job + " " + a + "<->" + b);
   });
   for (int i = 0; i < 8; ++i) step();
@@ -314,7 +430,7 @@ TEST_F(DetectorTest, ASlowLinkThatRecoversWithinTheReplanGraceIsNotEscalated) {
   config.replan_grace = std::chrono::seconds{10};
   build({}, config);
   int replans = 0;
-  detector_->setReplan(
+  traffic_.setReplan(
       [&](const std::string&, const std::string&, const std::string&) { ++replans; });
   for (int i = 0; i < 8; ++i) step();
   synth_->slowLink(1, 2, 0.1);
@@ -333,8 +449,8 @@ TEST_F(DetectorTest, AHangOnALinkC4PExplainsIsLeftToC4PAndClearsWithoutARestart)
   config.traffic_plan_grace = std::chrono::seconds{15};
   build({}, config);
   std::vector<std::string> asked;
-  detector_->setTrafficExplanation([&](const std::string& job, const std::string& a,
-                                       const std::string& b) -> std::optional<std::string> {
+  traffic_.setTrafficExplanation([&](const std::string& job, const std::string& a,
+                                     const std::string& b) -> std::optional<std::string> {
     asked.push_back(job + " " + a + "<->" + b);
     if (a == "node-1" && b == "node-2") return "C4P holds link plane0/leaf-0/uplink0 Up failed";
     return std::nullopt;
@@ -372,7 +488,7 @@ TEST_F(DetectorTest, AHangThatOutlastsTheC4PGraceRestartsTheJob) {
   DetectorConfig config;
   config.traffic_plan_grace = std::chrono::seconds{10};
   build({}, config);
-  detector_->setTrafficExplanation([](const std::string&, const std::string&, const std::string&) {
+  traffic_.setTrafficExplanation([](const std::string&, const std::string&, const std::string&) {
     return std::optional<std::string>("C4P suspects link plane0/leaf-1/uplink1 Down");
   });
   for (int i = 0; i < 8; ++i) step();
@@ -403,8 +519,8 @@ TEST_F(DetectorTest, AHangThatOutlastsTheC4PGraceRestartsTheJob) {
 TEST_F(DetectorTest, AHangC4PNoLongerExplainsIsActedOnAtOnce) {
   build({});
   bool explained = true;
-  detector_->setTrafficExplanation([&](const std::string&, const std::string& a,
-                                       const std::string&) -> std::optional<std::string> {
+  traffic_.setTrafficExplanation([&](const std::string&, const std::string& a,
+                                     const std::string&) -> std::optional<std::string> {
     if (explained && a == "node-1") return "C4P holds link plane0/leaf-0/uplink0 Up failed";
     return std::nullopt;
   });
@@ -421,10 +537,9 @@ TEST_F(DetectorTest, AHangC4PNoLongerExplainsIsActedOnAtOnce) {
 }
 
 TEST_F(DetectorTest, AHangOnAPairC4PDoesNotExplainIsNotDeferred) {
-  detector_->setTrafficExplanation(
-      [](const std::string&, const std::string& a, const std::string&) {
-        return a == "node-0" ? std::optional<std::string>("elsewhere") : std::nullopt;
-      });
+  traffic_.setTrafficExplanation([](const std::string&, const std::string& a, const std::string&) {
+    return a == "node-0" ? std::optional<std::string>("elsewhere") : std::nullopt;
+  });
   for (int i = 0; i < 8; ++i) step();
   synth_->blackhole(1, 2);
   for (int i = 0; i < 20 && !detector_->diagnosis("team/llm"); ++i) step();
@@ -441,10 +556,10 @@ TEST_F(DetectorTest, ASlowLinkC4PExplainsIsNotEscalatedWhileTheExplanationHolds)
   config.replan_grace = std::chrono::seconds{10};
   build({}, config);
   int replans = 0;
-  detector_->setReplan(
+  traffic_.setReplan(
       [&](const std::string&, const std::string&, const std::string&) { ++replans; });
   bool explained = true;
-  detector_->setTrafficExplanation([&](const std::string&, const std::string&, const std::string&) {
+  traffic_.setTrafficExplanation([&](const std::string&, const std::string&, const std::string&) {
     return explained ? std::optional<std::string>(
                            "C4P holds link plane0/leaf-0/uplink1 "
                            "Down failed")
@@ -472,8 +587,8 @@ TEST_F(DetectorTest, ASlowNodeWhoseLinksC4PExplainsIsHeldWhileTheExplanationLast
   build({});
   bool explained = true;
   std::set<std::string> asked;
-  detector_->setTrafficExplanation([&](const std::string&, const std::string& a,
-                                       const std::string& b) -> std::optional<std::string> {
+  traffic_.setTrafficExplanation([&](const std::string&, const std::string& a,
+                                     const std::string& b) -> std::optional<std::string> {
     asked.insert(a + "<->" + b);
     if (!explained || a != "node-2") return std::nullopt;
     return "C4P holds link plane0/leaf-1/uplink0 Up failed";
@@ -503,8 +618,8 @@ TEST_F(DetectorTest, ASlowNodeWhoseLinksC4PExplainsIsHeldWhileTheExplanationLast
 
 TEST_F(DetectorTest, ASlowNodeIsActedOnWhenC4PExplainsOnlySomeOfItsLinks) {
   build({});
-  detector_->setTrafficExplanation([](const std::string&, const std::string& a,
-                                      const std::string& b) -> std::optional<std::string> {
+  traffic_.setTrafficExplanation([](const std::string&, const std::string& a,
+                                    const std::string& b) -> std::optional<std::string> {
     if (a == "node-2" && b == "node-1") return "C4P holds link plane0/leaf-1/uplink0 Up failed";
     return std::nullopt;
   });
@@ -517,6 +632,39 @@ TEST_F(DetectorTest, ASlowNodeIsActedOnWhenC4PExplainsOnlySomeOfItsLinks) {
   for (const auto& e : eventsWithReason("FaultDetected")) {
     EXPECT_EQ(e["message"].get<std::string>().find("held while"), std::string::npos);
   }
+}
+
+// Issue #27: anyone who may patch a Node writes its fault-history annotation. One with fields of
+// another type (here `time` a number, `class` a number) on the node of a running job is
+// reported once (Warning InvalidFaultHistory on the Node), its entries are ignored, and the
+// detector still diagnoses the fault on that node and writes a well-formed history.
+TEST_F(DetectorTest, AMalformedFaultHistoryIsReportedAndTheFaultStillDiagnosed) {
+  const std::string culprit = SyntheticJob::nodeName(synth_->nodeOfRank(2));
+  Json node = {{"apiVersion", "v1"},
+               {"kind", "Node"},
+               {"metadata",
+                {{"name", culprit},
+                 {"annotations", {{kFaultHistoryAnnotation, R"([{"time": 5, "class": 7}])"}}}}}};
+  client_.put(resources::nodes(), node);
+  nodes_.store().upsert(*client_.peek(resources::nodes(), "", culprit));  // the cache: as stored
+  for (int i = 0; i < 8; ++i) step();
+  auto invalid = eventsWithReason("InvalidFaultHistory");
+  ASSERT_EQ(invalid.size(), 1u) << "reported once, not every window";
+  EXPECT_EQ(invalid[0]["involvedObject"]["kind"], "Node");
+  EXPECT_EQ(invalid[0]["involvedObject"]["name"], culprit);
+  EXPECT_NE(invalid[0]["message"].get<std::string>().find("entry 0"), std::string::npos)
+      << invalid[0]["message"];
+  synth_->freeze(2);
+  for (int i = 0; i < 30 && !detector_->diagnosis("team/llm"); ++i) step();
+  auto d = detector_->diagnosis("team/llm");
+  ASSERT_TRUE(d) << "the detector still acts";
+  EXPECT_EQ(d->nodes, std::vector<std::string>{culprit});
+  EXPECT_EQ(eventsWithReason("InvalidFaultHistory").size(), 1u);
+  std::string problem;
+  auto history = faultHistoryOf(*client_.peek(resources::nodes(), "", culprit), &problem);
+  ASSERT_EQ(history.size(), 1u);
+  EXPECT_EQ(history[0].job, "team/llm");
+  EXPECT_EQ(problem, "") << "the malformed entry was dropped with the new one";
 }
 
 TEST(FaultHistoryTest, AppendsBoundedAndSkipsMalformedEntries) {

@@ -5,7 +5,7 @@
 
 #include "c4/common/clock.h"
 #include "c4/common/report.h"
-#include "operator/client/kube_client.h"
+#include "kube/client/kube_client.h"
 #include "operator/ingest/report_store.h"
 
 namespace c4::op::ingest::testing {
@@ -19,8 +19,8 @@ inline report::RankIdentity identity(const std::string& ns, const std::string& j
   id.pod = job + "-" + std::to_string(rank / nproc);
   id.node = node;
   id.rank = rank;
-  id.worldSize = 0;
-  id.restartAttempt = attempt;
+  id.world_size = 0;
+  id.restart_attempt = attempt;
   id.pid = 100 + static_cast<std::uint32_t>(rank);
   return id;
 }
@@ -30,12 +30,12 @@ inline report::RankReport rankReport(const report::RankIdentity& id, std::uint64
   report::RankReport r;
   r.id = id;
   r.seq = seq;
-  r.timeUnixNs = time_ns;
-  r.intervalMs = 1000;
+  r.time_unix_ns = time_ns;
+  r.interval_ms = 1000;
   for (int c = 0; c < connections; ++c) {
     report::ConnectionStats s;
     s.id = static_cast<std::uint64_t>(c + 1);
-    s.peerRank = 0;
+    s.peer_rank = 0;
     s.bytes = seq * 1000;
     s.ops = seq;
     r.connections.push_back(s);
@@ -48,7 +48,7 @@ inline report::CheckpointNotice checkpointNotice(const report::RankIdentity& id,
   report::CheckpointNotice n;
   n.id = id;
   n.step = step;
-  n.timeUnixNs = time_ns;
+  n.time_unix_ns = time_ns;
   n.path = "/ckpt/step-" + std::to_string(step) + "/rank-" + std::to_string(id.rank);
   return n;
 }
@@ -58,13 +58,13 @@ inline report::NodeReport nodeReport(const std::string& node, std::uint64_t seq,
   report::NodeReport b;
   b.node = node;
   b.seq = seq;
-  b.timeUnixNs = time_ns;
+  b.time_unix_ns = time_ns;
   report::NicHealth nic;
   nic.name = "eth0";
   nic.up = true;
   nic.carrier = true;
   nic.operstate = "up";
-  nic.speedMbps = 100000;
+  nic.speed_mbps = 100000;
   b.health.nics.push_back(nic);
   return b;
 }

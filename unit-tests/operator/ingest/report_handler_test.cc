@@ -199,10 +199,10 @@ TEST_F(ReportHandlerTest, EveryRefusalLeavesTheStoreAndTheSeqUnchanged) {
   EXPECT_EQ(state(), before);
   EXPECT_EQ(requests("400", "malformed"), 2);
   auto future = batchA(11);
-  future.timeUnixNs = nowNs() + std::chrono::nanoseconds(std::chrono::minutes{2}).count();
+  future.time_unix_ns = nowNs() + std::chrono::nanoseconds(std::chrono::minutes{2}).count();
   expect(post("tok-a", future), 400, "clock_skew");
   auto old = batchA(11);
-  old.timeUnixNs = nowNs() - std::chrono::nanoseconds(std::chrono::minutes{6}).count();
+  old.time_unix_ns = nowNs() - std::chrono::nanoseconds(std::chrono::minutes{6}).count();
   auto too_old = post("tok-a", old);
   expect(too_old, 409, "too_old");
   EXPECT_EQ(too_old.last_seq, 10u);

@@ -105,13 +105,72 @@ TEST_F(ReportStoreTest, AResentReportIsStoredOnce) {
   });
 }
 
+// recentReports: each rank's newest whole reports (header and the connections that came with
+// it, a connection missing from a report missing from it too), the ranks' identities and
+// progress, the anomalies after a bound and the reporting nodes' records.
+TEST_F(ReportStoreTest, RecentReportsAreWholeReportsWithTheirNodes) {
+  for (std::uint64_t seq = 1; seq <= 4; ++seq) {
+    auto batch = nodeReport("node-a", seq, kT0);
+    for (int r = 0; r < 2; ++r) {
+      // Rank 1's report 4 carries only connection 1.
+      const int connections = r == 1 && seq == 4 ? 1 : 2;
+      batch.reports.push_back(rankReport(identity("ns1", "job", r, "node-a"), seq,
+                                         kT0 + static_cast<std::int64_t>(seq), connections));
+    }
+    if (seq == 2 || seq == 4) {
+      report::AnomalyNotice a;
+      a.id = identity("ns1", "job", 1, "node-a");
+      a.time_unix_ns = kT0 + static_cast<std::int64_t>(seq);
+      a.detail = "a" + std::to_string(seq);
+      batch.notices.push_back(a);
+    }
+    store_.apply(batch, facts(), now(), 0);
+    clock_.advance(std::chrono::seconds{1});
+  }
+  EXPECT_FALSE(store_.recentReports("ns1", "other", {}));
+  RecentReportsQuery query;
+  query.reports = 2;
+  query.anomalies_after_ns = kT0 + 2;
+  auto recent = store_.recentReports("ns1", "job", query);
+  ASSERT_TRUE(recent);
+  EXPECT_EQ(recent->ns, "ns1");
+  EXPECT_EQ(recent->name, "job");
+  EXPECT_EQ(recent->facts, facts().at(kJob));
+  ASSERT_EQ(recent->ranks.size(), 2u);
+  const RecentRank& rank = recent->ranks.at(1);
+  EXPECT_EQ(rank.identity.pod, "job-1");
+  EXPECT_EQ(rank.identity.node, "node-a");
+  ASSERT_EQ(rank.reports.size(), 2u);
+  EXPECT_EQ(rank.reports[0].header.seq, 3u);
+  EXPECT_EQ(rank.reports[1].header.seq, 4u);
+  EXPECT_EQ(rank.reports[1].header.received, now() - std::chrono::seconds{1});
+  ASSERT_EQ(rank.reports[0].connections.size(), 2u);
+  EXPECT_EQ(rank.reports[0].connections[0].id, 1u);
+  EXPECT_EQ(rank.reports[0].connections[1].bytes, 3000u);
+  ASSERT_EQ(rank.reports[1].connections.size(), 1u) << "connection 2 was not in report 4";
+  EXPECT_EQ(rank.reports[1].connections[0].bytes, 4000u);
+  ASSERT_EQ(recent->ranks.at(0).reports.size(), 2u);
+  EXPECT_EQ(recent->ranks.at(0).reports[1].connections.size(), 2u);
+  ASSERT_EQ(recent->anomalies.size(), 1u);
+  EXPECT_EQ(recent->anomalies[0].detail, "a4");
+  ASSERT_EQ(recent->nodes.size(), 1u);
+  EXPECT_EQ(recent->nodes.at("node-a").batches, 4u);
+  // More than the history asks for what there is.
+  query.reports = 10;
+  query.anomalies_after_ns = std::numeric_limits<std::int64_t>::min();
+  recent = store_.recentReports("ns1", "job", query);
+  ASSERT_TRUE(recent);
+  EXPECT_EQ(recent->ranks.at(0).reports.size(), 3u);
+  EXPECT_EQ(recent->anomalies.size(), 2u);
+}
+
 TEST_F(ReportStoreTest, AnomaliesAndNodesAreBounded) {
   const std::vector<std::string> details = {"a0", "a1", "a2", "a3", "a4"};
   for (int i = 0; i < 5; ++i) {
     auto batch = nodeReport("node-" + std::to_string(i), 1, kT0);
     report::AnomalyNotice a;
     a.id = identity("ns1", "job", 0, "node-a");
-    a.timeUnixNs = kT0 + i;
+    a.time_unix_ns = kT0 + i;
     a.detail = details[static_cast<std::size_t>(i)];
     batch.notices.push_back(a);
     store_.apply(batch, facts(), now(), 0);
@@ -132,8 +191,8 @@ TEST_F(ReportStoreTest, AnomaliesAndNodesAreBounded) {
 
 TEST_F(ReportStoreTest, NodeRecordKeepsTheLatestHealthAndCounters) {
   auto batch = nodeReport("node-a", 7, kT0);
-  batch.droppedMessages = 3;
-  batch.rejectedMessages = 2;
+  batch.dropped_messages = 3;
+  batch.rejected_messages = 2;
   batch.health.gpus.push_back(report::GpuHealth{0, "GPU-1", false, "xid 79"});
   store_.apply(batch, {}, now(), 4);
   auto node = store_.node("node-a");

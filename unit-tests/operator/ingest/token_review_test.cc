@@ -9,10 +9,11 @@
 #include <deque>
 
 #include "c4/common/metrics.h"
-#include "operator/client/forwarding_kube_client.h"
+#include "kube/client/forwarding_kube_client.h"
 #include "testing/fake_kube_client.h"
 
 namespace c4::op::ingest {
+using namespace c4::kube;  // the operator is written against the Kubernetes library
 namespace {
 
 // Answers tokenreviews with a function of the token; records the requests.
@@ -67,7 +68,7 @@ std::string jwtWithExpiry(std::int64_t exp) {
 
 class TokenReviewTest : public ::testing::Test {
  protected:
-  testing::FakeKubeClient base_;
+  kube::testing::FakeKubeClient base_;
   ReviewApi api_{base_};
   SimulatedClock clock_;
   metrics::Registry registry_;
@@ -211,6 +212,38 @@ TEST(TokenReviewHelpers, Sha256AndJwtParsing) {
   EXPECT_EQ(jwtExpiry("not-a-jwt"), std::nullopt);
   EXPECT_EQ(jwtExpiry("a.!!!.c"), std::nullopt);
   EXPECT_EQ(jwtExpiry("a.e30.c"), std::nullopt);  // "{}": no exp
+}
+
+// Wrong-typed fields in the API server's answer (issue #27): nothing throws; an answer whose
+// `authenticated` is not a boolean authenticates nobody, user fields of another type are empty.
+TEST_F(TokenReviewTest, AnAnswerWithFieldsOfAnotherTypeNeverThrows) {
+  api_.answer = [](const std::string& token) {
+    if (token == "a") return Result<Json>(Json{{"status", {{"authenticated", "true"}}}});
+    if (token == "b")
+      return Result<Json>(Json{{"status", {{"authenticated", false}, {"error", 5}}}});
+    if (token == "c") return Result<Json>(Json{{"status", "x"}});
+    if (token == "d") return Result<Json>(Json::array({1}));
+    Json odd = allowed("u", "n");
+    odd["status"]["user"]["username"] = 5;
+    odd["status"]["user"]["uid"] = Json::array();
+    odd["status"]["user"]["groups"] = "g";
+    odd["status"]["user"]["extra"] = {{kNodeNameExtra, 7}};
+    return Result<Json>(odd);
+  };
+  TokenReviewer reviewer(api_, clock_, {}, &registry_);
+  for (const char* token : {"a", "b", "c", "d"}) {
+    Result<TokenUser> user = makeError(ErrorCode::kInternal, "not run");
+    ASSERT_NO_THROW(user = reviewer.authenticate(token)) << token;
+    ASSERT_FALSE(user) << token;
+    EXPECT_EQ(user.error().code, ErrorCode::kUnauthenticated) << token;
+  }
+  Result<TokenUser> user = makeError(ErrorCode::kInternal, "not run");
+  ASSERT_NO_THROW(user = reviewer.authenticate("e"));
+  ASSERT_TRUE(user) << user.error().toString();
+  EXPECT_EQ(user->username, "");
+  EXPECT_EQ(user->uid, "");
+  EXPECT_TRUE(user->groups.empty());
+  EXPECT_EQ(user->extraValue(kNodeNameExtra), "");
 }
 
 }  // namespace

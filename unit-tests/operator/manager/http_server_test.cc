@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <nlohmann/json.hpp>
 
 namespace c4::op {
 namespace {
@@ -91,6 +92,23 @@ TEST(HttpServerTest, BadAddressIsAnError) {
   auto port = server.start("not-an-ip", 0);
   ASSERT_FALSE(port);
   EXPECT_EQ(port.error().code, ErrorCode::kInvalidArgument);
+}
+
+// No exception leaves a server thread: a handler that throws (e.g. on a malformed object it
+// renders) answers 500 and the server goes on serving.
+TEST(HttpServerTest, AHandlerThatThrowsAnswers500AndTheServerGoesOn) {
+  HttpServer server;
+  server.handle("/throws", []() -> HttpReply {
+    return HttpReply{200, "text/plain", nlohmann::json{{"n", 5}}.value("n", std::string{})};
+  });
+  server.handle("/healthz", [] { return HttpReply{200, "text/plain", "ok\n"}; });
+  auto port = server.start("127.0.0.1", 0);
+  ASSERT_TRUE(port) << port.error().toString();
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(httpGet(*port, "GET /throws HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 500", 0), 0u);
+  }
+  EXPECT_EQ(httpGet(*port, "GET /healthz HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 200", 0), 0u);
+  server.stop();
 }
 
 }  // namespace

@@ -6,10 +6,11 @@
 #include <atomic>
 #include <thread>
 
-#include "operator/client/forwarding_kube_client.h"
+#include "kube/client/forwarding_kube_client.h"
 #include "testing/fake_kube_client.h"
 
 namespace c4::op {
+using namespace c4::kube;  // the operator is written against the Kubernetes library
 namespace {
 
 using std::chrono::seconds;
@@ -27,7 +28,7 @@ LeaderElectionConfig configFor(const std::string& id) {
 
 TEST(LeaderElectionTest, FirstCandidateCreatesTheLease) {
   SimulatedClock clock;
-  testing::FakeKubeClient api;
+  kube::testing::FakeKubeClient api;
   LeaderElector a(api, clock, configFor("a"));
   EXPECT_TRUE(a.tryAcquireOrRenew());
   auto lease = api.peek(resources::leases(), "c4-system", "c4-operator");
@@ -39,7 +40,7 @@ TEST(LeaderElectionTest, FirstCandidateCreatesTheLease) {
 
 TEST(LeaderElectionTest, SecondCandidateWaitsUntilTheLeaseExpires) {
   SimulatedClock clock;
-  testing::FakeKubeClient api;
+  kube::testing::FakeKubeClient api;
   LeaderElector a(api, clock, configFor("a"));
   LeaderElector b(api, clock, configFor("b"));
   ASSERT_TRUE(a.tryAcquireOrRenew());
@@ -56,7 +57,7 @@ TEST(LeaderElectionTest, SecondCandidateWaitsUntilTheLeaseExpires) {
 
 TEST(LeaderElectionTest, RenewalsKeepOthersOut) {
   SimulatedClock clock;
-  testing::FakeKubeClient api;
+  kube::testing::FakeKubeClient api;
   LeaderElector a(api, clock, configFor("a"));
   LeaderElector b(api, clock, configFor("b"));
   ASSERT_TRUE(a.tryAcquireOrRenew());
@@ -69,7 +70,7 @@ TEST(LeaderElectionTest, RenewalsKeepOthersOut) {
 
 TEST(LeaderElectionTest, ReleaseLetsASuccessorTakeOverAtOnce) {
   SimulatedClock clock;
-  testing::FakeKubeClient api;
+  kube::testing::FakeKubeClient api;
   LeaderElector a(api, clock, configFor("a"));
   LeaderElector b(api, clock, configFor("b"));
   ASSERT_TRUE(a.tryAcquireOrRenew());
@@ -80,7 +81,7 @@ TEST(LeaderElectionTest, ReleaseLetsASuccessorTakeOverAtOnce) {
 
 TEST(LeaderElectionTest, ConcurrentUpdateLosesOnConflict) {
   SimulatedClock clock;
-  testing::FakeKubeClient api;
+  kube::testing::FakeKubeClient api;
   LeaderElector a(api, clock, configFor("a"));
   ASSERT_TRUE(a.tryAcquireOrRenew());
   clock.advance(seconds{20});
@@ -96,7 +97,7 @@ TEST(LeaderElectionTest, ConcurrentUpdateLosesOnConflict) {
 
 TEST(LeaderElectionTest, RunLeadsThenReleasesOnStop) {
   SimulatedClock clock;
-  testing::FakeKubeClient api;
+  kube::testing::FakeKubeClient api;
   LeaderElector a(api, clock, configFor("a"));
   std::atomic<bool> started{false};
   std::atomic<bool> stopped{false};
@@ -128,7 +129,7 @@ TEST(LeaderElectionTest, RunLeadsThenReleasesOnStop) {
 
 TEST(LeaderElectionTest, RunGivesUpWhenRenewalsFailPastTheDeadline) {
   SimulatedClock clock;
-  testing::FakeKubeClient api;
+  kube::testing::FakeKubeClient api;
   LeaderElector a(api, clock, configFor("a"));
   std::atomic<bool> stopped{false};
   bool voluntary = true;
@@ -155,13 +156,13 @@ TEST(LeaderElectionTest, RunGivesUpWhenRenewalsFailPastTheDeadline) {
   EXPECT_FALSE(a.isLeader());
 }
 
-Json leaseSpec(testing::FakeKubeClient& api) {
+Json leaseSpec(kube::testing::FakeKubeClient& api) {
   return (*api.peek(resources::leases(), "c4-system", "c4-operator"))["spec"];
 }
 
 TEST(LeaderElectionTest, LeaseTransitionsCountEveryNewHolderAndSurviveRenewAndRelease) {
   SimulatedClock clock;
-  testing::FakeKubeClient api;
+  kube::testing::FakeKubeClient api;
   LeaderElector a(api, clock, configFor("a"));
   LeaderElector b(api, clock, configFor("b"));
   ASSERT_TRUE(a.tryAcquireOrRenew());
@@ -191,7 +192,7 @@ TEST(LeaderElectionTest, LeaseTransitionsCountEveryNewHolderAndSurviveRenewAndRe
 
 TEST(LeaderElectionTest, AcquireRetriesAreJittered) {
   SimulatedClock clock;
-  testing::FakeKubeClient api;
+  kube::testing::FakeKubeClient api;
   LeaderElector holder(api, clock, configFor("holder"));
   ASSERT_TRUE(holder.tryAcquireOrRenew());
   LeaderElectionConfig config = configFor("a");
@@ -218,7 +219,7 @@ TEST(LeaderElectionTest, AcquireRetriesAreJittered) {
 // flight, so a write's send time and its answer differ.
 class LaggingClient final : public ForwardingKubeClient {
  public:
-  LaggingClient(testing::FakeKubeClient& real, SimulatedClock& clock, Duration lag)
+  LaggingClient(kube::testing::FakeKubeClient& real, SimulatedClock& clock, Duration lag)
       : ForwardingKubeClient(real), clock_(clock), lag_(lag) {}
   Result<Json> create(const ResourceType& t, std::string_view ns, const Json& obj,
                       const WriteOptions& o) override {
@@ -238,7 +239,7 @@ class LaggingClient final : public ForwardingKubeClient {
 
 TEST(LeaderElectionTest, TheLeaseIsCountedFromWhenTheWriteWasSent) {
   SimulatedClock clock;
-  testing::FakeKubeClient api;
+  kube::testing::FakeKubeClient api;
   LaggingClient slow(api, clock, seconds{3});
   LeaderElector a(slow, clock, configFor("a"));
   EXPECT_EQ(a.leaseValidUntil(), MonoTime{}) << "nothing held yet";
@@ -260,7 +261,7 @@ TEST(LeaderElectionTest, TheLeaseIsCountedFromWhenTheWriteWasSent) {
 
 TEST(LeaderElectionTest, ACandidateWhoseTermLapsedCanAcquireAgain) {
   SimulatedClock clock;
-  testing::FakeKubeClient api;
+  kube::testing::FakeKubeClient api;
   LeaderElector a(api, clock, configFor("a"));
   ASSERT_TRUE(a.tryAcquireOrRenew());
   clock.advance(seconds{11});  // past renewDeadline without a renewal
@@ -272,7 +273,7 @@ TEST(LeaderElectionTest, ACandidateWhoseTermLapsedCanAcquireAgain) {
 
 TEST(LeaderElectionTest, LossIsDeclaredExactlyAtTheRenewDeadlineAndCallsAreBoundedByIt) {
   SimulatedClock clock;
-  testing::FakeKubeClient api;
+  kube::testing::FakeKubeClient api;
   LeaderElectionConfig config = configFor("a");
   config.retry_period = seconds{3};  // renewals at +3, +6, +9; the deadline at +10
   LeaderElector a(api, clock, config);
@@ -326,7 +327,7 @@ TEST(LeaderElectionTest, LossIsDeclaredExactlyAtTheRenewDeadlineAndCallsAreBound
 
 TEST(LeaderElectionTest, ARenewalThatFindsAnotherHolderLosesAtOnce) {
   SimulatedClock clock;
-  testing::FakeKubeClient api;
+  kube::testing::FakeKubeClient api;
   LeaderElector a(api, clock, configFor("a"));
   std::atomic<bool> lost{false};
   bool voluntary = true;
@@ -342,6 +343,35 @@ TEST(LeaderElectionTest, ARenewalThatFindsAnotherHolderLosesAtOnce) {
   EXPECT_FALSE(voluntary);
   EXPECT_LT(clock.monoNow(), deadline) << "no waiting for the deadline";
   EXPECT_FALSE(a.mayWrite(clock.monoNow()));
+}
+
+// A Lease whose fields have other types (issue #27): never throws; an unreadable holder is no
+// holder, so a candidate takes the lease over and writes a well-formed record.
+TEST(LeaderElectionTest, ALeaseWithFieldsOfAnotherTypeIsTakenOver) {
+  SimulatedClock clock;
+  kube::testing::FakeKubeClient api;
+  api.put(resources::leases(), {{"apiVersion", "coordination.k8s.io/v1"},
+                                {"kind", "Lease"},
+                                {"metadata", {{"name", "c4-operator"}, {"namespace", "c4-system"}}},
+                                {"spec",
+                                 {{"holderIdentity", 5},
+                                  {"renewTime", 7},
+                                  {"leaseDurationSeconds", "15"},
+                                  {"leaseTransitions", "x"}}}});
+  LeaderElector a(api, clock, configFor("a"));
+  bool held = false;
+  ASSERT_NO_THROW(held = a.tryAcquireOrRenew());
+  EXPECT_TRUE(held);
+  auto lease = api.peek(resources::leases(), "c4-system", "c4-operator");
+  ASSERT_TRUE(lease);
+  EXPECT_EQ((*lease)["spec"]["holderIdentity"], "a");
+  EXPECT_EQ((*lease)["spec"]["leaseDurationSeconds"], 15);
+  EXPECT_EQ((*lease)["spec"]["leaseTransitions"], 1);
+  ASSERT_NO_THROW(held = a.tryAcquireOrRenew());
+  EXPECT_TRUE(held);
+  Status released = okStatus();
+  ASSERT_NO_THROW(released = a.release());
+  EXPECT_TRUE(released);
 }
 
 }  // namespace

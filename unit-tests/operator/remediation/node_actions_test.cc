@@ -5,10 +5,11 @@
 
 #include <gtest/gtest.h>
 
-#include "operator/client/forwarding_kube_client.h"
+#include "kube/client/forwarding_kube_client.h"
 #include "testing/fake_kube_client.h"
 
 namespace c4::op {
+using namespace c4::kube;  // the operator is written against the Kubernetes library
 namespace {
 
 using std::chrono::minutes;
@@ -22,7 +23,7 @@ Json node(const std::string& name, bool unschedulable = false) {
 
 struct Fixture {
   SimulatedClock clock;
-  testing::FakeKubeClient api;
+  kube::testing::FakeKubeClient api;
   EventRecorder events{api, clock, "c4-operator", "test", nullptr};
   int node_count = 0;
   // What the node cache shows: the store itself, or a stale copy a test sets.
@@ -266,7 +267,7 @@ TEST(NodeActionsTest, BreakerWindowSurvivesARestartOfTheOperator) {
 // second worker takes a breaker slot between our read and our write.
 class RacingClient final : public ForwardingKubeClient {
  public:
-  RacingClient(testing::FakeKubeClient& real, std::function<void()> before_update)
+  RacingClient(kube::testing::FakeKubeClient& real, std::function<void()> before_update)
       : ForwardingKubeClient(real), before_update_(std::move(before_update)) {}
   Result<Json> create(const ResourceType& t, std::string_view ns, const Json& obj,
                       const WriteOptions& o) override {
@@ -315,6 +316,126 @@ TEST(NodeActionsTest, AJobsDryRunReportsWithoutActingOrTakingASlot) {
   auto recent = r.recentCordons();
   ASSERT_TRUE(recent);
   EXPECT_TRUE(recent->empty());
+}
+
+// Two verdicts naming one node in one window: the cache still shows the node as it was before
+// the first entry was written; the second write conflicts and is appended to a fresh read.
+TEST(NodeFaultHistoryTest, TwoEntriesAgainstAStaleCacheAreBothKept) {
+  Fixture f(2);
+  auto r = f.remediator(permissive());
+  f.stale["node-1"] = f.get("node-1");
+  const WallTime t0{std::chrono::seconds{1'800'000'000}};
+  ASSERT_TRUE(r.recordFault("node-1", {t0, "commHang", "team/a"}));
+  ASSERT_TRUE(r.recordFault("node-1", {t0 + std::chrono::seconds{1}, "crash", "team/b"}));
+  auto history = faultHistoryOf(f.get("node-1"));
+  ASSERT_EQ(history.size(), 2u);
+  EXPECT_EQ(history[0].job, "team/a");
+  EXPECT_EQ(history[1].job, "team/b");
+  EXPECT_EQ(history[1].fault_class, "crash");
+  // Every write carried the resourceVersion it was computed from.
+  for (const auto& p : f.api.patches()) {
+    EXPECT_FALSE(p.body["metadata"].value("resourceVersion", std::string{}).empty());
+  }
+}
+
+TEST(NodeFaultHistoryTest, BoundedAndAMissingNodeIsAnError) {
+  Fixture f(1);
+  NodeActionConfig config = permissive();
+  config.max_fault_history = 3;
+  auto r = f.remediator(config);
+  const WallTime t0{std::chrono::seconds{1'800'000'000}};
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(r.recordFault(
+        "node-0", {t0 + std::chrono::seconds{i}, "crash", "ns/job-" + std::to_string(i)}));
+  }
+  auto history = faultHistoryOf(f.get("node-0"));
+  ASSERT_EQ(history.size(), 3u);
+  EXPECT_EQ(history.front().job, "ns/job-2");
+  auto missing = r.recordFault("node-9", {t0, "crash", "ns/job"});
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code, ErrorCode::kNotFound);
+}
+
+// Reading never throws: fields of another type, a non-string annotation, a non-array value.
+TEST(NodeFaultHistoryTest, MalformedValuesAreSkippedNotThrown) {
+  Json node = {{"metadata", {{"name", "n"}}}};
+  node["metadata"]["annotations"][kFaultHistoryAnnotation] =
+      R"([{"time":7},{"time":"2027-01-15T08:00:00Z","class":3,"job":["x"]},)"
+      R"({"time":"2027-01-15T08:00:01Z","class":"crash","job":"a/b"},null,"s"])";
+  std::vector<NodeFaultRecord> history;
+  EXPECT_NO_THROW(history = faultHistoryOf(node));
+  ASSERT_EQ(history.size(), 2u);
+  EXPECT_EQ(history[0].fault_class, "");
+  EXPECT_EQ(history[0].job, "");
+  EXPECT_EQ(history[1].job, "a/b");
+  node["metadata"]["annotations"][kFaultHistoryAnnotation] = 42;
+  EXPECT_NO_THROW(history = faultHistoryOf(node));
+  EXPECT_TRUE(history.empty());
+  node["metadata"]["annotations"][kFaultHistoryAnnotation] = R"({"time":"x"})";
+  EXPECT_TRUE(faultHistoryOf(node).empty());
+  node["metadata"]["annotations"] = "not an object";
+  EXPECT_NO_THROW(history = faultHistoryOf(node));
+  EXPECT_TRUE(history.empty());
+}
+
+// Wrong-typed fields (issue #27): the circuit breaker's ConfigMap and the Node are read with
+// checked access; what cannot be read is ignored, and the cordon goes on.
+TEST(NodeActionsTest, WrongTypedBreakerStateAndNodeFieldsAreIgnored) {
+  Fixture f(4);
+  NodeActionConfig config = permissive();
+  f.api.put(resources::configMaps(),
+            {{"apiVersion", "v1"},
+             {"kind", "ConfigMap"},
+             {"metadata", {{"name", config.state_name}, {"namespace", config.state_namespace}}},
+             {"data",
+              {{"cordons.json", R"([{"node":5,"unixNs":1},{"node":"node-3","unixNs":"x"},7,)"
+                                R"({"node":"node-2","unixNs":1.5}])"}}}});
+  Json odd = node("node-1");
+  odd["spec"] = {{"unschedulable", "no"}, {"taints", Json::array({{{"key", 5}}, "x"})}};
+  odd["metadata"]["annotations"] = {{"c4.dev/cordoned-by", 5}};
+  f.api.put(resources::nodes(), odd);
+  auto r = f.remediator(config);
+  Result<std::vector<std::string>> recent = std::vector<std::string>{};
+  ASSERT_NO_THROW(recent = r.recentCordons());
+  ASSERT_TRUE(recent);
+  EXPECT_TRUE(recent->empty()) << "no entry is readable";
+  Result<CordonOutcome> outcome = CordonOutcome::kDryRun;
+  ASSERT_NO_THROW(outcome = r.cordon("node-1", "hang"));
+  ASSERT_TRUE(outcome) << outcome.error().toString();
+  EXPECT_EQ(*outcome, CordonOutcome::kCordoned);
+  Json n = f.get("node-1");
+  EXPECT_EQ(n["spec"]["unschedulable"], true);
+  EXPECT_EQ(annotationOf(n, "c4.dev/was-already-cordoned"), "false");
+  ASSERT_EQ(n["spec"]["taints"].size(), 3u) << "the others' taints are kept as they are";
+  Result<UncordonOutcome> back = UncordonOutcome::kNotOurs;
+  ASSERT_NO_THROW(back = r.uncordon("node-1"));
+  ASSERT_TRUE(back) << back.error().toString();
+  EXPECT_EQ(*back, UncordonOutcome::kUncordoned);
+  EXPECT_EQ(f.get("node-1")["spec"]["taints"].size(), 2u);
+}
+
+TEST(NodeFaultHistoryTest, WhatIsMalformedIsReported) {
+  Json node = {{"metadata", {{"name", "n"}}}};
+  std::string problem = "stale";
+  EXPECT_TRUE(faultHistoryOf(node, &problem).empty());
+  EXPECT_EQ(problem, "") << "no annotation: nothing wrong";
+  node["metadata"]["annotations"][kFaultHistoryAnnotation] = R"([{"time": 5, "class": 7}])";
+  EXPECT_TRUE(faultHistoryOf(node, &problem).empty());
+  EXPECT_EQ(problem, "entry 0: class is not a string");
+  node["metadata"]["annotations"][kFaultHistoryAnnotation] =
+      R"([{"time":"2027-01-15T08:00:00Z","class":"crash","job":"a/b"},{"time":5}])";
+  EXPECT_EQ(faultHistoryOf(node, &problem).size(), 1u);
+  EXPECT_EQ(problem, "entry 1: time is not an RFC 3339 string");
+  node["metadata"]["annotations"][kFaultHistoryAnnotation] = "{}";
+  faultHistoryOf(node, &problem);
+  EXPECT_EQ(problem, "the value is not a JSON array");
+  node["metadata"]["annotations"][kFaultHistoryAnnotation] = 42;
+  faultHistoryOf(node, &problem);
+  EXPECT_EQ(problem, "the annotation is not a string");
+  node["metadata"]["annotations"][kFaultHistoryAnnotation] =
+      R"([{"time":"2027-01-15T08:00:00Z","class":"crash","job":"a/b"}])";
+  EXPECT_EQ(faultHistoryOf(node, &problem).size(), 1u);
+  EXPECT_EQ(problem, "");
 }
 
 }  // namespace

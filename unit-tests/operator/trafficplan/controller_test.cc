@@ -11,12 +11,13 @@
 #include <thread>
 #include <tuple>
 
-#include "c4/plugin/plan.h"
+#include "c4/common/plan.h"
 #include "operator/trainingjob/api.h"
 #include "operator/trainingjob/children.h"
 #include "testing/fake_kube_client.h"
 
 namespace c4::op::trafficplan {
+using namespace c4::kube;  // the operator is written against the Kubernetes library
 namespace {
 
 using c4::op::testing::FakeKubeClient;
@@ -148,6 +149,55 @@ class TrafficPlanTest : public ::testing::Test {
   ingest::ReportStore store_;
 };
 
+// Waits (real time, bounded) until `done` holds; for the tests that run the worker.
+bool eventually(const std::function<bool()>& done) {
+  for (int i = 0; i < 10000 && !done(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds{1});
+  }
+  return done();
+}
+
+// Started, the controller's worker runs a full sync at once, on a kick (add of the sync key),
+// and again `period` after the last (requeue-after on the injected clock); until stop().
+TEST_F(TrafficPlanTest, TheWorkerSyncsAtStartOnAKickAndEveryPeriod) {
+  TrafficPlanConfig config;
+  config.period = std::chrono::seconds{10};
+  config.telemetry_period = Duration::zero();
+  auto controller = makeController(config);
+  placeJob("Enforce", 0, {"n0", "n1", "n2", "n3"});
+  controller->start();
+  ASSERT_TRUE(eventually([&] { return configMap().has_value(); })) << "the first sync";
+  ASSERT_TRUE(clock_.awaitWaiters(1));  // parked until the next period
+  // A job placed now is planned on the kick, before the period ends.
+  Json other = jobObject("Enforce", 0);
+  other["metadata"]["name"] = "other";
+  other["metadata"]["uid"] = "uid-other";
+  other["spec"]["replicas"] = 2;
+  api_.put(resources::trainingJobs(), other);
+  for (int i = 0; i < 2; ++i) {
+    api_.put(resources::pods(), podObject(other, i, 0, i == 0 ? "n4" : "n5"));
+  }
+  controller->kick();
+  ASSERT_TRUE(eventually(
+      [&] { return api_.peek(resources::configMaps(), "team", "other-c4-plan").has_value(); }));
+  // Passes so far (the queue's work-duration observations); the next comes after the period.
+  auto passes = [&] {
+    const std::string text = registry_.expose();
+    const std::string name =
+        "c4_operator_workqueue_work_duration_seconds_count{name=\"trafficplan\"} ";
+    auto at = text.find(name);
+    return at == std::string::npos ? -1 : std::stoi(text.substr(at + name.size()));
+  };
+  ASSERT_TRUE(clock_.awaitWaiters(1));
+  EXPECT_EQ(passes(), 2);
+  clock_.advance(config.period - std::chrono::seconds{1});
+  ASSERT_TRUE(clock_.awaitWaiters(1));
+  EXPECT_EQ(passes(), 2);
+  clock_.advance(std::chrono::seconds{1});
+  ASSERT_TRUE(eventually([&] { return passes() == 3; }));
+  controller->stop();
+}
+
 TEST_F(TrafficPlanTest, PlacedJobGetsAPlanConfigMapThePluginAccepts) {
   auto controller = makeController();
   // Pod 3 not scheduled yet: no plan.
@@ -161,7 +211,18 @@ TEST_F(TrafficPlanTest, PlacedJobGetsAPlanConfigMapThePluginAccepts) {
   auto cm = configMap();
   ASSERT_TRUE(cm);
   EXPECT_TRUE(isControlledBy(*cm, jobObject("Enforce")));
+  EXPECT_EQ(labelOf(*cm, labels::kJobName), "llm");
   EXPECT_EQ(annotationOf(*cm, kPlanVersionAnnotation), "1");
+  // It is the ConfigMap the job's pods mount.
+  const Json pod = podObject(jobObject("Enforce"), 0, 0, "n0");
+  int plan_volumes = 0;
+  for (const auto& v : pod["spec"]["volumes"]) {
+    if (v["name"] == "c4-plan") {
+      ++plan_volumes;
+      EXPECT_EQ(v["configMap"]["name"], objectName(*cm));
+    }
+  }
+  EXPECT_EQ(plan_volumes, 1);
   c4p::PlanDocument doc = planDocument();
   EXPECT_EQ(doc.version, 1);
   EXPECT_EQ(doc.default_subflows, 2);
@@ -184,7 +245,7 @@ TEST_F(TrafficPlanTest, PlacedJobGetsAPlanConfigMapThePluginAccepts) {
     EXPECT_NEAR(weights, 1.0, 1e-9);
   }
   // The plugin's own parser reads the same document.
-  auto parsed = c4::plugin::parsePlan((*cm)["data"]["plan.json"].get<std::string>());
+  auto parsed = c4::parsePlan((*cm)["data"]["plan.json"].get<std::string>());
   ASSERT_TRUE(parsed) << parsed.error().toString();
   EXPECT_EQ(parsed->version, 1);
   EXPECT_EQ(parsed->pairs.size(), 2u);
@@ -293,10 +354,13 @@ TEST_F(TrafficPlanTest, ARestartedControllerContinuesTheVersionWithoutRewriting)
 
 TEST_F(TrafficPlanTest, AStaleConfigMapIsReplacedWithTheNextVersion) {
   placeJob("Enforce", 0, {"n0", "n1", "n2", "n3"});
-  // What the TrainingJob controller writes before C4P plans: version 0. And a stale version 7.
+  // A ConfigMap an earlier controller left at version 7 with a document of no use now.
   Json job = *api_.peek(resources::trainingJobs(), "team", "llm");
-  Json cm = buildPlanConfigMap(job, *parseTrainingJobSpec(job));
-  cm["data"]["plan.json"] = R"({"version":7,"default":{"subflows":2}})";
+  c4p::PlanDocument stale;
+  stale.version = 7;
+  stale.default_subflows = 2;
+  Json cm = buildPlanConfigMap(job, stale, "an earlier placement");
+  ASSERT_EQ(c4p::parsePlanDocument(cm["data"]["plan.json"].get<std::string>()), stale);
   api_.put(resources::configMaps(), cm);
   auto controller = makeController();
   controller->sync();
@@ -428,20 +492,20 @@ class TelemetryTest : public TrafficPlanTest {
     report::NodeReport batch;
     batch.node = "n2";
     batch.seq = seq;
-    batch.timeUnixNs = toUnixNanos(clock_.wallNow());
+    batch.time_unix_ns = toUnixNanos(clock_.wallNow());
     report::RankReport r;
     r.id = {"team", "llm", "llm-2", "n2", 2, 4, 0, 100};
     r.seq = seq;
-    r.timeUnixNs = batch.timeUnixNs;
-    r.planVersion = version ? *version : doc.version;
+    r.time_unix_ns = batch.time_unix_ns;
+    r.plan_version = version ? *version : doc.version;
     report::ConnectionStats conn;
     conn.id = 1;
     conn.direction = report::Direction::kRecv;
-    conn.peerRank = 1;
-    conn.peerNode = "n1";
-    conn.peerPod = "llm-1";
+    conn.peer_rank = 1;
+    conn.peer_node = "n1";
+    conn.peer_pod = "llm-1";
     conn.inflight = waiting ? 1 : 0;
-    conn.oldestInflightUs = waiting ? 1'500'000 : 0;
+    conn.oldest_inflight_us = waiting ? 1'500'000 : 0;
     for (const auto& s : doc.pairs[0].subflows) {
       std::uint64_t bytes = s.path == 0 ? bytes_path0 : bytes_path1;
       conn.subflows.push_back(
@@ -744,6 +808,61 @@ TEST_F(TelemetryTest, ATelemetryPassJudgesNewReportsWithoutAFullSync) {
   controller->sync();
   EXPECT_EQ(planDocument().version, 3) << "the full sync takes the description";
   EXPECT_EQ(api_.peek(fabrics(), "", "default")->at("status").value("degradedLinks", 0), 3);
+}
+
+// Wrong-typed fields (issue #27): a Fabric whose spec has a field of another type is refused
+// with an Event; a telemetry link state in its status with one is not restored (the rest is);
+// a Pod whose nodeName is not a string leaves its job unplaced. Nothing throws.
+TEST_F(TrafficPlanTest, WrongTypedFabricPodAndJobFieldsAreIgnoredOrRefused) {
+  Json fabric = fabricObject(2, {{"coreUplinksPerSpine", 1}, {"coreUplinkSpeedGbps", 100}});
+  fabric["metadata"]["generation"] = "2";
+  fabric["status"] = {{"links",
+                       {{{"plane", "0"},
+                         {"pod", "pod-x"},
+                         {"spine", 1},
+                         {"coreUplink", 0},
+                         {"source", "telemetry"}},
+                        {{"plane", 0},
+                         {"leaf", 5},
+                         {"uplink", 0},
+                         {"capacityFraction", "0"},
+                         {"source", "telemetry"}},
+                        {{"plane", 0},
+                         {"pod", "pod-x"},
+                         {"spine", 1},
+                         {"coreUplink", 0},
+                         {"direction", "Up"},
+                         {"capacityFraction", 0},
+                         {"source", "telemetry"}},
+                        7}},
+                      {"conditions", "x"}};
+  api_.put(fabrics(), fabric);
+  putNodesInPods();
+  auto controller = makeController();
+  placeJob("Enforce", 0, {"n0", "n2", "n1", "n3"});
+  Json odd_job = *api_.peek(resources::trainingJobs(), "team", "llm");
+  odd_job["metadata"]["labels"] = "x";
+  api_.put(resources::trainingJobs(), odd_job);
+  ASSERT_NO_THROW(controller->sync());
+  ASSERT_NE(controller->planner(), nullptr) << "the description itself is fine";
+  Json status = (*api_.peek(fabrics(), "", "default"))["status"];
+  ASSERT_EQ(status["links"].size(), 1u) << "only the well-typed state came back: " << status.dump();
+  EXPECT_EQ(status["links"][0]["direction"], "Up");
+  EXPECT_EQ(planDocument().version, 1);
+
+  // A pod whose nodeName is a number: the job is not placed (no new plan), nothing throws.
+  Json pod = *api_.peek(resources::pods(), "team", "llm-1");
+  pod["spec"]["nodeName"] = 5;
+  api_.put(resources::pods(), pod);
+  ASSERT_NO_THROW(controller->sync());
+
+  // A description with a field of another type: refused with an Event, the planner stays.
+  api_.put(fabrics(), fabricObject(3, {{"spines", "2"}}));
+  ASSERT_NO_THROW(controller->sync());
+  ASSERT_EQ(eventsWithReason("FabricRejected").size(), 1u);
+  EXPECT_NE(eventsWithReason("FabricRejected")[0]["message"].get<std::string>().find("spines"),
+            std::string::npos);
+  EXPECT_EQ(controller->planner()->fabric().uplinksPerLeaf(), 2);
 }
 
 }  // namespace

@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+#include <string>
+
 namespace c4::op {
 namespace {
 
@@ -58,8 +61,13 @@ bool hasEvent(const JobPlan& plan, const std::string& reason) {
 
 // Applies a plan's status the way the API server would.
 Json withStatus(Json job, const JobPlan& plan) {
-  job["status"] = plan.status;
+  job["status"] = trainingJobStatusJson(plan.status);
   return job;
+}
+
+// The plan's status as the reconciler writes it.
+Json statusJson(const JobPlan& plan) {
+  return trainingJobStatusJson(plan.status);
 }
 
 TEST(TrainingJobSpecTest, ParsesDefaultsAndRejectsBadValues) {
@@ -67,7 +75,7 @@ TEST(TrainingJobSpecTest, ParsesDefaultsAndRejectsBadValues) {
   ASSERT_TRUE(spec) << spec.error().toString();
   EXPECT_EQ(spec->replicas, 4);
   EXPECT_EQ(spec->fault_tolerance.max_restarts, 2);
-  EXPECT_EQ(spec->traffic_mode, "Advisory");
+  EXPECT_EQ(spec->traffic_mode, c4p::Mode::kAdvisory);
   EXPECT_EQ(spec->checkpoint_dir, "/ckpt");
 
   Json bad = makeJob();
@@ -135,10 +143,13 @@ TEST(BuildPodTest, InjectsTheEnvironmentContractLabelsOwnersAndVolumes) {
   EXPECT_EQ(envOf(pod, "PET_NODE_RANK"), "2");
   EXPECT_EQ(envOf(pod, "PET_MASTER_ADDR"), "llm-0.llm");
   EXPECT_EQ(envOf(pod, "PET_MASTER_PORT"), "29500");
-  EXPECT_EQ(envOf(pod, "NCCL_NET_PLUGIN"), "/opt/c4/lib/libnccl-net-c4.so");
+  EXPECT_EQ(envOf(pod, "NCCL_PROFILER_PLUGIN"), "/opt/c4/lib/libnccl-profiler-c4.so")
+      << "telemetry.source Profiler (default)";
+  EXPECT_EQ(envOf(pod, "NCCL_NET_PLUGIN"), "<unset>") << "Advisory: NCCL keeps its transports";
   EXPECT_EQ(envOf(pod, "C4_AGENT_SOCKET"), "/var/run/c4/agent.sock");
   EXPECT_EQ(envOf(pod, "C4_PLAN_FILE"), "/etc/c4/plan/plan.json");
   EXPECT_EQ(envOf(pod, "C4_PLAN_WAIT_MS"), "<unset>") << "Advisory (default): nothing waits";
+  EXPECT_EQ(envOf(pod, "C4_SUBFLOWS"), "4") << "spec.trafficPlanning.subflowsPerConnection";
   Json enforce = makeJob(4);
   enforce["spec"]["trafficPlanning"] = {{"mode", "Enforce"}};
   EXPECT_EQ(envOf(buildPod(enforce, *parseTrainingJobSpec(enforce), 2, 1, 1200, PodSettings{}),
@@ -159,6 +170,13 @@ TEST(BuildPodTest, InjectsTheEnvironmentContractLabelsOwnersAndVolumes) {
   std::set<std::string> volumes;
   for (const auto& v : pod["spec"]["volumes"]) volumes.insert(v["name"]);
   EXPECT_EQ(volumes, (std::set<std::string>{"c4-agent", "c4-plugin", "c4-plan"}));
+  // The plan ConfigMap is the traffic-plan controller's: the pod only names it, and starts
+  // without it (its subflow count is C4_SUBFLOWS until a plan is written).
+  for (const auto& v : pod["spec"]["volumes"]) {
+    if (v["name"] != "c4-plan") continue;
+    EXPECT_EQ(v["configMap"]["name"], planConfigMapName("llm"));
+    EXPECT_EQ(v["configMap"]["optional"], true);
+  }
   EXPECT_EQ(pod["spec"]["volumes"][0]["hostPath"]["path"], "/var/run/c4");
   EXPECT_EQ(pod["spec"]["containers"][0]["volumeMounts"].size(), 3u);
 
@@ -196,8 +214,8 @@ TEST(PlannerTest, NewJobCreatesAllPodsAndChildren) {
   ASSERT_EQ(plan.pods_to_create.size(), 3u);
   EXPECT_EQ(plan.pods_to_create[2]["metadata"]["name"], "llm-2");
   EXPECT_TRUE(plan.pods_to_delete.empty());
-  EXPECT_EQ(plan.status["phase"], "Pending");
-  EXPECT_EQ(plan.status["observedGeneration"], 3);
+  EXPECT_EQ(statusJson(plan)["phase"], "Pending");
+  EXPECT_EQ(statusJson(plan)["observedGeneration"], 3);
   EXPECT_TRUE(plan.status_changed);
 }
 
@@ -206,7 +224,7 @@ TEST(PlannerTest, IsIdempotentOnceTheWorldMatches) {
   Json job = makeJob(2);
   std::vector<Json> pods = {makePod(job, 0, 0, "Running"), makePod(job, 1, 0, "Running")};
   JobPlan first = planReconcile(job, pods, healthyNode, clock.wallNow(), PlanContext{});
-  EXPECT_EQ(first.status["phase"], "Running");
+  EXPECT_EQ(statusJson(first)["phase"], "Running");
   EXPECT_TRUE(hasEvent(first, "Running"));
   job = withStatus(job, first);
   clock.advance(seconds{30});
@@ -225,7 +243,7 @@ TEST(PlannerTest, PodsOfOtherOwnersAreIgnored) {
   JobPlan plan = planReconcile(job, {stranger}, healthyNode, clock.wallNow(), PlanContext{});
   EXPECT_TRUE(plan.pods_to_delete.empty());
   EXPECT_EQ(plan.pods_to_create.size(), 1u);
-  EXPECT_EQ(plan.status.value("restarts", 0), 0);
+  EXPECT_EQ(statusJson(plan).value("restarts", 0), 0);
 }
 
 TEST(PlannerTest, FailedPodRestartsTheWholeJobOnceFromTheLastCheckpoint) {
@@ -241,22 +259,22 @@ TEST(PlannerTest, FailedPodRestartsTheWholeJobOnceFromTheLastCheckpoint) {
 
   JobPlan plan = planReconcile(job, pods, healthyNode, clock.wallNow(), PlanContext{});
   EXPECT_TRUE(plan.restart_started);
-  EXPECT_EQ(plan.status["restarts"], 1);
-  EXPECT_EQ(plan.status["phase"], "Restarting");
+  EXPECT_EQ(statusJson(plan)["restarts"], 1);
+  EXPECT_EQ(statusJson(plan)["phase"], "Restarting");
   EXPECT_TRUE(isConditionTrue(plan.status, "Restarting"));
-  EXPECT_EQ((*findCondition(plan.status, "Restarting"))["reason"], "PodFailed");
+  EXPECT_EQ(findCondition(plan.status, "Restarting")->reason, "PodFailed");
   EXPECT_EQ(plan.pods_to_delete.size(), 3u) << "the whole attempt goes";
   EXPECT_TRUE(plan.pods_to_create.empty()) << "new pods wait for the old ones";
   EXPECT_TRUE(hasEvent(plan, "PodFailed"));
   EXPECT_TRUE(hasEvent(plan, "RestartingFromCheckpoint"));
-  ASSERT_EQ(plan.status["faults"].size(), 1u);
-  EXPECT_EQ(plan.status["faults"][0]["node"], "node-1");
-  EXPECT_EQ(plan.status["faults"][0]["rank"], 1);
-  EXPECT_NE(plan.status["lastFault"].get<std::string>().find("OOMKilled, exit code 137"),
+  ASSERT_EQ(statusJson(plan)["faults"].size(), 1u);
+  EXPECT_EQ(statusJson(plan)["faults"][0]["node"], "node-1");
+  EXPECT_EQ(statusJson(plan)["faults"][0]["rank"], 1);
+  EXPECT_NE(statusJson(plan)["lastFault"].get<std::string>().find("OOMKilled, exit code 137"),
             std::string::npos)
-      << plan.status["lastFault"];
-  EXPECT_EQ(plan.status["restartsCountTowardsMax"], 1) << "a trainer failure counts";
-  EXPECT_EQ(plan.status["faults"][0]["class"], "crash");
+      << statusJson(plan)["lastFault"];
+  EXPECT_EQ(statusJson(plan)["restartsCountTowardsMax"], 1) << "a trainer failure counts";
+  EXPECT_EQ(statusJson(plan)["faults"][0]["class"], "crash");
   for (const auto& d : plan.pods_to_delete) {
     EXPECT_EQ(d.force, d.name == "llm-1") << d.name << ": only the dead pod is force-deleted";
   }
@@ -266,7 +284,7 @@ TEST(PlannerTest, FailedPodRestartsTheWholeJobOnceFromTheLastCheckpoint) {
   job = withStatus(job, plan);
   JobPlan again = planReconcile(job, pods, healthyNode, clock.wallNow(), PlanContext{});
   EXPECT_FALSE(again.restart_started);
-  EXPECT_EQ(again.status["restarts"], 1);
+  EXPECT_EQ(statusJson(again)["restarts"], 1);
   EXPECT_EQ(again.pods_to_delete.size(), 3u);
   EXPECT_TRUE(again.pods_to_create.empty());
   EXPECT_FALSE(hasEvent(again, "RestartingFromCheckpoint"));
@@ -293,11 +311,11 @@ TEST(PlannerTest, FailedPodRestartsTheWholeJobOnceFromTheLastCheckpoint) {
   std::vector<Json> fresh = {makePod(job, 0, 1, "Running"), makePod(job, 1, 1, "Running"),
                              makePod(job, 2, 1, "Running")};
   JobPlan running = planReconcile(job, fresh, healthyNode, clock.wallNow(), PlanContext{});
-  EXPECT_EQ(running.status["phase"], "Running");
+  EXPECT_EQ(statusJson(running)["phase"], "Running");
   EXPECT_FALSE(isConditionTrue(running.status, "Restarting"));
-  EXPECT_EQ((*findCondition(running.status, "Restarting"))["reason"], "RestartCompleted");
+  EXPECT_EQ(findCondition(running.status, "Restarting")->reason, "RestartCompleted");
   EXPECT_TRUE(hasEvent(running, "Restarted"));
-  EXPECT_EQ(running.status["goodput"]["lostSeconds"], 25);
+  EXPECT_EQ(statusJson(running)["goodput"]["lostSeconds"], 25);
 }
 
 // Goodput: the work since the checkpoint (a hang before the restart included) was counted
@@ -317,9 +335,9 @@ TEST(PlannerTest, ARestartCountsTheWorkSinceTheCheckpointAsLost) {
   std::vector<Json> pods = {makePod(job, 0, 0, "Running"), makePod(job, 1, 0, "Failed", "node-1")};
   JobPlan plan = planReconcile(job, pods, healthyNode, clock.wallNow(), PlanContext{});
   ASSERT_TRUE(plan.restart_started);
-  EXPECT_EQ(plan.status["faults"][0]["recomputeSeconds"], 40);
-  EXPECT_EQ(plan.status["goodput"]["productiveSeconds"], 60);
-  EXPECT_EQ(plan.status["goodput"]["lostSeconds"], 40);
+  EXPECT_EQ(statusJson(plan)["faults"][0]["recomputeSeconds"], 40);
+  EXPECT_EQ(statusJson(plan)["goodput"]["productiveSeconds"], 60);
+  EXPECT_EQ(statusJson(plan)["goodput"]["lostSeconds"], 40);
 
   // Attempt 1 runs 10 s and fails before its first checkpoint: its 10 s are lost, not the 50 s
   // since the checkpoint (40 of them were settled at the first restart), nor the restart time.
@@ -334,9 +352,9 @@ TEST(PlannerTest, ARestartCountsTheWorkSinceTheCheckpointAsLost) {
   std::vector<Json> again = {makePod(job, 0, 1, "Running"), makePod(job, 1, 1, "Failed", "node-1")};
   JobPlan second = planReconcile(job, again, healthyNode, clock.wallNow(), PlanContext{});
   ASSERT_TRUE(second.restart_started);
-  EXPECT_EQ(second.status["faults"][1]["recomputeSeconds"], 70);
-  EXPECT_EQ(second.status["goodput"]["productiveSeconds"], 60);
-  EXPECT_EQ(second.status["goodput"]["lostSeconds"], 70);
+  EXPECT_EQ(statusJson(second)["faults"][1]["recomputeSeconds"], 70);
+  EXPECT_EQ(statusJson(second)["goodput"]["productiveSeconds"], 60);
+  EXPECT_EQ(statusJson(second)["goodput"]["lostSeconds"], 70);
 }
 
 TEST(PlannerTest, BudgetSpentFailsTheJobWithAnEvent) {
@@ -346,10 +364,10 @@ TEST(PlannerTest, BudgetSpentFailsTheJobWithAnEvent) {
   std::vector<Json> pods = {makePod(job, 0, 2, "Failed"), makePod(job, 1, 2, "Running")};
   JobPlan plan = planReconcile(job, pods, healthyNode, clock.wallNow(), PlanContext{});
   EXPECT_FALSE(plan.restart_started);
-  EXPECT_EQ(plan.status["phase"], "Failed");
-  EXPECT_EQ(plan.status["restarts"], 2);
+  EXPECT_EQ(statusJson(plan)["phase"], "Failed");
+  EXPECT_EQ(statusJson(plan)["restarts"], 2);
   EXPECT_TRUE(isConditionTrue(plan.status, "Failed"));
-  EXPECT_EQ((*findCondition(plan.status, "Failed"))["reason"], "ReachedMaxRestarts");
+  EXPECT_EQ(findCondition(plan.status, "Failed")->reason, "ReachedMaxRestarts");
   ASSERT_TRUE(hasEvent(plan, "ReachedMaxRestarts"));
   EXPECT_EQ(plan.events.back().type, "Warning");
   ASSERT_EQ(plan.pods_to_delete.size(), 1u) << "only the still-active pod is deleted";
@@ -366,7 +384,7 @@ TEST(PlannerTest, ZeroRestartBudgetFailsOnTheFirstFault) {
   Json job = makeJob(1, {{"faultTolerance", {{"maxRestarts", 0}}}});
   JobPlan plan = planReconcile(job, {makePod(job, 0, 0, "Failed")}, healthyNode, clock.wallNow(),
                                PlanContext{});
-  EXPECT_EQ(plan.status["phase"], "Failed");
+  EXPECT_EQ(statusJson(plan)["phase"], "Failed");
 }
 
 TEST(PlannerTest, RestartRequestCountsOnlyForItsAttempt) {
@@ -378,14 +396,15 @@ TEST(PlannerTest, RestartRequestCountsOnlyForItsAttempt) {
   JobPlan plan = planReconcile(job, {makePod(job, 0, 0, "Running")}, healthyNode, clock.wallNow(),
                                PlanContext{});
   EXPECT_TRUE(plan.restart_started);
-  EXPECT_EQ((*findCondition(plan.status, "Restarting"))["reason"], "RestartRequested");
-  EXPECT_NE(plan.status["lastFault"].get<std::string>().find("hang on rank 0"), std::string::npos);
+  EXPECT_EQ(findCondition(plan.status, "Restarting")->reason, "RestartRequested");
+  EXPECT_NE(statusJson(plan)["lastFault"].get<std::string>().find("hang on rank 0"),
+            std::string::npos);
   job = withStatus(job, plan);
   clock.advance(seconds{10});
   JobPlan next = planReconcile(job, {makePod(job, 0, 1, "Running")}, healthyNode, clock.wallNow(),
                                PlanContext{});
   EXPECT_FALSE(next.restart_started) << "the stale request (attempt 0) is ignored";
-  EXPECT_EQ(next.status["restarts"], 1);
+  EXPECT_EQ(statusJson(next)["restarts"], 1);
 }
 
 TEST(PlannerTest, PodsOnBadNodesAreForceDeleted) {
@@ -413,8 +432,8 @@ TEST(PlannerTest, SuspendDeletesPodsKeepsStateAndResumes) {
   job["status"] = {{"phase", "Running"}, {"restarts", 1}};
   std::vector<Json> pods = {makePod(job, 0, 1, "Running"), makePod(job, 1, 1, "Running")};
   JobPlan plan = planReconcile(job, pods, healthyNode, clock.wallNow(), PlanContext{});
-  EXPECT_EQ(plan.status["phase"], "Suspended");
-  EXPECT_EQ(plan.status["restarts"], 1);
+  EXPECT_EQ(statusJson(plan)["phase"], "Suspended");
+  EXPECT_EQ(statusJson(plan)["restarts"], 1);
   EXPECT_TRUE(isConditionTrue(plan.status, "Suspended"));
   EXPECT_EQ(plan.pods_to_delete.size(), 2u);
   EXPECT_TRUE(hasEvent(plan, "Suspended"));
@@ -428,7 +447,7 @@ TEST(PlannerTest, SuspendDeletesPodsKeepsStateAndResumes) {
   ASSERT_EQ(resumed.pods_to_create.size(), 2u);
   EXPECT_EQ(resumed.pods_to_create[0]["metadata"]["labels"]["c4.dev/restart-attempt"], "2")
       << "a resume starts a new attempt";
-  EXPECT_EQ(resumed.status["restarts"], 1) << "but is no restart";
+  EXPECT_EQ(statusJson(resumed)["restarts"], 1) << "but is no restart";
 
   // What the informer saw of the suspended attempt (its pods going away) is no crash now.
   job = withStatus(job, resumed);
@@ -447,7 +466,7 @@ TEST(PlannerTest, AllReplicasSucceededCompletesTheJob) {
   job["status"] = {{"phase", "Running"}};
   std::vector<Json> pods = {makePod(job, 0, 0, "Succeeded"), makePod(job, 1, 0, "Succeeded")};
   JobPlan plan = planReconcile(job, pods, healthyNode, clock.wallNow(), PlanContext{});
-  EXPECT_EQ(plan.status["phase"], "Succeeded");
+  EXPECT_EQ(statusJson(plan)["phase"], "Succeeded");
   EXPECT_TRUE(isConditionTrue(plan.status, "Succeeded"));
   EXPECT_TRUE(hasEvent(plan, "Succeeded"));
   EXPECT_TRUE(plan.pods_to_create.empty());
@@ -459,8 +478,8 @@ TEST(PlannerTest, InvalidSpecFailsWithAClearCondition) {
   Json job = makeJob(2);
   job["spec"]["template"]["spec"]["containers"] = Json::array();
   JobPlan plan = planReconcile(job, {}, healthyNode, clock.wallNow(), PlanContext{});
-  EXPECT_EQ(plan.status["phase"], "Failed");
-  EXPECT_EQ((*findCondition(plan.status, "Failed"))["reason"], "InvalidSpec");
+  EXPECT_EQ(statusJson(plan)["phase"], "Failed");
+  EXPECT_EQ(findCondition(plan.status, "Failed")->reason, "InvalidSpec");
   EXPECT_TRUE(plan.pods_to_create.empty());
   EXPECT_FALSE(plan.ensure_children);
 }
@@ -487,6 +506,86 @@ Json failedWithExit(Json pod, std::int64_t code, const std::string& reason = "Er
   return pod;
 }
 
+// Which of C4's NCCL plugins a pod loads follows spec.telemetry.source and
+// spec.trafficPlanning.mode; a variable the operator does not set stays the user's.
+TEST(BuildPodTest, TelemetrySourceAndPlanningModeChooseTheNcclPlugins) {
+  struct Case {
+    const char* source;  // nullptr: field absent
+    const char* mode;
+    const char* net;
+    const char* profiler;
+  };
+  const Case cases[] = {
+      {nullptr, "Advisory", "<unset>", "/opt/c4/lib/libnccl-profiler-c4.so"},
+      {"Profiler", "Off", "<unset>", "/opt/c4/lib/libnccl-profiler-c4.so"},
+      // Enforce: C4's transport carries the traffic and reports it; one reporter per rank.
+      {"Profiler", "Enforce", "/opt/c4/lib/libnccl-net-c4.so", "<unset>"},
+      {"NetPlugin", "Advisory", "/opt/c4/lib/libnccl-net-c4.so", "<unset>"},
+      {"NetPlugin", "Enforce", "/opt/c4/lib/libnccl-net-c4.so", "<unset>"},
+  };
+  for (const auto& c : cases) {
+    Json job = makeJob(4, {{"trafficPlanning", {{"mode", c.mode}}}});
+    if (c.source != nullptr) job["spec"]["telemetry"] = {{"source", c.source}};
+    auto spec = parseTrainingJobSpec(job);
+    ASSERT_TRUE(spec) << spec.error().toString();
+    EXPECT_EQ(telemetrySourceName(spec->telemetry_source),
+              c.source != nullptr ? c.source : "Profiler");
+    Json pod = buildPod(job, *spec, 1, 0, std::nullopt, PodSettings{});
+    EXPECT_EQ(envOf(pod, "NCCL_NET_PLUGIN"), c.net) << (c.source ? c.source : "-") << " " << c.mode;
+    EXPECT_EQ(envOf(pod, "NCCL_PROFILER_PLUGIN"), c.profiler)
+        << (c.source ? c.source : "-") << " " << c.mode;
+  }
+  // The cluster's own net plugin (aws-ofi-nccl and the like) beside C4's profiler plugin.
+  Json own = makeJob(4);
+  own["spec"]["template"]["spec"]["containers"][0]["env"].push_back(
+      {{"name", "NCCL_NET_PLUGIN"}, {"value", "libnccl-net-ofi.so"}});
+  auto own_spec = parseTrainingJobSpec(own);
+  ASSERT_TRUE(own_spec) << own_spec.error().toString();
+  Json pod = buildPod(own, *own_spec, 0, 0, std::nullopt, PodSettings{});
+  EXPECT_EQ(envOf(pod, "NCCL_NET_PLUGIN"), "libnccl-net-ofi.so");
+  EXPECT_EQ(envOf(pod, "NCCL_PROFILER_PLUGIN"), "/opt/c4/lib/libnccl-profiler-c4.so");
+  // With telemetry from the net plugin, the user may bring a profiler plugin of their own.
+  Json own_profiler = makeJob(4, {{"telemetry", {{"source", "NetPlugin"}}}});
+  own_profiler["spec"]["template"]["spec"]["containers"][0]["env"].push_back(
+      {{"name", "NCCL_PROFILER_PLUGIN"}, {"value", "inspector"}});
+  auto own_profiler_spec = parseTrainingJobSpec(own_profiler);
+  ASSERT_TRUE(own_profiler_spec) << own_profiler_spec.error().toString();
+  EXPECT_EQ(envOf(buildPod(own_profiler, *own_profiler_spec, 0, 0, std::nullopt, PodSettings{}),
+                  "NCCL_PROFILER_PLUGIN"),
+            "inspector");
+}
+
+// The C4_* names the operator sets are the user's to leave alone, and no others: every C4_*
+// variable a pod gets from the operator (Enforce, a checkpoint directory and a resume step, so all
+// of them appear) is reserved, and the plugins' tuning variables stay the user's, in the pod as
+// written.
+TEST(TrainingJobSpecTest, OnlyTheC4VariablesTheOperatorSetsAreReserved) {
+  Json job =
+      makeJob(4, {{"trafficPlanning", {{"mode", "Enforce"}}}, {"checkpoint", {{"dir", "/ckpt"}}}});
+  auto spec = parseTrainingJobSpec(job);
+  ASSERT_TRUE(spec) << spec.error().toString();
+  Json pod = buildPod(job, *spec, 2, 1, 1200, PodSettings{});
+  std::set<std::string> set_by_operator;
+  for (const auto& e : pod["spec"]["containers"][0]["env"]) {
+    std::string name = e["name"];
+    if (name.starts_with("C4_")) set_by_operator.insert(name);
+  }
+  std::set<std::string> reserved(std::begin(kOperatorC4Env), std::end(kOperatorC4Env));
+  EXPECT_EQ(set_by_operator, reserved) << "kOperatorC4Env and what buildPod sets differ";
+  for (const auto& name : reserved) EXPECT_TRUE(isReservedEnvName(name, *spec)) << name;
+
+  for (const char* name : {"C4_SOCKET_IFNAME", "C4_TCP_USER_TIMEOUT_MS", "C4_REPORT_INTERVAL_MS"}) {
+    Json mine = makeJob(4);
+    mine["spec"]["template"]["spec"]["containers"][0]["env"].push_back(
+        {{"name", name}, {"value", "42"}});
+    auto mine_spec = parseTrainingJobSpec(mine);
+    ASSERT_TRUE(mine_spec) << name << ": " << mine_spec.error().toString();
+    EXPECT_FALSE(isReservedEnvName(name, *mine_spec)) << name;
+    EXPECT_EQ(envOf(buildPod(mine, *mine_spec, 0, 0, std::nullopt, PodSettings{}), name), "42")
+        << name;
+  }
+}
+
 TEST(TrainingJobSpecTest, RejectsWhatTheCrdRejects) {
   auto reason = [](Json job) {
     auto spec = parseTrainingJobSpec(job);
@@ -502,6 +601,32 @@ TEST(TrainingJobSpecTest, RejectsWhatTheCrdRejects) {
   job = makeJob(4);
   job["spec"]["template"]["spec"]["containers"][0]["env"].push_back({{"name", "PET_NNODES"}});
   EXPECT_NE(reason(job).find("PET_NNODES"), std::string::npos);
+  // C4's plugin variables are reserved where the job runs that plugin (the CRD's spec-level
+  // rules), and the error says why.
+  job = makeJob(4);
+  job["spec"]["template"]["spec"]["containers"][0]["env"].push_back(
+      {{"name", "NCCL_PROFILER_PLUGIN"}, {"value", "x"}});
+  EXPECT_NE(reason(job).find("NCCL_PROFILER_PLUGIN is set by the operator (telemetry.source "
+                             "Profiler without Enforce"),
+            std::string::npos)
+      << reason(job);
+  job = makeJob(4, {{"telemetry", {{"source", "NetPlugin"}}}});
+  job["spec"]["template"]["spec"]["containers"][0]["env"].push_back(
+      {{"name", "NCCL_NET_PLUGIN"}, {"value", "x"}});
+  EXPECT_NE(reason(job).find("NCCL_NET_PLUGIN is set by the operator (telemetry.source NetPlugin"),
+            std::string::npos)
+      << reason(job);
+  job = makeJob(4, {{"trafficPlanning", {{"mode", "Enforce"}}}});
+  job["spec"]["template"]["spec"]["containers"][0]["env"].push_back(
+      {{"name", "NCCL_NET_PLUGIN"}, {"value", "x"}});
+  EXPECT_NE(reason(job).find("NCCL_NET_PLUGIN is set by the operator (trafficPlanning.mode "
+                             "Enforce"),
+            std::string::npos)
+      << reason(job);
+  job = makeJob(4, {{"telemetry", {{"source", "Inspector"}}}});
+  EXPECT_EQ(reason(job), "spec.telemetry.source must be Profiler or NetPlugin");
+  job = makeJob(4, {{"telemetry", "Profiler"}});
+  EXPECT_NE(reason(job).find("spec.telemetry"), std::string::npos) << reason(job);
   job = makeJob(4);
   job["metadata"]["name"] = "Bad_Name";
   EXPECT_NE(reason(job).find("DNS-1035"), std::string::npos);
@@ -594,16 +719,16 @@ TEST(PlannerTest, AStartedPodThatVanishedRestartsTheJob) {
                                PlanContext{});
   EXPECT_TRUE(plan.restart_started);
   EXPECT_TRUE(plan.pods_to_create.empty()) << "never re-created at the same attempt";
-  EXPECT_EQ(plan.status["restarts"], 1);
-  EXPECT_EQ(plan.status["restartsCountTowardsMax"], 0) << "not the trainer's fault";
-  EXPECT_EQ(plan.status["infrastructureRestarts"], 1);
-  EXPECT_EQ(plan.status["faults"][0]["class"], "disruption");
-  EXPECT_EQ(plan.status["faults"][0]["rank"], 1);
-  EXPECT_NE(plan.status["lastFault"].get<std::string>().find("llm-1 (rank 1) vanished"),
+  EXPECT_EQ(statusJson(plan)["restarts"], 1);
+  EXPECT_EQ(statusJson(plan)["restartsCountTowardsMax"], 0) << "not the trainer's fault";
+  EXPECT_EQ(statusJson(plan)["infrastructureRestarts"], 1);
+  EXPECT_EQ(statusJson(plan)["faults"][0]["class"], "disruption");
+  EXPECT_EQ(statusJson(plan)["faults"][0]["rank"], 1);
+  EXPECT_NE(statusJson(plan)["lastFault"].get<std::string>().find("llm-1 (rank 1) vanished"),
             std::string::npos)
-      << plan.status["lastFault"];
+      << statusJson(plan)["lastFault"];
   EXPECT_TRUE(hasEvent(plan, "PodDisrupted"));
-  EXPECT_EQ(plan.status["startedIndexes"], "") << "the next attempt starts afresh";
+  EXPECT_EQ(statusJson(plan)["startedIndexes"], "") << "the next attempt starts afresh";
 }
 
 // A pod deleted before it was bound has no node to blame; one bound to a vanished node does.
@@ -618,7 +743,7 @@ TEST(PlannerTest, AGonePodWithoutANodeIsNotBlamedOnAMissingNode) {
   JobPlan plan =
       planReconcile(job, {makePod(job, 0, 0, "Running")}, no_nodes, clock.wallNow(), unbound);
   ASSERT_TRUE(plan.restart_started);
-  std::string fault = plan.status["lastFault"].get<std::string>();
+  std::string fault = statusJson(plan)["lastFault"].get<std::string>();
   EXPECT_NE(fault.find("llm-1 (rank 1) was deleted"), std::string::npos) << fault;
   EXPECT_EQ(fault.find("node"), std::string::npos) << fault;
 
@@ -627,8 +752,9 @@ TEST(PlannerTest, AGonePodWithoutANodeIsNotBlamedOnAMissingNode) {
   JobPlan gone =
       planReconcile(job, {makePod(job, 0, 0, "Running")}, no_nodes, clock.wallNow(), bound);
   ASSERT_TRUE(gone.restart_started);
-  EXPECT_NE(gone.status["lastFault"].get<std::string>().find("its node is gone"), std::string::npos)
-      << gone.status["lastFault"];
+  EXPECT_NE(statusJson(gone)["lastFault"].get<std::string>().find("its node is gone"),
+            std::string::npos)
+      << statusJson(gone)["lastFault"];
 }
 
 TEST(PlannerTest, PodsTheInformerSawGoAreCrashesBeforeTheStatusRecordedThem) {
@@ -648,9 +774,10 @@ TEST(PlannerTest, PodsTheInformerSawGoAreCrashesBeforeTheStatusRecordedThem) {
   JobPlan crash =
       planReconcile(job, {makePod(job, 0, 0, "Running")}, healthyNode, clock.wallNow(), gone);
   EXPECT_TRUE(crash.restart_started);
-  EXPECT_EQ(crash.status["faults"][0]["class"], "crash");
-  EXPECT_EQ(crash.status["restartsCountTowardsMax"], 1);
-  EXPECT_NE(crash.status["lastFault"].get<std::string>().find("exit code 3"), std::string::npos);
+  EXPECT_EQ(statusJson(crash)["faults"][0]["class"], "crash");
+  EXPECT_EQ(statusJson(crash)["restartsCountTowardsMax"], 1);
+  EXPECT_NE(statusJson(crash)["lastFault"].get<std::string>().find("exit code 3"),
+            std::string::npos);
 
   // Informer news of an earlier attempt says nothing about this one.
   PlanContext stale = seen;
@@ -668,7 +795,7 @@ TEST(PlannerTest, PodsCreatedButNotYetSeenAreNotVanished) {
                                PlanContext{});
   EXPECT_FALSE(plan.restart_started);
   EXPECT_EQ(plan.pods_to_create.size(), 2u);
-  EXPECT_EQ(plan.status["startedIndexes"], "0");
+  EXPECT_EQ(statusJson(plan)["startedIndexes"], "0");
 }
 
 TEST(PlannerTest, FailurePolicyDecidesFailJobIgnoreOrRestart) {
@@ -692,24 +819,24 @@ TEST(PlannerTest, FailurePolicyDecidesFailJobIgnoreOrRestart) {
                          PlanContext{});
   };
   JobPlan fail = plan(failedWithExit(makePod(job, 1, 0, "Running"), 42));
-  EXPECT_EQ(fail.status["phase"], "Failed");
-  EXPECT_EQ((*findCondition(fail.status, "Failed"))["reason"], "PodFailurePolicy");
+  EXPECT_EQ(statusJson(fail)["phase"], "Failed");
+  EXPECT_EQ(findCondition(fail.status, "Failed")->reason, "PodFailurePolicy");
   EXPECT_EQ(fail.pods_to_delete.size(), 1u) << "the running pod goes";
 
   JobPlan ignore = plan(failedWithExit(makePod(job, 1, 0, "Running"), 143));
   EXPECT_TRUE(ignore.restart_started);
-  EXPECT_EQ(ignore.status["restartsCountTowardsMax"], 0);
-  EXPECT_EQ(ignore.status["infrastructureRestarts"], 1);
+  EXPECT_EQ(statusJson(ignore)["restartsCountTowardsMax"], 0);
+  EXPECT_EQ(statusJson(ignore)["infrastructureRestarts"], 1);
 
   Json evicted = failedWithExit(makePod(job, 1, 0, "Running"), 137);
   evicted["status"]["conditions"] = Json::array(
       {{{"type", "DisruptionTarget"}, {"status", "True"}, {"reason", "EvictionByEvictionAPI"}}});
   JobPlan counted = plan(evicted);
   EXPECT_TRUE(counted.restart_started);
-  EXPECT_EQ(counted.status["restartsCountTowardsMax"], 1) << "the user's rule counts it";
+  EXPECT_EQ(statusJson(counted)["restartsCountTowardsMax"], 1) << "the user's rule counts it";
 
   JobPlan plain = plan(failedWithExit(makePod(job, 1, 0, "Running"), 1));
-  EXPECT_EQ(plain.status["restartsCountTowardsMax"], 1) << "no rule: a trainer failure counts";
+  EXPECT_EQ(statusJson(plain)["restartsCountTowardsMax"], 1) << "no rule: a trainer failure counts";
 }
 
 TEST(PlannerTest, DisruptionsDoNotSpendTheBudgetButTheirOwnCapStopsALoop) {
@@ -727,15 +854,15 @@ TEST(PlannerTest, DisruptionsDoNotSpendTheBudgetButTheirOwnCapStopsALoop) {
     JobPlan plan = planReconcile(job, {makePod(job, 0, attempt, "Running"), disrupted(attempt)},
                                  healthyNode, clock.wallNow(), PlanContext{});
     ASSERT_TRUE(plan.restart_started) << "attempt " << attempt;
-    EXPECT_NE(plan.status["lastFault"].get<std::string>().find("PreemptionByScheduler"),
+    EXPECT_NE(statusJson(plan)["lastFault"].get<std::string>().find("PreemptionByScheduler"),
               std::string::npos);
     job = withStatus(job, plan);
     job["status"]["startedIndexes"] = "0-1";
   }
   JobPlan last = planReconcile(job, {makePod(job, 0, 2, "Running"), disrupted(2)}, healthyNode,
                                clock.wallNow(), PlanContext{});
-  EXPECT_EQ(last.status["phase"], "Failed");
-  EXPECT_EQ((*findCondition(last.status, "Failed"))["reason"], "ReachedMaxInfrastructureRestarts");
+  EXPECT_EQ(statusJson(last)["phase"], "Failed");
+  EXPECT_EQ(findCondition(last.status, "Failed")->reason, "ReachedMaxInfrastructureRestarts");
 }
 
 TEST(PlannerTest, RestartBackoffDoublesPerConsecutiveFailureAndResetsAfterALongRun) {
@@ -774,7 +901,7 @@ TEST(PlannerTest, RestartBackoffDoublesPerConsecutiveFailureAndResetsAfterALongR
                                 healthyNode, clock.wallNow(), PlanContext{});
   ASSERT_TRUE(fresh.restart_started);
   EXPECT_EQ(*fresh.requeue_after, seconds{10});
-  EXPECT_EQ(fresh.status["consecutiveFailures"], 1);
+  EXPECT_EQ(statusJson(fresh)["consecutiveFailures"], 1);
 }
 
 TEST(PlannerTest, ANodeThatWentNotReadyUnderTheJobIsCordoned) {
@@ -793,7 +920,7 @@ TEST(PlannerTest, ANodeThatWentNotReadyUnderTheJobIsCordoned) {
   EXPECT_EQ(plan.cordons[0].node, "sick");
   EXPECT_FALSE(plan.cordons[0].dry_run);
   EXPECT_NE(plan.cordons[0].reason.find("NotReady"), std::string::npos);
-  EXPECT_EQ(plan.status["restartsCountTowardsMax"], 0) << "a node fault is not the trainer's";
+  EXPECT_EQ(statusJson(plan)["restartsCountTowardsMax"], 0) << "a node fault is not the trainer's";
 
   Json dry = makeJob(2, {{"faultTolerance", {{"dryRun", true}}}});
   dry["status"] = job["status"];
@@ -822,10 +949,10 @@ TEST(PlannerTest, ReplicaCountsOfTheCurrentAttempt) {
   JobPlan plan =
       planReconcile(job, {ready, makePod(job, 1, 0, "Running"), makePod(job, 2, 0, "Pending")},
                     healthyNode, clock.wallNow(), PlanContext{});
-  EXPECT_EQ(plan.status["active"], 3);
-  EXPECT_EQ(plan.status["ready"], 1);
-  EXPECT_EQ(plan.status["succeeded"], 0);
-  EXPECT_EQ(plan.status["failed"], 0);
+  EXPECT_EQ(statusJson(plan)["active"], 3);
+  EXPECT_EQ(statusJson(plan)["ready"], 1);
+  EXPECT_EQ(statusJson(plan)["succeeded"], 0);
+  EXPECT_EQ(statusJson(plan)["failed"], 0);
 }
 
 TEST(PlannerTest, GoodputIsBroughtUpToDateWhileTheJobRuns) {
@@ -835,7 +962,7 @@ TEST(PlannerTest, GoodputIsBroughtUpToDateWhileTheJobRuns) {
   PlanContext context;
   context.goodput_period = seconds{60};
   JobPlan running = planReconcile(job, pods, healthyNode, clock.wallNow(), context);
-  ASSERT_EQ(running.status["phase"], "Running");
+  ASSERT_EQ(statusJson(running)["phase"], "Running");
   job = withStatus(job, running);
   clock.advance(seconds{30});
   JobPlan early = planReconcile(job, pods, healthyNode, clock.wallNow(), context);
@@ -846,12 +973,13 @@ TEST(PlannerTest, GoodputIsBroughtUpToDateWhileTheJobRuns) {
   clock.advance(std::chrono::milliseconds{400});
   JobPlan due = planReconcile(job, pods, healthyNode, clock.wallNow(), context);
   EXPECT_TRUE(due.status_changed);
-  EXPECT_EQ(due.status["goodput"]["productiveSeconds"], 61);
+  EXPECT_EQ(statusJson(due)["goodput"]["productiveSeconds"], 61);
   job = withStatus(job, due);
   clock.advance(seconds{60});
   clock.advance(std::chrono::milliseconds{700});
   JobPlan next = planReconcile(job, pods, healthyNode, clock.wallNow(), context);
-  EXPECT_EQ(next.status["goodput"]["productiveSeconds"], 122) << "fractions are carried, not lost";
+  EXPECT_EQ(statusJson(next)["goodput"]["productiveSeconds"], 122)
+      << "fractions are carried, not lost";
 }
 
 TEST(PlannerTest, ChildProblemsSetDegradedAndAForeignServiceBlocksPods) {
@@ -864,14 +992,14 @@ TEST(PlannerTest, ChildProblemsSetDegradedAndAForeignServiceBlocksPods) {
                                        true};
   JobPlan plan = planReconcile(job, {}, healthyNode, clock.wallNow(), context);
   EXPECT_TRUE(isConditionTrue(plan.status, "Degraded"));
-  EXPECT_EQ((*findCondition(plan.status, "Degraded"))["reason"], "NameConflict");
+  EXPECT_EQ(findCondition(plan.status, "Degraded")->reason, "NameConflict");
   EXPECT_TRUE(plan.pods_to_create.empty()) << "no pod starts against someone else's Service";
-  EXPECT_EQ(plan.status["phase"], "Pending") << "the job still gets a status";
+  EXPECT_EQ(statusJson(plan)["phase"], "Pending") << "the job still gets a status";
 
   job = withStatus(job, plan);
   JobPlan fixed = planReconcile(job, {}, healthyNode, clock.wallNow(), PlanContext{});
   EXPECT_FALSE(isConditionTrue(fixed.status, "Degraded"));
-  EXPECT_EQ((*findCondition(fixed.status, "Degraded"))["reason"], "ChildrenCreated");
+  EXPECT_EQ(findCondition(fixed.status, "Degraded")->reason, "ChildrenCreated");
   EXPECT_EQ(fixed.pods_to_create.size(), 2u);
 
   PlanContext pod_problem;
@@ -898,9 +1026,9 @@ TEST(PlannerTest, ReportedCheckpointsAdvanceLastCheckpointAndNeverMoveItBack) {
   context.reported_checkpoint = ReportedCheckpointFact{100, "/ckpt/100", clock.wallNow()};
   JobPlan plan = planReconcile(job, pods, healthyNode, clock.wallNow(), context);
   EXPECT_TRUE(plan.status_changed);
-  EXPECT_EQ(plan.status["lastCheckpoint"]["step"], 100);
-  EXPECT_EQ(plan.status["lastCheckpoint"]["path"], "/ckpt/100");
-  EXPECT_EQ(plan.status["lastCheckpoint"]["time"], formatRfc3339(clock.wallNow()));
+  EXPECT_EQ(statusJson(plan)["lastCheckpoint"]["step"], 100);
+  EXPECT_EQ(statusJson(plan)["lastCheckpoint"]["path"], "/ckpt/100");
+  EXPECT_EQ(statusJson(plan)["lastCheckpoint"]["time"], formatRfc3339(clock.wallNow()));
   job = withStatus(job, plan);
 
   // The same or an older step (a new attempt's store starts afresh) changes nothing.
@@ -909,7 +1037,7 @@ TEST(PlannerTest, ReportedCheckpointsAdvanceLastCheckpointAndNeverMoveItBack) {
   context.reported_checkpoint = ReportedCheckpointFact{50, "/ckpt/50", clock.wallNow()};
   JobPlan older = planReconcile(job, pods, healthyNode, clock.wallNow(), context);
   EXPECT_FALSE(older.status_changed);
-  EXPECT_EQ(older.status["lastCheckpoint"]["step"], 100);
+  EXPECT_EQ(statusJson(older)["lastCheckpoint"]["step"], 100);
 
   // A restart resumes from the reported step.
   context.reported_checkpoint = ReportedCheckpointFact{200, "/ckpt/200", clock.wallNow()};
@@ -917,7 +1045,7 @@ TEST(PlannerTest, ReportedCheckpointsAdvanceLastCheckpointAndNeverMoveItBack) {
   JobPlan restart = planReconcile(job, {makePod(job, 0, 0, "Running"), failed}, healthyNode,
                                   clock.wallNow(), context);
   EXPECT_TRUE(restart.restart_started);
-  EXPECT_EQ(restart.status["lastCheckpoint"]["step"], 200);
+  EXPECT_EQ(statusJson(restart)["lastCheckpoint"]["step"], 200);
   EXPECT_TRUE(hasEvent(restart, "RestartingFromCheckpoint"));
 }
 
@@ -956,14 +1084,14 @@ TEST(PlannerDiagnosisTest, AConfirmedVerdictRestartsAwayFromTheCulpritWithoutSpe
   JobPlan plan = planReconcile(job, pods, healthyNode, clock.wallNow(), context);
   ASSERT_TRUE(plan.restart_started);
   EXPECT_TRUE(hasEvent(plan, "FaultDiagnosed"));
-  EXPECT_EQ(plan.status["attempt"], 1);
-  EXPECT_EQ(plan.status["restartsCountTowardsMax"], 0) << "C4 diagnosed it: not the trainer's";
-  EXPECT_EQ(plan.status["infrastructureRestarts"], 1);
-  EXPECT_EQ(plan.status["avoidNodes"], Json::array({"node-b"}));
+  EXPECT_EQ(statusJson(plan)["attempt"], 1);
+  EXPECT_EQ(statusJson(plan)["restartsCountTowardsMax"], 0) << "C4 diagnosed it: not the trainer's";
+  EXPECT_EQ(statusJson(plan)["infrastructureRestarts"], 1);
+  EXPECT_EQ(statusJson(plan)["avoidNodes"], Json::array({"node-b"}));
   ASSERT_EQ(plan.cordons.size(), 1u);
   EXPECT_EQ(plan.cordons[0].node, "node-b");
   EXPECT_NE(plan.cordons[0].reason.find("peers 0,2 wait on rank 1"), std::string::npos);
-  const Json& fault = plan.status["faults"].back();
+  const Json fault = statusJson(plan)["faults"].back();
   EXPECT_EQ(fault["class"], "nonCommHang");
   EXPECT_EQ(fault["node"], "node-b");
   EXPECT_EQ(fault["rank"], 1);
@@ -982,8 +1110,8 @@ TEST(PlannerDiagnosisTest, AConfirmedVerdictRestartsAwayFromTheCulpritWithoutSpe
   std::vector<Json> pods1 = {makePod(running, 0, 1, "Running", "node-a"),
                              makePod(running, 1, 1, "Running", "node-c")};
   JobPlan up = planReconcile(running, pods1, healthyNode, clock.wallNow(), PlanContext{});
-  EXPECT_EQ(up.status["phase"], "Running");
-  EXPECT_EQ(up.status["faults"].back()["restartSeconds"], 7);
+  EXPECT_EQ(statusJson(up)["phase"], "Running");
+  EXPECT_EQ(statusJson(up)["faults"].back()["restartSeconds"], 7);
   ASSERT_EQ(next.pods_to_create.size(), 2u);
   const Json& terms =
       next.pods_to_create[0]["spec"]["affinity"]["nodeAffinity"]
@@ -1017,7 +1145,7 @@ TEST(PlannerDiagnosisTest, StaleDryRunAndNoCordonPolicyAreRespected) {
   JobPlan plan = planReconcile(no_cordon, pods, healthyNode, clock.wallNow(), current);
   EXPECT_TRUE(plan.restart_started);
   EXPECT_TRUE(plan.cordons.empty());
-  EXPECT_EQ(plan.status["avoidNodes"], Json::array({"node-b"}))
+  EXPECT_EQ(statusJson(plan)["avoidNodes"], Json::array({"node-b"}))
       << "the job avoids the culprit even where policy does not cordon it";
 }
 
@@ -1050,6 +1178,90 @@ TEST(BuildPodTest, AvoidedNodesJoinEveryNodeSelectorTermOfTheTemplate) {
   Json plain = buildPod(job, *parseTrainingJobSpec(job), 0, 1, std::nullopt, PodSettings{});
   EXPECT_EQ(plain["spec"]["affinity"], job["spec"]["template"]["spec"]["affinity"])
       << "nothing to avoid: the template's affinity as it is";
+}
+
+// Wrong-typed fields (issue #27): nothing throws; a TrainingJob the operator cannot use fails
+// with InvalidSpec (an Event), a Pod whose owner cannot be read is not the job's, a Node field
+// of another type reads as absent.
+TEST(WrongTypesTest, ATrainingJobWithWrongTypedFieldsIsRefusedWithAnEvent) {
+  SimulatedClock clock;
+  Json job = makeJob(2);
+  job["metadata"]["generation"] = "3";
+  JobPlan plan;
+  ASSERT_NO_THROW(plan = planReconcile(job, {}, healthyNode, clock.wallNow(), PlanContext{}));
+  EXPECT_EQ(statusJson(plan)["observedGeneration"], 0) << "an unreadable generation is none";
+  EXPECT_EQ(plan.pods_to_create.size(), 2u) << "the rest of the job is fine";
+
+  job = makeJob(2);
+  job["spec"]["template"]["spec"]["containers"][0]["env"][0]["name"] = 5;
+  ASSERT_NO_THROW(plan = planReconcile(job, {}, healthyNode, clock.wallNow(), PlanContext{}));
+  EXPECT_TRUE(hasEvent(plan, "InvalidSpec"));
+  EXPECT_EQ(statusJson(plan)["phase"], "Failed");
+  EXPECT_NE(findCondition(plan.status, "Failed")->message.find("env[0].name must be a string"),
+            std::string::npos);
+  EXPECT_TRUE(plan.pods_to_create.empty());
+
+  job = makeJob(2);
+  job["spec"]["managedBy"] = 5;
+  ASSERT_NO_THROW(plan = planReconcile(job, {}, healthyNode, clock.wallNow(), PlanContext{}));
+  EXPECT_TRUE(hasEvent(plan, "InvalidSpec"));
+
+  job = makeJob(2);
+  job["status"] = {{"phase", 5}, {"restarts", "one"}};
+  ASSERT_NO_THROW(plan = planReconcile(job, {}, healthyNode, clock.wallNow(), PlanContext{}));
+  EXPECT_TRUE(hasEvent(plan, "InvalidStatus"));
+  EXPECT_FALSE(plan.status_changed) << "left alone";
+  EXPECT_TRUE(plan.pods_to_create.empty());
+}
+
+TEST(WrongTypesTest, PodFieldsOfAnotherTypeAreReadAsAbsent) {
+  SimulatedClock clock;
+  Json job = makeJob(3);
+  job["status"] = {{"phase", "Running"}};
+  // Not readable as the job's: ownerReferences[0].controller is a string.
+  Json stranger = makePod(job, 0, 0, "Failed");
+  stranger["metadata"]["ownerReferences"][0]["controller"] = "true";
+  // The job's, with status fields of other types.
+  Json odd = makePod(job, 1, 0, "Running");
+  odd["spec"]["nodeName"] = 7;
+  odd["metadata"]["uid"] = 8;
+  odd["status"] = {
+      {"phase", 3},
+      {"reason", 4},
+      {"conditions", Json::array({{{"type", 1}, {"status", true}}})},
+      {"containerStatuses",
+       Json::array(
+           {{{"name", 5}, {"state", {{"terminated", {{"exitCode", 1}, {"reason", 9}}}}}}})}};
+  Json failed = makePod(job, 2, 0, "Failed");
+  failed["status"]["containerStatuses"] =
+      Json::array({{{"name", 5}, {"state", {{"terminated", {{"exitCode", 137}, {"reason", 9}}}}}}});
+  failed["status"]["conditions"] = Json::array({{{"type", "DisruptionTarget"}, {"status", 1}}});
+  JobPlan plan;
+  ASSERT_NO_THROW(plan = planReconcile(job, {stranger, odd, failed}, healthyNode, clock.wallNow(),
+                                       PlanContext{}));
+  EXPECT_TRUE(plan.restart_started) << "the failed pod still counts";
+  EXPECT_EQ(statusJson(plan)["faults"][0]["rank"], 2);
+  for (const auto& d : plan.pods_to_delete) {
+    EXPECT_NE(d.name, "llm-0") << "the stranger is not the job's to delete";
+  }
+}
+
+TEST(WrongTypesTest, NodeFieldsOfAnotherTypeAreReadAsAbsent) {
+  Json node = {
+      {"metadata", {{"name", "n"}}},
+      {"spec", {{"unschedulable", "yes"}, {"taints", Json::array({{{"key", 5}}, 7})}}},
+      {"status",
+       {{"conditions", Json::array({{{"type", "Ready"}, {"status", true}}, {{"type", 3}}, "x"})}}}};
+  NodeFacts facts;
+  ASSERT_NO_THROW(facts = nodeFactsOf(node));
+  EXPECT_TRUE(facts.exists);
+  EXPECT_FALSE(facts.ready);
+  EXPECT_FALSE(facts.unschedulable);
+  EXPECT_FALSE(facts.faulty_taint);
+  node["spec"] = "x";
+  node["status"] = 5;
+  ASSERT_NO_THROW(facts = nodeFactsOf(node));
+  EXPECT_FALSE(facts.ready);
 }
 
 }  // namespace

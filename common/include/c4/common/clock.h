@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 namespace c4 {
@@ -88,5 +89,7 @@ inline WallTime fromUnixNanos(std::int64_t ns) {
 std::string formatRfc3339(WallTime t);
 // RFC 3339 with microseconds ("...T11:00:09.123456Z"), as metav1.MicroTime wants.
 std::string formatRfc3339Micro(WallTime t);
+// RFC 3339 "YYYY-MM-DDTHH:MM:SS[.frac]Z" (fraction ignored); nullopt when malformed.
+std::optional<WallTime> parseRfc3339(const std::string& text);
 
 }  // namespace c4

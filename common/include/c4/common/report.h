@@ -1,5 +1,5 @@
 // The telemetry schema shared by the NCCL net plugin, the node plugin and the operator
-// (DESIGN.md §3.3, §3.4), and its CBOR / JSON codecs.
+// (docs/design.md §3.3, §3.4), and its CBOR / JSON codecs.
 //
 //   plugin --(Unix datagram, CBOR Message)--> node plugin --(HTTP POST, CBOR NodeReport)-->
 //   operator
@@ -48,34 +48,34 @@ enum class Direction { kSend, kRecv };
 // Latency distribution of the ops completed during the last report interval.
 struct LatencySummary {
   std::uint64_t count = 0;
-  std::uint64_t sumUs = 0;
-  std::uint64_t maxUs = 0;
-  std::uint64_t p50Us = 0;
-  std::uint64_t p99Us = 0;
+  std::uint64_t sum_us = 0;
+  std::uint64_t max_us = 0;
+  std::uint64_t p50_us = 0;
+  std::uint64_t p99_us = 0;
   friend bool operator==(const LatencySummary&, const LatencySummary&) = default;
 };
 
 struct SubflowStats {
   std::uint32_t index = 0;
-  std::uint16_t localPort = 0;
-  std::int32_t pathId = -1;  // -1: not planned
-  double weight = 1.0;       // share of bytes, relative to the other subflows
-  std::uint64_t bytes = 0;   // cumulative
+  std::uint16_t local_port = 0;
+  std::int32_t path_id = -1;  // -1: not planned
+  double weight = 1.0;        // share of bytes, relative to the other subflows
+  std::uint64_t bytes = 0;    // cumulative
   friend bool operator==(const SubflowStats&, const SubflowStats&) = default;
 };
 
 struct ConnectionStats {
   std::uint64_t id = 0;  // unique within the reporting process
   Direction direction = Direction::kSend;
-  std::int32_t peerRank = -1;  // -1: unknown (no hello yet)
-  std::string peerNode;
-  std::string peerPod;
+  std::int32_t peer_rank = -1;  // -1: unknown (no hello yet)
+  std::string peer_node;
+  std::string peer_pod;
   std::uint64_t bytes = 0;
   std::uint64_t ops = 0;
   std::uint32_t inflight = 0;
-  std::uint64_t oldestInflightUs = 0;  // age of the oldest op in flight (0 when none)
-  LatencySummary wait;                 // recv: posted -> first byte; send: posted -> first byte out
-  LatencySummary transfer;             // first byte -> done
+  std::uint64_t oldest_inflight_us = 0;  // age of the oldest op in flight (0 when none)
+  LatencySummary wait;      // recv: posted -> first byte; send: posted -> first byte out
+  LatencySummary transfer;  // first byte -> done
   std::vector<SubflowStats> subflows;
   friend bool operator==(const ConnectionStats&, const ConnectionStats&) = default;
 };
@@ -86,9 +86,9 @@ struct RankIdentity {
   std::string job;
   std::string pod;
   std::string node;
-  std::int32_t rank = -1;      // -1: unknown
-  std::int32_t worldSize = 0;  // 0: unknown
-  std::uint32_t restartAttempt = 0;
+  std::int32_t rank = -1;       // -1: unknown
+  std::int32_t world_size = 0;  // 0: unknown
+  std::uint32_t restart_attempt = 0;
   std::uint32_t pid = 0;  // process id as the sender sees it
   friend bool operator==(const RankIdentity&, const RankIdentity&) = default;
 };
@@ -103,10 +103,10 @@ struct RankReport {
   std::uint64_t seq = 0;
   std::uint16_t part = 0;  // a report too large for one datagram is split: part < parts
   std::uint16_t parts = 1;
-  std::int64_t timeUnixNs = 0;
-  std::uint32_t intervalMs = 1000;
-  std::int64_t planVersion = -1;      // -1: no plan applied
-  std::uint64_t droppedMessages = 0;  // messages this process could not send so far
+  std::int64_t time_unix_ns = 0;
+  std::uint32_t interval_ms = 1000;
+  std::int64_t plan_version = -1;      // -1: no plan applied
+  std::uint64_t dropped_messages = 0;  // messages this process could not send so far
   std::vector<ConnectionStats> connections;
   friend bool operator==(const RankReport&, const RankReport&) = default;
 };
@@ -117,7 +117,7 @@ enum class ProgressState { kTraining, kCheckpointing, kEvaluating, kIdle, kFinis
 // pauses; a pause state suspends hang detection for the job.
 struct ProgressNotice {
   RankIdentity id;
-  std::int64_t timeUnixNs = 0;
+  std::int64_t time_unix_ns = 0;
   std::int64_t step = 0;
   ProgressState state = ProgressState::kTraining;
   friend bool operator==(const ProgressNotice&, const ProgressNotice&) = default;
@@ -125,7 +125,7 @@ struct ProgressNotice {
 
 struct CheckpointNotice {
   RankIdentity id;
-  std::int64_t timeUnixNs = 0;
+  std::int64_t time_unix_ns = 0;
   std::int64_t step = 0;
   std::string path;
   friend bool operator==(const CheckpointNotice&, const CheckpointNotice&) = default;
@@ -135,13 +135,13 @@ enum class AnomalyKind { kStall, kConnectionError, kPeerClosed };
 
 struct AnomalyNotice {
   RankIdentity id;
-  std::int64_t timeUnixNs = 0;
+  std::int64_t time_unix_ns = 0;
   AnomalyKind kind = AnomalyKind::kStall;
-  std::uint64_t connectionId = 0;
+  std::uint64_t connection_id = 0;
   Direction direction = Direction::kSend;
-  std::int32_t peerRank = -1;
-  std::string peerNode;
-  std::uint64_t ageUs = 0;  // how long the op has been in flight
+  std::int32_t peer_rank = -1;
+  std::string peer_node;
+  std::uint64_t age_us = 0;  // how long the op has been in flight
   std::string detail;
   friend bool operator==(const AnomalyNotice&, const AnomalyNotice&) = default;
 };
@@ -153,18 +153,18 @@ using Message = std::variant<RankReport, ProgressNotice, CheckpointNotice, Anoma
 // One network interface (/sys/class/net/<name>). The first five fields keep their meaning from
 // the first schema; the rest are the raw readings they summarise.
 struct NicHealth {
-  std::string name;             // interface name
-  bool up = false;              // operstate == "up" and carrier present
-  bool rdma = false;            // an RDMA device (/sys/class/infiniband) sits on this interface
-  std::uint64_t speedMbps = 0;  // 0: unknown (no link, or the driver does not say)
-  std::uint64_t errors = 0;     // rxErrors + txErrors
-  std::string operstate;        // "up", "down", "dormant", "lowerlayerdown", "unknown", ...
+  std::string name;              // interface name
+  bool up = false;               // operstate == "up" and carrier present
+  bool rdma = false;             // an RDMA device (/sys/class/infiniband) sits on this interface
+  std::uint64_t speed_mbps = 0;  // 0: unknown (no link, or the driver does not say)
+  std::uint64_t errors = 0;      // rxErrors + txErrors
+  std::string operstate;         // "up", "down", "dormant", "lowerlayerdown", "unknown", ...
   bool carrier = false;
-  std::uint64_t carrierChanges = 0;  // cumulative since the driver loaded
-  std::uint64_t rxErrors = 0;
-  std::uint64_t txErrors = 0;
-  std::uint64_t rxDropped = 0;
-  std::uint64_t txDropped = 0;
+  std::uint64_t carrier_changes = 0;  // cumulative since the driver loaded
+  std::uint64_t rx_errors = 0;
+  std::uint64_t tx_errors = 0;
+  std::uint64_t rx_dropped = 0;
+  std::uint64_t tx_dropped = 0;
   friend bool operator==(const NicHealth&, const NicHealth&) = default;
 };
 
@@ -172,17 +172,17 @@ struct NicHealth {
 struct RdmaPortHealth {
   std::string device;  // e.g. "mlx5_0"
   std::uint32_t port = 1;
-  std::string netdev;     // the network interface on this port ("" when none is known)
-  std::string state;      // "ACTIVE", "DOWN", "INIT", "ARMED", ... (the name without its number)
-  std::string physState;  // "LinkUp", "Polling", "Disabled", ...
-  std::uint64_t rateMbps = 0;  // 0: unknown
-  bool active = false;         // state == "ACTIVE" and physState == "LinkUp"
+  std::string netdev;      // the network interface on this port ("" when none is known)
+  std::string state;       // "ACTIVE", "DOWN", "INIT", "ARMED", ... (the name without its number)
+  std::string phys_state;  // "LinkUp", "Polling", "Disabled", ...
+  std::uint64_t rate_mbps = 0;  // 0: unknown
+  bool active = false;          // state == "ACTIVE" and physState == "LinkUp"
   // Cumulative error counters (counters/*; 0 where the device does not have one).
-  std::uint64_t symbolErrors = 0;
-  std::uint64_t linkDowned = 0;
-  std::uint64_t linkErrorRecovery = 0;
-  std::uint64_t rcvErrors = 0;
-  std::uint64_t xmitDiscards = 0;
+  std::uint64_t symbol_errors = 0;
+  std::uint64_t link_downed = 0;
+  std::uint64_t link_error_recovery = 0;
+  std::uint64_t rcv_errors = 0;
+  std::uint64_t xmit_discards = 0;
   friend bool operator==(const RdmaPortHealth&, const RdmaPortHealth&) = default;
 };
 
@@ -190,11 +190,11 @@ struct GpuHealth {
   std::int32_t index = 0;
   std::string uuid;
   bool healthy = true;
-  std::string detail;                        // why not healthy ("" when healthy)
-  std::uint64_t eccVolatileUncorrected = 0;  // uncorrected ECC errors since the driver loaded
-  bool retiredPagesPending = false;          // pages retired but not yet blacklisted (reset due)
-  std::uint64_t lastXid = 0;                 // the newest XID event seen (0: none)
-  std::uint64_t throttleReasons = 0;         // NVML clocks-throttle-reasons bitmask
+  std::string detail;                          // why not healthy ("" when healthy)
+  std::uint64_t ecc_volatile_uncorrected = 0;  // uncorrected ECC errors since the driver loaded
+  bool retired_pages_pending = false;          // pages retired but not yet blacklisted (reset due)
+  std::uint64_t last_xid = 0;                  // the newest XID event seen (0: none)
+  std::uint64_t throttle_reasons = 0;          // NVML clocks-throttle-reasons bitmask
   friend bool operator==(const GpuHealth&, const GpuHealth&) = default;
 };
 
@@ -204,13 +204,13 @@ struct GpuHealth {
 struct NodeHealth {
   std::vector<NicHealth> nics;
   std::vector<GpuHealth> gpus;
-  std::vector<RdmaPortHealth> rdmaPorts;
-  bool nicsAvailable = false;
-  std::string nicsReason;
-  bool rdmaAvailable = false;
-  std::string rdmaReason;
-  bool gpusAvailable = false;
-  std::string gpusReason;
+  std::vector<RdmaPortHealth> rdma_ports;
+  bool nics_available = false;
+  std::string nics_reason;
+  bool rdma_available = false;
+  std::string rdma_reason;
+  bool gpus_available = false;
+  std::string gpus_reason;
   friend bool operator==(const NodeHealth&, const NodeHealth&) = default;
 };
 
@@ -218,12 +218,12 @@ struct NodeHealth {
 struct NodeReport {
   std::string node;  // must be non-empty; the operator checks it against the caller's identity
   std::uint64_t seq = 0;
-  std::int64_t timeUnixNs = 0;
+  std::int64_t time_unix_ns = 0;
   NodeHealth health;
   std::vector<RankReport> reports;
   std::vector<Notice> notices;
-  std::uint64_t droppedMessages = 0;   // plugin messages the node plugin dropped (overload)
-  std::uint64_t rejectedMessages = 0;  // plugin messages that failed validation/attribution
+  std::uint64_t dropped_messages = 0;   // plugin messages the node plugin dropped (overload)
+  std::uint64_t rejected_messages = 0;  // plugin messages that failed validation/attribution
   friend bool operator==(const NodeReport&, const NodeReport&) = default;
 };
 

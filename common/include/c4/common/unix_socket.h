@@ -1,4 +1,4 @@
-// Unix datagram sockets: the plugin -> node-plugin report channel (DESIGN.md §3.3).
+// Unix datagram sockets: the plugin -> node-plugin report channel (docs/design.md §3.3).
 //
 // The sender never blocks its caller: every send is MSG_DONTWAIT, and a missing, slow or full
 // receiver turns into a counted drop. The server learns each sender's pid/uid/gid from the kernel

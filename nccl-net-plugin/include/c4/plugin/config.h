@@ -16,7 +16,7 @@ struct PluginConfig {
   int subflows = 4;
   // C4_SOCKET_IFNAME: interface selection, NCCL_SOCKET_IFNAME syntax ("eth", "^docker", "=eth0",
   // comma lists). Empty: the first non-loopback interface that is up, loopback if none.
-  std::string socketIfname;
+  std::string socket_ifname;
   // C4_RANK (falls back to RANK), C4_POD_NAME, C4_NODE_NAME (falls back to the host name),
   // C4_JOB, C4_NAMESPACE, WORLD_SIZE, C4_RESTART_ATTEMPT: who this process is, for hellos/reports.
   std::int32_t rank = -1;
@@ -24,30 +24,30 @@ struct PluginConfig {
   std::string node;
   std::string job;
   std::string ns;
-  std::int32_t worldSize = 0;
-  std::uint32_t restartAttempt = 0;
+  std::int32_t world_size = 0;
+  std::uint32_t restart_attempt = 0;
   // C4_AGENT_SOCKET: Unix datagram socket of the node plugin; empty = no reports.
-  std::string agentSocket;
+  std::string agent_socket;
   // C4_REPORT_INTERVAL_MS: period of RankReports (>= 10).
-  std::uint32_t reportIntervalMs = 1000;
+  std::uint32_t report_interval_ms = 1000;
   // C4_STALL_MS: an op in flight longer than this raises an AnomalyNotice (>= 1).
-  std::uint32_t stallMs = 10000;
+  std::uint32_t stall_ms = 10000;
   // C4_PLAN_FILE: traffic plan (README.md "Plan file"); empty = default spread.
-  std::string planFile;
+  std::string plan_file;
   // C4_PLAN_POLL_MS: how often the plan file's mtime is checked.
-  std::uint32_t planPollMs = 500;
+  std::uint32_t plan_poll_ms = 500;
   // C4_PLAN_WAIT_MS: with a plan file, how long a connection to another node waits (connect
   // answers "not yet") for a plan that includes this node before it connects unplanned; 0 = no
   // wait. The operator sets it for Enforce jobs, whose pods may start before their plan exists.
-  std::uint32_t planWaitMs = 0;
+  std::uint32_t plan_wait_ms = 0;
   // C4_MIN_CHUNK_BYTES: messages smaller than 2x this go on one subflow.
-  std::uint64_t minChunkBytes = 64 * 1024;
+  std::uint64_t min_chunk_bytes = 64 * 1024;
   // C4_TCP_USER_TIMEOUT_MS: unacknowledged data older than this kills a connection (dead host).
-  std::uint32_t tcpUserTimeoutMs = 10000;
+  std::uint32_t tcp_user_timeout_ms = 10000;
   // C4_MAX_STAGED_BYTES: per receiving connection shared by several tags, how many bytes of
   // messages that arrive before their receive is posted are kept in memory; past it the subflow
   // is not read until a receive is posted (TCP backpressure).
-  std::uint64_t maxStagedBytes = 64ull << 20;
+  std::uint64_t max_staged_bytes = 64ull << 20;
 
   // One line per setting: "NAME=value (env|default)".
   std::vector<std::string> describe() const;

@@ -16,17 +16,17 @@ namespace c4::plugin {
 struct NetInterface {
   std::string name;
   sockaddr_storage addr{};  // AF_INET or AF_INET6, port 0
-  socklen_t addrLen = 0;
+  socklen_t addr_len = 0;
   bool loopback = false;
-  int speedMbps = 10000;   // from sysfs; 10000 when the kernel does not say (NCCL's default)
-  std::string pciPath;     // realpath of <sysfs>/class/net/<if>/device; empty for virtual NICs
+  int speed_mbps = 10000;  // from sysfs; 10000 when the kernel does not say (NCCL's default)
+  std::string pci_path;    // realpath of <sysfs>/class/net/<if>/device; empty for virtual NICs
   std::uint64_t guid = 0;  // MAC address as an integer (interface index when no MAC)
 };
 
 struct RawInterface {
   std::string name;
   sockaddr_storage addr{};
-  socklen_t addrLen = 0;
+  socklen_t addr_len = 0;
   bool up = false;
   bool loopback = false;
 };

@@ -1,5 +1,5 @@
-// Per-connection telemetry (DESIGN.md §3.3): written under the connection's I/O mutex, read without
-// locks.
+// Per-connection telemetry (docs/design.md §3.3): written under the connection's I/O mutex, read
+// without locks.
 //
 // Writers: whichever NCCL thread drives the connection, under the connection's I/O mutex (so each
 // counter has one writer at a time). The reporter thread reads with relaxed atomics and computes
@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "c4/common/error.h"
+#include "c4/common/plan.h"
 #include "c4/common/report.h"
-#include "c4/plugin/plan.h"
 
 #ifndef C4_TELEMETRY
 #define C4_TELEMETRY 1
@@ -42,8 +42,8 @@ class LatencyHistogram {
     bump(sum_, us);
     // Single writer: no read-modify-write. A value recorded while the reporter resets the max
     // may be missed by that interval's max (counts and sums are exact).
-    if (us > intervalMax_.load(std::memory_order_relaxed)) {
-      intervalMax_.store(us, std::memory_order_relaxed);
+    if (us > interval_max_.load(std::memory_order_relaxed)) {
+      interval_max_.store(us, std::memory_order_relaxed);
     }
   }
 
@@ -55,7 +55,7 @@ class LatencyHistogram {
   [[nodiscard]] Snapshot snapshot() const noexcept;
   // Interval max since the last call (reader side).
   std::uint64_t takeIntervalMax() noexcept {
-    return intervalMax_.exchange(0, std::memory_order_relaxed);
+    return interval_max_.exchange(0, std::memory_order_relaxed);
   }
   // Summary of what was recorded between `before` and `now`. Percentiles are the upper bound of
   // the log2 bucket that holds them (an over-estimate by at most 2x), capped by the interval max.
@@ -69,21 +69,21 @@ class LatencyHistogram {
   std::array<std::atomic<std::uint64_t>, kBuckets> buckets_{};
   std::atomic<std::uint64_t> count_{0};
   std::atomic<std::uint64_t> sum_{0};
-  std::atomic<std::uint64_t> intervalMax_{0};
+  std::atomic<std::uint64_t> interval_max_{0};
 };
 
 // One per request slot of a comm: when the op was posted (0 = not in flight) and whether it was
 // already reported as stalled. The reporter scans these for the oldest op in flight.
 struct InflightSlot {
-  std::atomic<std::int64_t> postedNs{0};
-  std::atomic<bool> stallReported{false};
+  std::atomic<std::int64_t> posted_ns{0};
+  std::atomic<bool> stall_reported{false};
 };
 
 struct SubflowTelemetry {
   std::atomic<std::uint64_t> bytes{0};
   std::atomic<double> weight{1.0};  // written by the plan applier, read per message by the sender
-  std::uint16_t localPort = 0;      // fixed after connect
-  std::int32_t pathId = -1;
+  std::uint16_t local_port = 0;     // fixed after connect
+  std::int32_t path_id = -1;
 };
 
 // Everything the reporter needs about one connection. Shared (shared_ptr) between the comm and the
@@ -97,39 +97,39 @@ struct ConnTelemetry {
 
   const std::uint64_t id;
   const report::Direction direction;
-  std::int32_t peerRank = -1;  // fixed after the hello
-  std::string peerNode;
-  std::string peerPod;
-  std::uint64_t peerNodeHash = 0;
+  std::int32_t peer_rank = -1;  // fixed after the hello
+  std::string peer_node;
+  std::string peer_pod;
+  std::uint64_t peer_node_hash = 0;
   std::vector<SubflowTelemetry> subflows;
   std::vector<InflightSlot> inflight;
   std::string failure;  // set once before `failed` is stored (release), with its code
-  ErrorCode failureCode = ErrorCode::kUnavailable;
-  std::int64_t failedUnixNs = 0;  // when it failed (wall clock), set with `failure`
+  ErrorCode failure_code = ErrorCode::kUnavailable;
+  std::int64_t failed_unix_ns = 0;  // when it failed (wall clock), set with `failure`
 
-  std::atomic<std::uint64_t> postedOps{0};
-  std::atomic<std::uint64_t> completedOps{0};
+  std::atomic<std::uint64_t> posted_ops{0};
+  std::atomic<std::uint64_t> completed_ops{0};
   std::atomic<std::uint64_t> bytes{0};  // payload bytes completed
   LatencyHistogram wait;                // posted -> first byte
   LatencyHistogram transfer;            // first byte -> done
   std::atomic<bool> failed{false};
-  std::atomic<bool> failureReported{false};
-  std::atomic<bool> peerClosed{false};
+  std::atomic<bool> failure_reported{false};
+  std::atomic<bool> peer_closed{false};
 
   // Hooks, each a handful of relaxed atomics. `nowNs` values come from the injected clock.
   template <bool On = kTelemetryEnabled>
   void onPosted() noexcept {
     // Under the connection's I/O mutex: a plain load/store, no locked instruction.
     if constexpr (On) {
-      postedOps.store(postedOps.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      posted_ops.store(posted_ops.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     }
   }
   template <bool On = kTelemetryEnabled>
   void onCompleted(std::uint64_t payload, std::int64_t postedNs, std::int64_t firstByteNs,
                    std::int64_t doneNs) noexcept {
     if constexpr (On) {
-      completedOps.store(completedOps.load(std::memory_order_relaxed) + 1,
-                         std::memory_order_relaxed);
+      completed_ops.store(completed_ops.load(std::memory_order_relaxed) + 1,
+                          std::memory_order_relaxed);
       bytes.store(bytes.load(std::memory_order_relaxed) + payload, std::memory_order_relaxed);
       if (firstByteNs < postedNs) firstByteNs = postedNs;
       if (doneNs < firstByteNs) doneNs = firstByteNs;
@@ -157,8 +157,8 @@ struct ConnTelemetry {
   template <bool On = kTelemetryEnabled>
   void markPosted(std::size_t slot, std::int64_t nowNs) noexcept {
     if constexpr (On) {
-      inflight[slot].stallReported.store(false, std::memory_order_relaxed);
-      inflight[slot].postedNs.store(nowNs, std::memory_order_relaxed);
+      inflight[slot].stall_reported.store(false, std::memory_order_relaxed);
+      inflight[slot].posted_ns.store(nowNs, std::memory_order_relaxed);
     } else {
       (void)slot;
       (void)nowNs;
@@ -167,7 +167,7 @@ struct ConnTelemetry {
   template <bool On = kTelemetryEnabled>
   void markDone(std::size_t slot) noexcept {
     if constexpr (On) {
-      inflight[slot].postedNs.store(0, std::memory_order_relaxed);
+      inflight[slot].posted_ns.store(0, std::memory_order_relaxed);
     } else {
       (void)slot;
     }

@@ -32,10 +32,10 @@
 
 #include "c4/common/clock.h"
 #include "c4/common/error.h"
+#include "c4/common/plan.h"
 #include "c4/common/report.h"
 #include "c4/plugin/config.h"
 #include "c4/plugin/interfaces.h"
-#include "c4/plugin/plan.h"
 #include "c4/plugin/telemetry.h"
 
 namespace c4::plugin {
@@ -79,7 +79,7 @@ struct ContextOptions {
   PluginConfig config;
   Clock* clock = nullptr;  // nullptr: realClock()
   std::vector<NetInterface> devices;
-  std::uint64_t commId = 0;
+  std::uint64_t comm_id = 0;
 };
 
 // Process-wide device table, discovered once from C4_SOCKET_IFNAME (immutable afterwards).
@@ -128,22 +128,22 @@ class Context {
   PluginConfig config_;
   Clock* clock_;
   std::vector<NetInterface> devices_;
-  std::uint64_t commId_;
+  std::uint64_t comm_id_;
 
-  mutable std::mutex mu_;  // comms_, pending_, planWaitSince_
+  mutable std::mutex mu_;  // comms_, pending_, plan_wait_since_
   std::map<CommBase*, std::shared_ptr<ConnTelemetry>> comms_;
   struct PendingConnect;
   std::map<void*, std::unique_ptr<PendingConnect>> pending_;
-  std::map<void*, std::int64_t> planWaitSince_;  // handle -> first connect call (clock ns)
+  std::map<void*, std::int64_t> plan_wait_since_;  // handle -> first connect call (clock ns)
 
   PlanWatcher plan_;
-  std::mutex reportMu_;  // one tick at a time (reporter thread vs tickNow)
+  std::mutex report_mu_;  // one tick at a time (reporter thread vs tickNow)
   struct Reporter;
   std::unique_ptr<Reporter> reporter_;
-  std::atomic<std::uint64_t> encodeFailures_{0};
+  std::atomic<std::uint64_t> encode_failures_{0};
 
-  std::mutex stopMu_;
-  std::condition_variable_any stopCv_;
+  std::mutex stop_mu_;
+  std::condition_variable_any stop_cv_;
   bool stop_ = false;
   std::thread thread_;
 };

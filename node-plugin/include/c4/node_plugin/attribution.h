@@ -27,7 +27,7 @@
 
 #include "c4/common/error.h"
 #include "c4/common/report.h"
-#include "operator/cache/informer.h"
+#include "kube/cache/informer.h"
 
 namespace c4::node {
 
@@ -49,13 +49,13 @@ struct PodInfo {
   std::string ns;
   std::string name;
   std::string uid;
-  std::string node;               // spec.nodeName
-  std::string job;                // label c4.dev/job-name ("" when absent)
-  std::string replicaIndex;       // label c4.dev/replica-index, raw ("" when absent)
-  std::string restartAttempt;     // label c4.dev/restart-attempt, raw ("" when absent)
-  std::int32_t nprocPerNode = 1;  // C4_NPROC_PER_NODE of the first container that sets it
+  std::string node;                 // spec.nodeName
+  std::string job;                  // label c4.dev/job-name ("" when absent)
+  std::string replica_index;        // label c4.dev/replica-index, raw ("" when absent)
+  std::string restart_attempt;      // label c4.dev/restart-attempt, raw ("" when absent)
+  std::int32_t nproc_per_node = 1;  // C4_NPROC_PER_NODE of the first container that sets it
 };
-PodInfo podInfoFromJson(const op::Json& pod);
+PodInfo podInfoFromJson(const kube::Json& pod);
 
 // The pods on this node, looked up by UID or by name.
 class PodDirectory {
@@ -71,9 +71,9 @@ class PodDirectory {
 // objects (before the informer starts).
 class StorePodDirectory final : public PodDirectory {
  public:
-  static void addIndexes(op::Store& store);
+  static void addIndexes(kube::Store& store);
   // `synced` reports whether the store has been filled (the informer's hasSynced()).
-  StorePodDirectory(const op::Store& store, std::function<bool()> synced)
+  StorePodDirectory(const kube::Store& store, std::function<bool()> synced)
       : store_(store), synced_(std::move(synced)) {}
   [[nodiscard]] std::optional<PodInfo> byUid(std::string_view uid) const override;
   [[nodiscard]] std::optional<PodInfo> byName(std::string_view ns,
@@ -81,7 +81,7 @@ class StorePodDirectory final : public PodDirectory {
   [[nodiscard]] bool synced() const override { return !synced_ || synced_(); }
 
  private:
-  const op::Store& store_;
+  const kube::Store& store_;
   std::function<bool()> synced_;
 };
 

@@ -1,7 +1,7 @@
-// Installs the NCCL net plugin library into the host directory that training pods mount, so a
-// pod never loads a half-written file: the bytes go to a temporary file in the target directory,
-// which is fsynced and renamed over the target, and the directory is fsynced. An identical target
-// (same size and bytes) is left alone. Any failure is an error naming the path.
+// Installs an NCCL plugin library (net or profiler) into the host directory that training pods
+// mount, so a pod never loads a half-written file: the bytes go to a temporary file in the target
+// directory, which is fsynced and renamed over the target, and the directory is fsynced. An
+// identical target (same size and bytes) is left alone. Any failure is an error naming the path.
 #pragma once
 
 #include <string>

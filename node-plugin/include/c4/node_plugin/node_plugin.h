@@ -16,7 +16,7 @@
 #include "c4/common/clock.h"
 #include "c4/common/metrics.h"
 #include "c4/node_plugin/options.h"
-#include "operator/client/kube_client.h"
+#include "kube/client/kube_client.h"
 
 namespace c4::node {
 
@@ -24,7 +24,7 @@ class NodePlugin {
  public:
   // `client` may be null: one is built from the options' kubeconfig / in-cluster config.
   static Result<std::unique_ptr<NodePlugin>> create(const NodePluginOptions& options, Clock& clock,
-                                                    std::unique_ptr<op::KubeClient> client);
+                                                    std::unique_ptr<kube::KubeClient> client);
   ~NodePlugin();
 
   Status start();

@@ -37,6 +37,8 @@ struct NodePluginOptions {
   double backoff_cap_seconds = 30;
   double shutdown_timeout_seconds = 5;
   std::string plugin_source = "/usr/lib/c4/libnccl-net-c4.so";  // "" = do not install
+  // The NCCL profiler plugin, C4's default telemetry source; installed beside the net plugin.
+  std::string profiler_plugin_source = "/usr/lib/c4/libnccl-profiler-c4.so";  // "" = do not
   std::string plugin_install_dir = "/opt/c4/lib";
   std::string metrics_bind_address = ":9400";  // "0" = no HTTP server
   double ready_failure_seconds = 30;

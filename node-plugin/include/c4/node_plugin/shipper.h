@@ -42,7 +42,7 @@
 #include "c4/common/log.h"
 #include "c4/common/metrics.h"
 #include "c4/common/report.h"
-#include "operator/client/random.h"
+#include "kube/client/random.h"
 
 namespace c4::node {
 
@@ -124,7 +124,7 @@ std::string_view sendOutcomeName(SendOutcome o) noexcept;
 class Shipper {
  public:
   Shipper(ShipperConfig config, Clock& clock, ReportTransport& transport, TokenSource& tokens,
-          metrics::Registry& registry, op::RandomSource random = op::defaultRandomSource());
+          metrics::Registry& registry, kube::RandomSource random = kube::defaultRandomSource());
   ~Shipper();
   Shipper(const Shipper&) = delete;
   Shipper& operator=(const Shipper&) = delete;
@@ -191,7 +191,7 @@ class Shipper {
   Clock& clock_;
   ReportTransport& transport_;
   TokenSource& tokens_;
-  op::RandomSource random_;
+  kube::RandomSource random_;
   Logger log_;
 
   mutable std::mutex mu_;

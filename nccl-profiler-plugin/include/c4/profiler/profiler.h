@@ -1,0 +1,211 @@
+// The NCCL profiler plugin's core (docs/design.md §2, §3.3): per-communicator aggregation of what
+// NCCL's profiler events say, and the reporter that turns it into RankReports for the node plugin.
+//
+// Threads (nccl-profiler-plugin/README.md "Threads"): Coll/P2p events arrive on the application
+// thread or a CUDA host-callback thread, ProxyOp/ProxyStep events on the communicator's proxy
+// progress thread, init/finalize on application or group-job threads. The event path never
+// blocks, never allocates (fixed pools made at init) and never throws; a full pool drops the event
+// (handle NULL) and counts it. Only init/finalize and the reporter take a mutex.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "c4/common/clock.h"
+#include "c4/common/error.h"
+#include "c4/common/report.h"
+
+namespace c4::profiler {
+
+// The events this plugin asks NCCL for (the process-wide activation mask it writes at init).
+// NCCL also generates their ancestors (GroupApi, CollApi, P2pApi, Group), which the plugin drops.
+inline constexpr int kActivationMask = (1 << 1) | (1 << 2) | (1 << 3) | (1 << 4);
+
+// Fixed capacities (per communicator context unless said otherwise).
+inline constexpr std::size_t kTaskPool = 1024;     // Coll/P2p events not yet finished
+inline constexpr std::size_t kProxyOpPool = 512;   // ProxyOps in flight
+inline constexpr std::size_t kStepsPerOp = 8;      // NCCL_STEPS (src/include/device.h l.26)
+inline constexpr std::size_t kMaxLinks = 1024;     // (peer, direction) entries
+inline constexpr std::size_t kMaxChannels = 4096;  // (peer, direction, channel) entries
+inline constexpr std::size_t kMaxContexts = 4096;  // live communicators per process
+// A task whose last ProxyOp stopped (or that was stopped with none) keeps its slot this long, so a
+// ProxyOp the proxy thread starts late still finds its parent (and reopens it).
+inline constexpr std::int64_t kTaskReuseGraceNs = 100'000'000;
+
+// Every tunable, read from the environment once per process (the net plugin's names where they
+// mean the same: nccl-net-plugin/include/c4/plugin/config.h).
+struct ProfilerConfig {
+  std::int32_t rank = -1;                   // C4_RANK (falls back to RANK)
+  std::string pod;                          // C4_POD_NAME
+  std::string node;                         // C4_NODE_NAME (falls back to the host name)
+  std::string job;                          // C4_JOB
+  std::string ns;                           // C4_NAMESPACE
+  std::int32_t world_size = 0;              // WORLD_SIZE
+  std::uint32_t restart_attempt = 0;        // C4_RESTART_ATTEMPT
+  std::string agent_socket;                 // C4_AGENT_SOCKET: empty = aggregate but send nothing
+  std::uint32_t report_interval_ms = 1000;  // C4_REPORT_INTERVAL_MS (>= 10)
+
+  std::vector<std::string> sources;   // "NAME=value (env|default)"
+  std::vector<std::string> warnings;  // invalid values replaced by defaults
+};
+ProfilerConfig loadConfig(const std::function<std::optional<std::string>(const char*)>& getenv);
+ProfilerConfig loadConfigFromEnvironment();
+
+// Log2 histogram of microsecond durations (bucket b: bit_width(v) == b). One writer (the proxy
+// thread); the reporter reads with relaxed loads.
+class LatencyHistogram {
+ public:
+  static constexpr int kBuckets = 32;
+  void record(std::uint64_t us) noexcept;
+  struct Snapshot {
+    std::uint64_t buckets[kBuckets] = {};
+    std::uint64_t count = 0;
+    std::uint64_t sum = 0;
+    std::uint64_t max = 0;  // since the start
+  };
+  [[nodiscard]] Snapshot snapshot() const noexcept;
+  // What was recorded between two snapshots, as the report's LatencySummary. Percentiles and max
+  // are the upper bound of their log2 bucket (at most 2x over), capped by the all-time max.
+  static report::LatencySummary summarize(const Snapshot& before, const Snapshot& now) noexcept;
+
+ private:
+  std::atomic<std::uint64_t> buckets_[kBuckets] = {};
+  std::atomic<std::uint64_t> count_{0};
+  std::atomic<std::uint64_t> sum_{0};
+  std::atomic<std::uint64_t> max_{0};
+};
+
+// Who a communicator is (init arguments; v1..v3 know none of it).
+struct CommInfo {
+  std::uint64_t comm_hash = 0;
+  std::string comm_name;  // empty unless the user named it
+  int n_nodes = 0;
+  int nranks = 0;  // 0: unknown (v1..v3)
+  int rank = -1;   // -1: unknown (v1..v3)
+};
+
+// Collective progress of one communicator: what cannot travel in today's report schema (see
+// Reporter::addCollectiveProgress, the seam).
+struct CommProgress {
+  std::uint64_t comm_hash = 0;
+  int nranks = 0;
+  int rank = -1;
+  std::uint64_t coll_entered = 0;   // Coll events started (this rank entered collective #n)
+  std::uint64_t coll_finished = 0;  // last ProxyOp stopped, or stopped with no proxy work
+  std::uint64_t p2p_entered = 0;
+  std::uint64_t p2p_finished = 0;
+  std::uint64_t last_coll_seq_number = 0;  // NCCL's per-function seqNumber of the newest Coll
+  std::uint64_t oldest_unfinished_us = 0;  // age of the oldest entered, unfinished task (0: none)
+};
+
+// Per (peer, direction, channel) counters, cumulative.
+struct ChannelStats {
+  int peer = -1;
+  bool is_send = false;
+  int channel = 0;
+  std::uint64_t bytes = 0;
+  std::uint64_t steps = 0;
+  std::uint64_t ops_started = 0;
+  std::uint64_t ops_done = 0;
+  std::uint64_t net_wait_us = 0;  // send: SendPeerWait; recv: RecvWait
+  std::uint64_t transfer_us = 0;  // send: SendWait (isend posted -> done)
+  std::uint64_t gpu_wait_us = 0;  // send: SendGPUWait; recv: RecvFlushWait + RecvGPUWait
+};
+
+// Per (peer, direction): counters, in-flight state and latency distributions, cumulative.
+struct LinkStats {
+  int peer = -1;
+  bool is_send = false;
+  std::uint64_t bytes = 0;
+  std::uint64_t steps = 0;
+  std::uint64_t ops_done = 0;
+  std::uint32_t inflight = 0;
+  std::uint64_t oldest_inflight_us = 0;
+  LatencyHistogram::Snapshot net_wait, transfer, gpu_wait;
+};
+
+// Things that went wrong or were left out, per context (cumulative).
+struct ContextCounters {
+  std::uint64_t tasks_dropped = 0;  // task pool full: counted entered and finished at once
+  std::uint64_t ops_dropped = 0;    // ProxyOp pool full
+  std::uint64_t links_dropped = 0;  // link or channel table full: op not attributed
+  std::uint64_t stale_parents = 0;  // ProxyOp whose parent task slot was reused
+  std::uint64_t steps_dropped = 0;  // step slot of the op still busy (should not happen)
+};
+
+class Context;
+
+struct ProfilerOptions {
+  ProfilerConfig config;
+  Clock* clock = nullptr;      // nullptr: realClock()
+  bool start_reporter = true;  // tests drive ticks themselves
+};
+
+// Process-wide state: the contexts, the sender and the reporter thread. Created with the first
+// context and destroyed (thread joined) with the last one by the C shell (src/shells.cc).
+class Profiler {
+ public:
+  static Result<std::unique_ptr<Profiler>> create(ProfilerOptions options);
+  ~Profiler();
+  Profiler(const Profiler&) = delete;
+  Profiler& operator=(const Profiler&) = delete;
+
+  Result<Context*> addContext(const CommInfo& info);
+  // NCCL guarantees no event of this communicator follows its finalize (init.cc l.379-381).
+  void removeContext(Context* ctx);
+  [[nodiscard]] std::size_t contexts() const;
+
+  // Reporter: one RankReport from everything now (also what the thread sends every interval).
+  report::RankReport buildReport();
+  void tickNow();  // build and send one report
+  [[nodiscard]] std::vector<CommProgress> progress() const;
+  [[nodiscard]] std::uint64_t sent() const;
+  [[nodiscard]] std::uint64_t dropped() const;
+  [[nodiscard]] const ProfilerConfig& config() const;
+  [[nodiscard]] Clock& clock() const;
+
+ private:
+  struct Impl;
+  explicit Profiler(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// ---- Event path (called by the C shells; noexcept; handles are opaque) ----
+struct ProxyOpInfo {
+  void* parent = nullptr;  // the Coll/P2p handle (may be NULL, or from another process)
+  pid_t pid = 0;
+  int channel = 0;
+  int peer = -1;
+  int n_steps = 0;
+  bool is_send = false;
+};
+// `ctx` may be NULL (init failed) or stale; only Coll/P2p/ProxyOp dereference it.
+void* startTask(Context* ctx, bool isColl, std::uint64_t ncclSeqNumber) noexcept;
+void* startProxyOp(Context* ctx, const ProxyOpInfo& op) noexcept;
+void* startProxyStep(void* parentOp, int step) noexcept;
+void stopEvent(void* handle) noexcept;
+// `transSize`: the step's current size (v4+), or the op's cumulative size for the pre-2.27
+// ProxyOp states 0..7; nullptr when the args carry none.
+void recordState(void* handle, int state, const std::size_t* transSize) noexcept;
+pid_t processId() noexcept;        // cached getpid()
+void refreshProcessId() noexcept;  // at each init (a forked child)
+
+// Introspection for tests and the reporter.
+std::vector<ChannelStats> channelStats(const Context& ctx);
+std::vector<LinkStats> linkStats(const Context& ctx, std::int64_t nowNs);
+CommProgress commProgress(const Context& ctx, std::int64_t nowNs);
+ContextCounters counters(const Context& ctx);
+const CommInfo& commInfo(const Context& ctx);
+// Process-wide: ProxySteps with a NULL parent (their op was dropped), and PXN ProxyOps created by
+// another process (their context and parent belong to another address space).
+std::uint64_t orphanSteps() noexcept;
+std::uint64_t foreignProxyOps() noexcept;
+
+}  // namespace c4::profiler

@@ -1,0 +1,265 @@
+// Profiler: the process's contexts and the reporter thread that sends a RankReport every interval
+// (docs/design.md §3.3) through a non-blocking Unix datagram socket.
+#include <unistd.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "c4/common/log.h"
+#include "c4/common/unix_socket.h"
+#include "context.h"
+
+namespace c4::profiler {
+namespace {
+
+const Logger& log() {
+  static const Logger l("nccl-profiler-c4");
+  return l;
+}
+
+std::int64_t monoNs(Clock& c) {
+  return c.monoNow().time_since_epoch().count();
+}
+
+// The schema has no place yet for a communicator's collective progress (CommProgress): this is
+// the one seam where the reporter will add it once report.h grows the fields listed in
+// nccl-profiler-plugin/README.md "Schema: collective progress". Until then it adds nothing.
+void addCollectiveProgress(report::RankReport& r, const std::vector<CommProgress>& progress) {
+  (void)r;
+  (void)progress;
+}
+
+// A report with more connections than one message may hold (or than one datagram fits) goes in
+// parts, as the net plugin does (nccl-net-plugin/src/transport.cc encodeReportParts).
+Result<std::vector<std::vector<std::uint8_t>>> encodeParts(const report::RankReport& r) {
+  std::size_t parts =
+      std::max<std::size_t>(1, (r.connections.size() + report::kMaxConnectionsPerReport - 1) /
+                                   report::kMaxConnectionsPerReport);
+  for (;;) {
+    std::vector<std::vector<std::uint8_t>> encoded;
+    bool fits = true;
+    std::size_t per = (r.connections.size() + parts - 1) / parts;
+    std::size_t used = per == 0 ? 1 : (r.connections.size() + per - 1) / per;
+    for (std::size_t p = 0; p < used && fits; ++p) {
+      report::RankReport part = r;
+      part.part = static_cast<std::uint16_t>(p);
+      part.parts = static_cast<std::uint16_t>(used);
+      part.connections.clear();
+      for (std::size_t i = p * per; i < std::min(r.connections.size(), (p + 1) * per); ++i) {
+        part.connections.push_back(r.connections[i]);
+      }
+      C4_ASSIGN_OR_RETURN(auto bytes, report::encodeCbor(part));
+      if (bytes.size() > report::kMaxDatagramBytes) fits = false;
+      encoded.push_back(std::move(bytes));
+    }
+    if (fits) return encoded;
+    if (parts >= report::kMaxParts || parts >= r.connections.size()) {
+      return makeError(ErrorCode::kResourceExhausted, "rank report does not fit a datagram");
+    }
+    parts = std::min<std::size_t>(parts * 2, report::kMaxParts);
+  }
+}
+
+}  // namespace
+
+struct Profiler::Impl {
+  ProfilerOptions options;
+  Clock* clock = nullptr;
+  mutable std::mutex mu;  // contexts, link snapshots, sender use
+  std::vector<std::unique_ptr<Context>> contexts;
+  std::uint32_t next_context_id = 1;
+  std::optional<UnixDatagramSender> sender;
+  std::uint64_t seq = 0;
+  std::uint64_t encode_failures = 0;
+
+  std::mutex stop_mu;
+  std::condition_variable_any stop_cv;
+  bool stop = false;
+  std::thread thread;
+
+  void loop(Profiler& self) {
+    const std::int64_t interval =
+        static_cast<std::int64_t>(options.config.report_interval_ms) * 1'000'000;
+    std::int64_t next = monoNs(*clock) + interval;
+    std::unique_lock lock(stop_mu);
+    while (!stop) {
+      if (clock->waitUntil(lock, stop_cv, MonoTime{std::chrono::nanoseconds{next}},
+                           [this] { return stop; })) {
+        break;
+      }
+      lock.unlock();
+      try {
+        self.tickNow();
+      } catch (...) {  // no exception leaves the thread (bad_alloc while building a report)
+      }
+      next = std::max(next + interval, monoNs(*clock));
+      lock.lock();
+    }
+  }
+};
+
+Profiler::Profiler(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Result<std::unique_ptr<Profiler>> Profiler::create(ProfilerOptions options) {
+  auto impl = std::make_unique<Impl>();
+  impl->clock = options.clock != nullptr ? options.clock : &realClock();
+  impl->options = std::move(options);
+  for (const auto& w : impl->options.config.warnings) log().warn("config", {{"warning", w}});
+  if (!impl->options.config.agent_socket.empty()) {
+    auto sender = UnixDatagramSender::create(impl->options.config.agent_socket);
+    if (!sender) {
+      // A missing node plugin costs nothing: aggregate, send nothing.
+      log().warn("C4_AGENT_SOCKET unusable; telemetry is not sent",
+                 {{"path", impl->options.config.agent_socket}, {"error", sender.error()}});
+    } else {
+      impl->sender.emplace(std::move(*sender));
+    }
+  }
+  std::unique_ptr<Profiler> p(new Profiler(std::move(impl)));
+  if (p->impl_->options.start_reporter) {
+    try {
+      Profiler* raw = p.get();
+      p->impl_->thread = std::thread([raw] { raw->impl_->loop(*raw); });
+    } catch (const std::exception& e) {
+      return makeError(ErrorCode::kResourceExhausted,
+                       std::string("cannot start the reporter thread: ") + e.what());
+    }
+  }
+  return p;
+}
+
+Profiler::~Profiler() {
+  {
+    std::lock_guard lock(impl_->stop_mu);
+    impl_->stop = true;
+  }
+  impl_->stop_cv.notify_all();
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+Result<Context*> Profiler::addContext(const CommInfo& info) {
+  if (info.nranks < 0 || (info.nranks > 0 && (info.rank < 0 || info.rank >= info.nranks))) {
+    return makeError(ErrorCode::kInvalidArgument,
+                     "rank " + std::to_string(info.rank) + " of " + std::to_string(info.nranks));
+  }
+  std::lock_guard lock(impl_->mu);
+  if (impl_->contexts.size() >= kMaxContexts) {
+    return makeError(ErrorCode::kResourceExhausted,
+                     "more than " + std::to_string(kMaxContexts) + " communicators");
+  }
+  auto ctx = std::make_unique<Context>(info, *impl_->clock, impl_->next_context_id++);
+  Context* raw = ctx.get();
+  impl_->contexts.push_back(std::move(ctx));
+  return raw;
+}
+
+void Profiler::removeContext(Context* ctx) {
+  std::unique_ptr<Context> gone;
+  {
+    std::lock_guard lock(impl_->mu);
+    auto it = std::find_if(impl_->contexts.begin(), impl_->contexts.end(),
+                           [ctx](const auto& c) { return c.get() == ctx; });
+    if (it == impl_->contexts.end()) return;
+    gone = std::move(*it);
+    impl_->contexts.erase(it);
+  }
+  gone->magic = 0;
+}
+
+std::size_t Profiler::contexts() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->contexts.size();
+}
+
+report::RankReport Profiler::buildReport() {
+  const ProfilerConfig& cfg = impl_->options.config;
+  std::lock_guard lock(impl_->mu);
+  std::int64_t now = monoNs(*impl_->clock);
+  report::RankReport r;
+  r.id.ns = cfg.ns;
+  r.id.job = cfg.job;
+  r.id.pod = cfg.pod;
+  r.id.node = cfg.node;
+  r.id.rank = cfg.rank;
+  r.id.world_size = cfg.world_size;
+  r.id.restart_attempt = cfg.restart_attempt;
+  r.id.pid = static_cast<std::uint32_t>(processId());
+  r.seq = ++impl_->seq;
+  r.time_unix_ns = toUnixNanos(impl_->clock->wallNow());
+  r.interval_ms = cfg.report_interval_ms;
+  r.dropped_messages = impl_->sender ? impl_->sender->dropped() : 0;
+  std::vector<CommProgress> progress;
+  for (auto& ctx : impl_->contexts) {
+    progress.push_back(commProgress(*ctx, now));
+    // A communicator's peers are its own ranks; they are the job's ranks only in a communicator
+    // of the whole job (nranks == WORLD_SIZE). Elsewhere the peer is not known: -1.
+    bool globalRanks = cfg.world_size > 0 && ctx->info.nranks == cfg.world_size;
+    for (const LinkStats& l : linkStats(*ctx, now)) {
+      LinkEntry* e = nullptr;
+      for (std::size_t i = 0; i < ctx->link_cap && e == nullptr; ++i) {
+        if (ctx->links[i].key.load(std::memory_order_relaxed) == linkKey(l.peer, l.is_send)) {
+          e = &ctx->links[i];
+        }
+      }
+      report::ConnectionStats c;
+      c.id = static_cast<std::uint64_t>(ctx->id) << 32 | linkKey(l.peer, l.is_send);
+      c.direction = l.is_send ? report::Direction::kSend : report::Direction::kRecv;
+      c.peer_rank = globalRanks ? l.peer : -1;
+      c.bytes = l.bytes;
+      c.ops = l.ops_done;
+      c.inflight = l.inflight;
+      c.oldest_inflight_us = l.inflight > 0 ? l.oldest_inflight_us : 0;
+      c.wait = LatencyHistogram::summarize(e->prev_net_wait, l.net_wait);
+      c.transfer = LatencyHistogram::summarize(e->prev_transfer, l.transfer);
+      e->prev_net_wait = l.net_wait;
+      e->prev_transfer = l.transfer;
+      r.connections.push_back(std::move(c));
+    }
+  }
+  addCollectiveProgress(r, progress);
+  return r;
+}
+
+void Profiler::tickNow() {
+  report::RankReport r = buildReport();
+  std::lock_guard lock(impl_->mu);
+  if (!impl_->sender) return;
+  auto parts = encodeParts(r);
+  if (!parts) {
+    if (impl_->encode_failures++ == 0) {
+      log().warn("rank report not sendable", {{"error", parts.error()}});
+    }
+    return;
+  }
+  for (auto& b : *parts) impl_->sender->send(b);
+}
+
+std::vector<CommProgress> Profiler::progress() const {
+  std::lock_guard lock(impl_->mu);
+  std::int64_t now = monoNs(*impl_->clock);
+  std::vector<CommProgress> out;
+  for (auto& ctx : impl_->contexts) out.push_back(commProgress(*ctx, now));
+  return out;
+}
+
+std::uint64_t Profiler::sent() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->sender ? impl_->sender->sent() : 0;
+}
+
+std::uint64_t Profiler::dropped() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->sender ? impl_->sender->dropped() : 0;
+}
+
+const ProfilerConfig& Profiler::config() const {
+  return impl_->options.config;
+}
+
+Clock& Profiler::clock() const {
+  return *impl_->clock;
+}
+
+}  // namespace c4::profiler

@@ -1,0 +1,714 @@
+// The profiler plugin driven through its C tables the way NCCL 2.30.7 does (research note
+// nccl-profiler-abi.md): an application thread emits GroupApi/CollApi/Group/Coll, a proxy thread
+// ProxyOp/ProxyStep with net.cc's state sequences; time is simulated.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <thread>
+#include <vector>
+
+#include "c4/common/clock.h"
+#include "c4/common/report.h"
+#include "c4/common/unix_socket.h"
+#include "c4/profiler/shells.h"
+
+namespace c4::profiler {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr int kSendGpu = C4_NCCL_PROF_PROXY_STEP_SEND_GPU_WAIT;
+constexpr int kSendPeer = C4_NCCL_PROF_PROXY_STEP_SEND_PEER_WAIT_V4;
+constexpr int kSendWait = C4_NCCL_PROF_PROXY_STEP_SEND_WAIT;
+constexpr int kRecvWait = C4_NCCL_PROF_PROXY_STEP_RECV_WAIT;
+constexpr int kRecvFlush = C4_NCCL_PROF_PROXY_STEP_RECV_FLUSH_WAIT;
+constexpr int kRecvGpu = C4_NCCL_PROF_PROXY_STEP_RECV_GPU_WAIT;
+
+class ProfilerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ProfilerOptions o;
+    o.clock = &clock_;
+    o.start_reporter = false;
+    o.config.rank = 0;
+    o.config.world_size = 2;
+    setProcessOptionsForTest(o);
+  }
+  void TearDown() override {
+    EXPECT_EQ(processProfilerForTest(), nullptr) << "a test left a context open";
+    setProcessOptionsForTest(std::nullopt);
+  }
+
+  void* initV6(int nranks = 2, int rank = 0, std::uint64_t commHash = 0xabc) {
+    void* ctx = nullptr;
+    EXPECT_EQ(tableV6().init(&ctx, commHash, &mask_, "world", 1, nranks, rank, nullptr),
+              C4_NCCL_PROF_SUCCESS);
+    EXPECT_EQ(mask_, kActivationMask);
+    return ctx;
+  }
+
+  void* start(void* ctx, C4NcclProfilerEventDescr_v6_t d) {
+    void* h = reinterpret_cast<void*>(0xdead);  // NCCL does not clear it (profiler_v5.cc l.17)
+    EXPECT_EQ(tableV6().startEvent(ctx, &h, &d), C4_NCCL_PROF_SUCCESS);
+    return h;
+  }
+  void stop(void* h) { EXPECT_EQ(tableV6().stopEvent(h), C4_NCCL_PROF_SUCCESS); }
+  void record(void* h, int state, std::size_t transSize = 0) {
+    C4NcclProfilerEventStateArgs_v6_t a{};
+    a.proxyStep.transSize = transSize;
+    EXPECT_EQ(tableV6().recordEventState(h, static_cast<C4NcclProfState>(state), &a),
+              C4_NCCL_PROF_SUCCESS);
+  }
+
+  // The application thread's events of one collective (profiler.cc l.275-560): returns the
+  // Coll handle, already stopped ("enqueued") as NCCL does before the proxy starts its ops.
+  void* collective(void* ctx, std::uint64_t seq) {
+    C4NcclProfilerEventDescr_v6_t g{};
+    g.type = C4_NCCL_PROFILE_GROUP_API;
+    g.groupApi.groupDepth = 1;
+    void* groupApi = start(ctx, g);
+    record(groupApi, C4_NCCL_PROF_GROUP_START_API_STOP);
+    C4NcclProfilerEventDescr_v6_t ca{};
+    ca.type = C4_NCCL_PROFILE_COLL_API;
+    ca.parentObj = groupApi;
+    ca.collApi.func = "AllReduce";
+    void* collApi = start(ctx, ca);
+    stop(collApi);
+    record(groupApi, C4_NCCL_PROF_GROUP_END_API_START);
+    C4NcclProfilerEventDescr_v6_t gr{};
+    gr.type = C4_NCCL_PROFILE_GROUP;
+    void* group = start(ctx, gr);
+    C4NcclProfilerEventDescr_v6_t c{};
+    c.type = C4_NCCL_PROFILE_COLL;
+    c.parentObj = collApi;
+    c.rank = 0;
+    c.coll.seqNumber = seq;
+    c.coll.func = "AllReduce";
+    c.coll.parentGroup = group;
+    void* coll = start(ctx, c);
+    EXPECT_NE(coll, nullptr);
+    stop(coll);  // enqueued, before any ProxyOp starts
+    stop(group);
+    stop(groupApi);
+    return coll;
+  }
+
+  void* proxyOp(void* ctx, void* parent, int peer, bool isSend, int channel = 0,
+                pid_t pid = ::getpid()) {
+    C4NcclProfilerEventDescr_v6_t d{};
+    d.type = C4_NCCL_PROFILE_PROXY_OP;
+    d.parentObj = parent;
+    d.proxyOp.pid = pid;
+    d.proxyOp.channelId = static_cast<std::uint8_t>(channel);
+    d.proxyOp.peer = peer;
+    d.proxyOp.nSteps = 1;
+    d.proxyOp.isSend = isSend ? 1 : 0;
+    return start(ctx, d);
+  }
+  void* proxyStep(void* ctx, void* op, int step) {
+    C4NcclProfilerEventDescr_v6_t d{};
+    d.type = C4_NCCL_PROFILE_PROXY_STEP;
+    d.parentObj = op;
+    d.proxyStep.step = step;
+    return start(ctx, d);
+  }
+  // net.cc l.1336-1444: start, SendGPUWait (previous size), SendPeerWait on every poll, SendWait
+  // (current size), stop. GPU 10 us, peer 20 us, wire 30 us.
+  void sendStep(void* ctx, void* op, int step, std::size_t bytes) {
+    void* s = proxyStep(ctx, op, step);
+    record(s, kSendGpu, 0);
+    clock_.advance(10us);
+    record(s, kSendPeer, 0);
+    clock_.advance(10us);
+    record(s, kSendPeer, 0);
+    clock_.advance(10us);
+    record(s, kSendWait, bytes);
+    clock_.advance(30us);
+    stop(s);
+  }
+  // net.cc l.1536-1745: RecvWait 40 us, RecvFlushWait 5 us, RecvGPUWait 15 us.
+  void recvStep(void* ctx, void* op, int step, std::size_t bytes) {
+    void* s = proxyStep(ctx, op, step);
+    record(s, kRecvWait, 0);
+    clock_.advance(40us);
+    record(s, kRecvFlush, bytes);
+    clock_.advance(5us);
+    record(s, kRecvGpu, bytes);
+    clock_.advance(15us);
+    stop(s);
+  }
+
+  Context& context(void* ctx) { return *static_cast<Context*>(ctx); }
+  CommProgress progressOf(void* ctx) {
+    return commProgress(context(ctx), clock_.monoNow().time_since_epoch().count());
+  }
+  std::vector<LinkStats> linksOf(void* ctx) {
+    return linkStats(context(ctx), clock_.monoNow().time_since_epoch().count());
+  }
+
+  SimulatedClock clock_;
+  int mask_ = 0;
+};
+
+TEST_F(ProfilerTest, CollectiveFinishesWithItsLastProxyOp) {
+  void* ctx = initV6();
+  void* coll = collective(ctx, 7);
+  CommProgress p = progressOf(ctx);
+  EXPECT_EQ(p.comm_hash, 0xabcu);
+  EXPECT_EQ(p.coll_entered, 1u);
+  EXPECT_EQ(p.last_coll_seq_number, 7u);
+  // Stopped with no ProxyOp yet: counted finished (enqueued, no proxy work so far)...
+  EXPECT_EQ(p.coll_finished, 1u);
+
+  // ...until the proxy thread starts its ops, which reopens it.
+  void* send = proxyOp(ctx, coll, 1, true);
+  void* recv = proxyOp(ctx, coll, 1, false, 1);
+  ASSERT_NE(send, nullptr);
+  ASSERT_NE(recv, nullptr);
+  record(send, C4_NCCL_PROF_PROXY_OP_IN_PROGRESS_V4);
+  p = progressOf(ctx);
+  EXPECT_EQ(p.coll_finished, 0u);
+  clock_.advance(1ms);
+  EXPECT_EQ(progressOf(ctx).oldest_unfinished_us, 1000u);
+  auto links = linksOf(ctx);
+  ASSERT_EQ(links.size(), 2u);
+  EXPECT_EQ(links[0].inflight, 1u);
+  EXPECT_EQ(links[0].oldest_inflight_us, 1000u);
+
+  sendStep(ctx, send, 0, 4096);
+  sendStep(ctx, send, 1, 4096);
+  stop(send);
+  EXPECT_EQ(progressOf(ctx).coll_finished, 0u);
+  recvStep(ctx, recv, 0, 8192);
+  stop(recv);
+  p = progressOf(ctx);
+  EXPECT_EQ(p.coll_finished, 1u);
+  EXPECT_EQ(p.oldest_unfinished_us, 0u);
+
+  links = linksOf(ctx);
+  ASSERT_EQ(links.size(), 2u);
+  const LinkStats& rx = links[0];  // sorted: (peer 1, recv), (peer 1, send)
+  const LinkStats& tx = links[1];
+  EXPECT_FALSE(rx.is_send);
+  EXPECT_EQ(tx.bytes, 8192u);
+  EXPECT_EQ(tx.steps, 2u);
+  EXPECT_EQ(tx.ops_done, 1u);
+  EXPECT_EQ(tx.inflight, 0u);
+  EXPECT_EQ(tx.gpu_wait.sum, 20u);
+  EXPECT_EQ(tx.net_wait.sum, 40u);  // SendPeerWait, recorded twice, one phase
+  EXPECT_EQ(tx.transfer.sum, 60u);  // SendWait
+  EXPECT_EQ(rx.bytes, 8192u);
+  EXPECT_EQ(rx.net_wait.sum, 40u);
+  EXPECT_EQ(rx.gpu_wait.sum, 20u);  // flush + GPU
+  EXPECT_EQ(rx.transfer.count, 0u);
+
+  auto chans = channelStats(context(ctx));
+  ASSERT_EQ(chans.size(), 2u);
+  EXPECT_EQ(chans[0].channel, 1);
+  EXPECT_EQ(chans[0].ops_started, 1u);
+  EXPECT_EQ(chans[1].net_wait_us, 40u);
+  EXPECT_EQ(chans[1].transfer_us, 60u);
+  EXPECT_EQ(tableV6().finalize(ctx), C4_NCCL_PROF_SUCCESS);
+}
+
+TEST_F(ProfilerTest, NullHandlesUnknownEventsAndDroppedOps) {
+  void* ctx = initV6();
+  EXPECT_EQ(tableV6().stopEvent(nullptr), C4_NCCL_PROF_SUCCESS);  // net callback, l.797
+  EXPECT_EQ(tableV6().recordEventState(nullptr, C4_NCCL_PROF_NET_PLUGIN_UPDATE, nullptr),
+            C4_NCCL_PROF_SUCCESS);
+  C4NcclProfilerEventDescr_v6_t u{};
+  u.type = 1ull << 40;  // a type from a future NCCL
+  EXPECT_EQ(start(ctx, u), nullptr);
+  C4NcclProfilerEventDescr_v6_t pc{};
+  pc.type = C4_NCCL_PROFILE_PROXY_CTRL;
+  EXPECT_EQ(start(reinterpret_cast<void*>(0x10), pc), nullptr);  // finalized comm's context
+  C4NcclProfilerEventDescr_v6_t ce{};
+  ce.type = C4_NCCL_PROFILE_CE_COLL;
+  EXPECT_EQ(start(ctx, ce), nullptr);
+  void* np = nullptr;
+  EXPECT_EQ(tableV6().startEvent(ctx, &np, nullptr), C4_NCCL_PROF_SUCCESS);
+  EXPECT_EQ(np, nullptr);
+
+  // A ProxyOp with a NULL parent (the Coll was dropped) is still measured.
+  void* op = proxyOp(ctx, nullptr, 3, true);
+  ASSERT_NE(op, nullptr);
+  sendStep(ctx, op, 0, 100);
+  stop(op);
+  // Steps of a dropped op: started and stopped with a NULL parent, no state recorded.
+  std::uint64_t orphans = orphanSteps();
+  void* s = proxyStep(ctx, nullptr, 0);
+  EXPECT_EQ(s, nullptr);
+  stop(s);
+  EXPECT_EQ(orphanSteps(), orphans + 1);
+  auto links = linksOf(ctx);
+  ASSERT_EQ(links.size(), 1u);
+  EXPECT_EQ(links[0].bytes, 100u);
+  EXPECT_EQ(progressOf(ctx).coll_entered, 0u);
+  EXPECT_EQ(tableV6().finalize(ctx), C4_NCCL_PROF_SUCCESS);
+  EXPECT_EQ(tableV6().finalize(nullptr), C4_NCCL_PROF_SUCCESS);
+}
+
+TEST_F(ProfilerTest, ZeroByteOperations) {
+  void* ctx = initV6();
+  C4NcclProfilerEventDescr_v6_t d{};
+  d.type = C4_NCCL_PROFILE_P2P;
+  d.p2p.peer = 1;
+  d.p2p.count = 0;
+  void* p2p = start(ctx, d);
+  ASSERT_NE(p2p, nullptr);
+  stop(p2p);
+  void* op = proxyOp(ctx, p2p, 1, true);
+  sendStep(ctx, op, 0, 0);  // one empty step
+  stop(op);
+  // A zero-byte collective: no proxy work at all, finished when enqueued.
+  collective(ctx, 1);
+  CommProgress p = progressOf(ctx);
+  EXPECT_EQ(p.p2p_entered, 1u);
+  EXPECT_EQ(p.p2p_finished, 1u);
+  EXPECT_EQ(p.coll_entered, 1u);
+  EXPECT_EQ(p.coll_finished, 1u);
+  auto links = linksOf(ctx);
+  ASSERT_EQ(links.size(), 1u);
+  EXPECT_EQ(links[0].bytes, 0u);
+  EXPECT_EQ(links[0].steps, 1u);
+  EXPECT_EQ(links[0].ops_done, 1u);
+  EXPECT_EQ(tableV6().finalize(ctx), C4_NCCL_PROF_SUCCESS);
+}
+
+TEST_F(ProfilerTest, PxnOpsFromAnotherProcessAreNotDereferenced) {
+  void* ctx = initV6();
+  std::uint64_t foreign = foreignProxyOps();
+  // Context and parent belong to another address space: any dereference would crash.
+  void* op = proxyOp(reinterpret_cast<void*>(0x8), reinterpret_cast<void*>(0x18), 1, true, 0,
+                     ::getpid() + 1);
+  EXPECT_EQ(op, nullptr);
+  EXPECT_EQ(foreignProxyOps(), foreign + 1);
+  EXPECT_EQ(proxyStep(reinterpret_cast<void*>(0x8), op, 0), nullptr);
+  EXPECT_TRUE(linksOf(ctx).empty());
+  EXPECT_EQ(tableV6().finalize(ctx), C4_NCCL_PROF_SUCCESS);
+}
+
+TEST_F(ProfilerTest, FullPoolsDropAndCount) {
+  void* ctx = initV6(4096, 0);
+  std::vector<void*> ops;
+  for (std::size_t i = 0; i < kProxyOpPool + 5; ++i) {
+    ops.push_back(proxyOp(ctx, nullptr, static_cast<int>(i % 64), true));
+  }
+  EXPECT_EQ(std::count(ops.begin(), ops.end(), nullptr), 5);
+  EXPECT_EQ(counters(context(ctx)).ops_dropped, 5u);
+  for (void* op : ops) stop(op);
+
+  C4NcclProfilerEventDescr_v6_t c{};
+  c.type = C4_NCCL_PROFILE_COLL;
+  std::vector<void*> colls;
+  for (std::size_t i = 0; i < kTaskPool + 3; ++i) colls.push_back(start(ctx, c));
+  EXPECT_EQ(std::count(colls.begin(), colls.end(), nullptr), 3);
+  CommProgress p = progressOf(ctx);
+  EXPECT_EQ(p.coll_entered, kTaskPool + 3);
+  EXPECT_EQ(p.coll_finished, 3u);  // dropped ones count as finished: entered - finished exact
+  EXPECT_EQ(counters(context(ctx)).tasks_dropped, 3u);
+  for (void* h : colls) stop(h);
+  EXPECT_EQ(progressOf(ctx).coll_finished, kTaskPool + 3);
+  // Finished slots are reused after the grace period.
+  clock_.advance(std::chrono::nanoseconds{kTaskReuseGraceNs} + 1ms);
+  EXPECT_NE(start(ctx, c), nullptr);
+  EXPECT_EQ(tableV6().finalize(ctx), C4_NCCL_PROF_SUCCESS);
+}
+
+TEST_F(ProfilerTest, LateProxyOpOfAReusedTaskSlotIsNotAttributed) {
+  void* ctx = initV6();
+  C4NcclProfilerEventDescr_v6_t c{};
+  c.type = C4_NCCL_PROFILE_COLL;
+  void* first = start(ctx, c);
+  stop(first);
+  clock_.advance(std::chrono::nanoseconds{kTaskReuseGraceNs} + 1ms);
+  // Cycle through the pool so the first slot is reused.
+  for (std::size_t i = 0; i < kTaskPool; ++i) stop(start(ctx, c));
+  void* op = proxyOp(ctx, first, 1, true);
+  ASSERT_NE(op, nullptr);
+  EXPECT_EQ(counters(context(ctx)).stale_parents, 1u);
+  stop(op);
+  CommProgress p = progressOf(ctx);
+  EXPECT_EQ(p.coll_entered, p.coll_finished);
+  EXPECT_EQ(tableV6().finalize(ctx), C4_NCCL_PROF_SUCCESS);
+}
+
+TEST_F(ProfilerTest, FailingInitLeavesNothing) {
+  void* ctx = reinterpret_cast<void*>(0x1);
+  mask_ = 12345;
+  EXPECT_EQ(tableV6().init(&ctx, 1, &mask_, nullptr, 1, 2, 5, nullptr),
+            C4_NCCL_PROF_INVALID_ARGUMENT);
+  EXPECT_EQ(ctx, nullptr);
+  EXPECT_EQ(mask_, 0);  // no other communicator of ours: NCCL generates nothing
+  EXPECT_EQ(processProfilerForTest(), nullptr);
+  EXPECT_EQ(tableV6().finalize(ctx), C4_NCCL_PROF_SUCCESS);
+  EXPECT_EQ(tableV6().init(nullptr, 1, &mask_, nullptr, 1, 2, 0, nullptr),
+            C4_NCCL_PROF_INVALID_ARGUMENT);
+
+  // With another communicator open, a failing init leaves the shared mask alone.
+  void* ok = initV6();
+  void* bad = nullptr;
+  EXPECT_NE(tableV6().init(&bad, 2, &mask_, nullptr, 1, 2, -1, nullptr), C4_NCCL_PROF_SUCCESS);
+  EXPECT_EQ(mask_, kActivationMask);
+  EXPECT_NE(processProfilerForTest(), nullptr);
+  EXPECT_EQ(tableV6().finalize(ok), C4_NCCL_PROF_SUCCESS);
+}
+
+TEST_F(ProfilerTest, ConcurrentInitOnSeveralThreadsAndTraffic) {
+  constexpr int kComms = 8;
+  std::vector<void*> ctxs(kComms);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kComms; ++i) {
+    threads.emplace_back([&, i] {
+      int mask = 0;
+      tableV6().init(&ctxs[static_cast<std::size_t>(i)], 100u + static_cast<unsigned>(i), &mask,
+                     nullptr, 1, 2, 0, nullptr);
+    });
+  }
+  for (auto& t : threads) t.join();
+  threads.clear();
+  ASSERT_NE(processProfilerForTest(), nullptr);
+  EXPECT_EQ(processProfilerForTest()->contexts(), static_cast<std::size_t>(kComms));
+  // Per communicator: an application thread and a proxy thread at once.
+  for (int i = 0; i < kComms; ++i) {
+    void* ctx = ctxs[static_cast<std::size_t>(i)];
+    threads.emplace_back([&, ctx] {
+      C4NcclProfilerEventDescr_v6_t c{};
+      c.type = C4_NCCL_PROFILE_COLL;
+      for (int k = 0; k < 200; ++k) {
+        void* h = nullptr;
+        tableV6().startEvent(ctx, &h, &c);
+        tableV6().stopEvent(h);
+      }
+    });
+    threads.emplace_back([&, ctx] {
+      for (int k = 0; k < 200; ++k) {
+        C4NcclProfilerEventDescr_v6_t d{};
+        d.type = C4_NCCL_PROFILE_PROXY_OP;
+        d.proxyOp.pid = ::getpid();
+        d.proxyOp.peer = 1;
+        void* op = nullptr;
+        tableV6().startEvent(ctx, &op, &d);
+        C4NcclProfilerEventDescr_v6_t s{};
+        s.type = C4_NCCL_PROFILE_PROXY_STEP;
+        s.parentObj = op;
+        void* st = nullptr;
+        tableV6().startEvent(ctx, &st, &s);
+        C4NcclProfilerEventStateArgs_v6_t a{};
+        a.proxyStep.transSize = 10;
+        tableV6().recordEventState(st, static_cast<C4NcclProfState>(kSendWait), &a);
+        tableV6().stopEvent(st);
+        tableV6().stopEvent(op);
+      }
+    });
+  }
+  std::atomic<bool> done{false};
+  std::thread reporter([&] {
+    while (!done) processProfilerForTest()->buildReport();
+  });
+  for (auto& t : threads) t.join();
+  done = true;
+  reporter.join();
+  for (void* ctx : ctxs) {
+    CommProgress p = progressOf(ctx);
+    EXPECT_EQ(p.coll_entered, 200u);
+    EXPECT_EQ(p.coll_finished, 200u);
+    EXPECT_EQ(linksOf(ctx).at(0).bytes, 2000u);
+  }
+  threads.clear();
+  for (void* ctx : ctxs) threads.emplace_back([ctx] { tableV6().finalize(ctx); });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(processProfilerForTest(), nullptr);
+}
+
+TEST_F(ProfilerTest, FinalizeOfTheLastContextJoinsTheReporter) {
+  ProfilerOptions o;
+  o.config.report_interval_ms = 10;
+  o.start_reporter = true;  // real clock, real thread
+  setProcessOptionsForTest(o);
+  void* a = initV6();
+  void* b = initV6(2, 1, 0xdef);
+  ASSERT_NE(processProfilerForTest(), nullptr);
+  EXPECT_EQ(tableV6().finalize(a), C4_NCCL_PROF_SUCCESS);
+  EXPECT_NE(processProfilerForTest(), nullptr);
+  EXPECT_EQ(tableV6().finalize(b), C4_NCCL_PROF_SUCCESS);
+  EXPECT_EQ(processProfilerForTest(), nullptr);
+  // A later communicator loads everything again (NCCL reloads the plugin, profiler.cc l.46-56).
+  void* c = initV6();
+  EXPECT_NE(processProfilerForTest(), nullptr);
+  EXPECT_EQ(tableV6().finalize(c), C4_NCCL_PROF_SUCCESS);
+}
+
+// ---- Older tables, each through its own descriptor layout --------------------------------------
+
+template <typename Table, typename Descr, typename Args>
+void driveOld(const Table& t, void* ctx, SimulatedClock& clock, bool opStates) {
+  Descr g{};
+  g.type = C4_NCCL_PROFILE_GROUP;
+  void* group = nullptr;
+  t.startEvent(ctx, &group, &g);
+  Descr c{};
+  c.type = C4_NCCL_PROFILE_COLL;
+  c.parentObj = group;  // v1..v4: the Group handle (profiler_v4.cc shim)
+  c.rank = 0;
+  c.coll.seqNumber = 3;
+  void* coll = nullptr;
+  t.startEvent(ctx, &coll, &c);
+  ASSERT_NE(coll, nullptr);
+  t.stopEvent(coll);
+  t.stopEvent(group);
+  Descr o{};
+  o.type = C4_NCCL_PROFILE_PROXY_OP;
+  o.parentObj = coll;
+  o.proxyOp.pid = ::getpid();
+  o.proxyOp.peer = 1;
+  o.proxyOp.channelId = 2;
+  o.proxyOp.isSend = 1;
+  void* op = nullptr;
+  t.startEvent(ctx, &op, &o);
+  ASSERT_NE(op, nullptr);
+  Descr s{};
+  s.type = C4_NCCL_PROFILE_PROXY_STEP;
+  s.parentObj = op;
+  s.proxyStep.step = 0;
+  void* step = nullptr;
+  t.startEvent(ctx, &step, &s);
+  ASSERT_NE(step, nullptr);
+  Args a{};
+  t.recordEventState(step, C4_NCCL_PROF_PROXY_STEP_SEND_GPU_WAIT, &a);
+  clock.advance(std::chrono::microseconds{10});
+  if constexpr (sizeof(Args) == sizeof(C4NcclProfilerEventStateArgs_v4_t)) {
+    a.proxyStep.transSize = 512;
+  }
+  t.recordEventState(step, C4_NCCL_PROF_PROXY_STEP_SEND_WAIT, &a);
+  if constexpr (sizeof(Args) == sizeof(C4NcclProfilerEventStateArgs_v1_t)) {
+    if (opStates) {  // before NCCL 2.27: the op's cumulative size comes with its states
+      Args oa{};
+      oa.proxyOp.transSize = 512;
+      oa.proxyOp.steps = 1;
+      t.recordEventState(op, C4_NCCL_PROF_PROXY_OP_SEND_DONE, &oa);
+    }
+    t.recordEventState(step, C4_NCCL_PROF_PROXY_STEP_SEND_WAIT, nullptr);  // 2.26: NULL args
+  }
+  clock.advance(std::chrono::microseconds{30});
+  t.stopEvent(step);
+  t.stopEvent(op);
+}
+
+template <typename Table, typename Descr, typename Args>
+void checkOld(ProfilerTest& test, const Table& t, void* ctx, SimulatedClock& clock,
+              bool opStates = true) {
+  driveOld<Table, Descr, Args>(t, ctx, clock, opStates);
+  auto* c = static_cast<Context*>(ctx);
+  std::int64_t now = clock.monoNow().time_since_epoch().count();
+  CommProgress p = commProgress(*c, now);
+  EXPECT_EQ(p.coll_entered, 1u);
+  EXPECT_EQ(p.coll_finished, 1u);
+  EXPECT_EQ(p.last_coll_seq_number, 3u);
+  auto links = linkStats(*c, now);
+  ASSERT_EQ(links.size(), 1u);
+  EXPECT_EQ(links[0].peer, 1);
+  EXPECT_TRUE(links[0].is_send);
+  EXPECT_EQ(links[0].bytes, 512u);
+  EXPECT_EQ(links[0].gpu_wait.sum, 10u);
+  EXPECT_EQ(links[0].transfer.sum, 30u);
+  EXPECT_EQ(channelStats(*c).at(0).channel, 2);
+  (void)test;
+}
+
+TEST_F(ProfilerTest, V1TableWithIntegerDescriptors) {
+  void* ctx = nullptr;
+  ASSERT_EQ(tableV1().init(&ctx, &mask_), C4_NCCL_PROF_SUCCESS);
+  EXPECT_EQ(mask_, kActivationMask);
+  EXPECT_EQ(commInfo(*static_cast<Context*>(ctx)).nranks, 0);
+  checkOld<C4NcclProfiler_v1_t, C4NcclProfilerEventDescr_v1_t, C4NcclProfilerEventStateArgs_v1_t>(
+      *this, tableV1(), ctx, clock_);
+  EXPECT_EQ(tableV1().finalize(ctx), C4_NCCL_PROF_SUCCESS);
+}
+
+TEST_F(ProfilerTest, V2Table) {
+  void* ctx = nullptr;
+  ASSERT_EQ(tableV2().init(&ctx, &mask_), C4_NCCL_PROF_SUCCESS);
+  checkOld<C4NcclProfiler_v2_t, C4NcclProfilerEventDescr_v2_t, C4NcclProfilerEventStateArgs_v2_t>(
+      *this, tableV2(), ctx, clock_);
+  EXPECT_EQ(tableV2().finalize(ctx), C4_NCCL_PROF_SUCCESS);
+}
+
+TEST_F(ProfilerTest, V3Table) {
+  void* ctx = nullptr;
+  ASSERT_EQ(tableV3().init(&ctx, &mask_), C4_NCCL_PROF_SUCCESS);
+  checkOld<C4NcclProfiler_v3_t, C4NcclProfilerEventDescr_v3_t, C4NcclProfilerEventStateArgs_v3_t>(
+      *this, tableV3(), ctx, clock_);
+  EXPECT_EQ(tableV3().finalize(ctx), C4_NCCL_PROF_SUCCESS);
+}
+
+TEST_F(ProfilerTest, V4TableCommHashFourthInInit) {
+  void* ctx = nullptr;
+  ASSERT_EQ(tableV4().init(&ctx, &mask_, "tp", 0x44, 2, 8, 3, nullptr), C4_NCCL_PROF_SUCCESS);
+  const CommInfo& info = commInfo(*static_cast<Context*>(ctx));
+  EXPECT_EQ(info.comm_hash, 0x44u);
+  EXPECT_EQ(info.comm_name, "tp");
+  EXPECT_EQ(info.nranks, 8);
+  EXPECT_EQ(info.rank, 3);
+  checkOld<C4NcclProfiler_v4_t, C4NcclProfilerEventDescr_v4_t, C4NcclProfilerEventStateArgs_v4_t>(
+      *this, tableV4(), ctx, clock_);
+  EXPECT_EQ(tableV4().finalize(ctx), C4_NCCL_PROF_SUCCESS);
+}
+
+TEST_F(ProfilerTest, V5TableCommIdSecondInInit) {
+  void* ctx = nullptr;
+  ASSERT_EQ(tableV5().init(&ctx, 0x55, &mask_, nullptr, 2, 4, 1, nullptr), C4_NCCL_PROF_SUCCESS);
+  const CommInfo& info = commInfo(*static_cast<Context*>(ctx));
+  EXPECT_EQ(info.comm_hash, 0x55u);
+  EXPECT_EQ(info.comm_name, "");
+  EXPECT_EQ(info.nranks, 4);
+  checkOld<C4NcclProfiler_v5_t, C4NcclProfilerEventDescr_v5_t, C4NcclProfilerEventStateArgs_v5_t>(
+      *this, tableV5(), ctx, clock_);
+  // The v5 shim records GroupApi states with uninitialised args (profiler_v5.cc l.140).
+  C4NcclProfilerEventStateArgs_v5_t junk;
+  std::memset(&junk, 0xa5, sizeof(junk));
+  EXPECT_EQ(tableV5().recordEventState(nullptr, C4_NCCL_PROF_GROUP_END_API_START, &junk),
+            C4_NCCL_PROF_SUCCESS);
+  EXPECT_EQ(tableV5().finalize(ctx), C4_NCCL_PROF_SUCCESS);
+}
+
+TEST(ProfilerTables, NamesAndInitSignatures) {
+  EXPECT_STREQ(tableV1().name, "c4");
+  EXPECT_STREQ(tableV2().name, "c4");
+  EXPECT_STREQ(tableV3().name, "c4");
+  EXPECT_STREQ(tableV4().name, "c4");
+  EXPECT_STREQ(tableV5().name, "c4");
+  EXPECT_STREQ(tableV6().name, "c4");
+}
+
+// ---- Reporter: a real node-plugin socket receives the RankReport --------------------------------
+
+TEST_F(ProfilerTest, ReporterSendsARankReportTheNodePluginDecodes) {
+  std::string path = "@c4-profiler-test-" + std::to_string(::getpid());
+  auto server = UnixDatagramServer::bind(path);
+  ASSERT_TRUE(server.has_value()) << server.error().toString();
+  ProfilerOptions o;
+  o.clock = &clock_;
+  o.start_reporter = false;
+  o.config.rank = 0;
+  o.config.world_size = 2;
+  o.config.job = "train";
+  o.config.ns = "ml";
+  o.config.pod = "train-0";
+  o.config.node = "node-a";
+  o.config.agent_socket = path;
+  setProcessOptionsForTest(o);
+  void* world = initV6(2, 0);
+  void* sub = initV6(4, 0, 0x5b);  // not the whole job: peers unknown
+  void* coll = collective(world, 1);
+  void* send = proxyOp(world, coll, 1, true);
+  sendStep(world, send, 0, 1000);
+  sendStep(world, send, 1, 3000);
+  stop(send);
+  void* recv = proxyOp(world, nullptr, 1, false);  // still in flight at report time
+  clock_.advance(2ms);
+  void* subOp = proxyOp(sub, nullptr, 2, true);
+  stop(subOp);
+
+  processProfilerForTest()->tickNow();
+  auto got = server->receive(2000ms);
+  ASSERT_TRUE(got.has_value()) << got.error().toString();
+  ASSERT_TRUE(got->has_value());
+  auto msg = report::decodeMessageCbor((*got)->bytes);
+  ASSERT_TRUE(msg.has_value()) << msg.error().toString();
+  ASSERT_TRUE(std::holds_alternative<report::RankReport>(*msg));
+  const report::RankReport r = std::get<report::RankReport>(*msg);  // msg is reused below
+  EXPECT_EQ(r.id.job, "train");
+  EXPECT_EQ(r.id.node, "node-a");
+  EXPECT_EQ(r.id.rank, 0);
+  EXPECT_EQ(r.id.pid, static_cast<std::uint32_t>(::getpid()));
+  EXPECT_EQ(r.interval_ms, 1000u);
+  ASSERT_EQ(r.connections.size(), 3u);
+  const report::ConnectionStats* tx = nullptr;
+  const report::ConnectionStats* rx = nullptr;
+  const report::ConnectionStats* other = nullptr;
+  for (const auto& c : r.connections) {
+    if (c.peer_rank == -1) {
+      other = &c;
+    } else if (c.direction == report::Direction::kSend) {
+      tx = &c;
+    } else {
+      rx = &c;
+    }
+  }
+  ASSERT_TRUE(tx && rx && other);
+  EXPECT_EQ(tx->peer_rank, 1);
+  EXPECT_EQ(tx->peer_node, "");
+  EXPECT_EQ(tx->bytes, 4000u);
+  EXPECT_EQ(tx->ops, 1u);
+  EXPECT_EQ(tx->inflight, 0u);
+  EXPECT_EQ(tx->wait.count, 2u);  // SendPeerWait, 20 us each
+  EXPECT_EQ(tx->wait.sum_us, 40u);
+  EXPECT_EQ(tx->wait.max_us, 20u);
+  EXPECT_EQ(tx->transfer.count, 2u);  // SendWait, 30 us each
+  EXPECT_EQ(tx->transfer.sum_us, 60u);
+  EXPECT_EQ(tx->transfer.p50_us, 30u);
+  EXPECT_EQ(rx->inflight, 1u);
+  EXPECT_EQ(rx->oldest_inflight_us, 2000u);
+  EXPECT_EQ(rx->ops, 0u);
+  EXPECT_EQ(other->ops, 1u);
+  EXPECT_NE(other->id, tx->id);
+
+  // The next report's latency summaries cover only its own interval.
+  processProfilerForTest()->tickNow();
+  got = server->receive(2000ms);
+  ASSERT_TRUE(got.has_value() && got->has_value());
+  msg = report::decodeMessageCbor((*got)->bytes);
+  ASSERT_TRUE(msg.has_value());
+  const auto& r2 = std::get<report::RankReport>(*msg);
+  EXPECT_EQ(r2.seq, r.seq + 1);
+  for (const auto& c : r2.connections) {
+    EXPECT_EQ(c.wait.count, 0u);
+    if (c.direction == report::Direction::kSend && c.peer_rank == 1) {
+      EXPECT_EQ(c.bytes, 4000u);
+    }
+  }
+  EXPECT_EQ(processProfilerForTest()->sent(), 2u);
+  stop(recv);
+  EXPECT_EQ(tableV6().finalize(world), C4_NCCL_PROF_SUCCESS);
+  EXPECT_EQ(tableV6().finalize(sub), C4_NCCL_PROF_SUCCESS);
+}
+
+TEST_F(ProfilerTest, AMissingNodePluginCostsNothing) {
+  ProfilerOptions o;
+  o.clock = &clock_;
+  o.start_reporter = false;
+  o.config.agent_socket = "@c4-profiler-nobody-listens-" + std::to_string(::getpid());
+  setProcessOptionsForTest(o);
+  void* ctx = initV6();
+  processProfilerForTest()->tickNow();
+  EXPECT_EQ(processProfilerForTest()->sent(), 0u);
+  EXPECT_EQ(processProfilerForTest()->dropped(), 1u);
+  EXPECT_EQ(tableV6().finalize(ctx), C4_NCCL_PROF_SUCCESS);
+}
+
+TEST(ProfilerConfig, ReadsTheNetPluginsVariables) {
+  std::map<std::string, std::string> env = {{"C4_RANK", "3"},
+                                            {"WORLD_SIZE", "8"},
+                                            {"C4_JOB", "Train_1"},
+                                            {"C4_AGENT_SOCKET", "/run/c4/agent.sock"},
+                                            {"C4_REPORT_INTERVAL_MS", "5"}};
+  auto cfg = loadConfig([&](const char* n) -> std::optional<std::string> {
+    auto it = env.find(n);
+    if (it == env.end()) return std::nullopt;
+    return it->second;
+  });
+  EXPECT_EQ(cfg.rank, 3);
+  EXPECT_EQ(cfg.world_size, 8);
+  EXPECT_EQ(cfg.job, "train-1");
+  EXPECT_EQ(cfg.agent_socket, "/run/c4/agent.sock");
+  EXPECT_EQ(cfg.report_interval_ms, 1000u);  // 5 is below the minimum of 10
+  EXPECT_EQ(cfg.warnings.size(), 2u);
+}
+
+}  // namespace
+}  // namespace c4::profiler
