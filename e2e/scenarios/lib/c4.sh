@@ -219,16 +219,25 @@ PY
   export OP_METRICS NS
   wait_until 30 "operator /readyz through the forwarder" \
     curl -sf "http://127.0.0.1:$OP_METRICS/readyz"
-  for ((i = 0; i < C4_NODES; i++)); do
-    wait_until 30 "plugin installed on node-$i" \
-      test -s "$CLUSTER/nodes/node-$i/root/opt/c4/lib/libnccl-net-c4.so"
-    cmp -s "$PLUGIN_SO" "$CLUSTER/nodes/node-$i/root/opt/c4/lib/libnccl-net-c4.so" \
-      || fail "node-$i: installed plugin differs from the build"
-    cmp -s "$PROFILER_SO" "$CLUSTER/nodes/node-$i/root/opt/c4/lib/libnccl-profiler-c4.so" \
-      || fail "node-$i: installed profiler plugin differs from the build"
-  done
+  c4_expect_plugins_installed
   echo "helm install: operator pod $pod on $node (metrics 127.0.0.1:$OP_METRICS), $C4_NODES node" \
     "plugin pods, the NCCL net and profiler plugins installed on every node"
+}
+
+# Every node's plugin directory holds both NCCL plugins, byte for byte the build's. The node plugin
+# installs them one after the other (each by an atomic rename), so this waits for both files before
+# comparing: a node whose net plugin is there may not have its profiler plugin yet.
+c4_expect_plugins_installed() {
+  local i dir
+  for ((i = 0; i < C4_NODES; i++)); do
+    dir="$CLUSTER/nodes/node-$i/root/opt/c4/lib"
+    wait_until 30 "both NCCL plugins installed on node-$i" \
+      test -s "$dir/libnccl-net-c4.so" -a -s "$dir/libnccl-profiler-c4.so"
+    cmp -s "$PLUGIN_SO" "$dir/libnccl-net-c4.so" \
+      || fail "node-$i: installed plugin differs from the build"
+    cmp -s "$PROFILER_SO" "$dir/libnccl-profiler-c4.so" \
+      || fail "node-$i: installed profiler plugin differs from the build"
+  done
 }
 
 c4_install_c4_host() {
@@ -322,13 +331,6 @@ all_running() {
         -o jsonpath='{range .items[*]}{.status.phase}{"\n"}{end}' | grep -c '^Running$') == "$C4_NODES" ]]
 }
 wait_until 90 "$C4_NODES node plugin pods Running" all_running
-for ((i = 0; i < C4_NODES; i++)); do
-  wait_until 30 "plugin installed on node-$i" \
-    test -s "$CLUSTER/nodes/node-$i/root/opt/c4/lib/libnccl-net-c4.so"
-  cmp -s "$PLUGIN_SO" "$CLUSTER/nodes/node-$i/root/opt/c4/lib/libnccl-net-c4.so" \
-    || fail "node-$i: installed plugin differs from the build"
-  cmp -s "$PROFILER_SO" "$CLUSTER/nodes/node-$i/root/opt/c4/lib/libnccl-profiler-c4.so" \
-    || fail "node-$i: installed profiler plugin differs from the build"
-done
+c4_expect_plugins_installed
 echo "node plugins: $C4_NODES Running, the NCCL net and profiler plugins installed on every node"
 }
