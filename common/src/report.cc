@@ -20,40 +20,48 @@ using json = nlohmann::json;
 // The schema nests at most 5 levels (batch > reports > connections > subflows > object).
 constexpr std::size_t kMaxDepth = 8;
 
+// The most values and keys one document may hold in the DOM. A DOM value costs 16 bytes and more
+// (a map node and its key for an object member), while its CBOR encoding may be one byte: without
+// a bound, a 64 MiB body of one-byte items builds several GiB. Valid CBOR never builds a DOM (the
+// streaming decoder takes it); JSON does, and 2 Mi items hold thousands of full rank reports
+// (a batch's usual size is a few hundred). Worst case per document: ~200 MiB, freed at once.
+constexpr std::size_t kMaxDomItems = std::size_t{2} << 20;
+
 Error invalid(const std::string& path, const std::string& what) {
   return Error{ErrorCode::kInvalidArgument, path + ": " + what};
 }
 
-// ---- Depth-limited DOM building (nlohmann's binary readers recurse per nesting level) ---------
+// ---- Bounded DOM building: depth (nlohmann's binary readers recurse per nesting level) and
+// items (memory) ---------------------------------------------------------------------------------
 
-class DepthLimitedSax {
+class BoundedSax {
  public:
-  explicit DepthLimitedSax(json& root) : dom_(root, false) {}
+  explicit BoundedSax(json& root) : dom_(root, false) {}
 
-  bool null() { return dom_.null(); }
-  bool boolean(bool v) { return dom_.boolean(v); }
-  bool number_integer(json::number_integer_t v) { return dom_.number_integer(v); }
-  bool number_unsigned(json::number_unsigned_t v) { return dom_.number_unsigned(v); }
+  bool null() { return item() && dom_.null(); }
+  bool boolean(bool v) { return item() && dom_.boolean(v); }
+  bool number_integer(json::number_integer_t v) { return item() && dom_.number_integer(v); }
+  bool number_unsigned(json::number_unsigned_t v) { return item() && dom_.number_unsigned(v); }
   bool number_float(json::number_float_t v, const std::string& s) {
-    return dom_.number_float(v, s);
+    return item() && dom_.number_float(v, s);
   }
-  bool string(std::string& v) { return dom_.string(v); }
+  bool string(std::string& v) { return item() && dom_.string(v); }
   bool binary(json::binary_t& /*v*/) {
     error_ = "binary values are not part of the schema";
     return false;
   }
   bool start_object(std::size_t n) {
     if (++depth_ > kMaxDepth) return tooDeep();
-    return dom_.start_object(n);
+    return item() && dom_.start_object(n);
   }
-  bool key(std::string& k) { return dom_.key(k); }
+  bool key(std::string& k) { return item() && dom_.key(k); }
   bool end_object() {
     --depth_;
     return dom_.end_object();
   }
   bool start_array(std::size_t n) {
     if (++depth_ > kMaxDepth) return tooDeep();
-    return dom_.start_array(n);
+    return item() && dom_.start_array(n);
   }
   bool end_array() {
     --depth_;
@@ -70,8 +78,14 @@ class DepthLimitedSax {
     error_ = "nesting deeper than " + std::to_string(kMaxDepth) + " levels";
     return false;
   }
+  bool item() {
+    if (++items_ <= kMaxDomItems) return true;
+    error_ = "more than " + std::to_string(kMaxDomItems) + " values and keys";
+    return false;
+  }
   nlohmann::detail::json_sax_dom_parser<json> dom_;
   std::size_t depth_ = 0;
+  std::size_t items_ = 0;
   std::string error_;
 };
 
@@ -85,7 +99,7 @@ Result<json> parseCbor(std::span<const std::uint8_t> bytes, std::size_t max_byte
                          " bytes exceeds the limit of " + std::to_string(max_bytes));
   }
   json root;
-  DepthLimitedSax sax(root);
+  BoundedSax sax(root);
   bool ok = false;
   try {
     ok = json::sax_parse(bytes.begin(), bytes.end(), &sax, json::input_format_t::cbor, true);
@@ -107,7 +121,7 @@ Result<json> parseJson(std::string_view text, std::size_t max_bytes, const char*
                          " bytes exceeds the limit of " + std::to_string(max_bytes));
   }
   json root;
-  DepthLimitedSax sax(root);
+  BoundedSax sax(root);
   bool ok = false;
   try {
     ok = json::sax_parse(text.begin(), text.end(), &sax, json::input_format_t::json, true);

@@ -329,6 +329,33 @@ TEST(ReportTest, DeepNestingIsRejectedWithoutRecursion) {
   ASSERT_FALSE(r2.has_value());
 }
 
+TEST(ReportTest, ABodyOfTinyItemsIsRefusedBeforeItBuildsAHugeDom) {
+  // {"reports": [null, null, ...]}: 3 Mi one-byte items in 3 MiB, far under the 64 MiB body
+  // limit. Not the schema, so the streaming decoder refuses it and the DOM decoder diagnoses it;
+  // that decoder stops at its item bound instead of building every value (16+ bytes each).
+  std::vector<std::uint8_t> body = {0xA1, 0x67, 'r', 'e', 'p', 'o', 'r', 't', 's', 0x9F};
+  body.insert(body.end(), std::size_t{3} << 20, 0xF6);
+  body.push_back(0xFF);
+  auto r = decodeNodeReportCbor(body);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.error().message.find("more than 2097152 values and keys"), std::string::npos)
+      << r.error().message;
+  // The same bound for JSON, which always builds a DOM.
+  std::string text = "{\"reports\":[";
+  for (std::size_t i = 0; i < (std::size_t{3} << 20); ++i) text += "0,";
+  text += "0]}";
+  auto j = decodeNodeReportJson(text);
+  ASSERT_FALSE(j.has_value());
+  EXPECT_NE(j.error().message.find("more than 2097152 values and keys"), std::string::npos)
+      << j.error().message;
+  // Under the bound, the diagnostic still names the field.
+  std::vector<std::uint8_t> small = {0xA1, 0x67, 'r', 'e',  'p',  'o',
+                                     'r',  't',  's', 0x9F, 0xF6, 0xFF};
+  auto s = decodeNodeReportCbor(small);
+  ASSERT_FALSE(s.has_value());
+  EXPECT_EQ(s.error().message.find("values and keys"), std::string::npos) << s.error().message;
+}
+
 TEST(ReportTest, NodeReportRejectsNestedRankReportOfOtherKind) {
   json j = json::parse(*encodeJson(sampleNodeReport()));
   j["reports"][0]["kind"] = "ProgressNotice";
