@@ -170,12 +170,13 @@ std::size_t ReportStore::apply(const report::NodeReport& batch,
       if (const auto* progress = std::get_if<report::ProgressNotice>(&n)) {
         RankRecord& rank = job->ranks[id.rank];
         if (rank.reports_total == 0 && rank.identity.rank < 0) rank.identity = id;
-        if (!rank.progress || rank.progress->time_unix_ns <= progress->time_unix_ns) {
-          rank.progress = *progress;
-        }
-        if (!job->progress || job->progress->time_unix_ns <= progress->time_unix_ns) {
-          job->progress = *progress;
-        }
+        // Arrival orders notices, and the operator's clock times them: a sender's clock (maybe
+        // skewed, maybe forged) would otherwise decide which state wins, and a "checkpointing"
+        // stamped in the future would keep C4D's hang rules off until that time.
+        report::ProgressNotice received_notice = *progress;
+        received_notice.time_unix_ns = toUnixNanos(received);
+        rank.progress = received_notice;
+        job->progress = std::move(received_notice);
       } else if (const auto* anomaly = std::get_if<report::AnomalyNotice>(&n)) {
         job->anomalies.push_back(*anomaly);
         while (job->anomalies.size() > config_.max_anomalies_per_job) job->anomalies.pop_front();

@@ -13,9 +13,10 @@
 //                           latency summaries, subflows) with the report seq and sender time;
 //                           a connection absent from the last `history` reports is forgotten;
 //                           at most `max_connections_per_rank`
-//       progress            the newest ProgressNotice
+//       progress            the last ProgressNotice received, its time the operator's receive
+//                           time (arrival orders notices: sender clocks order nothing)
 //     anomalies             the last `max_anomalies_per_job` AnomalyNotices, oldest first
-//     progress              the newest ProgressNotice of any rank
+//     progress              the last ProgressNotice received from any rank (time as above)
 //     checkpoint            the newest step every rank 0..world_size-1 has reported (see below)
 //   node "<name>"           latest NodeHealth, last batch time and seq, batches, counters of
 //                           messages the node plugin dropped/rejected and of reports the operator

@@ -189,6 +189,39 @@ TEST_F(ReportStoreTest, AnomaliesAndNodesAreBounded) {
   EXPECT_FALSE(store_.node("node-0"));
 }
 
+// Sender clocks order nothing: the last notice received is the rank's state, timed by the
+// operator's clock. A "checkpointing" stamped an hour ahead (a skewed or forged clock) neither
+// outranks the "training" that follows it nor keeps a pause alive until its stamp.
+TEST_F(ReportStoreTest, ProgressIsOrderedByArrivalAndTimedByTheOperator) {
+  auto notice = [&](report::ProgressState state, std::int64_t stamp) {
+    report::ProgressNotice p;
+    p.id = identity("ns1", "job", 1, "node-a");
+    p.time_unix_ns = stamp;
+    p.step = 40;
+    p.state = state;
+    auto batch = nodeReport("node-a", 1, kT0);
+    batch.notices.push_back(p);
+    store_.apply(batch, facts(), now(), 0);
+  };
+  clock_.setWall(fromUnixNanos(kT0));
+  const std::int64_t hourAhead = kT0 + 3600LL * 1'000'000'000;
+  notice(report::ProgressState::kCheckpointing, hourAhead);
+  store_.readJob("ns1", "job", [&](const JobRecord& job) {
+    ASSERT_TRUE(job.ranks.at(1).progress);
+    EXPECT_EQ(job.ranks.at(1).progress->state, report::ProgressState::kCheckpointing);
+    EXPECT_EQ(job.ranks.at(1).progress->time_unix_ns, kT0) << "the pause ages from its receipt";
+    ASSERT_TRUE(job.progress);
+    EXPECT_EQ(job.progress->time_unix_ns, kT0);
+  });
+  clock_.advance(std::chrono::seconds{2});
+  notice(report::ProgressState::kTraining, kT0);  // stamped before the future one
+  store_.readJob("ns1", "job", [&](const JobRecord& job) {
+    EXPECT_EQ(job.ranks.at(1).progress->state, report::ProgressState::kTraining);
+    EXPECT_EQ(job.ranks.at(1).progress->time_unix_ns, kT0 + 2'000'000'000);
+    EXPECT_EQ(job.progress->state, report::ProgressState::kTraining);
+  });
+}
+
 TEST_F(ReportStoreTest, NodeRecordKeepsTheLatestHealthAndCounters) {
   auto batch = nodeReport("node-a", 7, kT0);
   batch.dropped_messages = 3;
