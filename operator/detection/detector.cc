@@ -536,18 +536,21 @@ void Detector::act(const std::string& key, const Json& job, JobState& state, con
                                {"evidence", v.evidence.message}});
   events_.record(job, "Warning", "FaultDetected", message);
 
-  // The node's history: only a node the evidence names (a link implicates both ends weakly,
-  // a crash without node evidence implicates nobody).
+  // The node's Event and history: only a node the evidence names (a link implicates both ends
+  // weakly, a crash without node evidence implicates nobody). The history, which makes a node a
+  // repeat offender (relaxed thresholds later), is written only for a verdict C4 acts on: a dry
+  // run or an Event-only verdict reports and leaves the Node as it is.
   const bool node_culprit =
       v.culprit.kind != c4d::CulpritKind::kLink &&
       (v.fault_class != c4d::FaultClass::kCrash || v.node_evidence || v.repeat_offender);
+  const bool acted_on = !dry_run && action != c4d::Action::kEventOnly;
   if (node_culprit) {
     for (const auto& n : nodes) {
       auto node = nodes_.store().get(n);
       if (!node) continue;
       events_.record(*node, "Warning", "FaultSuspected",
                      "TrainingJob " + key + ": " + fault_class + ": " + v.evidence.message);
-      recordNodeFault(n, {now, fault_class, key});
+      if (acted_on) recordNodeFault(n, {now, fault_class, key});
     }
   }
   if (dry_run) return;

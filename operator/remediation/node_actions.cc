@@ -185,6 +185,7 @@ Result<Json> NodeRemediator::readNode(const std::string& name, bool fresh) {
 }
 
 Status NodeRemediator::recordFault(const std::string& node_name, const NodeFaultRecord& record) {
+  if (config_.dry_run) return okStatus();  // operator-wide dry run: decide and report only
   return retryOnConflict([&](int attempt) -> Status {
     C4_ASSIGN_OR_RETURN(Json node, readNode(node_name, attempt > 1));
     // Without a resourceVersion the patch would be unconditional: read one from the server.

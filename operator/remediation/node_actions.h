@@ -90,8 +90,9 @@ class NodeRemediator {
   Result<UncordonOutcome> uncordon(const std::string& node);
 
   // Appends `record` to the node's c4.dev/fault-history (bounded by max_fault_history) with
-  // optimistic concurrency (see the top of this header). Bookkeeping, not an action: written in
-  // dry runs too. kNotFound when the node does not exist.
+  // optimistic concurrency (see the top of this header). The history makes a node a repeat
+  // offender, so it is an action: nothing is written in an operator-wide dry run (and C4D asks
+  // only for verdicts it acts on). kNotFound when the node does not exist.
   Status recordFault(const std::string& node, const NodeFaultRecord& record);
 
   // The cordons recorded in the breaker's window (node names), read from the cluster.

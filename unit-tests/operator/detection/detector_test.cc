@@ -316,6 +316,10 @@ TEST_F(DetectorTest, DryRunReportsButDiagnosesNothing) {
   ASSERT_EQ(detected.size(), 1u);
   EXPECT_NE(detected[0]["message"].get<std::string>().find("dry run"), std::string::npos);
   EXPECT_TRUE(enqueued_.empty());
+  // Reported on the node too, but its history is not written: a dry run changes no Node.
+  const std::string culprit = SyntheticJob::nodeName(synth_->nodeOfRank(1));
+  EXPECT_EQ(eventsWithReason("FaultSuspected").size(), 1u);
+  EXPECT_TRUE(faultHistoryOf(*client_.peek(resources::nodes(), "", culprit)).empty());
 }
 
 // A straggler restarts the job only when the slowdown costs more than a restart: over a
@@ -356,6 +360,10 @@ TEST_F(DetectorTest, AStragglerRestartsTheJobOnlyWhenTheSlowdownCostsMoreThanARe
                   m.find("action eventOnly") != std::string::npos;
   }
   EXPECT_TRUE(event_only) << "the straggler is reported as an Event";
+  // An Event-only verdict writes no fault history (the long-horizon run, which acted, did).
+  EXPECT_TRUE(faultHistoryOf(*client_.peek(resources::nodes(), "",
+                                           SyntheticJob::nodeName(synth_->nodeOfRank(1))))
+                  .empty());
 }
 
 // A slow link is first handed to C4P (a re-plan around it, no restart). Still slow after

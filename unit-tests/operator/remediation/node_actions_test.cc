@@ -188,6 +188,11 @@ TEST(NodeActionsTest, DryRunDecidesButDoesNotAct) {
   EXPECT_EQ(n["spec"]["unschedulable"], false);
   EXPECT_EQ(annotationOf(n, "c4.dev/cordoned-by"), "");
   EXPECT_EQ(f.eventReasons(), std::vector<std::string>{"CordonDryRun"});
+  // Nor a fault history: it would make the node a repeat offender.
+  const WallTime t0{std::chrono::seconds{1'800'000'000}};
+  ASSERT_TRUE(r.recordFault("node-0", {t0, "commHang", "team/a"}));
+  EXPECT_TRUE(faultHistoryOf(f.get("node-0")).empty());
+  EXPECT_TRUE(f.api.patches().empty()) << "a dry run patched a Node";
 }
 
 TEST(NodeActionsTest, MissingNodeIsAnErrorAndChangesNothing) {
