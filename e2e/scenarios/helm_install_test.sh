@@ -67,6 +67,7 @@ image:
   registry: ""
 operator:
   podAnnotations: {c4.dev/runner: process}
+  debugReports: true
   affinity:
     podAntiAffinity:
       requiredDuringSchedulingIgnoredDuringExecution:

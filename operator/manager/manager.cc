@@ -233,6 +233,10 @@ Status Manager::build(const KubeConfig& kube_config) {
     return HttpReply{503, "text/plain", "caches not synced\n"};
   });
   server_.handle("/debug/reports", [this](const HttpRequest& request) {
+    if (!options_.debug_reports) {
+      return HttpReply{404, "text/plain",
+                       "/debug/reports is off: start the operator with --debug-reports\n"};
+    }
     if (!ingest_) return HttpReply{404, "text/plain", "the report endpoint is disabled\n"};
     Json summary = ingest_->store().summary(request.param("namespace"), request.param("job"),
                                             request.param("connections") == "1");

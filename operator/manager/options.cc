@@ -85,6 +85,10 @@ const std::vector<Option>& optionTable() {
        C4_STR(metrics_address)},
       {"metrics-port", "listen port (default 8080; 0 = any)",
        C4_INT(metrics_port, "metrics-port", 0)},
+      {"debug-reports",
+       "serve GET /debug/reports (the report store) on the unauthenticated metrics port "
+       "(default false)",
+       C4_BOOL(debug_reports, "debug-reports")},
       {"leader-elect", "use a Lease for leader election (default true)",
        C4_BOOL(leader_elect, "leader-elect")},
       {"lease-namespace", "namespace of the Lease (default c4-system)", C4_STR(lease_namespace)},
@@ -248,9 +252,11 @@ Status applyOptionsYaml(OperatorOptions& options, const std::string& yaml_text) 
 
 Result<OperatorOptions> parseOperatorOptions(const std::vector<std::string>& args) {
   OperatorOptions options;
-  // Boolean flags may stand alone: --leader-elect, --dry-run, --traffic-planning.
+  // Boolean flags may stand alone: --leader-elect, --dry-run, --traffic-planning,
+  // --debug-reports.
   auto boolean = [](std::string_view name) {
-    return name == "leader-elect" || name == "dry-run" || name == "traffic-planning";
+    return name == "leader-elect" || name == "dry-run" || name == "traffic-planning" ||
+           name == "debug-reports";
   };
   C4_ASSIGN_OR_RETURN(flags::CommandLine cl, flags::tokenize(args, knownOption, boolean));
   options.show_help = cl.help;

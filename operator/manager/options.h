@@ -23,6 +23,9 @@ struct OperatorOptions {
   int kube_api_burst = 100;
   std::string metrics_address = "0.0.0.0";
   int metrics_port = 8080;
+  // GET /debug/reports on the metrics port: the report store's contents (which jobs run where,
+  // their ranks' traffic). The metrics port has no authentication, so it is off unless asked for.
+  bool debug_reports = false;
   bool leader_elect = true;
   std::string lease_namespace = "c4-system";
   std::string lease_name = "c4-operator";

@@ -39,13 +39,19 @@ class IngestIntegrationTest : public NamespacedTest {
       auto created = client_->create(serviceAccounts(), ns_, object);
       ASSERT_TRUE(created) << created.error().toString();
     }
-    auto options = parseOperatorOptions(
-        {"--kubeconfig=" + testenvDir() + "/kubeconfig", "--namespace=" + ns_,
-         "--leader-elect=false", "--metrics-address=127.0.0.1", "--metrics-port=0",
-         "--report-bind-address=127.0.0.1:0", "--tls-cert-file=" + (dir_ / "tls.crt").string(),
-         "--tls-key-file=" + (dir_ / "tls.key").string(),
-         "--report-serviceaccount=" + ns_ + "/" + kPluginSa, "--status-batch-period=0",
-         "--log-level=warn"});
+    std::vector<std::string> args = {"--kubeconfig=" + testenvDir() + "/kubeconfig",
+                                     "--namespace=" + ns_,
+                                     "--leader-elect=false",
+                                     "--metrics-address=127.0.0.1",
+                                     "--metrics-port=0",
+                                     "--report-bind-address=127.0.0.1:0",
+                                     "--tls-cert-file=" + (dir_ / "tls.crt").string(),
+                                     "--tls-key-file=" + (dir_ / "tls.key").string(),
+                                     "--report-serviceaccount=" + ns_ + "/" + kPluginSa,
+                                     "--status-batch-period=0",
+                                     "--log-level=warn"};
+    if (debug_reports_) args.emplace_back("--debug-reports");
+    auto options = parseOperatorOptions(args);
     ASSERT_TRUE(options) << options.error().toString();
     auto manager = Manager::create(*options, realClock(), ManagerHooks{});
     ASSERT_TRUE(manager) << manager.error().toString();
@@ -147,6 +153,7 @@ class IngestIntegrationTest : public NamespacedTest {
   ingest::ReportStore& store() { return manager_->reportIngest()->store(); }
   std::string state() { return store().summary("", "").dump(); }
 
+  bool debug_reports_ = false;  // set before SetUp: --debug-reports
   fs::path dir_;
   std::unique_ptr<Manager> manager_;
   std::thread runner_;
@@ -231,7 +238,25 @@ TEST_F(IngestIntegrationTest, OnlyTheNodePluginOfTheBatchesNodeMayReport) {
   EXPECT_EQ(state(), before);
 }
 
-TEST_F(IngestIntegrationTest, CheckpointsOfEveryRankLandInLastCheckpoint) {
+// The store says which jobs run where: without --debug-reports the unauthenticated metrics port
+// does not serve it (and says how to turn it on).
+TEST_F(IngestIntegrationTest, TheReportStoreIsNotServedUnlessAskedFor) {
+  httplib::Client metrics("127.0.0.1", manager_->metricsPort());
+  auto debug = metrics.Get(("/debug/reports?namespace=" + ns_).c_str());
+  ASSERT_TRUE(debug);
+  EXPECT_EQ(debug->status, 404);
+  EXPECT_NE(debug->body.find("--debug-reports"), std::string::npos) << debug->body;
+  auto health = metrics.Get("/healthz");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+}
+
+class IngestDebugIntegrationTest : public IngestIntegrationTest {
+ protected:
+  IngestDebugIntegrationTest() { debug_reports_ = true; }
+};
+
+TEST_F(IngestDebugIntegrationTest, CheckpointsOfEveryRankLandInLastCheckpoint) {
   const std::string job = "ckpt";
   auto created = client_->create(resources::trainingJobs(), ns_, trainingJob(ns_, job, 2));
   ASSERT_TRUE(created) << created.error().toString();

@@ -179,6 +179,7 @@ c4_install_c4_chart() {
   python3 - "$values" "$NS" "${C4_E2E_NO_DETECTION:-}" "$@" <<'PY' || fail "chart values"
 import sys, yaml
 path, ns, no_detection, *args = sys.argv[1:]
+args.insert(0, "--debug-reports")  # the scenarios read the leader's report store
 if no_detection:  # the report endpoint (and with it C4D) off; the last flag wins
     args.append("--report-bind-address=0")
 yaml.safe_dump({
@@ -269,7 +270,7 @@ report_args=(--report-bind-address "127.0.0.1:$REPORT_PORT" --tls-cert-file "$WO
              --report-serviceaccount "$SYS/c4-node-plugin")
 [[ -z ${C4_E2E_NO_DETECTION:-} ]] || report_args=(--report-bind-address 0)
 "$OPERATOR" --kubeconfig "$KUBECONFIG" --namespace "$NS" --leader-elect=false \
-  --metrics-address 127.0.0.1 --metrics-port 0 "$@" "${report_args[@]}" \
+  --metrics-address 127.0.0.1 --metrics-port 0 --debug-reports "$@" "${report_args[@]}" \
   >"$WORK/operator.log" 2>&1 &
 OP_PID=$!
 wait_until 30 "operator metrics port" grep -qE 'metricsPort=[1-9]' "$WORK/operator.log"

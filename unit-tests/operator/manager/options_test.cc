@@ -16,6 +16,10 @@ TEST(OptionsTest, FlagsParseWithDefaults) {
   EXPECT_TRUE(o->node_actions.dry_run);
   EXPECT_EQ(o->watch_namespace, "team");
   EXPECT_EQ(o->metrics_port, 8080);
+  EXPECT_FALSE(o->debug_reports) << "the report store is not served unless asked for";
+  auto debug = parseOperatorOptions({"--debug-reports"});
+  ASSERT_TRUE(debug) << debug.error().toString();
+  EXPECT_TRUE(debug->debug_reports);
 }
 
 TEST(OptionsTest, TrafficPlanningIsOffUnlessAskedFor) {
