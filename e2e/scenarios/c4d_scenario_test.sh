@@ -54,7 +54,7 @@ NODES=${C4_E2E_NODES:-6}
 STEPS=${C4_E2E_STEPS:-450}
 STATE=256K
 # The slow link needs traffic that fills a 10% link: 2 MiB of state (3.5 MiB per ring edge and
-# step, 256 KiB frames, above the shaper's 64 KiB burst) instead of 256 KiB.
+# step, 256 KiB frames, above the shaper's 128 KiB burst) instead of 256 KiB.
 [[ $MODE == slowlink ]] && STATE=2M STEPS=${C4_E2E_STEPS:-250}
 [[ $MODE == healthy ]] && STEPS=${C4_E2E_STEPS:-1800}
 CONTROL=""

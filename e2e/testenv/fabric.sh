@@ -106,7 +106,12 @@ have_netem() {
 shape() {
   local ns=$1 dev=$2 rate=$3 delay=${4:-} loss=${5:-} bps burst
   bps=$(rate_bps "$rate") || exit 1
-  burst=$((bps / 8 / 250)); ((burst >= 65536)) || burst=65536
+  # Burst: 4 ms at the rate, and never under 128 KiB. tbf sends a packet only once the bucket
+  # holds all of it, and a rate change keeps the packets already queued: a GSO packet (up to
+  # 64 KiB of payload plus its segments' headers, ~68 KB) queued under a larger burst never
+  # leaves a bucket smaller than itself, and the link stalls for good (seen when a 1 Gbit/s link
+  # with flows on it was cut to 100 Mbit/s with a 64 KiB burst). Two GSO packets always fit.
+  burst=$((bps / 8 / 250)); ((burst >= 131072)) || burst=131072
   in_ns "$ns" tc qdisc replace dev "$dev" root handle 1: tbf rate "$bps"bit burst "$burst" \
     latency 20ms
   if [[ -n $delay && $delay != 0 && $delay != 0ms ]]; then

@@ -7,7 +7,7 @@
 #  4. taking a leaf-spine link down converges routing: a flow pinned to that spine takes the next
 #     live spine in both directions, a leaf pair with no live spine gets a blackhole; up restores
 #     the pinned path; a gray failure (link up, 100 % loss) blackholes the flows pinned to it only;
-#  5. a rate cut on one link applies; 6. hash mode (fib_multipath_hash_policy=1) spreads source
+#  5. a rate cut on one link applies, and a cut under load never stalls the link; 6. hash mode (fib_multipath_hash_policy=1) spreads source
 #     ports over both spines; 7. loss injection is visible as drops on that link;
 #  8. delay uses netem where the kernel has it and is refused clearly otherwise;
 #  9. the host namespace gets no fabric address or route;
@@ -149,6 +149,38 @@ b=$(flow node-0 node-1 5201 40013 4)
 echo "leaf-0:spine-1 cut to 40mbit: odd port $b Mbit/s"
 within "$b" 40 10 || fail "rate cut not applied"
 "$FABRIC" link --dir "$DIR" leaf-0:spine-1 set
+
+# 5b. a rate cut under load keeps the link moving. node-0 -> node-2 stays on leaf-0, and with
+# node-0's link at 1 Gbit/s and node-2's at 2 Gbit/s the data queues at node-0's egress under a
+# large burst, where GSO packets (up to ~68 KB) wait whole. Cut to 100 Mbit/s while the flow
+# runs, the link must keep moving: tbf never sends a queued packet larger than its new bucket,
+# so a burst below a GSO packet's size stalls the link for good and the flow never ends.
+setsid "$FABRIC" exec --dir "$DIR" node-2 python3 "$FLOW" server --bind "$(ip_of node-2)" \
+  --port 5203 >"$DIR/server-node-2-5203.log" 2>&1 &
+disown
+sleep 0.3
+"$FABRIC" link --dir "$DIR" node-2 set --rate 2gbit
+"$FABRIC" link --dir "$DIR" node-0 set --rate 1gbit
+(flow node-0 node-2 5203 40014 4 >"$DIR/cut-under-load.out") &
+cut_pid=$!
+sleep 1.5
+backlog=$(ip netns exec "$("$FABRIC" ns --dir "$DIR" node-0)" tc -s qdisc show dev eth0 |
+  sed -n 's/.*backlog \([0-9]*\)b.*/\1/p' | head -1)
+"$FABRIC" link --dir "$DIR" node-0 set --rate 100mbit
+for ((i = 0; i < 150; i++)); do [[ -s $DIR/cut-under-load.out ]] && break; sleep 0.1; done
+[[ -s $DIR/cut-under-load.out ]] || {
+  kill "$cut_pid" 2>/dev/null || true
+  fail "a flow stalled for good when its link was cut from 1gbit to 100mbit under load" \
+    "(backlog at the cut: ${backlog:-?} B)"
+}
+wait "$cut_pid" || true
+c=$(cat "$DIR/cut-under-load.out")
+echo "node-0 cut from 1gbit to 100mbit under load (backlog at the cut ${backlog:-?} B):" \
+  "the flow finished at $c Mbit/s"
+python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) > 0 else 1)' "$c" \
+  || fail "the flow cut under load did not finish (flow.py prints 0 when its link stalls)"
+"$FABRIC" link --dir "$DIR" node-0 set
+"$FABRIC" link --dir "$DIR" node-2 set
 
 # 6. hash mode: L4 multipath hashing; many ports spread over both spines.
 "$FABRIC" path-mode --dir "$DIR" hash
