@@ -197,6 +197,11 @@ std::shared_ptr<const Plan> PlanWatcher::current() const {
   return plan_;
 }
 
+std::string PlanWatcher::unusable() const {
+  std::lock_guard lock(mu_);
+  return plan_ ? std::string{} : load_error_;
+}
+
 bool PlanWatcher::poll() {
   static const Logger log("nccl-net-c4");
   if (path_.empty()) return false;
@@ -207,6 +212,7 @@ bool PlanWatcher::poll() {
     warning = errnoError("plan file " + path_, errno).toString();
     std::lock_guard lock(mu_);
     statted_ = false;
+    load_error_.clear();  // not there (yet): a plan may still come
   } else {
     std::lock_guard lock(mu_);
     changed = !statted_ || st.st_mtim.tv_sec != mtime_.tv_sec ||
@@ -221,6 +227,8 @@ bool PlanWatcher::poll() {
     auto plan = loadPlanFile(path_);
     if (!plan) {
       warning = plan.error().toString();
+      std::lock_guard lock(mu_);
+      load_error_ = warning;
     } else {
       auto shared = std::make_shared<const Plan>(std::move(*plan));
       std::lock_guard lock(mu_);
@@ -228,6 +236,7 @@ bool PlanWatcher::poll() {
       plan_ = shared;
       applied = true;
       last_warning_.clear();
+      load_error_.clear();
       log.info(sameVersion ? "plan reloaded (same version)" : "plan applied",
                {{"file", path_}, {"version", shared->version}, {"pairs", shared->pairs.size()}});
     }

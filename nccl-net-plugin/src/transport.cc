@@ -1007,12 +1007,15 @@ Result<CommBase*> Context::connect(int dev, void* handle) {
     // An Enforce job's pod may start before the operator has planned its placement: a
     // connection to another node waits (up to C4_PLAN_WAIT_MS) for a plan that includes this
     // node, since its source ports are chosen now and stay for the connection's life. A pair
-    // that plan leaves out (a flow the planner does not plan) connects unplanned at once.
+    // that plan leaves out (a flow the planner does not plan) connects unplanned at once, and
+    // so does every pair while the plan file exists but cannot be read (garbage is not a plan
+    // still to come: waiting would only cost the job; the watcher has said so).
     if (config_.plan_wait_ms > 0 && !config_.plan_file.empty() &&
         h.node_hash != nodeHash(config_.node)) {
       auto current = plan_.current();
-      const bool covered = current && (current->find(config_.node, h.node_hash) != nullptr ||
-                                       current->mentions(config_.node));
+      const bool covered = (current && (current->find(config_.node, h.node_hash) != nullptr ||
+                                        current->mentions(config_.node))) ||
+                           (!current && !plan_.unusable().empty());
       const std::int64_t now = nanos(*clock_);
       std::lock_guard lock(mu_);
       if (!covered) {

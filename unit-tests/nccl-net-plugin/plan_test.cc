@@ -50,9 +50,11 @@ TEST_F(PlanFileTest, MissingOrInvalidPlanWarnsOnceAndFallsBack) {
   PlanWatcher w(file);
   EXPECT_FALSE(w.poll());
   EXPECT_FALSE(w.poll());
+  EXPECT_EQ(w.unusable(), "") << "a missing file is a plan still to come";
   write("{broken");
   EXPECT_FALSE(w.poll());
   EXPECT_EQ(w.current(), nullptr);
+  EXPECT_NE(w.unusable(), "") << "garbage is not a plan still to come";
   int warnings = 0;
   for (const auto& r : sink->records()) warnings += r.level == LogLevel::kWarn ? 1 : 0;
   EXPECT_EQ(warnings, 2);  // one for "missing", one for "invalid": not one per poll
@@ -60,9 +62,11 @@ TEST_F(PlanFileTest, MissingOrInvalidPlanWarnsOnceAndFallsBack) {
   EXPECT_TRUE(w.poll());
   ASSERT_NE(w.current(), nullptr);
   EXPECT_EQ(w.current()->version, 9);
+  EXPECT_EQ(w.unusable(), "");
   write("{broken again");
   EXPECT_FALSE(w.poll());
   EXPECT_EQ(w.current()->version, 9);  // the last valid plan stays
+  EXPECT_EQ(w.unusable(), "") << "a plan is held";
   setLogSink(std::make_shared<StderrLogSink>());
 }
 
@@ -191,6 +195,33 @@ TEST_F(PlanFileTest, WithoutItsPlanAConnectionGoesUnplannedAfterThePlanWait) {
   Pair same = connectPair(*a, *local);
   ASSERT_NE(same.send, nullptr);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(200));
+}
+
+// A plan file that exists but will not parse (a ConfigMap replaced with garbage) is no plan
+// still to come: connections do not wait C4_PLAN_WAIT_MS for it (an attempt that waited out its
+// bootstrap deadline failed and counted against the job's restarts); they connect on the default
+// spread at once, and the watcher says why.
+TEST_F(PlanFileTest, AnUnreadablePlanFileHoldsNoConnection) {
+  auto sink = std::make_shared<CaptureLogSink>();
+  setLogSink(sink);
+  write("{not a plan");
+  auto cfgA = baseConfig("node-a", 0);
+  cfgA.plan_file = file;
+  cfgA.plan_wait_ms = 20000;
+  auto a = makeContext(cfgA);
+  auto b = makeContext(baseConfig("node-b", 1));
+  const auto start = std::chrono::steady_clock::now();
+  Pair p = connectPair(*a, *b);
+  ASSERT_NE(p.send, nullptr);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10))
+      << "the connection waited for a plan that cannot come";
+  EXPECT_EQ(subflowLocalPorts(p.send).size(), static_cast<std::size_t>(cfgA.subflows));
+  bool said = false;
+  for (const auto& r : sink->records()) {
+    said = said || r.message.find("using the default spread") != std::string::npos;
+  }
+  EXPECT_TRUE(said);
+  setLogSink(std::make_shared<StderrLogSink>());
 }
 
 TEST_F(PlanFileTest, UnplannedPairUsesDefaultSpread) {

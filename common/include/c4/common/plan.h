@@ -70,6 +70,9 @@ class PlanWatcher {
   // one warning per distinct problem and keeps the previous plan (or none).
   bool poll();
   [[nodiscard]] std::shared_ptr<const Plan> current() const;
+  // Why the file is unusable, when it exists but its last load failed and no plan is held (a
+  // plan that will not parse, not one still to come): nothing to wait for. Empty otherwise.
+  [[nodiscard]] std::string unusable() const;
   [[nodiscard]] const std::string& path() const { return path_; }
 
  private:
@@ -81,6 +84,7 @@ class PlanWatcher {
   off_t size_ = -1;
   ino_t inode_ = 0;
   std::string last_warning_;
+  std::string load_error_;  // the existing file's last load error; empty after a good load
 };
 
 }  // namespace c4
