@@ -201,7 +201,10 @@ Json buildPod(const Json& job, const TrainingJobSpec& spec, std::int64_t index,
     setEnv(container, "C4_RESTART_ATTEMPT", std::to_string(attempt));
     if (!spec.checkpoint_dir.empty()) setEnv(container, "C4_CHECKPOINT_DIR", spec.checkpoint_dir);
     if (resume_step) setEnv(container, "C4_RESUME_STEP", std::to_string(*resume_step));
-    addVolumeMount(container, "c4-agent", settings.agent_socket_dir, false);
+    // Read-only: sending to the node plugin's socket needs no write access to its directory
+    // (a socket on a read-only mount still takes datagrams), and the pod must not be able to
+    // unlink or replace the socket, or bind one of its own there for other pods to reach.
+    addVolumeMount(container, "c4-agent", settings.agent_socket_dir, true);
     addVolumeMount(container, "c4-plugin", settings.plugin_mount_dir, true);
     addVolumeMount(container, "c4-plan", settings.plan_mount_dir, true);
   }

@@ -179,6 +179,12 @@ TEST(BuildPodTest, InjectsTheEnvironmentContractLabelsOwnersAndVolumes) {
   }
   EXPECT_EQ(pod["spec"]["volumes"][0]["hostPath"]["path"], "/var/run/c4");
   EXPECT_EQ(pod["spec"]["containers"][0]["volumeMounts"].size(), 3u);
+  // Every C4 mount is read-only in the training container: it sends datagrams to the node
+  // plugin's socket (a socket on a read-only mount still takes them) but cannot unlink, replace
+  // or impersonate it, nor change the plugin or the plan.
+  for (const auto& m : pod["spec"]["containers"][0]["volumeMounts"]) {
+    EXPECT_EQ(m["readOnly"], true) << m.dump();
+  }
 
   Json fresh = buildPod(job, *parseTrainingJobSpec(job), 0, 0, std::nullopt, PodSettings{});
   EXPECT_EQ(envOf(fresh, "C4_RESUME_STEP"), "<unset>") << "only when known";
