@@ -70,6 +70,14 @@ TEST_F(PlanFileTest, MissingOrInvalidPlanWarnsOnceAndFallsBack) {
   setLogSink(std::make_shared<StderrLogSink>());
 }
 
+// Whether a record's message contains `text`.
+bool logged(const CaptureLogSink& sink, std::string_view text) {
+  for (const auto& r : sink.records()) {
+    if (r.message.find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
 std::uint16_t freePort() {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
@@ -183,11 +191,7 @@ TEST_F(PlanFileTest, WithoutItsPlanAConnectionGoesUnplannedAfterThePlanWait) {
   ASSERT_NE(p.send, nullptr);
   EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(200));
   EXPECT_EQ(subflowLocalPorts(p.send).size(), static_cast<std::size_t>(cfgA.subflows));
-  bool warned = false;
-  for (const auto& r : sink->records()) {
-    warned = warned || r.message.find("C4_PLAN_WAIT_MS") != std::string::npos;
-  }
-  EXPECT_TRUE(warned);
+  EXPECT_TRUE(logged(*sink, "C4_PLAN_WAIT_MS"));
   setLogSink(std::make_shared<StderrLogSink>());
 
   auto local = makeContext(baseConfig("node-a", 2));
@@ -216,11 +220,7 @@ TEST_F(PlanFileTest, AnUnreadablePlanFileHoldsNoConnection) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10))
       << "the connection waited for a plan that cannot come";
   EXPECT_EQ(subflowLocalPorts(p.send).size(), static_cast<std::size_t>(cfgA.subflows));
-  bool said = false;
-  for (const auto& r : sink->records()) {
-    said = said || r.message.find("using the default spread") != std::string::npos;
-  }
-  EXPECT_TRUE(said);
+  EXPECT_TRUE(logged(*sink, "using the default spread"));
   setLogSink(std::make_shared<StderrLogSink>());
 }
 
