@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# libnccl-net-c4.so must load on a GPU machine that has another C++ runtime (PyTorch's NCCL) and an
-# older C library than the Debian 12 build host: it may need only libc, libm, libgcc_s and the
-# dynamic loader, no glibc symbol newer than 2.34, and export nothing but ncclNetPlugin_v8..v12.
-#   check_self_contained.sh <path to libnccl-net-c4.so>
+# An NCCL plugin (libnccl-net-c4.so, libnccl-profiler-c4.so) must load on a GPU machine that has
+# another C++ runtime (PyTorch's NCCL) and an older C library than the Debian 12 build host: it may
+# need only libc, libm, libgcc_s and the dynamic loader, no glibc symbol newer than 2.34, and
+# export nothing but its ABI tables.
+#   check_plugin_self_contained.sh <plugin .so> <exported symbol>...
 set -euo pipefail
-so=$1
+so=${1:?usage: check_plugin_self_contained.sh <plugin .so> <exported symbol>...}
+shift
+(($# > 0)) || { echo "usage: check_plugin_self_contained.sh <plugin .so> <exported symbol>..." >&2; exit 2; }
 status=0
 needed=$(readelf -d "$so" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | sort)
 for lib in $needed; do
@@ -20,7 +23,7 @@ if [[ -n $newest && ${newest#GLIBC_2.} -gt 34 ]]; then
   status=1
 fi
 exported=$(nm -D --defined-only "$so" | awk '{print $3}' | sort | tr '\n' ' ')
-want="ncclNetPlugin_v10 ncclNetPlugin_v11 ncclNetPlugin_v12 ncclNetPlugin_v8 ncclNetPlugin_v9 "
+want=$(printf '%s\n' "$@" | sort | tr '\n' ' ')
 if [[ $exported != "$want" ]]; then
   echo "FAIL: $so exports '$exported', want '$want'" >&2
   status=1
