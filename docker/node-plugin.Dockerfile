@@ -38,8 +38,9 @@ COPY --from=build /src/build/node-plugin/c4-node-plugin /usr/local/bin/c4-node-p
 # traffic planning's Enforce mode and jobs that choose it.
 COPY --from=build /src/build/nccl-net-plugin/libnccl-net-c4.so /usr/lib/c4/libnccl-net-c4.so
 COPY --from=build /src/build/nccl-profiler-plugin/libnccl-profiler-c4.so /usr/lib/c4/libnccl-profiler-c4.so
-# Root on purpose: it reads /proc/<pid>/cgroup of every process of the node (hostPID) and writes
-# the node's host directories; the chart drops every capability but SYS_PTRACE and DAC_READ_SEARCH.
-USER 0:0
+# Not root: /proc/<pid>/cgroup of the node's processes (hostPID) is world-readable; the chart runs it
+# with no capability as nodePlugin.runAsUser (this uid by default), after an init container gave
+# that uid the node's host directories.
+USER 65532:65532
 EXPOSE 9400
 ENTRYPOINT ["/usr/local/bin/c4-node-plugin"]

@@ -9,6 +9,8 @@ PACKAGES=(
   nlohmann-json3-dev libyaml-cpp-dev libcurl4-openssl-dev libssl-dev libcpp-httplib-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-format-16
+  # the fuzzers (fuzz/): clang and its libFuzzer/sanitizer runtimes
+  clang-16 libclang-rt-16-dev
   iproute2 ethtool procps psmisc openssl
   iperf3 python3 python3-yaml
   # jq: the e2e's Prometheus queries; nftables: the black-holed link of the C4D scenarios

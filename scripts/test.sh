@@ -1,22 +1,27 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, checks style, builds, and runs every test tier.
 #
-#   scripts/test.sh            style + ASan/UBSan unit tests + Release build with all tiers
-#   scripts/test.sh --tsan     also a ThreadSanitizer build of the unit tests
-#   scripts/test.sh --quick    Release build and unit tests only (no sanitizers)
+#   scripts/test.sh             style + ASan/UBSan unit tests + fuzzers (20 s each) + Release build
+#                               with all tiers
+#   scripts/test.sh --tsan      also a ThreadSanitizer build of the unit tests
+#   scripts/test.sh --fuzz-long each fuzzer runs C4_FUZZ_SECONDS (default 600) instead of 20 s
+#   scripts/test.sh --quick     Release build and unit tests only (no sanitizers, no fuzzers)
 #
-# Build trees: build/ (Release), build-asan/, build-tsan/. The last line is CTest's summary of
+# C4_FUZZ_SECONDS=N sets the fuzzers' time (either mode). Build trees: build/ (Release), build-asan/,
+# build-fuzz/ (clang-16, libFuzzer + ASan/UBSan), build-tsan/. The last line is CTest's summary of
 # the Release run, which covers every registered test (unit, integration, e2e).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 TSAN=0
 QUICK=0
+FUZZ_SECONDS=${C4_FUZZ_SECONDS:-20}
 for arg in "$@"; do
   case "$arg" in
     --tsan) TSAN=1 ;;
     --quick) QUICK=1 ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    --fuzz-long) FUZZ_SECONDS=${C4_FUZZ_SECONDS:-600} ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) echo "test.sh: unknown option '$arg' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -39,6 +44,15 @@ if ((QUICK == 0)); then
   cmake --build build-asan -j "$JOBS"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build-asan -L unit --output-on-failure -j "$JOBS"
+
+  # Only the libraries the fuzzers link are built; each fuzzer runs FUZZ_SECONDS over a copy of
+  # its seed corpus (fuzz/corpus/<target>), and a crash, leak, hang or memory blow-up fails it.
+  echo "== Fuzzers (clang-16, libFuzzer + ASan/UBSan): ${FUZZ_SECONDS} s each"
+  configure build-fuzz -DCMAKE_C_COMPILER=clang-16 -DCMAKE_CXX_COMPILER=clang++-16 \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DC4_SANITIZE_ADDRESS=ON -DC4_BUILD_FUZZERS=ON \
+    -DC4_BUILD_TESTS=OFF -DC4_BUILD_BENCH=OFF -DC4_BUILD_E2E=OFF -DC4_FUZZ_SECONDS="$FUZZ_SECONDS"
+  cmake --build build-fuzz -j "$JOBS" --target c4-fuzzers
+  ctest --test-dir build-fuzz -L fuzz --output-on-failure -j "$JOBS"
 fi
 
 if ((TSAN == 1)); then

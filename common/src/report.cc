@@ -89,6 +89,51 @@ class BoundedSax {
   std::string error_;
 };
 
+// The chunks of an indefinite-length string must be definite-length strings of its major type
+// (RFC 8949 §3.2.3). nlohmann's reader accepts indefinite chunks too and reads them by recursing
+// once per nesting level, outside the SAX depth bound: a body of 0x7f bytes overflows the stack.
+// One linear pass over the item heads (strings' payloads skipped) finds such a chunk; anything
+// else malformed is left to nlohmann's reader. Returns the offset of the first bad chunk.
+std::optional<std::size_t> nestedIndefiniteChunk(std::span<const std::uint8_t> bytes) {
+  const std::size_t n = bytes.size();
+  std::size_t i = 0;
+  // Reads the argument of the head at bytes[i] (i past it afterwards); false when truncated or
+  // reserved (28..30): nlohmann refuses those itself.
+  auto head = [&](std::uint64_t& arg) {
+    const unsigned ai = bytes[i++] & 0x1fu;
+    if (ai < 24 || ai == 31) {
+      arg = ai;
+      return true;
+    }
+    if (ai > 27) return false;
+    const std::size_t len = std::size_t{1} << (ai - 24);
+    if (n - i < len) return false;
+    arg = 0;
+    for (std::size_t k = 0; k < len; ++k) arg = (arg << 8) | bytes[i + k];
+    i += len;
+    return true;
+  };
+  while (i < n) {
+    const unsigned major = bytes[i] >> 5;
+    const bool indefinite = (bytes[i] & 0x1fu) == 31;
+    std::uint64_t arg = 0;
+    if (!head(arg)) return std::nullopt;
+    if (major != 2 && major != 3) continue;  // containers' items follow inline
+    if (!indefinite) {
+      if (arg > n - i) return std::nullopt;
+      i += static_cast<std::size_t>(arg);
+      continue;
+    }
+    while (i < n && bytes[i] != 0xff) {
+      if ((bytes[i] >> 5) != major || (bytes[i] & 0x1fu) == 31) return i;
+      if (!head(arg) || arg > n - i) return std::nullopt;
+      i += static_cast<std::size_t>(arg);
+    }
+    ++i;  // the break
+  }
+  return std::nullopt;
+}
+
 Result<json> parseCbor(std::span<const std::uint8_t> bytes, std::size_t max_bytes,
                        const char* what) {
   if (bytes.empty())
@@ -97,6 +142,12 @@ Result<json> parseCbor(std::span<const std::uint8_t> bytes, std::size_t max_byte
     return makeError(ErrorCode::kInvalidArgument,
                      std::string(what) + ": " + std::to_string(bytes.size()) +
                          " bytes exceeds the limit of " + std::to_string(max_bytes));
+  }
+  if (auto at = nestedIndefiniteChunk(bytes)) {
+    return makeError(ErrorCode::kInvalidArgument,
+                     std::string(what) + ": invalid CBOR: byte " + std::to_string(*at) +
+                         ": a chunk of an indefinite-length string must be a definite-length "
+                         "string of the same type");
   }
   json root;
   BoundedSax sax(root);
@@ -187,6 +238,10 @@ class Reader {
 
   [[nodiscard]] std::string field(std::string_view key) const {
     return path_ + "." + std::string(key);
+  }
+
+  [[nodiscard]] bool has(std::string_view key) const {
+    return obj_.find(std::string(key)) != obj_.end();
   }
 
   Result<const json*> get(std::string_view key) {
@@ -602,6 +657,8 @@ template <typename T>
 json objectJson(const T& s) {
   json j = json::object();
   schema::forEachField<T>([&](const auto& f) {
+    using M = typename std::remove_cvref_t<decltype(f)>::Member;
+    if (f.optional && s.*f.member == M{}) return true;  // left out: older readers accept it
     j[std::string(f.name)] = valueJson(s.*f.member, f.wire);
     return true;
   });
@@ -698,6 +755,7 @@ template <typename T>
 Status readFields(Reader& r, T& out) {
   Status st;
   schema::forEachField<T>([&](const auto& f) {
+    if (f.optional && !r.has(f.name)) return true;  // absent: the member's default
     st = readValue(r, f.name, out.*f.member, f.wire);
     return st.has_value();
   });
@@ -982,7 +1040,8 @@ std::size_t fieldIndex(const std::array<std::string_view, N>& names, std::string
 // keys that must be present; the default: all), calling on_field(index) to read each value.
 template <std::size_t N, typename F>
 bool readObject(CborIn& in, const std::array<std::string_view, N>& names, F&& on_field,
-                std::uint64_t* seen_out = nullptr) {
+                std::uint64_t* seen_out = nullptr,
+                std::uint64_t required = (std::uint64_t{1} << N) - 1) {
   static_assert(N < 64);
   CborIn::Seq s;
   if (!in.beginMap(s)) return false;
@@ -1000,7 +1059,7 @@ bool readObject(CborIn& in, const std::array<std::string_view, N>& names, F&& on
     *seen_out = seen;
     return true;
   }
-  return seen == (std::uint64_t{1} << N) - 1 || in.fail();
+  return (seen & required) == required || in.fail();
 }
 
 // Reads one array of at most `max_items` items, calling on_item() for each.
@@ -1091,6 +1150,20 @@ inline constexpr auto kDocumentKeys = std::apply(
     },
     schema::Schema<T>::fields);
 
+// The fields a reader needs (all but the optional ones), as a mask over kFieldNames<T> shifted by
+// `first` (a document's header keys come first).
+template <typename T>
+constexpr std::uint64_t requiredMask(std::size_t first) {
+  std::uint64_t mask = (std::uint64_t{1} << first) - 1;
+  std::size_t i = first;
+  schema::forEachField<T>([&](const auto& f) {
+    if (!f.optional) mask |= std::uint64_t{1} << i;
+    ++i;
+    return true;
+  });
+  return mask;
+}
+
 template <typename T>
 bool streamField(CborIn& in, T& out, std::size_t i) {
   return schema::visitField<T>(
@@ -1099,22 +1172,29 @@ bool streamField(CborIn& in, T& out, std::size_t i) {
 
 template <typename T>
 bool streamObject(CborIn& in, T& out) {
-  return readObject(in, kFieldNames<T>, [&](std::size_t i) { return streamField(in, out, i); });
+  static constexpr std::uint64_t kRequired = requiredMask<T>(0);
+  return readObject(
+      in, kFieldNames<T>, [&](std::size_t i) { return streamField(in, out, i); }, nullptr,
+      kRequired);
 }
 
 // A document of kind T; `kind_seen` is the kind it says it is, when it got that far.
 template <typename T>
 bool streamDocument(CborIn& in, T& out, std::string_view& kind_seen) {
-  return readObject(in, kDocumentKeys<T>, [&](std::size_t i) {
-    if (i == 0) {
-      std::int64_t v = 0;
-      return in.i64(v) && v == kSchemaVersion;
-    }
-    if (i == 1) {
-      return in.strView(kind_seen, 64) && kind_seen == schema::Schema<T>::kind;
-    }
-    return streamField(in, out, i - 2);
-  });
+  static constexpr std::uint64_t kRequired = requiredMask<T>(2);
+  return readObject(
+      in, kDocumentKeys<T>,
+      [&](std::size_t i) {
+        if (i == 0) {
+          std::int64_t v = 0;
+          return in.i64(v) && v == kSchemaVersion;
+        }
+        if (i == 1) {
+          return in.strView(kind_seen, 64) && kind_seen == schema::Schema<T>::kind;
+        }
+        return streamField(in, out, i - 2);
+      },
+      nullptr, kRequired);
 }
 
 // One document of any of Variant's kinds. The kind may come last (the encoder writes keys in byte

@@ -70,6 +70,9 @@ struct En {
   const EnumNames<E, N>* names;
   std::size_t max_bytes;
 };
+// Aggregate deduction is C++20 but clang has it only from 17 on.
+template <typename E, std::size_t N>
+En(const EnumNames<E, N>*, std::size_t) -> En<E, N>;
 struct Obj {};
 struct Arr {
   std::size_t max_items;
@@ -129,10 +132,19 @@ struct Field {
   M T::*member;
   W wire;
   C check;
+  // A field added after the schema's first release: a reader takes its absence as the member's
+  // default, and a writer leaves it out while it holds the default (so an older reader, which
+  // rejects unknown fields, accepts whatever does not use it).
+  bool optional = false;
 };
 template <typename T, typename M, typename W, typename C = NoCheck>
 constexpr Field<T, M, W, C> field(std::string_view name, M T::*member, W wire, C check = {}) {
-  return {name, member, wire, check};
+  return {name, member, wire, check, false};
+}
+template <typename T, typename M, typename W, typename C = NoCheck>
+constexpr Field<T, M, W, C> optionalField(std::string_view name, M T::*member, W wire,
+                                          C check = {}) {
+  return {name, member, wire, check, true};
 }
 
 // ---- Enum names
@@ -146,10 +158,11 @@ inline constexpr EnumNames<ProgressState, 5> kProgressStates{
      {ProgressState::kEvaluating, "evaluating"},
      {ProgressState::kIdle, "idle"},
      {ProgressState::kFinished, "finished"}}};
-inline constexpr EnumNames<AnomalyKind, 3> kAnomalyKinds{
+inline constexpr EnumNames<AnomalyKind, 4> kAnomalyKinds{
     {{AnomalyKind::kStall, "stall"},
      {AnomalyKind::kConnectionError, "connectionError"},
-     {AnomalyKind::kPeerClosed, "peerClosed"}}};
+     {AnomalyKind::kPeerClosed, "peerClosed"},
+     {AnomalyKind::kProcessExited, "processExited"}}};
 
 inline constexpr double kMaxWeight = 1e6;
 inline constexpr std::int64_t kI64Max = std::numeric_limits<std::int64_t>::max();
@@ -245,6 +258,29 @@ struct Schema<ConnectionStats> : Defaults {
 };
 
 template <>
+struct Schema<CommunicatorProgress> : Defaults {
+  using T = CommunicatorProgress;
+  static constexpr bool checked_when_read = true;
+  static constexpr auto fields = std::tuple{
+      field("commHash", &T::comm_hash, U{}),
+      field("nranks", &T::nranks, I{0, kMaxRank}),
+      field("rank", &T::rank, I{-1, kMaxRank - 1},
+            Rule<T>{[](const T& c) { return c.rank < 0 || c.nranks == 0 || c.rank < c.nranks; },
+                    "must be -1 or below nranks"}),
+      field("collEntered", &T::coll_entered, U{}),
+      field("collFinished", &T::coll_finished, U{},
+            Rule<T>{[](const T& c) { return c.coll_finished <= c.coll_entered; },
+                    "must not exceed collEntered"}),
+      field("p2pEntered", &T::p2p_entered, U{}),
+      field("p2pFinished", &T::p2p_finished, U{},
+            Rule<T>{[](const T& c) { return c.p2p_finished <= c.p2p_entered; },
+                    "must not exceed p2pEntered"}),
+      field("lastCollSeq", &T::last_coll_seq, U{}),
+      field("oldestUnfinishedUs", &T::oldest_unfinished_us, U{}),
+  };
+};
+
+template <>
 struct Schema<RankReport> : Defaults {
   using T = RankReport;
   static constexpr std::string_view kind = "RankReport";
@@ -262,6 +298,7 @@ struct Schema<RankReport> : Defaults {
       field("planVersion", &T::plan_version, I{-1}, AtLeast{-1, "must be >= -1"}),
       field("droppedMessages", &T::dropped_messages, U{}),
       field("connections", &T::connections, Arr{kMaxConnectionsPerReport}),
+      field("communicators", &T::communicators, Arr{kMaxCommunicatorsPerReport}),
   };
 };
 
@@ -274,6 +311,14 @@ struct Schema<ProgressNotice> : Defaults {
       field("timeUnixNs", &T::time_unix_ns, I{1}, UnixTime{}),
       field("step", &T::step, I{-1}, AtLeast{-1, "must be >= -1"}),
       field("state", &T::state, En{&kProgressStates, 32}),
+      optionalField("expectedSeconds", &T::expected_seconds, U{kMaxPauseSeconds},
+                    Rule<T>{[](const T& n) {
+                              return n.expected_seconds == 0 ||
+                                     n.state == ProgressState::kCheckpointing ||
+                                     n.state == ProgressState::kEvaluating ||
+                                     n.state == ProgressState::kIdle;
+                            },
+                            "is for pauses only (checkpointing, evaluating, idle)"}),
   };
 };
 
@@ -407,7 +452,7 @@ bool visitField(std::size_t i, Fn&& f) {
 
 // Calls f(field) for every field of T's description, in order, while f returns true.
 template <typename T, typename Fn>
-bool forEachField(Fn&& f) {
+constexpr bool forEachField(Fn&& f) {
   return std::apply([&](const auto&... fs) { return (f(fs) && ...); }, Schema<T>::fields);
 }
 

@@ -27,9 +27,12 @@
 #
 #   c4d_fault_test.sh <build dir> <work dir> [freeze|crash]   (C4_E2E_KEEP=1 keeps it running;
 #                                                              C4_E2E_RANKS, default 8)
-#   C4_E2E_TELEMETRY=Profiler c4d_fault_test.sh ... freeze   the job's telemetry from C4's NCCL
-#                                                              profiler plugin (the ranks on plain
-#                                                              TCP, no net plugin)
+#   C4_E2E_TELEMETRY=Profiler c4d_fault_test.sh ... freeze|crash   the job's telemetry from C4's
+#                                                              NCCL profiler plugin (the ranks on
+#                                                              plain TCP, no net plugin); a crash
+#                                                              then shows as the node plugin's
+#                                                              processExited notices, no peer
+#                                                              reports a closed connection
 #   C4_E2E_NO_DETECTION=1 c4d_fault_test.sh ... freeze|crash   the control: the same fault with the
 #                                                              report endpoint and C4D off must
 #                                                              leave the job hung

@@ -39,6 +39,8 @@
 #                                      of C4D (no verdict, no restart after 30 s)
 #   C4_E2E_PAUSE_SILENT=1 ... pause    the control of the pause: the same pause NOT announced;
 #                                      passes when C4D then gives a verdict naming rank 0's node
+#   C4_E2E_TELEMETRY=Profiler ... <fault>  the job's telemetry from C4's NCCL profiler plugin, its
+#                                      bytes over plain TCP, no net plugin loaded (checked)
 #   C4_E2E_RANKS (8), C4_E2E_NODES (6), C4_E2E_KEEP=1 (keep the cluster)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -89,6 +91,10 @@ if [[ $MODE == pause ]]; then
 fi
 c4_apply_train_job "$RANKS" "$STEPS" "$STATE" ", --slow-file, $WORK/slow$extra_args"
 wait_until 120 "train Running" bash -c "[[ \$(kubectl get tj -n $NS train -o jsonpath='{.status.phase}') == Running ]]"
+if [[ ${C4_E2E_TELEMETRY:-NetPlugin} == Profiler ]]; then
+  c4_expect_profiler_only
+  echo "telemetry: C4's NCCL profiler plugin ($(c4_train_env NCCL_PROFILER_PLUGIN)), no net plugin"
+fi
 placement=""
 for ((r = 0; r < RANKS; r++)); do placement+=" $r:$(node_of "train-$r")"; done
 echo "placement (rank:node):$placement"

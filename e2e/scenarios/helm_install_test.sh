@@ -61,11 +61,13 @@ tr '\0' '\n' <"/proc/$(cat "$CLUSTER/pids/kube-apiserver.pid")/cmdline" \
 #  - image.registry "": images c4/operator:<appVersion> etc., the names of the pod runner's table;
 #  - the annotation c4.dev/runner=process on both pod templates: the pod runner runs them;
 #  - required operator anti-affinity per node: pods of a node share its one address, so two
-#    operator replicas on one node would collide on their ports.
-cat >"$WORK/values.yaml" <<'YAML'
+#    operator replicas on one node would collide on their ports;
+#  - the operator watches $NS only: its rules on the jobs' objects are a Role there.
+cat >"$WORK/values.yaml" <<YAML
 image:
   registry: ""
 operator:
+  watchNamespace: $NS
   podAnnotations: {c4.dev/runner: process}
   debugReports: true
   affinity:
@@ -91,12 +93,23 @@ can update trainingjobs.c4.dev --subresource=status -n "$NS" --as "$OP_SA" || fa
 can patch nodes --as "$OP_SA" || fail "operator: cannot cordon"
 can update leases.coordination.k8s.io -n "$SYS" --as "$OP_SA" || fail "operator: no lease"
 ! can update leases.coordination.k8s.io -n "$NS" --as "$OP_SA" || fail "operator: lease outside $SYS"
+can create pods -n "$NS" --as "$OP_SA" || fail "operator: cannot create pods in $NS"
+can update configmaps -n "$NS" --as "$OP_SA" || fail "operator: cannot write plans in $NS"
+can watch configmaps -n "$NS" --as "$OP_SA" || fail "operator: cannot watch its plans in $NS"
+can update services -n "$NS" --as "$OP_SA" || fail "operator: cannot put back its Services in $NS"
+can create events -n default --as "$OP_SA" || fail "operator: no Events on Nodes (default)"
+! can create pods -n default --as "$OP_SA" || fail "operator may create pods outside $NS"
+! can update configmaps -n default --as "$OP_SA" || fail "operator may write ConfigMaps outside $NS"
+! can list services --all-namespaces --as "$OP_SA" || fail "operator may list Services cluster-wide"
 ! can delete nodes --as "$OP_SA" || fail "operator may delete nodes"
 ! can get secrets -n "$SYS" --as "$OP_SA" || fail "operator may read secrets"
-can watch pods --as "$NP_SA" || fail "node plugin: cannot watch pods"
+can watch pods -n "$NS" --as "$NP_SA" || fail "node plugin: cannot watch pods in $NS"
+! can list pods -n default --as "$NP_SA" || fail "node plugin may list pods outside $NS"
 ! can create pods --as "$NP_SA" || fail "node plugin may create pods"
 ! can create tokenreviews.authentication.k8s.io --as "$NP_SA" || fail "node plugin: tokenreviews"
-echo "authorizer: Node,RBAC; the chart's rules allow what C4 needs and refuse 5 others"
+! can get pods -n "$NS" --as "$NP_SA" || fail "node plugin may get pods by name"
+echo "authorizer: Node,RBAC; the chart's rules allow what C4 needs (jobs' objects in $NS only)" \
+  "and refuse 11 others"
 
 op_pods() {
   kubectl get pods -n "$SYS" -l app.kubernetes.io/component=operator \
@@ -128,6 +141,8 @@ for ((i = 0; i < 4; i++)); do
 done
 echo "node plugins: 4 Running; on every node's host directories: the NCCL net and profiler" \
   "plugins of the node plugin image (/opt/c4/lib) and the agent socket (/var/run/c4)"
+c4_expect_node_plugin_unprivileged
+echo "node plugins: every process runs as uid 65532 with no capability (CapBnd 0), no_new_privs"
 
 # The operator's own endpoints, reached inside the leader's node (its pod address).
 op_curl() {  # op_curl <path>: GET on the leader's metrics port

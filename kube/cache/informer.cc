@@ -16,6 +16,14 @@ std::optional<Json> Store::get(const std::string& key) const {
   return it->second;
 }
 
+bool Store::read(const std::string& key, const std::function<void(const Json&)>& read) const {
+  std::lock_guard lock(mu_);
+  auto it = objects_.find(key);
+  if (it == objects_.end()) return false;
+  read(it->second);
+  return true;
+}
+
 std::vector<Json> Store::list() const {
   std::lock_guard lock(mu_);
   std::vector<Json> out;

@@ -48,6 +48,10 @@ class Store {
   // Indexes must be added before the first object.
   void addIndex(const std::string& name, IndexFunc fn);
   [[nodiscard]] std::optional<Json> get(const std::string& key) const;
+  // Runs `read` with the cached object, in place (no copy), under the store's lock; false when
+  // there is none. `read` must be quick and must not call into the store (readers that look at a
+  // few fields of many objects: the C4D snapshot reads every pod and Node of a job each second).
+  bool read(const std::string& key, const std::function<void(const Json&)>& read) const;
   [[nodiscard]] std::vector<Json> list() const;
   [[nodiscard]] std::vector<Json> byIndex(const std::string& index, const std::string& value) const;
   [[nodiscard]] std::size_t size() const;

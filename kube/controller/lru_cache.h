@@ -40,6 +40,15 @@ class LruCache {
     return order_.front().second;
   }
 
+  // Removes the entry of `key`; whether there was one.
+  bool erase(const std::string& key) {
+    auto it = index_.find(key);
+    if (it == index_.end()) return false;
+    order_.erase(it->second);
+    index_.erase(it);
+    return true;
+  }
+
   [[nodiscard]] std::size_t size() const { return order_.size(); }
   [[nodiscard]] std::size_t capacity() const { return capacity_; }
 

@@ -267,12 +267,13 @@ Result<TrainingResult> runTraining(Net& net, Bootstrap& bs, const TrainingOption
   }
   std::vector<std::uint32_t> grad(words), scratch;
   SlowControl slow(o.slow_file, cfg.node);
-  auto progress = [&](int step, report::ProgressState what) {
+  auto progress = [&](int step, report::ProgressState what, std::uint32_t expectSeconds = 0) {
     report::ProgressNotice p;
     p.id = id;
     p.time_unix_ns = toUnixNanos(clock.wallNow());
     p.step = step;
     p.state = what;
+    p.expected_seconds = expectSeconds;
     notify(p);
   };
   for (int step = result.start_step + 1; step <= o.steps; ++step) {
@@ -303,7 +304,12 @@ Result<TrainingResult> runTraining(Net& net, Bootstrap& bs, const TrainingOption
       notify(c);
     }
     if (step == o.pause_at_step && o.pause_ms > 0 && (o.pause_rank < 0 || o.pause_rank == rank)) {
-      if (!o.pause_silent) progress(step, report::ProgressState::kCheckpointing);
+      // Announced with its length (whole seconds, rounded up), as a trainer that knows how long
+      // its checkpoint takes would.
+      if (!o.pause_silent) {
+        progress(step, report::ProgressState::kCheckpointing,
+                 static_cast<std::uint32_t>((o.pause_ms + 999) / 1000));
+      }
       std::fprintf(stderr, "c4-netbench rank %d: pause of %d ms after step %d (%s)\n", rank,
                    o.pause_ms, step, o.pause_silent ? "not announced" : "announced");
       clock.sleepFor(std::chrono::milliseconds(o.pause_ms));

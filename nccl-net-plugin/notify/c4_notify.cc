@@ -6,6 +6,7 @@
 // sender's cgroup, so this must run inside the trainer's container (a child of the trainer is).
 //
 //   c4-notify progress --step N [--state training|checkpointing|evaluating|idle|finished]
+//                      [--expect-seconds S]   (a pause's expected length)
 //   c4-notify checkpoint --step N --path FILE
 //
 // Exit status: 0 sent; 2 bad arguments or identity (nothing sent); 3 not delivered (no
@@ -37,11 +38,14 @@ void usage(std::FILE* out) {
   std::fputs(
       "usage: c4-notify progress --step N [--state training|checkpointing|evaluating|idle|"
       "finished]\n"
+      "                          [--expect-seconds S]\n"
       "       c4-notify checkpoint --step N --path FILE\n"
       "  --socket PATH   the node plugin's socket (default $C4_AGENT_SOCKET)\n"
       "  --rank R        this process's rank (default $C4_RANK, then $RANK)\n"
       "A pause state (checkpointing, evaluating, idle) suspends C4D's hang rules for the job\n"
-      "until the next 'training' notice; send 'checkpoint' once the checkpoint file is complete.\n"
+      "until the next 'training' notice, for at most S seconds when --expect-seconds S is given\n"
+      "(1..86400; else the job's maxPauseSeconds): a rank that hangs in its pause is then found\n"
+      "soon after S. Send 'checkpoint' once the checkpoint file is complete.\n"
       "Exit: 0 sent, 2 bad arguments, 3 not delivered (no node plugin: training goes on).\n",
       out);
 }
@@ -82,11 +86,15 @@ int main(int argc, char** argv) {
   std::optional<std::int64_t> step;
   ProgressState state = ProgressState::kTraining;
   std::string path;
-  enum { kStep = 256, kState, kPath, kSocket, kRank };
-  const option longs[] = {
-      {"step", required_argument, nullptr, kStep}, {"state", required_argument, nullptr, kState},
-      {"path", required_argument, nullptr, kPath}, {"socket", required_argument, nullptr, kSocket},
-      {"rank", required_argument, nullptr, kRank}, {nullptr, 0, nullptr, 0}};
+  std::uint32_t expect_seconds = 0;
+  enum { kStep = 256, kState, kPath, kSocket, kRank, kExpect };
+  const option longs[] = {{"step", required_argument, nullptr, kStep},
+                          {"state", required_argument, nullptr, kState},
+                          {"path", required_argument, nullptr, kPath},
+                          {"socket", required_argument, nullptr, kSocket},
+                          {"rank", required_argument, nullptr, kRank},
+                          {"expect-seconds", required_argument, nullptr, kExpect},
+                          {nullptr, 0, nullptr, 0}};
   optind = 2;
   opterr = 0;
   int c;
@@ -110,6 +118,15 @@ int main(int argc, char** argv) {
       case kPath:
         path = optarg;
         break;
+      case kExpect: {
+        auto v = parseStep(optarg);
+        if (!v || *v < 1 || *v > c4::report::kMaxPauseSeconds) {
+          return fail("--expect-seconds must be an integer in [1, 86400], got '" +
+                      std::string(optarg) + "'");
+        }
+        expect_seconds = static_cast<std::uint32_t>(*v);
+        break;
+      }
       case kSocket:
         cfg.agent_socket = optarg;
         break;
@@ -127,6 +144,11 @@ int main(int argc, char** argv) {
   if (!step) return fail("--step is required");
   if (kind == "checkpoint" && path.empty()) return fail("checkpoint needs --path");
   if (kind == "progress" && !path.empty()) return fail("--path is for checkpoint notices");
+  if (expect_seconds > 0 && (kind != "progress" || (state != ProgressState::kCheckpointing &&
+                                                    state != ProgressState::kEvaluating &&
+                                                    state != ProgressState::kIdle))) {
+    return fail("--expect-seconds is for pauses (--state checkpointing, evaluating or idle)");
+  }
   if (cfg.rank < 0) return fail("no rank: set C4_RANK or RANK (the operator sets them) or --rank");
   if (cfg.job.empty() || cfg.ns.empty()) {
     return fail(
@@ -151,6 +173,7 @@ int main(int argc, char** argv) {
     p.time_unix_ns = now;
     p.step = *step;
     p.state = state;
+    p.expected_seconds = expect_seconds;
     msg = p;
   } else {
     c4::report::CheckpointNotice n;

@@ -179,7 +179,7 @@ int planeId() {
   return g.plane_id;
 }
 
-C4NcclResult doInit(void** ctx, std::uint64_t commId, C4NcclLogFn logFn) {
+C4NcclResult doInit(void** ctx, C4NcclLogFn logFn) {
   if (ctx == nullptr) return C4_NCCL_INTERNAL_ERROR;
   *ctx = nullptr;
   auto s = setup(logFn);
@@ -187,7 +187,6 @@ C4NcclResult doInit(void** ctx, std::uint64_t commId, C4NcclLogFn logFn) {
   ContextOptions o;
   o.config = s->first;
   o.devices = s->second;
-  o.comm_id = commId;
   auto c = Context::create(std::move(o));
   if (!c) return toNccl(c.error(), "init");
   *ctx = c->release();
@@ -196,9 +195,9 @@ C4NcclResult doInit(void** ctx, std::uint64_t commId, C4NcclLogFn logFn) {
 
 // ---- v12 (native) ----------------------------------------------------------------------------
 
-C4NcclResult initV12(void** ctx, std::uint64_t commId, C4NcclCommConfig* /*config*/,
+C4NcclResult initV12(void** ctx, std::uint64_t /*commId*/, C4NcclCommConfig* /*config*/,
                      C4NcclLogFn logFn, C4NcclProfilerFn /*profFn*/) noexcept {
-  return guard("init", [&] { return doInit(ctx, commId, logFn); });
+  return guard("init", [&] { return doInit(ctx, logFn); });
 }
 
 C4NcclResult devices(int* ndev) noexcept {
@@ -439,7 +438,7 @@ C4NcclResult initLegacy(C4NcclLogFn logFn) noexcept {
       }
     }
     void* ctx = nullptr;
-    C4NcclResult r = doInit(&ctx, 0, logFn);
+    C4NcclResult r = doInit(&ctx, logFn);
     if (r != C4_NCCL_SUCCESS) return r;
     std::lock_guard lock(g.mu);
     if (g.legacy) {

@@ -154,6 +154,59 @@ enum class ReqKind { kSend, kRecv, kFlush };
 
 }  // namespace
 
+HelloDecode decodeHello(std::span<const std::uint8_t> buf, std::uint64_t listen_id) {
+  HelloDecode d;
+  d.need = sizeof(HelloFixed);
+  if (buf.size() < d.need) return d;
+  HelloFixed hf{};
+  std::memcpy(&hf, buf.data(), sizeof(hf));
+  if (hf.magic != kHelloMagic || hf.version != kWireVersion || hf.listen_id != listen_id ||
+      hf.n_subflows == 0 || hf.n_subflows > kMaxSubflows || hf.subflow_index >= hf.n_subflows ||
+      hf.node_len > 253 || hf.pod_len > 253) {
+    d.step = HandshakeStep::kInvalid;
+    return d;
+  }
+  d.need += static_cast<std::size_t>(hf.node_len) + hf.pod_len;
+  if (buf.size() < d.need) return d;
+  if (buf.size() > d.need) {
+    d.step = HandshakeStep::kInvalid;
+    return d;
+  }
+  d.step = HandshakeStep::kComplete;
+  d.hello.subflow_index = hf.subflow_index;
+  d.hello.n_subflows = hf.n_subflows;
+  d.hello.conn_id = hf.conn_id;
+  d.hello.peer.rank = hf.rank;
+  const char* names = reinterpret_cast<const char*>(buf.data()) + sizeof(hf);
+  d.hello.peer.node.assign(names, hf.node_len);
+  d.hello.peer.pod.assign(names + hf.node_len, hf.pod_len);
+  return d;
+}
+
+AckDecode decodeAck(std::span<const std::uint8_t> buf) {
+  AckDecode d;
+  d.need = sizeof(AckFixed);
+  if (buf.size() < d.need) return d;
+  AckFixed a{};
+  std::memcpy(&a, buf.data(), sizeof(a));
+  if (a.magic != kAckMagic || a.version != kWireVersion || a.node_len > 253 || a.pod_len > 253) {
+    d.step = HandshakeStep::kInvalid;
+    return d;
+  }
+  d.need += static_cast<std::size_t>(a.node_len) + a.pod_len;
+  if (buf.size() < d.need) return d;
+  if (buf.size() > d.need) {
+    d.step = HandshakeStep::kInvalid;
+    return d;
+  }
+  d.step = HandshakeStep::kComplete;
+  d.peer.rank = a.rank;
+  const char* names = reinterpret_cast<const char*>(buf.data()) + sizeof(a);
+  d.peer.node.assign(names, a.node_len);
+  d.peer.pod.assign(names + a.node_len, a.pod_len);
+  return d;
+}
+
 struct Request {
   std::atomic<int> state{kFree};
   CommBase* comm = nullptr;
@@ -187,8 +240,7 @@ class ListenComm final : public CommBase {
     std::vector<std::uint8_t> buf;
   };
   struct Group {
-    HelloFixed first{};
-    std::string node, pod;
+    Hello first;  // the first subflow's hello: the connection's peer
     std::vector<UniqueFd> fds;
     int have = 0;
   };
@@ -821,7 +873,6 @@ Context::Context(ContextOptions o)
     : config_(std::move(o.config)),
       clock_(o.clock != nullptr ? o.clock : &realClock()),
       devices_(std::move(o.devices)),
-      comm_id_(o.comm_id),
       plan_(config_.plan_file),
       reporter_(std::make_unique<Reporter>()) {}
 
@@ -1137,20 +1188,18 @@ Result<CommBase*> Context::connect(int dev, void* handle) {
   }
   if (!allSent) return nullptr;
   // Ack on subflow 0.
+  PeerInfo peer;
   for (;;) {
-    std::size_t need = sizeof(AckFixed);
-    if (pc->ack.size() >= need) {
-      AckFixed a{};
-      std::memcpy(&a, pc->ack.data(), sizeof(a));
-      if (a.magic != kAckMagic || a.version != kWireVersion || a.node_len > 253 ||
-          a.pod_len > 253) {
-        return abandon(Error(ErrorCode::kUnavailable, "connect: peer sent an invalid ack"));
-      }
-      need += static_cast<std::size_t>(a.node_len) + a.pod_len;
-      if (pc->ack.size() == need) break;
+    AckDecode d = decodeAck(pc->ack);
+    if (d.step == HandshakeStep::kInvalid) {
+      return abandon(Error(ErrorCode::kUnavailable, "connect: peer sent an invalid ack"));
+    }
+    if (d.step == HandshakeStep::kComplete) {
+      peer = std::move(d.peer);
+      break;
     }
     std::uint8_t buf[600];
-    ssize_t n = ::recv(pc->fds[0].get(), buf, need - pc->ack.size(), MSG_DONTWAIT);
+    ssize_t n = ::recv(pc->fds[0].get(), buf, d.need - pc->ack.size(), MSG_DONTWAIT);
     if (n == 0) return abandon(Error(ErrorCode::kUnavailable, "connect: peer closed before ack"));
     if (n < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return nullptr;
@@ -1158,13 +1207,6 @@ Result<CommBase*> Context::connect(int dev, void* handle) {
     }
     pc->ack.insert(pc->ack.end(), buf, buf + n);
   }
-  AckFixed a{};
-  std::memcpy(&a, pc->ack.data(), sizeof(a));
-  PeerInfo peer;
-  peer.rank = a.rank;
-  peer.node.assign(reinterpret_cast<const char*>(pc->ack.data()) + sizeof(a), a.node_len);
-  peer.pod.assign(reinterpret_cast<const char*>(pc->ack.data()) + sizeof(a) + a.node_len,
-                  a.pod_len);
   auto nsf = static_cast<int>(pc->fds.size());
   auto tel = std::make_shared<ConnTelemetry>(gNextConnId.fetch_add(1), report::Direction::kSend,
                                              nsf, kMaxSendRequests);
@@ -1175,7 +1217,11 @@ Result<CommBase*> Context::connect(int dev, void* handle) {
   for (int i = 0; i < nsf; ++i) {
     auto& s = tel->subflows[static_cast<std::size_t>(i)];
     s.local_port = localPortOf(pc->fds[static_cast<std::size_t>(i)].get());
-    s.path_id = pc->planned[static_cast<std::size_t>(i)].path_id;
+    const PlannedSubflow& planned = pc->planned[static_cast<std::size_t>(i)];
+    // A planned port that could not be bound (taken): the ECMP hash of the ephemeral port picks
+    // the path, not the plan. Reported without a path, so nobody judges the planned one by it.
+    s.path_id =
+        planned.local_port == 0 || planned.local_port == s.local_port ? planned.path_id : -1;
     s.weight.store(pc->planned[static_cast<std::size_t>(i)].weight);
   }
   auto* sc = new SendComm(this, std::move(pc->fds), tel);
@@ -1360,37 +1406,6 @@ void Context::tick(bool forceReport, bool planDue) {
   for (auto& b : *parts) reporter_->sender->send(b);
 }
 
-Result<std::vector<std::vector<std::uint8_t>>> encodeReportParts(const report::RankReport& r,
-                                                                 std::size_t limit) {
-  std::size_t parts =
-      std::max<std::size_t>(1, (r.connections.size() + report::kMaxConnectionsPerReport - 1) /
-                                   report::kMaxConnectionsPerReport);
-  for (;;) {
-    std::vector<std::vector<std::uint8_t>> encoded;
-    bool fits = true;
-    std::size_t per = (r.connections.size() + parts - 1) / parts;
-    std::size_t used = per == 0 ? 1 : (r.connections.size() + per - 1) / per;
-    for (std::size_t p = 0; p < used && fits; ++p) {
-      report::RankReport part = r;
-      part.part = static_cast<std::uint16_t>(p);
-      part.parts = static_cast<std::uint16_t>(used);
-      part.connections.clear();
-      for (std::size_t i = p * per; i < std::min(r.connections.size(), (p + 1) * per); ++i) {
-        part.connections.push_back(r.connections[i]);
-      }
-      C4_ASSIGN_OR_RETURN(auto bytes, report::encodeCbor(part));
-      if (bytes.size() > limit) fits = false;
-      encoded.push_back(std::move(bytes));
-    }
-    if (fits) return encoded;
-    if (parts >= report::kMaxParts || parts >= r.connections.size()) {
-      return makeError(ErrorCode::kResourceExhausted,
-                       "rank report does not fit " + std::to_string(limit) + "-byte datagrams");
-    }
-    parts = std::min<std::size_t>(parts * 2, report::kMaxParts);
-  }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Free functions: accept, data path, close, registration
 // ---------------------------------------------------------------------------------------------
@@ -1415,26 +1430,21 @@ Result<CommBase*> accept(CommBase* base) {
     auto& in = *it;
     bool drop = false;
     bool ready = false;
+    Hello hello;
     for (;;) {
-      std::size_t need = sizeof(HelloFixed);
-      HelloFixed hf{};
-      if (in.buf.size() >= sizeof(HelloFixed)) {
-        std::memcpy(&hf, in.buf.data(), sizeof(hf));
-        if (hf.magic != kHelloMagic || hf.version != kWireVersion ||
-            hf.listen_id != lc->listen_id_ || hf.n_subflows == 0 || hf.n_subflows > kMaxSubflows ||
-            hf.subflow_index >= hf.n_subflows || hf.node_len > 253 || hf.pod_len > 253) {
-          log().warn("accept: dropping a connection with an invalid hello");
-          drop = true;
-          break;
-        }
-        need += static_cast<std::size_t>(hf.node_len) + hf.pod_len;
-        if (in.buf.size() == need) {
-          ready = true;
-          break;
-        }
+      HelloDecode d = decodeHello(in.buf, lc->listen_id_);
+      if (d.step == HandshakeStep::kInvalid) {
+        log().warn("accept: dropping a connection with an invalid hello");
+        drop = true;
+        break;
+      }
+      if (d.step == HandshakeStep::kComplete) {
+        hello = std::move(d.hello);
+        ready = true;
+        break;
       }
       std::uint8_t buf[600];
-      ssize_t n = ::recv(in.fd.get(), buf, need - in.buf.size(), MSG_DONTWAIT);
+      ssize_t n = ::recv(in.fd.get(), buf, d.need - in.buf.size(), MSG_DONTWAIT);
       if (n == 0) {
         drop = true;
         break;
@@ -1447,20 +1457,15 @@ Result<CommBase*> accept(CommBase* base) {
       in.buf.insert(in.buf.end(), buf, buf + n);
     }
     if (ready) {
-      HelloFixed hf{};
-      std::memcpy(&hf, in.buf.data(), sizeof(hf));
-      auto& g = lc->groups_[hf.conn_id];
+      auto& g = lc->groups_[hello.conn_id];
       if (g.fds.empty()) {
-        g.first = hf;
-        g.fds.resize(hf.n_subflows);
-        g.node.assign(reinterpret_cast<const char*>(in.buf.data()) + sizeof(hf), hf.node_len);
-        g.pod.assign(reinterpret_cast<const char*>(in.buf.data()) + sizeof(hf) + hf.node_len,
-                     hf.pod_len);
+        g.first = hello;
+        g.fds.resize(hello.n_subflows);
       }
-      if (hf.n_subflows != g.first.n_subflows || g.fds[hf.subflow_index].valid()) {
+      if (hello.n_subflows != g.first.n_subflows || g.fds[hello.subflow_index].valid()) {
         log().warn("accept: dropping a subflow with an inconsistent hello");
       } else {
-        g.fds[hf.subflow_index] = std::move(in.fd);
+        g.fds[hello.subflow_index] = std::move(in.fd);
         g.have++;
       }
       it = lc->incoming_.erase(it);
@@ -1492,15 +1497,15 @@ Result<CommBase*> accept(CommBase* base) {
     auto nsf = static_cast<int>(g.fds.size());
     auto tel = std::make_shared<ConnTelemetry>(gNextConnId.fetch_add(1), report::Direction::kRecv,
                                                nsf, kMaxRequests);
-    tel->peer_rank = g.first.rank;
-    tel->peer_node = sanitizeName(g.node);
-    tel->peer_pod = sanitizeName(g.pod);
+    tel->peer_rank = g.first.peer.rank;
+    tel->peer_node = sanitizeName(g.first.peer.node);
+    tel->peer_pod = sanitizeName(g.first.peer.pod);
     for (int i = 0; i < nsf; ++i) {
       tel->subflows[static_cast<std::size_t>(i)].local_port =
           localPortOf(g.fds[static_cast<std::size_t>(i)].get());
     }
     auto* rc = new RecvComm(ctx, std::move(g.fds), tel);
-    rc->peer_ = PeerInfo{g.first.rank, g.node, g.pod};
+    rc->peer_ = g.first.peer;
     lc->groups_.erase(it);
     ctx->registerComm(rc, tel);
     log().info("accepted", {{"conn", tel->id},

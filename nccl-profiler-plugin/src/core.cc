@@ -201,61 +201,6 @@ void stopOp(OpSlot& op) noexcept {
 
 }  // namespace
 
-// ---- LatencyHistogram
-// ----------------------------------------------------------------------------
-
-void LatencyHistogram::record(std::uint64_t us) noexcept {
-  int b = std::min(static_cast<int>(std::bit_width(us)), kBuckets - 1);
-  bump(buckets_[b], 1);
-  bump(count_, 1);
-  bump(sum_, us);
-  if (us > max_.load(std::memory_order_relaxed)) max_.store(us, std::memory_order_relaxed);
-}
-
-LatencyHistogram::Snapshot LatencyHistogram::snapshot() const noexcept {
-  Snapshot s;
-  for (int b = 0; b < kBuckets; ++b) s.buckets[b] = buckets_[b].load(std::memory_order_relaxed);
-  s.count = count_.load(std::memory_order_relaxed);
-  s.sum = sum_.load(std::memory_order_relaxed);
-  s.max = max_.load(std::memory_order_relaxed);
-  return s;
-}
-
-report::LatencySummary LatencyHistogram::summarize(const Snapshot& before,
-                                                   const Snapshot& now) noexcept {
-  report::LatencySummary out;
-  std::uint64_t delta[kBuckets];
-  std::uint64_t count = 0;
-  for (int b = 0; b < kBuckets; ++b) {
-    delta[b] = now.buckets[b] >= before.buckets[b] ? now.buckets[b] - before.buckets[b] : 0;
-    count += delta[b];
-  }
-  if (count == 0) return out;
-  out.count = count;
-  out.sum_us = now.sum >= before.sum ? now.sum - before.sum : 0;
-  auto upper = [&](int b) -> std::uint64_t {
-    std::uint64_t u = b == 0 ? 0 : (b >= 64 ? ~0ull : (std::uint64_t{1} << b) - 1);
-    return std::min(u, now.max);
-  };
-  auto percentile = [&](std::uint64_t rank) {
-    std::uint64_t seen = 0;
-    for (int b = 0; b < kBuckets; ++b) {
-      seen += delta[b];
-      if (seen >= rank) return upper(b);
-    }
-    return upper(kBuckets - 1);
-  };
-  out.p50_us = percentile((count + 1) / 2);
-  out.p99_us = percentile(std::max<std::uint64_t>(1, (count * 99 + 99) / 100));
-  for (int b = kBuckets - 1; b >= 0; --b) {
-    if (delta[b] != 0) {
-      out.max_us = upper(b);
-      break;
-    }
-  }
-  return out;
-}
-
 // ---- Context
 // -------------------------------------------------------------------------------------
 
@@ -507,7 +452,7 @@ CommProgress commProgress(const Context& c, std::int64_t nowNs) {
   p.coll_finished = c.coll_finished.load(std::memory_order_relaxed);
   p.p2p_entered = c.p2p_entered.load(std::memory_order_relaxed);
   p.p2p_finished = c.p2p_finished.load(std::memory_order_relaxed);
-  p.last_coll_seq_number = c.last_coll_seq.load(std::memory_order_relaxed);
+  p.last_coll_seq = c.last_coll_seq.load(std::memory_order_relaxed);
   std::int64_t oldest = kNever;
   for (std::size_t i = 0; i < kTaskPool; ++i) {
     const TaskSlot& s = c.tasks[i];

@@ -23,43 +23,16 @@ std::int64_t monoNs(Clock& c) {
   return c.monoNow().time_since_epoch().count();
 }
 
-// The schema has no place yet for a communicator's collective progress (CommProgress): this is
-// the one seam where the reporter will add it once report.h grows the fields listed in
-// nccl-profiler-plugin/README.md "Schema: collective progress". Until then it adds nothing.
-void addCollectiveProgress(report::RankReport& r, const std::vector<CommProgress>& progress) {
-  (void)r;
-  (void)progress;
-}
-
-// A report with more connections than one message may hold (or than one datagram fits) goes in
-// parts, as the net plugin does (nccl-net-plugin/src/transport.cc encodeReportParts).
-Result<std::vector<std::vector<std::uint8_t>>> encodeParts(const report::RankReport& r) {
-  std::size_t parts =
-      std::max<std::size_t>(1, (r.connections.size() + report::kMaxConnectionsPerReport - 1) /
-                                   report::kMaxConnectionsPerReport);
-  for (;;) {
-    std::vector<std::vector<std::uint8_t>> encoded;
-    bool fits = true;
-    std::size_t per = (r.connections.size() + parts - 1) / parts;
-    std::size_t used = per == 0 ? 1 : (r.connections.size() + per - 1) / per;
-    for (std::size_t p = 0; p < used && fits; ++p) {
-      report::RankReport part = r;
-      part.part = static_cast<std::uint16_t>(p);
-      part.parts = static_cast<std::uint16_t>(used);
-      part.connections.clear();
-      for (std::size_t i = p * per; i < std::min(r.connections.size(), (p + 1) * per); ++i) {
-        part.connections.push_back(r.connections[i]);
-      }
-      C4_ASSIGN_OR_RETURN(auto bytes, report::encodeCbor(part));
-      if (bytes.size() > report::kMaxDatagramBytes) fits = false;
-      encoded.push_back(std::move(bytes));
-    }
-    if (fits) return encoded;
-    if (parts >= report::kMaxParts || parts >= r.connections.size()) {
-      return makeError(ErrorCode::kResourceExhausted, "rank report does not fit a datagram");
-    }
-    parts = std::min<std::size_t>(parts * 2, report::kMaxParts);
+// The report's communicators: all of them, or when there are more than a report holds, those
+// with the oldest unfinished operation first (a hang shows there), ties in creation order.
+void addCommunicators(report::RankReport& r, std::vector<CommProgress> progress) {
+  if (progress.size() > report::kMaxCommunicatorsPerReport) {
+    std::stable_sort(progress.begin(), progress.end(), [](const auto& a, const auto& b) {
+      return a.oldest_unfinished_us > b.oldest_unfinished_us;
+    });
+    progress.resize(report::kMaxCommunicatorsPerReport);
   }
+  r.communicators = std::move(progress);
 }
 
 }  // namespace
@@ -211,14 +184,16 @@ report::RankReport Profiler::buildReport() {
       c.ops = l.ops_done;
       c.inflight = l.inflight;
       c.oldest_inflight_us = l.inflight > 0 ? l.oldest_inflight_us : 0;
-      c.wait = LatencyHistogram::summarize(e->prev_net_wait, l.net_wait);
-      c.transfer = LatencyHistogram::summarize(e->prev_transfer, l.transfer);
+      c.wait =
+          LatencyHistogram::summarize(e->prev_net_wait, l.net_wait, e->net_wait.takeIntervalMax());
+      c.transfer =
+          LatencyHistogram::summarize(e->prev_transfer, l.transfer, e->transfer.takeIntervalMax());
       e->prev_net_wait = l.net_wait;
       e->prev_transfer = l.transfer;
       r.connections.push_back(std::move(c));
     }
   }
-  addCollectiveProgress(r, progress);
+  addCommunicators(r, std::move(progress));
   return r;
 }
 
@@ -226,7 +201,7 @@ void Profiler::tickNow() {
   report::RankReport r = buildReport();
   std::lock_guard lock(impl_->mu);
   if (!impl_->sender) return;
-  auto parts = encodeParts(r);
+  auto parts = telemetry::encodeReportParts(r, report::kMaxDatagramBytes);
   if (!parts) {
     if (impl_->encode_failures++ == 0) {
       log().warn("rank report not sendable", {{"error", parts.error()}});

@@ -276,7 +276,7 @@ std::expected<Attribution, Drop> Attributor::attribute(pid_t pid,
             Drop{DropReason::kPodUnknown, "pod uid " + **uid + " is not on this node"});
       }
       if (auto drop = check(*pod, id)) return std::unexpected(std::move(*drop));
-      return Attribution{std::move(*pod), AttributionPath::kCgroup};
+      return Attribution{std::move(*pod), AttributionPath::kCgroup, pid};
     }
     if (config_.mode == AttributionMode::kCgroup) {
       return std::unexpected(
@@ -289,7 +289,7 @@ std::expected<Attribution, Drop> Attributor::attribute(pid_t pid,
                                 "claimed pod " + id.ns + "/" + id.pod + " is not on this node"});
   }
   if (auto drop = check(*pod, id)) return std::unexpected(std::move(*drop));
-  return Attribution{std::move(*pod), AttributionPath::kIdentity};
+  return Attribution{std::move(*pod), AttributionPath::kIdentity, pid};
 }
 
 }  // namespace c4::node

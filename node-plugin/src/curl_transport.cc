@@ -4,6 +4,7 @@
 #include <charconv>
 #include <mutex>
 
+#include "c4/node_plugin/options.h"
 #include "c4/node_plugin/shipper.h"
 
 namespace c4::node {
@@ -102,7 +103,7 @@ class CurlTransport final : public ReportTransport {
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers.get());
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
-    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "https,http");
+    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, config_.allow_insecure ? "https,http" : "https");
     curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L);
     curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L);
     if (!config_.ca_file.empty()) curl_easy_setopt(c, CURLOPT_CAINFO, config_.ca_file.c_str());
@@ -142,10 +143,7 @@ class CurlTransport final : public ReportTransport {
 Result<std::unique_ptr<ReportTransport>> createCurlTransport(CurlTransportConfig config) {
   static std::once_flag once;
   std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-  if (!config.url.starts_with("https://") && !config.url.starts_with("http://")) {
-    return makeError(ErrorCode::kInvalidArgument,
-                     "operator-url: expected an https:// URL, got '" + config.url + "'");
-  }
+  C4_RETURN_IF_ERROR(checkOperatorUrl(config.url, config.allow_insecure));
   return std::unique_ptr<ReportTransport>(new CurlTransport(std::move(config)));
 }
 

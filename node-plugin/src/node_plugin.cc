@@ -6,6 +6,7 @@
 #include "c4/node_plugin/http_server.h"
 #include "c4/node_plugin/installer.h"
 #include "c4/node_plugin/nvml.h"
+#include "c4/node_plugin/process_watch.h"
 #include "c4/node_plugin/receiver.h"
 #include "c4/node_plugin/shipper.h"
 #include "kube/cache/informer.h"
@@ -35,6 +36,7 @@ struct NodePlugin::Impl {
   std::unique_ptr<ReportTransport> transport;
   std::unique_ptr<TokenSource> tokens;
   std::unique_ptr<Shipper> shipper;
+  std::unique_ptr<ProcessWatch> processes;
   std::unique_ptr<Receiver> receiver;
   std::unique_ptr<HealthMonitor> health;
   std::unique_ptr<HttpServer> http;
@@ -68,7 +70,8 @@ Result<std::unique_ptr<NodePlugin>> NodePlugin::create(const NodePluginOptions& 
   }
   impl->client = std::move(client);
   impl->informer = std::make_unique<kube::Informer>(*impl->client, clock, kube::resources::pods(),
-                                                    "", "", "spec.nodeName=" + options.node_name);
+                                                    options.pod_namespace, "",
+                                                    "spec.nodeName=" + options.node_name);
   StorePodDirectory::addIndexes(impl->informer->store());
   kube::Informer* informer = impl->informer.get();
   impl->pods = std::make_unique<StorePodDirectory>(impl->informer->store(),
@@ -77,7 +80,9 @@ Result<std::unique_ptr<NodePlugin>> NodePlugin::create(const NodePluginOptions& 
   impl->attributor = std::make_unique<Attributor>(
       Attributor::Config{options.node_name, mode, options.proc_root}, *impl->pods);
   C4_ASSIGN_OR_RETURN(impl->transport,
-                      createCurlTransport({options.operator_url, options.ca_file}));
+                      createCurlTransport({.url = options.operator_url,
+                                           .ca_file = options.ca_file,
+                                           .allow_insecure = options.allow_insecure_operator_url}));
   impl->tokens = std::make_unique<TokenSource>(options.token_file);
   ShipperConfig sc;
   sc.node = options.node_name;
@@ -123,11 +128,23 @@ Status NodePlugin::start() {
   rc.reassembly.timeout = s.options.reassembly_timeout_seconds > 0
                               ? seconds(s.options.reassembly_timeout_seconds)
                               : 2 * seconds(s.options.interval_seconds);
-  C4_ASSIGN_OR_RETURN(s.receiver,
-                      Receiver::create(rc, s.clock, *s.attributor, s.registry,
-                                       [shipper](report::Message&& m, const Attribution&) {
-                                         return shipper->add(std::move(m));
-                                       }));
+  // Every rank process that speaks is watched for its exit (profiler telemetry has no other
+  // sign of a rank killed while its pod stays up); the exit goes out as an anomaly notice.
+  C4_ASSIGN_OR_RETURN(
+      s.processes,
+      ProcessWatch::create({}, s.clock, s.registry, [shipper](report::AnomalyNotice&& n) {
+        return shipper->add(report::Message(std::move(n)));
+      }));
+  ProcessWatch* processes = s.processes.get();
+  C4_ASSIGN_OR_RETURN(
+      s.receiver,
+      Receiver::create(rc, s.clock, *s.attributor, s.registry,
+                       [shipper, processes](report::Message&& m, const Attribution& a) {
+                         processes->observe(
+                             a.pid,
+                             std::visit([](const auto& x) -> const auto& { return x.id; }, m));
+                         return shipper->add(std::move(m));
+                       }));
   Receiver* receiver = s.receiver.get();
   s.hook = s.registry.onCollect([receiver, shipper] {
     std::uint64_t rejected = receiver->droppedTotal() - receiver->overloadDrops();
@@ -150,6 +167,7 @@ Status NodePlugin::start() {
                                       }));
   s.health->pollOnce();  // the first batch already carries health
   s.receiver->start();
+  s.processes->start();
   s.health->start();
   s.shipper->start();
   if (s.options.metrics_bind_address != "0") {
@@ -170,6 +188,7 @@ void NodePlugin::stop() {
   if (!impl_) return;
   Impl& s = *impl_;
   if (s.receiver) s.receiver->stop();
+  if (s.processes) s.processes->stop();
   if (s.health) s.health->stop();
   if (s.shipper) s.shipper->stop();  // flushes within the shutdown deadline
   if (s.informer) s.informer->stop();
@@ -183,6 +202,7 @@ std::string NodePlugin::liveness() const {
   const MonoTime now = s.clock.monoNow();
   if (now - s.receiver->lastLoop() > kLivenessWindow) return "receiver thread stalled";
   if (now - s.shipper->lastLoop() > kLivenessWindow) return "shipper thread stalled";
+  if (now - s.processes->lastLoop() > kLivenessWindow) return "process watch thread stalled";
   if (now - s.health->lastLoop() > kLivenessWindow) return "health thread stalled";
   return "";
 }

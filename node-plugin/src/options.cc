@@ -69,6 +69,16 @@ const std::vector<Option>& optionTable() {
       {"kubeconfig", "kubeconfig path (default: in-cluster, $KUBECONFIG, ~/.kube/config)",
        C4_STR(kubeconfig)},
       {"context", "kubeconfig context (default: current-context)", C4_STR(context)},
+      {"namespace", "watch and attribute only the pods of this namespace (default: every one)",
+       [](NodePluginOptions& o, const std::string& v) -> Status {
+         if (!v.empty() &&
+             (v.size() > 63 || v.find('.') != std::string::npos || !report::isDnsSubdomain(v))) {
+           return makeError(ErrorCode::kInvalidArgument,
+                            "namespace: '" + v + "' is not a valid namespace name");
+         }
+         o.pod_namespace = v;
+         return okStatus();
+       }},
       {"socket", "Unix datagram socket the pods send to (default /var/run/c4/agent.sock)",
        C4_STR(socket)},
       {"socket-receive-buffer", "SO_RCVBUF bytes of the socket (default 4194304)",
@@ -102,6 +112,20 @@ const std::vector<Option>& optionTable() {
        C4_SECONDS(reassembly_timeout_seconds, "reassembly-timeout", 0, 3600)},
       {"operator-url", "the operator's report endpoint, https://host:port/v1/reports (required)",
        C4_STR(operator_url)},
+      {"allow-insecure-operator-url",
+       "accept an http:// operator-url (plain text: tokens and reports readable on the wire); "
+       "for tests only (default false)",
+       [](NodePluginOptions& o, const std::string& v) -> Status {
+         if (v == "true" || v == "1") {
+           o.allow_insecure_operator_url = true;
+         } else if (v == "false" || v == "0") {
+           o.allow_insecure_operator_url = false;
+         } else {
+           return makeError(ErrorCode::kInvalidArgument,
+                            "allow-insecure-operator-url: expected true or false, got '" + v + "'");
+         }
+         return okStatus();
+       }},
       {"ca-file", "CA bundle that signs the operator's certificate (default: system store)",
        C4_STR(ca_file)},
       {"token-file", "projected ServiceAccount token (default /var/run/secrets/c4/token)",
@@ -159,6 +183,20 @@ bool knownOption(std::string_view name) {
 
 }  // namespace
 
+Status checkOperatorUrl(const std::string& url, bool allow_insecure) {
+  if (url.starts_with("https://")) return okStatus();
+  if (url.starts_with("http://")) {
+    if (allow_insecure) return okStatus();
+    return makeError(ErrorCode::kInvalidArgument,
+                     "operator-url: '" + url +
+                         "' is plain http://, which would send the bearer token and the reports "
+                         "unencrypted; use https:// (--allow-insecure-operator-url permits "
+                         "http:// for tests)");
+  }
+  return makeError(ErrorCode::kInvalidArgument,
+                   "operator-url: expected an https:// URL, got '" + url + "'");
+}
+
 std::string nodePluginUsage() {
   std::string out =
       "usage: c4-node-plugin [--config FILE] [--flag=value ...]\n"
@@ -181,7 +219,8 @@ Status applyNodePluginYaml(NodePluginOptions& options, const std::string& yaml_t
 Result<NodePluginOptions> parseNodePluginOptions(const std::vector<std::string>& args,
                                                  const GetEnv& getenv_fn) {
   NodePluginOptions options;
-  C4_ASSIGN_OR_RETURN(flags::CommandLine cl, flags::tokenize(args, knownOption));
+  auto boolean = [](std::string_view name) { return name == "allow-insecure-operator-url"; };
+  C4_ASSIGN_OR_RETURN(flags::CommandLine cl, flags::tokenize(args, knownOption, boolean));
   options.show_help = cl.help;
   options.show_version = cl.version;
   const std::string& config_file = cl.config_file;
@@ -205,10 +244,7 @@ Result<NodePluginOptions> parseNodePluginOptions(const std::vector<std::string>&
   if (options.operator_url.empty()) {
     return makeError(ErrorCode::kInvalidArgument, "operator-url: required");
   }
-  if (!options.operator_url.starts_with("https://")) {
-    return makeError(ErrorCode::kInvalidArgument,
-                     "operator-url: must be https://, got '" + options.operator_url + "'");
-  }
+  C4_RETURN_IF_ERROR(checkOperatorUrl(options.operator_url, options.allow_insecure_operator_url));
   if (options.backoff_cap_seconds < options.backoff_base_seconds) {
     return makeError(ErrorCode::kInvalidArgument, "backoff-cap must be >= backoff-base");
   }

@@ -150,6 +150,7 @@ void Receiver::handle(Datagram& d) {
     countReassembly("inconsistent", after.inconsistent - before.inconsistent);
     countReassembly("evicted", after.evicted - before.evicted);
     countReassembly("oversize", after.oversize - before.oversize);
+    countReassembly("pod_limit", after.pod_limit - before.pod_limit);
     countReassembly("merged", after.merged - before.merged);
     switch (offer.outcome) {
       case PartOutcome::kPending:

@@ -183,6 +183,7 @@ bool Shipper::add(report::Message message) {
       }
     }
     item.bytes = estimateBytes(*r);
+    item.pod = r->id.ns + "/" + r->id.pod;
     item.value = std::move(*r);
   } else {
     report::Notice notice = std::visit(
@@ -197,12 +198,11 @@ bool Shipper::add(report::Message message) {
         std::move(message));
     flush = !std::holds_alternative<report::ProgressNotice>(notice);
     item.bytes = estimateBytes(notice);
+    item.pod = std::visit([](const auto& v) { return v.id.ns + "/" + v.id.pod; }, notice);
     item.value = std::move(notice);
   }
   if (item.bytes > config_.max_buffer_bytes) return false;
-  const bool notice = isNotice(item.value);
-  buffer_bytes_ += item.bytes;
-  if (notice) ++notices_;
+  chargeLocked(item);
   buffer_.push_back(std::move(item));
   enforceBoundLocked();
   updateGaugesLocked();
@@ -257,25 +257,58 @@ void Shipper::dropItemLocked(const Item& item, const char* why) {
   (void)item;
 }
 
+void Shipper::chargeLocked(const Item& item) {
+  PodUsage& u = pods_[item.pod];
+  ++u.items;
+  u.bytes += item.bytes;
+  buffer_bytes_ += item.bytes;
+  if (isNotice(item.value)) {
+    ++u.notices;
+    ++notices_;
+  }
+}
+
+void Shipper::releaseLocked(const Item& item) {
+  buffer_bytes_ -= item.bytes;
+  const bool notice = isNotice(item.value);
+  if (notice) --notices_;
+  auto it = pods_.find(item.pod);
+  if (it == pods_.end()) return;
+  it->second.bytes -= item.bytes;
+  if (notice) --it->second.notices;
+  if (--it->second.items == 0) pods_.erase(it);
+}
+
+std::deque<Shipper::Item>::iterator Shipper::largestPodsOldestLocked(bool notices) {
+  const std::string* largest = nullptr;
+  std::size_t size = 0;
+  for (const auto& [pod, u] : pods_) {
+    const std::size_t n = notices ? u.notices : u.bytes;
+    if (largest == nullptr || n > size) {
+      largest = &pod;
+      size = n;
+    }
+  }
+  if (largest == nullptr) return buffer_.end();
+  return std::find_if(buffer_.begin(), buffer_.end(), [&](const Item& item) {
+    return item.pod == *largest && (!notices || isNotice(item.value));
+  });
+}
+
 void Shipper::enforceBoundLocked() {
   while (buffer_bytes_ > config_.max_buffer_bytes && !buffer_.empty()) {
-    Item& front = buffer_.front();
-    buffer_bytes_ -= front.bytes;
-    if (isNotice(front.value)) --notices_;
-    dropItemLocked(front, "buffer_full");
-    buffer_.pop_front();
+    auto victim = largestPodsOldestLocked(false);
+    if (victim == buffer_.end()) victim = buffer_.begin();
+    releaseLocked(*victim);
+    dropItemLocked(*victim, "buffer_full");
+    buffer_.erase(victim);
   }
-  if (notices_ > config_.max_notices) {
-    for (auto it = buffer_.begin(); it != buffer_.end() && notices_ > config_.max_notices;) {
-      if (isNotice(it->value)) {
-        buffer_bytes_ -= it->bytes;
-        --notices_;
-        dropItemLocked(*it, "notices_full");
-        it = buffer_.erase(it);
-      } else {
-        ++it;
-      }
-    }
+  while (notices_ > config_.max_notices) {
+    auto victim = largestPodsOldestLocked(true);
+    if (victim == buffer_.end()) break;
+    releaseLocked(*victim);
+    dropItemLocked(*victim, "notices_full");
+    buffer_.erase(victim);
   }
 }
 
@@ -285,7 +318,7 @@ void Shipper::coalesceLocked() {
   for (auto it = buffer_.rbegin(); it != buffer_.rend(); ++it) {
     if (auto* r = std::get_if<report::RankReport>(&it->value)) {
       if (!seen.emplace(r->id.ns, r->id.pod, r->id.rank).second) {
-        buffer_bytes_ -= it->bytes;
+        releaseLocked(*it);
         coalesced_.inc();
         continue;
       }
@@ -297,8 +330,7 @@ void Shipper::coalesceLocked() {
 
 void Shipper::requeueLocked(Batch batch) {
   for (auto it = batch.items.rbegin(); it != batch.items.rend(); ++it) {
-    buffer_bytes_ += it->bytes;
-    if (isNotice(it->value)) ++notices_;
+    chargeLocked(*it);
     buffer_.push_front(std::move(*it));
   }
 }
@@ -317,8 +349,7 @@ Shipper::Batch Shipper::takeBatchLocked() {
     if (!batch.items.empty() && bytes + front.bytes > report::kMaxBatchBytes / 2) break;
     (notice ? notices : reports) += 1;
     bytes += front.bytes;
-    buffer_bytes_ -= front.bytes;
-    if (notice) --notices_;
+    releaseLocked(front);
     batch.items.push_back(std::move(front));
     buffer_.pop_front();
   }
@@ -391,10 +422,7 @@ SendOutcome Shipper::sendBatchLocked(std::unique_lock<std::mutex>& lock, Batch b
     if (buffer_.size() > before) {
       // The first half was kept for a retry: keep the second half behind it, unsent.
       const auto pos = buffer_.begin() + static_cast<long>(buffer_.size() - before);
-      for (auto& item : second.items) {
-        buffer_bytes_ += item.bytes;
-        if (isNotice(item.value)) ++notices_;
-      }
+      for (auto& item : second.items) chargeLocked(item);
       buffer_.insert(pos, std::make_move_iterator(second.items.begin()),
                      std::make_move_iterator(second.items.end()));
       return first;

@@ -43,6 +43,7 @@ ReportSample ReportSample::from(const report::RankReport& r) {
   s.interval_ms = r.interval_ms;
   s.connections.reserve(r.connections.size());
   for (const auto& c : r.connections) s.connections.push_back(ConnSample::from(c));
+  s.communicators = r.communicators;
   return s;
 }
 

@@ -49,6 +49,7 @@ struct Thresholds {
   double min_measure_transfer_seconds = 0.01;
   double pause_grace_seconds = 2.0;      // hang rules stay off this long after a pause
   double max_pause_seconds = 600.0;      // an announced pause older than this no longer suspends
+                                         // (a pause that announced its length: that length)
   double anomaly_memory_seconds = 30.0;  // how long peer connection errors count as evidence
   // Repeat offenders: a node whose score >= repeatOffenderMinScore gets thresholds relaxed by
   // repeatOffenderRelax (0 < relax <= 1; see docs/c4d.md for the exact formulas).
@@ -94,6 +95,8 @@ struct ReportSample {
   WallTime time{};  // the report's timeUnixNs
   std::uint32_t interval_ms = 1000;
   std::vector<ConnSample> connections;
+  // The rank's NCCL communicators (profiler telemetry; empty from the net plugin).
+  std::vector<report::CommunicatorProgress> communicators;
 
   static ReportSample from(const report::RankReport& r);
 };
@@ -102,6 +105,7 @@ struct ProgressSample {
   report::ProgressState state = report::ProgressState::kTraining;
   std::int64_t step = 0;
   WallTime time{};
+  double expected_seconds = 0.0;  // a pause's announced length (0: not said)
 };
 
 struct AnomalySample {

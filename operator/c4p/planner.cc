@@ -810,60 +810,6 @@ void balanceWeights(const Index& ix, std::vector<Item>& items, int rounds) {
   }
 }
 
-// Renames the colours (paths) of a plane so that as many subflows as possible keep their old
-// path; only when every pair of the plane is inside one pod and every leaf link of the plane has
-// the same capacity (renaming then keeps all loads).
-void keepOldPaths(const Index& ix, std::vector<Item>& items,
-                  const std::map<const JobState::Pair*, std::vector<int>>& old_paths) {
-  std::map<int, std::vector<std::size_t>> by_plane;
-  for (std::size_t i = 0; i < items.size(); ++i) by_plane[items[i].plane].push_back(i);
-  const int U = ix.uplinks;
-  for (auto& [plane, list] : by_plane) {
-    bool across = std::any_of(list.begin(), list.end(), [&](std::size_t i) {
-      return ix.routes[static_cast<std::size_t>(items[i].route)].across_pods;
-    });
-    if (across) continue;
-    std::set<int> leaves;
-    for (std::size_t i : list) {
-      leaves.insert(items[i].src);
-      leaves.insert(items[i].dst);
-    }
-    double c = ix.cap[ix.link(*leaves.begin(), 0, 0)];
-    bool uniform = true;
-    for (int g : leaves) {
-      for (int u = 0; u < U; ++u) {
-        for (int d : {0, 1}) uniform = uniform && ix.cap[ix.link(g, u, d)] == c;
-      }
-    }
-    if (!uniform) continue;
-    std::vector<long> agree(static_cast<std::size_t>(U * U), 0);
-    for (std::size_t i : list) {
-      auto it = old_paths.find(items[i].pair);
-      if (it == old_paths.end()) continue;
-      int was = it->second[static_cast<std::size_t>(items[i].sub)];
-      int now = items[i].pair->subflows[static_cast<std::size_t>(items[i].sub)].path;
-      if (was >= 0) ++agree[static_cast<std::size_t>(now * U + was)];
-    }
-    // Greedy matching, largest agreement first (ties: lower indices).
-    std::vector<std::pair<long, int>> cells;
-    for (int k = 0; k < U * U; ++k) cells.push_back({-agree[static_cast<std::size_t>(k)], k});
-    std::sort(cells.begin(), cells.end());
-    std::vector<int> perm(static_cast<std::size_t>(U), -1);
-    std::vector<bool> taken(static_cast<std::size_t>(U), false);
-    for (auto [neg, k] : cells) {
-      int now = k / U, was = k % U;
-      if (perm[static_cast<std::size_t>(now)] >= 0 || taken[static_cast<std::size_t>(was)])
-        continue;
-      perm[static_cast<std::size_t>(now)] = was;
-      taken[static_cast<std::size_t>(was)] = true;
-    }
-    for (std::size_t i : list) {
-      auto& s = items[i].pair->subflows[static_cast<std::size_t>(items[i].sub)];
-      s.path = perm[static_cast<std::size_t>(s.path)];
-    }
-  }
-}
-
 }  // namespace
 
 Planner::Planner(Fabric fabric, PlannerOptions options)
@@ -1054,52 +1000,24 @@ Status assignPorts(JobMap& jobs, const Fabric& fabric, const PlannerOptions& o) 
 
 Result<PlanOutcome> Planner::planJob(const JobPlacement& placement) {
   C4_ASSIGN_OR_RETURN(auto fresh, buildJob(placement, nodes_, fabric_));
-  // Plan 1: every other job pinned.
-  JobMap pinned = jobs_;
-  pinned.erase(placement.job);
-  pinned[placement.job] = fresh;
-  PlanOutcome out;
-  double pinned_max = 0;
-  {
-    Index ix(fabric_, pinned);
+  // Every other job is pinned: live connections stay bound to their ports and apply new weights
+  // by subflow index, so only this job's paths are free (a fresh plan of everything would move
+  // them onto paths nobody uses).
+  JobMap next = jobs_;
+  next[placement.job] = std::move(fresh);  // a re-placed job's old plan goes
+  int tier1 = 0;
+  {  // the solver's index is freed before finish() builds its own
+    Index ix(fabric_, next);
     std::set<std::string> free_jobs{placement.job};
-    auto items = collectItems(pinned, ix, &free_jobs);
+    auto items = collectItems(next, ix, &free_jobs);
     PathSolver solver(ix, items, options_.local_search_moves);
-    out.tier1_planes = solver.solve();
-    pinned_max = solver.maxLoad();
+    tier1 = solver.solve();
   }
-  JobMap* chosen = &pinned;
-  JobMap full;
-  if (pinned.size() > 1 && pinned_max > kEps) {
-    // Plan 2: everything afresh; taken only when it lowers the maximum load.
-    full = jobs_;
-    full.erase(placement.job);
-    full[placement.job] = std::move(fresh);
-    std::map<const JobState::Pair*, std::vector<int>> old_paths;
-    for (auto& [name, js] : full) {
-      for (auto& p : js.pairs) {
-        std::vector<int> was;
-        for (auto& s : p.subflows) was.push_back(s.path);
-        old_paths[&p] = std::move(was);
-      }
-    }
-    Index ix(fabric_, full);
-    auto items = collectItems(full, ix, nullptr);
-    PathSolver solver(ix, items, options_.local_search_moves);
-    int tier1 = solver.solve();
-    if (solver.maxLoad() < pinned_max - kEps) {
-      keepOldPaths(ix, items, old_paths);
-      chosen = &full;
-      out.moved_other_jobs = true;
-      out.tier1_planes = tier1;
-    }
-  }
-  C4_RETURN_IF_ERROR(assignPorts(*chosen, fabric_, options_));
-  PlanOutcome fin = finish(*chosen);
-  jobs_ = std::move(*chosen);
-  fin.moved_other_jobs = out.moved_other_jobs;
-  fin.tier1_planes = out.tier1_planes;
-  return fin;
+  C4_RETURN_IF_ERROR(assignPorts(next, fabric_, options_));
+  PlanOutcome out = finish(next);
+  jobs_ = std::move(next);
+  out.tier1_planes = tier1;
+  return out;
 }
 
 PlanOutcome Planner::removeJob(const std::string& job) {

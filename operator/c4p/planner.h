@@ -34,12 +34,11 @@
 // configured range that the fabric maps to the path for the pair (Fabric::freePortForPathFor),
 // distinct per source node across all jobs.
 //
-// Incremental: planJob keeps the paths of the other jobs and plans the new one around them; it
-// also plans everything afresh and takes that only when it lowers the maximum load (then, in
-// planes whose pairs are all inside a pod, colours are renamed to keep as many old paths as
-// possible). rebalance() changes only weights (what live connections can apply without
-// reconnecting). Equal inputs give equal plans (no randomness, no hash-order iteration). Not
-// thread-safe: one reconciler owns it.
+// Incremental: planJob plans one job around the others, whose paths and ports never move (their
+// live connections stay bound to their ports and apply new weights by subflow index); removeJob,
+// setLinkState, setFabric and rebalance() change only weights (what live connections can apply
+// without reconnecting). replanAll() alone moves running jobs' paths. Equal inputs give equal plans
+// (no randomness, no hash-order iteration). Not thread-safe: one reconciler owns it.
 #pragma once
 
 #include <cstdint>
@@ -100,7 +99,6 @@ struct LinkLoad {
 struct PlanOutcome {
   double max_link_load = 0;          // after the operation, whole fabric
   std::vector<std::string> changed;  // jobs whose plan changed (write their documents)
-  bool moved_other_jobs = false;     // planJob took the fresh plan and moved other jobs' paths
   int tier1_planes = 0;              // planes solved by edge colouring in this operation
 };
 

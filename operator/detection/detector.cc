@@ -11,6 +11,15 @@
 namespace c4::op {
 namespace {
 
+// Verdicts joined into one diagnosis whose evidence its summary spells out; later ones are
+// counted (each has its own FaultDetected Event).
+constexpr std::size_t kMaxJoinedInSummary = 4;
+
+// Events about one fault (verdict key) written per hour before the rest are held back, and the
+// interval between the Events of a fault that keeps coming back after that (allowFaultEvent).
+constexpr std::size_t kFaultEventsPerHour = 3;
+constexpr auto kFlappingEventInterval = std::chrono::minutes{5};
+
 std::string stringAtPath(const Json& j, const char* pointer) {
   const Json::json_pointer p(pointer);
   if (!j.contains(p)) return {};
@@ -18,12 +27,10 @@ std::string stringAtPath(const Json& j, const char* pointer) {
   return v.is_string() ? v.get<std::string>() : std::string{};
 }
 
-c4d::PodState podStateOf(const std::optional<Json>& pod) {
-  if (!pod) return c4d::PodState::kGone;
-  if (pod->contains(Json::json_pointer("/metadata/deletionTimestamp"))) {
-    return c4d::PodState::kGone;
-  }
-  const std::string phase = stringAtPath(*pod, "/status/phase");
+// Direct field reads (a window reads every pod of the job).
+c4d::PodState podStateOf(const Json& pod) {
+  if (fieldsOf(pod, "metadata").contains("deletionTimestamp")) return c4d::PodState::kGone;
+  const std::string phase = stringAt(fieldsOf(pod, "status"), "phase").value_or("");
   if (phase == "Running") return c4d::PodState::kRunning;
   if (phase == "Succeeded") return c4d::PodState::kSucceeded;
   if (phase == "Failed") return c4d::PodState::kFailed;
@@ -50,9 +57,15 @@ std::string describeCulprit(const c4d::Culprit& c) {
 
 }  // namespace
 
+PodFacts podFactsOf(const Json& pod) {
+  static const std::string restart_attempt = labels::kRestartAttempt;
+  return PodFacts{objectName(pod), stringAt(fieldsOf(pod, "spec"), "nodeName").value_or(""),
+                  labelOf(pod, restart_attempt), podStateOf(pod)};
+}
+
 c4d::JobSnapshot buildSnapshot(const Json& job, const ingest::RecentReports& record,
                                const SnapshotSources& sources, const DetectorConfig& config,
-                               WallTime now, std::int64_t* last_anomaly_ns) {
+                               WallTime now) {
   c4d::JobSnapshot snap;
   snap.ns = record.ns;
   snap.name = record.name;
@@ -88,14 +101,19 @@ c4d::JobSnapshot buildSnapshot(const Json& job, const ingest::RecentReports& rec
         rec = sources.node_record(name);
       }
       if (rec) {
-        n.telemetry_arriving = now - rec->last_batch <= config.node_silence;
+        // Never later than a rank's silence: a rank silent while its node's batches have
+        // stopped must not count as frozen (docs/c4d.md, "Telemetry gaps").
+        const Duration silence = std::min(
+            config.node_silence, std::chrono::duration_cast<Duration>(std::chrono::duration<double>(
+                                     snap.thresholds.silence_seconds)));
+        n.telemetry_arriving = now - rec->last_batch <= silence;
         c4d::applyNodeHealth(rec->health, n);
       } else {
         n.telemetry_arriving = false;
       }
-      if (sources.node) {
-        if (auto node = sources.node(name)) {
-          for (const auto& r : faultHistoryOf(*node)) {
+      if (sources.node_history) {
+        if (auto history = sources.node_history(name)) {
+          for (const auto& r : *history) {
             if (now - r.time <= config.repeat_offender_window) n.repeat_offender_score += 1.0;
           }
         }
@@ -106,24 +124,23 @@ c4d::JobSnapshot buildSnapshot(const Json& job, const ingest::RecentReports& rec
   };
 
   const std::string job_name = objectName(job);
-  std::map<std::int64_t, std::optional<Json>> pods;  // replica index -> pod
+  const std::string attempt = std::to_string(record.facts.attempt);
+  std::map<std::int64_t, std::optional<PodFacts>> pods;  // replica index -> pod
   for (std::int32_t r = 0; r < snap.world_size; ++r) {
     c4d::RankSnapshot& rank = snap.ranks[static_cast<std::size_t>(r)];
     const std::int64_t index = r / procs;
     auto pod_it = pods.find(index);
     if (pod_it == pods.end()) {
-      std::optional<Json> pod;
+      std::optional<PodFacts> pod;
       if (sources.pod) pod = sources.pod(record.ns + "/" + job_name + "-" + std::to_string(index));
       // Only the current attempt's pod is this rank's.
-      if (pod && labelOf(*pod, labels::kRestartAttempt) != std::to_string(record.facts.attempt)) {
-        pod.reset();
-      }
+      if (pod && pod->restart_attempt != attempt) pod.reset();
       pod_it = pods.emplace(index, std::move(pod)).first;
     }
-    const std::optional<Json>& pod = pod_it->second;
-    rank.pod_state = podStateOf(pod);
-    rank.pod = pod ? objectName(*pod) : job_name + "-" + std::to_string(index);
-    std::string node = pod ? stringAtPath(*pod, "/spec/nodeName") : std::string{};
+    const std::optional<PodFacts>& pod = pod_it->second;
+    rank.pod_state = pod ? pod->state : c4d::PodState::kGone;
+    rank.pod = pod ? pod->name : job_name + "-" + std::to_string(index);
+    std::string node = pod ? pod->node : std::string{};
 
     auto rec = record.ranks.find(r);
     if (rec != record.ranks.end()) {
@@ -135,6 +152,7 @@ c4d::JobSnapshot buildSnapshot(const Json& job, const ingest::RecentReports& rec
         c4d::ReportSample sample;
         sample.time = report.header.received;  // operator clock: silence is measured to `now`
         sample.interval_ms = report.header.interval_ms;
+        sample.communicators = report.header.communicators;
         sample.connections.reserve(report.connections.size());
         for (const auto& c : report.connections) {
           sample.connections.push_back(c4d::ConnSample::from(c));
@@ -143,21 +161,18 @@ c4d::JobSnapshot buildSnapshot(const Json& job, const ingest::RecentReports& rec
       }
       if (rr.progress) {
         rank.progress = c4d::ProgressSample{rr.progress->state, rr.progress->step,
-                                            fromUnixNanos(rr.progress->time_unix_ns)};
+                                            fromUnixNanos(rr.progress->time_unix_ns),
+                                            static_cast<double>(rr.progress->expected_seconds)};
       }
     }
     rank.node = nodeIndex(node);
   }
 
-  std::int64_t newest = last_anomaly_ns != nullptr ? *last_anomaly_ns : 0;
   for (const auto& a : record.anomalies) {
-    if (last_anomaly_ns != nullptr && a.time_unix_ns <= *last_anomaly_ns) continue;
-    newest = std::max(newest, a.time_unix_ns);
     if (a.id.rank < 0 || a.id.rank >= snap.world_size) continue;
     snap.ranks[static_cast<std::size_t>(a.id.rank)].anomalies.push_back(c4d::AnomalySample{
         a.kind, a.peer_rank, a.direction, a.age_us, fromUnixNanos(a.time_unix_ns)});
   }
-  if (last_anomaly_ns != nullptr) *last_anomaly_ns = newest;
   return snap;
 }
 
@@ -216,7 +231,7 @@ Detector::~Detector() {
 std::optional<DiagnosedFault> Detector::diagnosis(const std::string& key) const {
   std::lock_guard lock(mu_);
   auto it = job_state_.find(key);
-  if (it == job_state_.end()) return std::nullopt;
+  if (it == job_state_.end() || !it->second.diagnosis_published) return std::nullopt;
   return it->second.diagnosis;
 }
 
@@ -262,11 +277,50 @@ void Detector::observeAttempt(const Json& job, JobState& state) {
   state.analyser.reset();
   state.uid = uid;
   state.attempt = static_cast<std::uint32_t>(attempt);
-  state.last_anomaly_ns = 0;
+  state.last_anomaly_seq = 0;
   state.replanned.clear();
   state.deferred.clear();
+  state.windows = 0;
   std::lock_guard lock(mu_);
   state.diagnosis.reset();
+  state.diagnosis_published = false;
+}
+
+bool Detector::allowFaultEvent(JobState& state, const std::string& verdict_key,
+                               std::string& message) {
+  const MonoTime now = clock_.monoNow();
+  JobState::EventBudget& b = state.event_budget[verdict_key];
+  while (!b.written.empty() && now - b.written.front() >= std::chrono::hours{1}) {
+    b.written.pop_front();
+  }
+  const bool allowed =
+      b.written.size() < kFaultEventsPerHour || now - b.written.back() >= kFlappingEventInterval;
+  if (!allowed) {
+    ++b.held;
+    log_.debug("Event of a recurring fault held back", {{"fault", verdict_key}, {"held", b.held}});
+    return false;
+  }
+  if (b.held > 0) {
+    message =
+        "recurring: " + std::to_string(b.held) +
+        " Event(s) of this fault held back since the last one (at most " +
+        std::to_string(kFaultEventsPerHour) + " an hour, then one per " +
+        std::to_string(
+            std::chrono::duration_cast<std::chrono::minutes>(kFlappingEventInterval).count()) +
+        " min); latest: " + message;
+  }
+  b.held = 0;
+  b.written.push_back(now);
+  return true;
+}
+
+void Detector::publishDiagnosis(const std::string& key, JobState& state) {
+  {
+    std::lock_guard lock(mu_);
+    if (!state.diagnosis || state.diagnosis_published) return;
+    state.diagnosis_published = true;
+  }
+  if (peers_.diagnoses != nullptr) peers_.diagnoses->diagnosed(key);
 }
 
 bool Detector::analyse(const std::string& key, const Json& job, JobState& state, WallTime now) {
@@ -277,24 +331,43 @@ bool Detector::analyse(const std::string& key, const Json& job, JobState& state,
   // have no communication syndrome to read.
   if (phase != "Running") {
     state.analyser.reset();
+    publishDiagnosis(key, state);  // nothing more can join it
     return true;
   }
+  ++state.windows;
+  // A diagnosis held since an earlier window is published after this window's verdicts join it.
+  const bool publish_after = [&] {
+    std::lock_guard lock(mu_);
+    return state.diagnosis && !state.diagnosis_published && state.diagnosis_window < state.windows;
+  }();
   ingest::RecentReportsQuery query;
   query.reports = config_.report_samples;
-  query.anomalies_after_ns = state.last_anomaly_ns;
+  query.anomalies_after_seq = state.last_anomaly_seq;
   auto reports = store_.recentReports(objectNamespace(job), objectName(job), query);
   if (!reports) return false;
   if (reports->facts.attempt != state.attempt || reports->facts.uid != uid) return true;
   SnapshotSources sources;
-  sources.pod = [this](const std::string& k) { return pods_.store().get(k); };
-  sources.node = [this](const std::string& n) {
-    auto node = nodes_.store().get(n);
-    if (node) checkFaultHistory(*node);
-    return node;
+  // Pods and Nodes are read in place in the informer caches: a window copies none of them.
+  sources.pod = [this](const std::string& k) {
+    std::optional<PodFacts> facts;
+    pods_.store().read(k, [&](const Json& pod) { facts = podFactsOf(pod); });
+    return facts;
+  };
+  sources.node_history = [this](const std::string& n) {
+    std::optional<std::vector<NodeFaultRecord>> history;
+    std::string problem, rv;
+    nodes_.store().read(n, [&](const Json& node) {
+      history = faultHistoryOf(node, &problem);
+      if (!problem.empty()) {
+        rv = stringAt(fieldsOf(node, "metadata"), "resourceVersion").value_or("");
+      }
+    });
+    if (history) checkFaultHistory(n, rv, problem);
+    return history;
   };
   sources.node_record = [this](const std::string& n) { return store_.node(n); };
-  const c4d::JobSnapshot snap =
-      buildSnapshot(job, *reports, sources, config_, now, &state.last_anomaly_ns);
+  const c4d::JobSnapshot snap = buildSnapshot(job, *reports, sources, config_, now);
+  state.last_anomaly_seq = reports->anomaly_seq;
   auto result = state.analyser.tick(snap, now);
   if (!result) {
     log_.warn("Analysis skipped", {{"job", key}, {"error", result.error()}});
@@ -326,15 +399,18 @@ bool Detector::analyse(const std::string& key, const Json& job, JobState& state,
                                     {"culprit", culprit},
                                     {"explanation", *why},
                                     {"evidence", v.evidence.message}});
-    events_.record(job, "Warning", "FaultDetected",
-                   std::string(c4d::faultClassName(v.fault_class)) + " of " + culprit + ": " +
-                       v.evidence.message + "; action " + std::string(c4d::actionName(v.action)) +
-                       (hang ? " deferred up to " + std::string(secs) + ": "
-                             : " held while C4P explains it: ") +
-                       *why);
+    std::string message =
+        std::string(c4d::faultClassName(v.fault_class)) + " of " + culprit + ": " +
+        v.evidence.message + "; action " + std::string(c4d::actionName(v.action)) +
+        (hang ? " deferred up to " + std::string(secs) + ": " : " held while C4P explains it: ") +
+        *why;
+    if (allowFaultEvent(state, v.key(), message)) {
+      events_.record(job, "Warning", "FaultDetected", message);
+    }
   }
   resolveDeferred(key, job, state, *result, snap, now, dry_run);
   escalatePersistentSlowLinks(key, job, state, *result, snap, now, dry_run);
+  if (publish_after) publishDiagnosis(key, state);
   for (const auto& o : result->observations) {
     if (!o.is_new) continue;
     observations_.labels({std::string(c4d::observationKindName(o.kind))}).inc();
@@ -355,15 +431,24 @@ void Detector::escalatePersistentSlowLinks(const std::string& key, const Json& j
   for (auto it = state.replanned.begin(); it != state.replanned.end();) {
     auto active = std::find_if(result.active.begin(), result.active.end(),
                                [&](const c4d::Verdict& v) { return v.key() == it->first; });
+    JobState::Replanned& r = it->second;
     if (active == result.active.end()) {
-      it = state.replanned.erase(it);
+      // Cleared: forgotten once it stayed cleared for the grace (the re-plan worked); back
+      // before that, it keeps its first verdict's clock.
+      if (!r.cleared_at) r.cleared_at = now;
+      if (now - *r.cleared_at >= config_.replan_grace) {
+        it = state.replanned.erase(it);
+      } else {
+        ++it;
+      }
       continue;
     }
+    r.cleared_at.reset();
     // Slowness C4P explains (a link on the connection's paths failed, degraded or suspect) is
     // the remaining links' capacity, not a NIC: the clock starts again when the explanation ends.
-    if (trafficExplanation(key, *active, snap)) it->second = now;
-    const double since = std::chrono::duration<double>(now - it->second).count();
-    if (now - it->second < config_.replan_grace) {
+    if (trafficExplanation(key, *active, snap)) r.since = now;
+    const double since = std::chrono::duration<double>(now - r.since).count();
+    if (now - r.since < config_.replan_grace) {
       ++it;
       continue;
     }
@@ -457,10 +542,12 @@ void Detector::resolveDeferred(const std::string& key, const Json& job, JobState
     if (active == result.active.end()) {
       deferred_.labels({"cleared"}).inc();
       log_.info("Fault left to C4P cleared", {{"job", key}, {"culprit", culprit}});
-      events_.record(job, "Normal", "FaultCleared",
-                     std::string(c4d::faultClassName(it->second.verdict.fault_class)) + " of " +
-                         culprit + " cleared " + secs + " after it was left to C4P (" +
-                         it->second.why + "); nothing done");
+      std::string message = std::string(c4d::faultClassName(it->second.verdict.fault_class)) +
+                            " of " + culprit + " cleared " + secs + " after it was left to C4P (" +
+                            it->second.why + "); nothing done";
+      if (allowFaultEvent(state, it->first, message)) {
+        events_.record(job, "Normal", "FaultCleared", message);
+      }
       it = state.deferred.erase(it);
       continue;
     }
@@ -534,7 +621,9 @@ void Detector::act(const std::string& key, const Json& job, JobState& state, con
                                {"action", action_name},
                                {"dryRun", dry_run},
                                {"evidence", v.evidence.message}});
-  events_.record(job, "Warning", "FaultDetected", message);
+  if (std::string event_message = message; allowFaultEvent(state, v.key(), event_message)) {
+    events_.record(job, "Warning", "FaultDetected", event_message);
+  }
 
   // The node's Event and history: only a node the evidence names (a link implicates both ends
   // weakly, a crash without node evidence implicates nobody). The history, which makes a node a
@@ -556,7 +645,8 @@ void Detector::act(const std::string& key, const Json& job, JobState& state, con
   if (dry_run) return;
   if (action == c4d::Action::kReplan && v.culprit.kind == c4d::CulpritKind::kLink &&
       !v.culprit.node.empty() && !v.culprit.peer_node.empty()) {
-    state.replanned.emplace(v.key(), now);  // escalated if still slow after replan_grace
+    // Escalated if still slow after replan_grace (a verdict back after clearing keeps its clock).
+    state.replanned.try_emplace(v.key(), JobState::Replanned{now, std::nullopt});
     if (peers_.traffic != nullptr) peers_.traffic->replan(key, v.culprit.node, v.culprit.peer_node);
     return;
   }
@@ -567,17 +657,41 @@ void Detector::act(const std::string& key, const Json& job, JobState& state, con
   d.fault_class = fault_class;
   d.key = v.key();
   d.summary = fault_class + " of " + culprit + ": " + v.evidence.message;
+  d.keys = {d.key};
   d.nodes = node_culprit || v.culprit.kind == c4d::CulpritKind::kLink ? nodes
                                                                       : std::vector<std::string>{};
-  d.cordon = action == c4d::Action::kCordonAndRestart && node_culprit;
+  if (action == c4d::Action::kCordonAndRestart && node_culprit) d.cordon_nodes = d.nodes;
   d.rank = v.culprit.rank;
   d.detection_seconds = std::chrono::duration<double>(v.confirmed_at - v.first_seen).count();
+  bool joined_published = false;
   {
     std::lock_guard lock(mu_);
-    if (state.diagnosis) return;  // the first diagnosis of an attempt decides its restart
-    state.diagnosis = std::move(d);
+    if (!state.diagnosis) {
+      state.diagnosis = std::move(d);
+      state.diagnosis_window = state.windows;
+      return;  // held: published after the next window (publishDiagnosis)
+    }
+    // Another fault of the same attempt: it joins the restart, which avoids its culprits too.
+    DiagnosedFault& held = *state.diagnosis;
+    if (std::find(held.keys.begin(), held.keys.end(), d.key) != held.keys.end()) return;
+    held.keys.push_back(d.key);
+    auto add = [](std::vector<std::string>& to, const std::vector<std::string>& from) {
+      for (const auto& n : from) {
+        if (std::find(to.begin(), to.end(), n) == to.end()) to.push_back(n);
+      }
+    };
+    add(held.nodes, d.nodes);
+    add(held.cordon_nodes, d.cordon_nodes);
+    if (held.keys.size() <= kMaxJoinedInSummary) {
+      held.summary += "; and " + d.summary;
+    } else if (held.keys.size() == kMaxJoinedInSummary + 1) {
+      held.summary += "; and more verdicts (see the FaultDetected Events)";
+    }
+    joined_published = state.diagnosis_published;
   }
-  if (peers_.diagnoses != nullptr) peers_.diagnoses->diagnosed(key);
+  log_.info("Fault joins the pending restart", {{"job", key}, {"culprit", culprit}});
+  // Published already: the controller looks again (unless it restarted the job meanwhile).
+  if (joined_published && peers_.diagnoses != nullptr) peers_.diagnoses->diagnosed(key);
 }
 
 void Detector::recordNodeFault(const std::string& node_name, const NodeFaultRecord& record) {
@@ -586,11 +700,8 @@ void Detector::recordNodeFault(const std::string& node_name, const NodeFaultReco
   }
 }
 
-void Detector::checkFaultHistory(const Json& node) {
-  std::string problem;
-  faultHistoryOf(node, &problem);
-  const std::string name = objectName(node);
-  const std::string rv = stringAt(fieldsOf(node, "metadata"), "resourceVersion").value_or("");
+void Detector::checkFaultHistory(const std::string& name, const std::string& rv,
+                                 const std::string& problem) {
   {
     std::lock_guard lock(mu_);
     if (problem.empty()) {
@@ -602,7 +713,10 @@ void Detector::checkFaultHistory(const Json& node) {
     it->second = rv;
   }
   log_.warn("Malformed fault history ignored", {{"node", name}, {"problem", problem}});
-  events_.record(node, "Warning", "InvalidFaultHistory",
+  // The Event regards the Node: a copy of it, only now (once per malformed resourceVersion).
+  auto node = nodes_.store().get(name);
+  if (!node) return;
+  events_.record(*node, "Warning", "InvalidFaultHistory",
                  std::string("annotation ") + kFaultHistoryAnnotation + " is malformed (" +
                      problem +
                      "); its malformed entries are ignored and dropped with the next fault "

@@ -21,7 +21,11 @@
 //     measured slowdown costs more than a restart would) becomes the job's DiagnosedFault, which
 //     the TrainingJob controller reads (diagnosis()) when it reconciles the job — enqueued at
 //     once (DiagnosisListener) — and turns into a restart from the last checkpoint away from the
-//     culprits, with a cordon when the evidence names a node;
+//     culprits, with a cordon when the evidence names a node. Compound faults: the diagnosis is
+//     held until the end of the window after its first verdict's, and every restart-causing
+//     verdict of the attempt confirmed until the controller restarts the job joins it (each
+//     with its own Events and history; the restart avoids every culprit and cordons each one
+//     the evidence names) — two independent faults cost one restart, not two;
 //   - a slow link (replan) is reported and handed to the traffic planner (TrafficPlanPeer), which
 //     looks at that connection's subflows with a lower bar;
 //   - telemetry missing from a node: a Warning Event `TelemetryMissing`, never an action.
@@ -46,6 +50,7 @@
 // and the slowdown is at least `straggler_min_slowdown`.
 #pragma once
 
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -72,7 +77,8 @@ using namespace c4::kube;  // the operator is written against the Kubernetes lib
 
 struct DetectorConfig {
   Duration window = std::chrono::seconds{1};
-  // A node's batches count as arriving when the newest is at most this old.
+  // A node's batches count as arriving when the newest is at most this old (and never older
+  // than the job's silenceSeconds).
   Duration node_silence = std::chrono::seconds{5};
   Duration repeat_offender_window = std::chrono::hours{24};
   // Straggler cost model.
@@ -95,18 +101,29 @@ struct DetectorConfig {
   Duration traffic_plan_grace = std::chrono::seconds{15};
 };
 
+// What the snapshot takes from a rank's pod: read in place from the informer cache, so a window
+// copies no Pod object.
+struct PodFacts {
+  std::string name;                               // metadata.name
+  std::string node;                               // spec.nodeName
+  std::string restart_attempt;                    // label c4.dev/restart-attempt
+  c4d::PodState state = c4d::PodState::kUnknown;  // kGone once it has a deletionTimestamp
+};
+PodFacts podFactsOf(const Json& pod);
+
 // The analyser's snapshot of one job from its recent reports in the store
 // (ReportStore::recentReports), the job's pods and the nodes (exposed for tests). `job` is the
 // TrainingJob; pods are looked up as "<ns>/<job>-<index>"; a node's record is the one in
-// `reports.nodes`, else `node_record`'s.
+// `reports.nodes`, else `node_record`'s; `node_history` is a Node's fault history
+// (faultHistoryOf), nullopt when the Node is not known.
 struct SnapshotSources {
-  std::function<std::optional<Json>(const std::string& key)> pod;
-  std::function<std::optional<Json>(const std::string& name)> node;
+  std::function<std::optional<PodFacts>(const std::string& key)> pod;
+  std::function<std::optional<std::vector<NodeFaultRecord>>(const std::string& name)> node_history;
   std::function<std::optional<ingest::NodeRecord>(const std::string& name)> node_record;
 };
 c4d::JobSnapshot buildSnapshot(const Json& job, const ingest::RecentReports& reports,
                                const SnapshotSources& sources, const DetectorConfig& config,
-                               WallTime now, std::int64_t* last_anomaly_ns);
+                               WallTime now);
 
 // Who hears of a diagnosis: the TrainingJob controller, which enqueues the job.
 class DiagnosisListener {
@@ -149,7 +166,8 @@ class Detector {
   Detector(const Detector&) = delete;
   Detector& operator=(const Detector&) = delete;
 
-  // The restart-causing verdict of the job's current attempt, if any (thread-safe).
+  // The restart-causing verdicts of the job's current attempt, joined, once published (the end
+  // of the window after the first one's), if any (thread-safe).
   [[nodiscard]] std::optional<DiagnosedFault> diagnosis(const std::string& key) const;
 
   // One reconcile of job "<ns>/<name>" (exposed for tests; the worker calls it): a new uid or
@@ -168,10 +186,21 @@ class Detector {
     std::optional<MonoTime> next_window;  // when the next analysis window is due
     std::string uid;
     std::uint32_t attempt = 0;
-    std::int64_t last_anomaly_ns = 0;
+    std::uint64_t last_anomaly_seq = 0;  // the store's arrival order (RecentReports)
+    // The restart-causing diagnosis of this attempt. Held (not published) from the window of
+    // its first verdict to the end of the next, so that verdicts confirmed together join it.
     std::optional<DiagnosedFault> diagnosis;
+    bool diagnosis_published = false;
+    std::uint64_t windows = 0;           // analysis windows of this attempt (while it runs)
+    std::uint64_t diagnosis_window = 0;  // the window that created `diagnosis`
     // Slow-link verdicts (by key) C4P was asked to re-plan around, and when.
-    std::map<std::string, WallTime> replanned;
+    // A verdict that clears is kept until it has stayed cleared for replan_grace: a link whose
+    // rate hovers around the threshold keeps the clock of its first verdict.
+    struct Replanned {
+      WallTime since{};
+      std::optional<WallTime> cleared_at;
+    };
+    std::map<std::string, Replanned> replanned;
     // Verdicts (by key) left to C4P — hangs, and slow nodes C4P explains: the verdict, since
     // when, and C4P's explanation.
     struct Deferred {
@@ -180,6 +209,14 @@ class Detector {
       std::string why;
     };
     std::map<std::string, Deferred> deferred;
+    // Per verdict key, the Events of that fault (FaultDetected, FaultCleared) written within the
+    // last hour, and how many were held back since the last one (allowFaultEvent). Kept across
+    // attempts.
+    struct EventBudget {
+      std::deque<MonoTime> written;
+      std::int64_t held = 0;
+    };
+    std::map<std::string, EventBudget> event_budget;
   };
   void worker();
   // Resets the state when the job's uid or attempt changed.
@@ -188,6 +225,14 @@ class Detector {
   bool analyse(const std::string& key, const Json& job, JobState& state, WallTime now);
   void act(const std::string& key, const Json& job, JobState& state, const c4d::Verdict& v,
            bool dry_run);
+  // Whether an Event about the fault `verdict_key` is written now: the first
+  // kFaultEventsPerHour of an hour are; after that at most one per kFlappingEventInterval, its
+  // message prefixed with how many were held back. A flapping link then cannot spend the spam
+  // filter's budget of the job's Events (EventCorrelatorOptions::spam_burst), and a later fault's
+  // Events are written.
+  bool allowFaultEvent(JobState& state, const std::string& verdict_key, std::string& message);
+  // Publishes the held diagnosis (diagnosis() returns it; the controller hears of it).
+  void publishDiagnosis(const std::string& key, JobState& state);
   void escalatePersistentSlowLinks(const std::string& key, const Json& job, JobState& state,
                                    const c4d::TickResult& result, const c4d::JobSnapshot& snap,
                                    WallTime now, bool dry_run);
@@ -200,8 +245,10 @@ class Detector {
                        bool dry_run);
   void recordNodeFault(const std::string& node_name, const NodeFaultRecord& record);
   // A Warning Event InvalidFaultHistory on a node whose c4.dev/fault-history annotation is
-  // malformed (once per resourceVersion); its malformed entries are ignored.
-  void checkFaultHistory(const Json& node);
+  // malformed (`problem`, from faultHistoryOf; once per resourceVersion); its malformed entries
+  // are ignored. Called outside the informer cache's lock.
+  void checkFaultHistory(const std::string& name, const std::string& resource_version,
+                         const std::string& problem);
   bool stragglerWorthRestart(const Json& job, const c4d::Verdict& v, WallTime now) const;
 
   ingest::ReportStore& store_;

@@ -39,7 +39,7 @@ Result<std::unique_ptr<Ingest>> Ingest::create(IngestConfig config, KubeClient& 
   ingest->handler_ = std::make_unique<ReportHandler>(config.handler, clock, *ingest->reviewer_,
                                                      *ingest->store_, std::move(view), &registry);
   C4_ASSIGN_OR_RETURN(ingest->server_,
-                      ReportServer::create(config.server, *ingest->handler_, clock));
+                      ReportServer::create(config.server, *ingest->handler_, clock, &registry));
   return ingest;
 }
 

@@ -53,8 +53,11 @@ std::string nodeNameOfPod(const Json& pod) {
   return stringAt(fieldsOf(pod, "spec"), "nodeName").value_or("");
 }
 
+// The message may quote the body (a JSON parser's "last read: ..."), so it may hold bytes that
+// are not UTF-8: they become U+FFFD rather than an exception out of handle().
 std::string errorBody(std::string_view reason, std::string_view message) {
-  return Json{{"error", message}, {"reason", reason}}.dump();
+  return Json{{"error", message}, {"reason", reason}}.dump(-1, ' ', false,
+                                                           Json::error_handler_t::replace);
 }
 
 constexpr const char* kDropReasons[] = {"unknown_job",     "wrong_node",     "unknown_pod",
@@ -91,6 +94,8 @@ ReportHandler::ReportHandler(ReportHandlerConfig config, Clock& clock,
       store_(store),
       cluster_(std::move(cluster)),
       log_("ingest"),
+      refusal_log_(clock, log_, "Suppressed report refusal logs", config_.refusal_log_lines,
+                   config_.refusal_log_interval),
       global_(config_.global_limit, clock.monoNow()),
       nodes_(config_.node_limit, config_.max_nodes),
       last_seq_(config_.max_nodes) {
@@ -134,78 +139,125 @@ IngestResponse ReportHandler::refuse(int status, std::string reason, std::string
   r.status = status;
   r.body = errorBody(reason, message);
   r.reason = std::move(reason);
+  r.detail = std::move(message);
   return r;
 }
 
 IngestResponse ReportHandler::handle(const IngestRequest& request) {
-  MonoTime start = clock_.monoNow();
-  IngestResponse response = process(request);
+  RequestHead head;
+  head.authorization = request.authorization;
+  head.content_type = request.content_type;
+  head.content_length = request.body.size();
+  auto admitted = admit(head);
+  if (!admitted) return std::move(admitted.error());
+  return accept(std::move(*admitted), request.body);
+}
+
+void ReportHandler::finish(const IngestResponse& response, MonoTime start, std::size_t body_bytes,
+                           const std::string& node, const std::string& remote) {
   if (requests_ != nullptr) {
     requests_->labels({std::to_string(response.status), response.reason}).inc();
     duration_->observe(std::chrono::duration<double>(clock_.monoNow() - start).count());
-    bytes_->inc(static_cast<double>(request.body.size()));
+    bytes_->inc(static_cast<double>(body_bytes));
   }
+  bool loggable =
+      (response.status >= 400 && response.status < 500) || response.reason == "review_failed";
+  if (!loggable) return;
+  refusal_log_.warn("Refused a report request", {{"status", response.status},
+                                                 {"reason", response.reason},
+                                                 {"node", node},
+                                                 {"remote", remote},
+                                                 {"error", response.detail}});
+}
+
+std::expected<Admission, IngestResponse> ReportHandler::admit(const RequestHead& head) {
+  MonoTime start = clock_.monoNow();
+  auto admitted = checkHead(head, start);
+  if (!admitted) finish(admitted.error(), start, 0, "", head.remote);
+  return admitted;
+}
+
+IngestResponse ReportHandler::accept(Admission admission, std::string_view body, BodyRead read) {
+  IngestResponse response;
+  if (read == BodyRead::kTooLarge) {
+    response =
+        refuse(413, "too_large",
+               "body exceeds the limit of " + std::to_string(config_.max_body_bytes) + " bytes");
+  } else if (read == BodyRead::kIncomplete) {
+    response = refuse(400, "incomplete_body",
+                      "the body ended early or arrived too slowly (" + std::to_string(body.size()) +
+                          " bytes read)");
+  } else {
+    response = checkBody(admission, body);
+  }
+  finish(response, admission.start_, body.size(), admission.node_, admission.remote_);
   return response;
 }
 
-IngestResponse ReportHandler::process(const IngestRequest& request) {
+std::expected<Admission, IngestResponse> ReportHandler::checkHead(const RequestHead& head,
+                                                                  MonoTime start) {
+  auto refused = [](IngestResponse r) { return std::unexpected(std::move(r)); };
   if (cluster_.serving && !cluster_.serving()) {
     auto r =
         refuse(503, "not_leader", "this operator is not serving reports (standby or starting)");
     r.retry_after_seconds = config_.standby_retry_after_seconds;
-    return r;
+    return refused(std::move(r));
   }
-  struct Inflight {
-    std::atomic<std::size_t>& n;
-    ~Inflight() { n.fetch_sub(1); }
-  } inflight{inflight_};
   if (inflight_.fetch_add(1) >= config_.max_inflight) {
+    inflight_.fetch_sub(1);
     auto r = refuse(429, "overloaded", "too many report requests in flight");
     r.retry_after_seconds = 1;
-    return r;
+    return refused(std::move(r));
   }
-  if (request.body.size() > config_.max_body_bytes) {
-    return refuse(413, "too_large",
-                  "body of " + std::to_string(request.body.size()) +
-                      " bytes exceeds the limit of " + std::to_string(config_.max_body_bytes));
+  Admission admission(&inflight_, start);  // holds the slot from here on
+  admission.remote_ = head.remote;
+  if (head.malformed_length) {
+    return refused(refuse(400, "bad_length", "Content-Length is not a number"));
   }
-  std::string media = lowerTrimmedMediaType(request.content_type);
-  bool cbor = media == "application/cbor";
-  if (!cbor && media != "application/json") {
-    return refuse(415, "unsupported_media_type",
-                  "Content-Type must be application/cbor or application/json");
+  if (head.content_length && *head.content_length > config_.max_body_bytes) {
+    return refused(refuse(413, "too_large",
+                          "body of " + std::to_string(*head.content_length) +
+                              " bytes exceeds the limit of " +
+                              std::to_string(config_.max_body_bytes)));
+  }
+  std::string media = lowerTrimmedMediaType(head.content_type);
+  admission.cbor_ = media == "application/cbor";
+  if (!admission.cbor_ && media != "application/json") {
+    return refused(refuse(415, "unsupported_media_type",
+                          "Content-Type must be application/cbor or application/json"));
   }
   {
     std::lock_guard lock(limits_mu_);
     if (auto wait = global_.take(clock_.monoNow())) {
       auto r = refuse(429, "global_rate_limit", "the operator's report rate limit is exhausted");
       r.retry_after_seconds = retryAfterSeconds(*wait);
-      return r;
+      return refused(std::move(r));
     }
   }
 
   // Authentication and authorisation.
-  std::string token = bearerToken(request.authorization);
-  if (token.empty()) return refuse(401, "no_token", "a bearer token is required");
+  std::string token = bearerToken(head.authorization);
+  if (token.empty()) return refused(refuse(401, "no_token", "a bearer token is required"));
   auto user = authenticator_.authenticate(token);
   if (!user) {
     if (user.error().code == ErrorCode::kUnauthenticated) {
-      return refuse(401, "invalid_token", user.error().message);
+      return refused(refuse(401, "invalid_token", user.error().message));
     }
-    log_.warn("Token review failed", {{"error", user.error()}});
     auto r = refuse(503, "review_failed", "the token could not be reviewed; retry later");
+    r.detail = user.error().toString();
     r.retry_after_seconds = 1;
-    return r;
+    return refused(std::move(r));
   }
   if (user->username != expected_user_) {
-    return refuse(403, "wrong_serviceaccount",
-                  "user " + user->username + " may not post reports (only " + expected_user_ + ")");
+    return refused(
+        refuse(403, "wrong_serviceaccount",
+               "user " + user->username + " may not post reports (only " + expected_user_ + ")"));
   }
   std::string token_node = user->extraValue(kNodeNameExtra);
   if (token_node.empty()) {
-    return refuse(
+    return refused(refuse(
         403, "no_node_binding",
-        "the token is not bound to a pod on a node (no " + std::string(kNodeNameExtra) + ")");
+        "the token is not bound to a pod on a node (no " + std::string(kNodeNameExtra) + ")"));
   }
   {
     std::lock_guard lock(limits_mu_);
@@ -213,15 +265,21 @@ IngestResponse ReportHandler::process(const IngestRequest& request) {
       auto r = refuse(429, "node_rate_limit",
                       "the report rate limit of node " + token_node + " is exhausted");
       r.retry_after_seconds = retryAfterSeconds(*wait);
-      return r;
+      return refused(std::move(r));
     }
   }
+  admission.node_ = std::move(token_node);
+  return admission;
+}
 
+IngestResponse ReportHandler::checkBody(const Admission& admission, std::string_view body) {
+  const std::string& token_node = admission.node_;
+  const bool cbor = admission.cbor_;
   // The batch.
   Result<report::NodeReport> decoded =
       cbor ? report::decodeNodeReportCbor(std::span<const std::uint8_t>(
-                 reinterpret_cast<const std::uint8_t*>(request.body.data()), request.body.size()))
-           : report::decodeNodeReportJson(request.body);
+                 reinterpret_cast<const std::uint8_t*>(body.data()), body.size()))
+           : report::decodeNodeReportJson(body);
   if (!decoded) return refuse(400, "malformed", decoded.error().message);
   report::NodeReport& batch = *decoded;
   if (batch.node != token_node) {

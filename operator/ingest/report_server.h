@@ -15,6 +15,7 @@
 
 #include "c4/common/clock.h"
 #include "c4/common/error.h"
+#include "c4/common/metrics.h"
 #include "operator/ingest/report_handler.h"
 
 namespace httplib {
@@ -29,7 +30,16 @@ struct ReportServerConfig {
   std::string cert_file;
   std::string key_file;
   int threads = 8;
+  // Accepted connections that may wait for a worker while every worker is busy. Each holds a
+  // file descriptor, so an unbounded queue lets a flood of connections exhaust the operator's
+  // descriptors; one accepted beyond the bound is closed at once (before its TLS handshake is
+  // read), counted (c4_ingest_connections_rejected_total) and logged, rate-limited. At least 1.
+  int max_queued_connections = 1024;
   Duration cert_check_period = std::chrono::seconds{10};
+  // The most a connection may take from the start of its TLS handshake until the last byte of
+  // its request body (handshake, headers and body together, however slowly they trickle in);
+  // past it the connection is cut off and its worker freed. Once the body is in, the answer gets
+  // a fresh read_timeout. Also each single read's timeout (cpp-httplib's).
   Duration read_timeout = std::chrono::seconds{10};
   // Connection policy. cpp-httplib serves a kept-alive connection on one pool thread until it
   // has been idle for keep_alive_timeout (whole seconds), so a few thousand node plugins posting
@@ -55,13 +65,18 @@ struct TlsSessionStats {
 };
 
 class CertificateSource;
+class ConnectionDeadlines;
+class ConnectionRejections;
 
 class ReportServer {
  public:
   // Loads the certificate and key (kInvalidArgument naming the file when it is missing or not
   // a matching PEM pair) and prepares the server. `handler` and `clock` must outlive it.
+  // `registry` (may be null) gets c4_ingest_connections_timed_out_total and
+  // c4_ingest_connections_rejected_total.
   static Result<std::unique_ptr<ReportServer>> create(ReportServerConfig config,
-                                                      ReportHandler& handler, Clock& clock);
+                                                      ReportHandler& handler, Clock& clock,
+                                                      metrics::Registry* registry = nullptr);
   ~ReportServer();
   ReportServer(const ReportServer&) = delete;
   ReportServer& operator=(const ReportServer&) = delete;
@@ -72,6 +87,10 @@ class ReportServer {
   void stop();
   // Certificate reloads so far (tests).
   [[nodiscard]] int certificateLoads() const;
+  // Connections cut off at their read deadline so far.
+  [[nodiscard]] long connectionsTimedOut() const;
+  // Connections closed at once because max_queued_connections were already waiting.
+  [[nodiscard]] long connectionsRejected() const;
   // OpenSSL's counters of the server context (benchmarks, tests).
   [[nodiscard]] TlsSessionStats tlsSessionStats() const;
 
@@ -82,6 +101,9 @@ class ReportServer {
   ReportHandler& handler_;
   Clock& clock_;
   std::shared_ptr<CertificateSource> certs_;
+  // Declared before server_: the server (and with it every connection) goes first.
+  std::unique_ptr<ConnectionDeadlines> deadlines_;
+  std::unique_ptr<ConnectionRejections> rejections_;
   std::unique_ptr<httplib::SSLServer> server_;
   std::thread thread_;
   std::atomic<bool> listening_done_{false};

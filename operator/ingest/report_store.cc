@@ -8,6 +8,10 @@
 namespace c4::op::ingest {
 namespace {
 
+// Clocks further apart than this are not estimated: such a node's anomalies take their arrival
+// time.
+constexpr std::int64_t kMaxOffsetNs = std::int64_t{24} * 3600 * 1'000'000'000;
+
 std::string jobKey(std::string_view ns, std::string_view name) {
   std::string key(ns);
   key += '/';
@@ -79,9 +83,9 @@ void ReportStore::addRankReport(JobRecord& job, const report::RankReport& r, Wal
   ++rank.reports_total;
   ++job.reports_total;
   job.last_report = std::max(job.last_report, received);
-  rank.reports.push_back(RankHeader{r.seq, r.time_unix_ns, r.interval_ms, r.plan_version,
-                                    r.dropped_messages,
-                                    static_cast<std::uint32_t>(r.connections.size()), received});
+  rank.reports.push_back(
+      RankHeader{r.seq, r.time_unix_ns, r.interval_ms, r.plan_version, r.dropped_messages,
+                 static_cast<std::uint32_t>(r.connections.size()), received, r.communicators});
   while (rank.reports.size() > config_.history) rank.reports.pop_front();
   std::uint64_t now = rank.reports_total;
   for (const auto& c : r.connections) {
@@ -134,6 +138,39 @@ bool ReportStore::markCheckpoint(JobRecord& job, const report::CheckpointNotice&
   return true;
 }
 
+void ReportStore::observeClock(NodeRecord& node, std::int64_t stamp_ns, WallTime received) const {
+  auto& samples = node.offset_samples;
+  while (!samples.empty() && (samples.size() >= config_.offset_samples ||
+                              received - samples.front().first > config_.offset_memory)) {
+    samples.pop_front();
+  }
+  if (stamp_ns > 0 && config_.offset_samples > 0) {
+    // Saturating: a stamp far from any real clock must not overflow the difference.
+    const std::int64_t now_ns = toUnixNanos(received);
+    const std::int64_t sample = stamp_ns < now_ns - kMaxOffsetNs   ? kMaxOffsetNs
+                                : stamp_ns > now_ns + kMaxOffsetNs ? -kMaxOffsetNs
+                                                                   : now_ns - stamp_ns;
+    samples.emplace_back(received, sample);
+  }
+  if (samples.empty()) {
+    node.clock_offset_ns.reset();
+    return;
+  }
+  std::int64_t best = samples.front().second;
+  for (const auto& s : samples) best = std::min(best, s.second);
+  node.clock_offset_ns = best;
+}
+
+std::int64_t ReportStore::onOperatorClock(const NodeRecord& node, std::int64_t stamp_ns,
+                                          WallTime received) {
+  const std::int64_t arrival = toUnixNanos(received);
+  if (!node.clock_offset_ns || stamp_ns <= 0) return arrival;
+  // Both within kMaxOffsetNs of a real time: no overflow.
+  const std::int64_t offset = *node.clock_offset_ns;
+  if (stamp_ns > arrival + kMaxOffsetNs || stamp_ns < arrival - kMaxOffsetNs) return arrival;
+  return std::min(arrival, stamp_ns + offset);
+}
+
 std::size_t ReportStore::apply(const report::NodeReport& batch,
                                const std::map<std::string, JobFacts>& jobs, WallTime received,
                                std::uint64_t operator_dropped) {
@@ -143,6 +180,19 @@ std::size_t ReportStore::apply(const report::NodeReport& batch,
   {
     std::unique_lock lock(mu_);
     listener = listener_;
+    auto node = nodes_.find(batch.node);
+    if (node == nodes_.end()) {
+      if (nodes_.size() >= config_.max_nodes) {
+        auto oldest = std::min_element(
+            nodes_.begin(), nodes_.end(),
+            [](const auto& a, const auto& b) { return a.second.last_batch < b.second.last_batch; });
+        nodes_.erase(oldest);
+      }
+      node = nodes_.emplace(batch.node, NodeRecord{}).first;
+      node->second.name = batch.node;
+    }
+    NodeRecord& n = node->second;
+    observeClock(n, batch.time_unix_ns, received);
     auto facts_of = [&](const report::RankIdentity& id) -> JobRecord* {
       std::string key = jobKey(id.ns, id.job);
       auto f = jobs.find(key);
@@ -158,16 +208,16 @@ std::size_t ReportStore::apply(const report::NodeReport& batch,
       }
       addRankReport(*job, r, received);
     }
-    for (const auto& n : batch.notices) {
+    for (const auto& notice : batch.notices) {
       const report::RankIdentity& id = std::visit(
-          [](const auto& notice) -> const report::RankIdentity& { return notice.id; }, n);
+          [](const auto& item) -> const report::RankIdentity& { return item.id; }, notice);
       JobRecord* job = facts_of(id);
       if (job == nullptr) {
         ++ignored;
         continue;
       }
       ++job->notices_total;
-      if (const auto* progress = std::get_if<report::ProgressNotice>(&n)) {
+      if (const auto* progress = std::get_if<report::ProgressNotice>(&notice)) {
         RankRecord& rank = job->ranks[id.rank];
         if (rank.reports_total == 0 && rank.identity.rank < 0) rank.identity = id;
         // Arrival orders notices, and the operator's clock times them: a sender's clock (maybe
@@ -177,25 +227,15 @@ std::size_t ReportStore::apply(const report::NodeReport& batch,
         received_notice.time_unix_ns = toUnixNanos(received);
         rank.progress = received_notice;
         job->progress = std::move(received_notice);
-      } else if (const auto* anomaly = std::get_if<report::AnomalyNotice>(&n)) {
-        job->anomalies.push_back(*anomaly);
+      } else if (const auto* anomaly = std::get_if<report::AnomalyNotice>(&notice)) {
+        StoredAnomaly stored{++anomaly_seq_, anomaly->time_unix_ns, *anomaly};
+        stored.notice.time_unix_ns = onOperatorClock(n, anomaly->time_unix_ns, received);
+        job->anomalies.push_back(std::move(stored));
         while (job->anomalies.size() > config_.max_anomalies_per_job) job->anomalies.pop_front();
-      } else if (const auto* cp = std::get_if<report::CheckpointNotice>(&n)) {
+      } else if (const auto* cp = std::get_if<report::CheckpointNotice>(&notice)) {
         if (markCheckpoint(*job, *cp)) advanced.push_back(jobKey(job->ns, job->name));
       }
     }
-    auto node = nodes_.find(batch.node);
-    if (node == nodes_.end()) {
-      if (nodes_.size() >= config_.max_nodes) {
-        auto oldest = std::min_element(
-            nodes_.begin(), nodes_.end(),
-            [](const auto& a, const auto& b) { return a.second.last_batch < b.second.last_batch; });
-        nodes_.erase(oldest);
-      }
-      node = nodes_.emplace(batch.node, NodeRecord{}).first;
-      node->second.name = batch.node;
-    }
-    NodeRecord& n = node->second;
     n.health = batch.health;
     n.last_batch = received;
     n.last_seq = batch.seq;
@@ -300,8 +340,9 @@ std::optional<RecentReports> ReportStore::recentReports(std::string_view ns, std
     }
   }
   for (const auto& a : job.anomalies) {
-    if (a.time_unix_ns > query.anomalies_after_ns) out.anomalies.push_back(a);
+    if (a.seq > query.anomalies_after_seq) out.anomalies.push_back(a.notice);
   }
+  out.anomaly_seq = job.anomalies.empty() ? query.anomalies_after_seq : job.anomalies.back().seq;
   return out;
 }
 
@@ -417,7 +458,10 @@ Json ReportStore::summary(std::string_view ns, std::string_view job_name, bool c
                      {"gpus", node.health.gpus.size()},
                      {"pluginDropped", node.plugin_dropped},
                      {"pluginRejected", node.plugin_rejected},
-                     {"operatorDropped", node.operator_dropped}});
+                     {"operatorDropped", node.operator_dropped},
+                     {"clockOffsetMs", node.clock_offset_ns
+                                           ? Json(static_cast<double>(*node.clock_offset_ns) / 1e6)
+                                           : Json(nullptr)}});
   }
   return Json{{"jobs", jobs}, {"nodes", nodes}};
 }

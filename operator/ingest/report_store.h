@@ -8,24 +8,28 @@
 //       identity            as last reported (pod, node, pid, attempt)
 //       lastReport          operator wall time of the last RankReport
 //       reports             the last `history` RankReport headers (seq, sender time, interval,
-//                           plan version, dropped messages, number of connections), oldest first
+//                           plan version, dropped messages, number of connections, the
+//                           communicators' collective progress), oldest first
 //       connections[id]     the last `history` samples of each connection (cumulative counters,
 //                           latency summaries, subflows) with the report seq and sender time;
 //                           a connection absent from the last `history` reports is forgotten;
 //                           at most `max_connections_per_rank`
 //       progress            the last ProgressNotice received, its time the operator's receive
 //                           time (arrival orders notices: sender clocks order nothing)
-//     anomalies             the last `max_anomalies_per_job` AnomalyNotices, oldest first
+//     anomalies             the last `max_anomalies_per_job` AnomalyNotices, oldest first, each
+//                           with a store-wide arrival sequence number and its time moved onto
+//                           the operator's clock (see "Clocks" below)
 //     progress              the last ProgressNotice received from any rank (time as above)
 //     checkpoint            the newest step every rank 0..world_size-1 has reported (see below)
 //   node "<name>"           latest NodeHealth, last batch time and seq, batches, counters of
 //                           messages the node plugin dropped/rejected and of reports the operator
 //                           dropped; at most `max_nodes` (the longest silent goes first)
 //
-// Memory bound per rank: history × (sizeof(RankHeader) + C × (sizeof(ConnectionSample) +
-// S × sizeof(SubflowStats) + peer names)) for C connections of S subflows, plus one
-// ProgressNotice and the checkpoint marks (max_checkpoint_steps bits). With the defaults (history
-// 8) and 8 connections of 4 subflows a rank costs about 25 KiB.
+// Memory bound per rank: history × (sizeof(RankHeader) + M × sizeof(CommunicatorProgress) +
+// C × (sizeof(ConnectionSample) + S × sizeof(SubflowStats) + peer names)) for M communicators
+// (at most 256, 64 bytes each) and C connections of S subflows, plus one ProgressNotice and the
+// checkpoint marks (max_checkpoint_steps bits). With the defaults (history 8) and 8 connections
+// of 4 subflows a rank costs about 25 KiB, and each communicator 512 bytes more.
 //
 // Attempts: a job's data belongs to one (uid, attempt). Data of a newer attempt (or of a job
 // recreated under the same name) replaces everything held for the job, checkpoint marks
@@ -37,6 +41,16 @@
 // checkpoint is the newest step all worldSize ranks reported. It never moves back within an
 // attempt. When it advances the checkpoint listener is called with "<ns>/<name>" (outside the
 // store's lock): the TrainingJob controller enqueues the job and writes status.lastCheckpoint.
+//
+// Clocks: sender clocks order no evidence. Each node's clock is compared with the operator's
+// on every batch (received minus the batch's stamp = clock offset + delivery delay); the
+// smallest such sample of the last `offset_samples` batches within `offset_memory` estimates
+// the offset (as NTP's minimum filter does: the fastest delivery carries the least delay). An
+// anomaly's stamp is moved by its node's estimate, so stamps from nodes whose clocks disagree
+// compare on one time line (C4D orders a crash cascade by them), and is never later than the
+// batch's arrival; before a node has an estimate its anomalies take the arrival time. A reader
+// asks for anomalies by arrival sequence, not by time: one stamped in the future hides none
+// that arrive after it.
 //
 // Readers that analyse a job (C4D) ask for its recent whole reports (recentReports): each
 // RankReport as it arrived, header and connections together, with the ranks' identities, the
@@ -52,12 +66,12 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <limits>
 #include <map>
 #include <optional>
 #include <shared_mutex>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "c4/common/clock.h"
@@ -93,6 +107,8 @@ struct RankHeader {
   std::uint64_t dropped_messages = 0;
   std::uint32_t connections = 0;
   WallTime received{};  // operator clock
+  // The rank's NCCL communicators (profiler plugin; empty from the net plugin).
+  std::vector<report::CommunicatorProgress> communicators;
 };
 
 struct ConnectionSample {
@@ -104,6 +120,13 @@ struct ConnectionSample {
 struct ConnectionHistory {
   std::deque<ConnectionSample> samples;  // oldest first, at most `history`
   std::uint64_t last_seen_report = 0;    // internal: the rank's report count when last seen
+};
+
+// An AnomalyNotice as stored: its time on the operator's clock (see "Clocks").
+struct StoredAnomaly {
+  std::uint64_t seq = 0;                 // store-wide arrival order, from 1
+  std::int64_t sender_time_unix_ns = 0;  // as stamped by the sender
+  report::AnomalyNotice notice;
 };
 
 struct RankRecord {
@@ -120,7 +143,7 @@ struct JobRecord {
   std::string name;
   JobFacts facts;
   std::map<std::int32_t, RankRecord> ranks;
-  std::deque<report::AnomalyNotice> anomalies;  // oldest first
+  std::deque<StoredAnomaly> anomalies;  // oldest first
   std::optional<report::ProgressNotice> progress;
   std::optional<ReportedCheckpoint> checkpoint;
   WallTime last_report{};
@@ -147,6 +170,11 @@ struct NodeRecord {
   std::uint64_t plugin_dropped = 0;    // NodeReport.droppedMessages, latest value
   std::uint64_t plugin_rejected = 0;   // NodeReport.rejectedMessages, latest value
   std::uint64_t operator_dropped = 0;  // rank reports/notices the endpoint dropped, cumulative
+  // The node's clock seen from the operator (see "Clocks"): operator minus node, plus the
+  // fastest delivery's delay; nullopt until a batch carried a stamp.
+  std::optional<std::int64_t> clock_offset_ns;
+  // Internal: (arrival, received - stamp) of the recent batches, oldest first.
+  std::deque<std::pair<WallTime, std::int64_t>> offset_samples;
 };
 
 // One RankReport as the store holds it: its header and the samples of the connections the store
@@ -169,15 +197,17 @@ struct RecentReports {
   std::string name;
   JobFacts facts;
   std::map<std::int32_t, RecentRank> ranks;      // ranks with anything stored
-  std::vector<report::AnomalyNotice> anomalies;  // newer than the query's bound, oldest first
+  std::vector<report::AnomalyNotice> anomalies;  // arrived after the query's bound, oldest first
+  std::uint64_t anomaly_seq = 0;  // the newest stored anomaly's seq: the next query's bound
   // The records of the nodes the ranks last reported from (NodeRecord.name == key).
   std::map<std::string, NodeRecord> nodes;
 };
 
 struct RecentReportsQuery {
   std::size_t reports = 3;  // per rank, newest first kept (at most the store's history)
-  // Only anomalies whose timeUnixNs is greater (the newest one a caller already saw).
-  std::int64_t anomalies_after_ns = std::numeric_limits<std::int64_t>::min();
+  // Only anomalies that arrived after this one (RecentReports::anomaly_seq of a caller's last
+  // query; 0: all held).
+  std::uint64_t anomalies_after_seq = 0;
 };
 
 struct ReportStoreConfig {
@@ -186,6 +216,8 @@ struct ReportStoreConfig {
   std::size_t max_anomalies_per_job = 256;
   std::size_t max_checkpoint_steps = 16;
   std::size_t max_nodes = 100000;
+  std::size_t offset_samples = 32;                   // batches per node's clock estimate
+  Duration offset_memory = std::chrono::minutes{2};  // the oldest sample an estimate uses
 };
 
 struct StoreStats {
@@ -248,11 +280,17 @@ class ReportStore {
   // Returns true when the job's checkpoint advanced.
   bool markCheckpoint(JobRecord& job, const report::CheckpointNotice& notice);
   void addRankReport(JobRecord& job, const report::RankReport& r, WallTime received);
+  // Takes a batch's stamp as a sample of the node's clock offset (see "Clocks").
+  void observeClock(NodeRecord& node, std::int64_t stamp_ns, WallTime received) const;
+  // A stamp of the node's clock on the operator's, never after `received`.
+  static std::int64_t onOperatorClock(const NodeRecord& node, std::int64_t stamp_ns,
+                                      WallTime received);
 
   ReportStoreConfig config_;
   mutable std::shared_mutex mu_;
   std::map<std::string, JobRecord, std::less<>> jobs_;  // "<ns>/<name>"
   std::map<std::string, NodeRecord, std::less<>> nodes_;
+  std::uint64_t anomaly_seq_ = 0;
   std::function<void(const std::string&)> listener_;
   metrics::CollectHook hook_;
 };

@@ -96,7 +96,11 @@ std::optional<std::int64_t> jwtExpiry(std::string_view token) {
 
 TokenReviewer::TokenReviewer(KubeClient& client, Clock& clock, TokenReviewConfig config,
                              metrics::Registry* registry)
-    : client_(client), clock_(clock), config_(std::move(config)), cache_(config_.cache_size) {
+    : client_(client),
+      clock_(clock),
+      config_(std::move(config)),
+      positive_(config_.cache_size),
+      negative_(config_.negative_cache_size) {
   if (registry != nullptr) {
     lookups_ = &registry->counter("c4_ingest_token_reviews_total",
                                   "Token authentications by result (cache hits and TokenReviews).",
@@ -109,7 +113,17 @@ TokenReviewer::TokenReviewer(KubeClient& client, Clock& clock, TokenReviewConfig
 
 std::size_t TokenReviewer::cacheSize() const {
   std::lock_guard lock(mu_);
-  return cache_.size();
+  return positive_.size() + negative_.size();
+}
+
+std::size_t TokenReviewer::positiveCacheSize() const {
+  std::lock_guard lock(mu_);
+  return positive_.size();
+}
+
+std::size_t TokenReviewer::negativeCacheSize() const {
+  std::lock_guard lock(mu_);
+  return negative_.size();
 }
 
 std::uint64_t TokenReviewer::reviews() const {
@@ -122,10 +136,13 @@ Result<TokenUser> TokenReviewer::authenticate(std::string_view token) {
   std::string key = sha256Hex(token);
   {
     std::lock_guard lock(mu_);
-    if (Entry* hit = cache_.get(key); hit != nullptr && clock_.monoNow() < hit->expires) {
-      if (lookups_ != nullptr)
-        lookups_->labels({hit->authenticated ? "hit_allowed" : "hit_denied"}).inc();
-      if (hit->authenticated) return hit->user;
+    MonoTime now = clock_.monoNow();
+    if (Entry* hit = positive_.get(key); hit != nullptr && now < hit->expires) {
+      if (lookups_ != nullptr) lookups_->labels({"hit_allowed"}).inc();
+      return hit->user;
+    }
+    if (Entry* hit = negative_.get(key); hit != nullptr && now < hit->expires) {
+      if (lookups_ != nullptr) lookups_->labels({"hit_denied"}).inc();
       return makeError(ErrorCode::kUnauthenticated, hit->reason);
     }
   }
@@ -183,7 +200,13 @@ Result<TokenUser> TokenReviewer::review(std::string_view token, const std::strin
       entry.authenticated ? Result<TokenUser>(entry.user)
                           : Result<TokenUser>(makeError(ErrorCode::kUnauthenticated, entry.reason));
   std::lock_guard lock(mu_);
-  cache_.put(key, std::move(entry));
+  if (entry.authenticated) {
+    negative_.erase(key);
+    positive_.put(key, std::move(entry));
+  } else {
+    positive_.erase(key);
+    negative_.put(key, std::move(entry));
+  }
   return result;
 }
 

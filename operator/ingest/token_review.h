@@ -1,7 +1,10 @@
 // Authentication of report senders: the bearer token is reviewed by the API server
 // (TokenReview, authentication.k8s.io/v1, with the operator's audience) and the answer cached.
 //
-//   - The cache is keyed by the SHA-256 of the token (tokens are never kept), bounded (LRU).
+//   - Two caches keyed by the SHA-256 of the token (tokens are never kept), each bounded (LRU):
+//     one of positive answers (`cache_size`), one of negative answers (`negative_cache_size`).
+//     Apart, so a flood of random tokens only evicts other negative answers and never the
+//     node plugins' positive ones.
 //   - A positive answer is kept for `positive_ttl`, never beyond the token's own `exp` claim
 //     (read from the JWT payload when it has one; the signature is the API server's business).
 //   - A negative answer (not authenticated, or the audience is not ours) is kept for
@@ -61,7 +64,8 @@ struct TokenReviewConfig {
   std::string audience = "c4-operator";
   Duration positive_ttl = std::chrono::seconds{60};
   Duration negative_ttl = std::chrono::seconds{10};
-  std::size_t cache_size = 4096;
+  std::size_t cache_size = 4096;           // positive answers
+  std::size_t negative_cache_size = 4096;  // negative answers
   // Bounds one TokenReview call.
   Duration request_timeout = std::chrono::seconds{5};
 };
@@ -75,7 +79,10 @@ class TokenReviewer final : public TokenAuthenticator {
 
   Result<TokenUser> authenticate(std::string_view token) override;
 
+  // Cached answers, positive and negative together.
   [[nodiscard]] std::size_t cacheSize() const;
+  [[nodiscard]] std::size_t positiveCacheSize() const;
+  [[nodiscard]] std::size_t negativeCacheSize() const;
   // TokenReview calls made (tests, metrics).
   [[nodiscard]] std::uint64_t reviews() const;
 
@@ -92,7 +99,8 @@ class TokenReviewer final : public TokenAuthenticator {
   Clock& clock_;
   TokenReviewConfig config_;
   mutable std::mutex mu_;
-  LruCache<Entry> cache_;
+  LruCache<Entry> positive_;
+  LruCache<Entry> negative_;
   std::uint64_t reviews_ = 0;
   metrics::Family<metrics::Counter>* lookups_ = nullptr;
 };

@@ -6,8 +6,8 @@
 namespace c4::op {
 namespace {
 
-constexpr std::array<std::string_view, 2> kKnownPoints = {kFailpointAfterStatus,
-                                                          kFailpointAfterRestartStatus};
+constexpr std::array<std::string_view, 3> kKnownPoints = {
+    kFailpointAfterStatus, kFailpointAfterRestartStatus, kFailpointAfterCordonOwed};
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);

@@ -52,7 +52,7 @@ int runOperator(const c4::op::OperatorOptions& options) {
              {{"failpoints", failpoints.describe()}});
     hooks.fault_hook = [&failpoints, &log](std::string_view point, const std::string& key) {
       if (failpoints.action(point) == FailpointAction::kKill) {
-        log.warn("Failpoint reached, killing the process", {{"failpoint", point}, {"job", key}});
+        log.warn("Failpoint reached, killing the process", {{"failpoint", point}, {"key", key}});
         ::raise(SIGKILL);
       }
       return true;

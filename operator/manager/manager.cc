@@ -116,6 +116,7 @@ Status Manager::build(const KubeConfig& kube_config) {
       std::make_unique<EventRecorder>(*event_client_, clock_, "c4-operator", identity_, &registry_);
   NodeActionConfig node_actions = options_.node_actions;
   node_actions.state_namespace = options_.lease_namespace;
+  node_actions.fault_hook = hooks_.fault_hook;
   remediator_ = std::make_unique<NodeRemediator>(
       *client_, clock_, *node_events_, node_actions,
       [&nodes](const std::string& name) { return nodes.store().get(name); },
@@ -138,6 +139,8 @@ Status Manager::build(const KubeConfig& kube_config) {
     config.server.cert_file = options_.tls_cert_file;
     config.server.key_file = options_.tls_key_file;
     config.server.threads = options_.report_threads;
+    config.server.max_queued_connections = options_.report_max_queued_connections;
+    config.server.read_timeout = seconds(options_.report_read_timeout_seconds);
     config.handler.service_account = options_.report_service_account;
     config.handler.max_body_bytes =
         static_cast<std::size_t>(options_.report_max_body_mib * 1024 * 1024);
@@ -152,6 +155,8 @@ Status Manager::build(const KubeConfig& kube_config) {
     config.review.positive_ttl = seconds(options_.token_review_ttl_seconds);
     config.review.negative_ttl = seconds(options_.token_review_negative_ttl_seconds);
     config.review.cache_size = static_cast<std::size_t>(options_.token_review_cache_size);
+    config.review.negative_cache_size =
+        static_cast<std::size_t>(options_.token_review_negative_cache_size);
     config.store.history = static_cast<std::size_t>(options_.report_history);
     auto serving = [this] {
       bool leading = !options_.leader_elect || elector_->isLeader();
@@ -307,6 +312,7 @@ void Manager::startWorkNow() {
     log_.info("Controller not started", {{"error", started.error()}});
     return;
   }
+  remediator_->start();  // completes the node actions a predecessor owed, retries failed ones
   if (detector_) detector_->start();
   if (trafficplan_) trafficplan_->start();
   log_.info("Caches synced; controller started");
@@ -317,6 +323,7 @@ void Manager::stopWork() {
   if (detector_) detector_->stop();
   if (trafficplan_) trafficplan_->stop();
   controller_->stop();
+  remediator_->stop();
   {
     std::unique_lock lock(mu_);
     stopping_ = true;  // no start after this

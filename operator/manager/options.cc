@@ -124,6 +124,9 @@ const std::vector<Option>& optionTable() {
        C4_DBL(node_actions.max_fraction, "cordon-max-fraction", 0)},
       {"cordon-max-per-hour", "circuit breaker: max cordons per hour (default 3)",
        C4_INT(node_actions.max_cordons_per_window, "cordon-max-per-hour", 0)},
+      {"fault-history-max-per-hour",
+       "node fault-history entries written per hour, all nodes together (default 20; 0 = none)",
+       C4_INT(node_actions.max_fault_records_per_window, "fault-history-max-per-hour", 0)},
       {"dry-run", "decide node actions but do not act (default false)",
        C4_BOOL(node_actions.dry_run, "dry-run")},
       {"traffic-planning",
@@ -163,6 +166,14 @@ const std::vector<Option>& optionTable() {
        }},
       {"report-threads", "report server worker threads (default 8)",
        C4_INT(report_threads, "report-threads", 1)},
+      {"report-max-queued-connections",
+       "report connections that may wait for a worker while all are busy; one more is closed at "
+       "once (default 1024)",
+       C4_INT(report_max_queued_connections, "report-max-queued-connections", 1)},
+      {"report-read-timeout",
+       "seconds a report connection may take from its TLS handshake to its last body byte; a "
+       "slower client is disconnected (default 10)",
+       C4_DBL(report_read_timeout_seconds, "report-read-timeout", 1)},
       {"report-max-inflight", "report requests processed at once; more get 429 (default 64)",
        C4_INT(report_max_inflight, "report-max-inflight", 1)},
       {"report-max-body-mib", "largest report body in MiB, at most 64 (default 64)",
@@ -193,8 +204,11 @@ const std::vector<Option>& optionTable() {
        C4_DBL(token_review_ttl_seconds, "token-review-ttl", 0)},
       {"token-review-negative-ttl", "seconds a negative TokenReview is cached (default 10)",
        C4_DBL(token_review_negative_ttl_seconds, "token-review-negative-ttl", 0)},
-      {"token-review-cache-size", "TokenReview answers cached (default 4096)",
+      {"token-review-cache-size", "positive TokenReview answers cached (default 4096)",
        C4_INT(token_review_cache_size, "token-review-cache-size", 1)},
+      {"token-review-negative-cache-size",
+       "negative TokenReview answers cached, apart from the positive ones (default 4096)",
+       C4_INT(token_review_negative_cache_size, "token-review-negative-cache-size", 1)},
   };
   return table;
 }

@@ -53,6 +53,8 @@ struct OperatorOptions {
   std::string report_audience = "c4-operator";
   std::string report_service_account = "c4-system/c4-node-plugin";
   int report_threads = 8;
+  int report_max_queued_connections = 1024;
+  double report_read_timeout_seconds = 10;
   int report_max_inflight = 64;
   double report_max_body_mib = 64;
   double report_node_qps = 5;
@@ -65,6 +67,7 @@ struct OperatorOptions {
   double token_review_ttl_seconds = 60;
   double token_review_negative_ttl_seconds = 10;
   int token_review_cache_size = 4096;
+  int token_review_negative_cache_size = 4096;
   bool show_help = false;
   bool show_version = false;
 };

@@ -35,26 +35,48 @@ bool cordonedByUs(const Json& node) {
   return false;
 }
 
-// One recorded cordon in the breaker's state.
+constexpr const char* kFaultsKey = "faults.json";
+
+// The JSON array under data[key] of a ConfigMap, or an empty one (checked access).
+Json arrayIn(const Json& config_map, const char* key) {
+  auto data = config_map.find("data");
+  if (data == config_map.end() || !data->is_object()) return Json::array();
+  auto text = data->find(key);
+  if (text == data->end() || !text->is_string()) return Json::array();
+  Json list = Json::parse(text->get<std::string>(), nullptr, false);
+  return list.is_array() ? list : Json::array();  // unreadable state: start afresh
+}
+
+// One recorded cordon in the breaker's state: done (the node was patched) or owed (its slot is
+// taken, the patch has not landed yet). Records written before owed ones existed are done.
 struct CordonRecord {
   std::string node;
   WallTime time;
+  bool owed = false;
+  std::string reason;  // an owed cordon's reason (the Node's c4.dev/cordon-reason once done)
 };
+
+// A fault-history entry owed to a node.
+struct OwedFault {
+  std::string node;
+  NodeFaultRecord record;
+};
+
+// A string field of an object, or "" (checked access: never throws on another type).
+std::string stringOf(const Json& object, const char* name) {
+  auto it = object.find(name);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string{};
+}
 
 std::vector<CordonRecord> parseRecords(const Json& config_map) {
   std::vector<CordonRecord> out;
-  auto data = config_map.find("data");
-  if (data == config_map.end() || !data->is_object()) return out;
-  auto text = data->find(kStateKey);
-  if (text == data->end() || !text->is_string()) return out;
-  Json list = Json::parse(text->get<std::string>(), nullptr, false);
-  if (!list.is_array()) return out;  // unreadable state: start afresh (logged by the caller)
-  for (const auto& r : list) {
+  for (const auto& r : arrayIn(config_map, kStateKey)) {
     if (!r.is_object() || !r.contains("node") || !r["node"].is_string() || !r.contains("unixNs") ||
         !r["unixNs"].is_number_integer()) {
       continue;
     }
-    out.push_back({r["node"].get<std::string>(), fromUnixNanos(r["unixNs"].get<std::int64_t>())});
+    out.push_back({r["node"].get<std::string>(), fromUnixNanos(r["unixNs"].get<std::int64_t>()),
+                   stringOf(r, "state") == "owed", stringOf(r, "reason")});
   }
   return out;
 }
@@ -62,22 +84,93 @@ std::vector<CordonRecord> parseRecords(const Json& config_map) {
 std::string encodeRecords(const std::vector<CordonRecord>& records) {
   Json list = Json::array();
   for (const auto& r : records) {
-    list.push_back(
-        {{"node", r.node}, {"unixNs", toUnixNanos(r.time)}, {"time", formatRfc3339(r.time)}});
+    Json entry = {{"node", r.node},
+                  {"unixNs", toUnixNanos(r.time)},
+                  {"time", formatRfc3339(r.time)},
+                  {"state", r.owed ? "owed" : "done"}};
+    if (r.owed) entry["reason"] = r.reason;
+    list.push_back(std::move(entry));
   }
   return list.dump();
 }
 
-// A string field of an object, or "" (checked access: never throws on another type).
-std::string stringField(const Json& object, const char* name) {
-  auto it = object.find(name);
-  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string{};
+std::vector<OwedFault> parseFaults(const Json& config_map) {
+  std::vector<OwedFault> out;
+  for (const auto& f : arrayIn(config_map, kFaultsKey)) {
+    if (!f.is_object()) continue;
+    auto time = parseRfc3339(stringOf(f, "time"));
+    std::string node = stringOf(f, "node");
+    if (!time || node.empty()) continue;
+    out.push_back({node, {*time, stringOf(f, "class"), stringOf(f, "job")}});
+  }
+  return out;
+}
+
+std::string encodeFaults(const std::vector<OwedFault>& faults) {
+  Json list = Json::array();
+  for (const auto& f : faults) {
+    list.push_back({{"node", f.node},
+                    {"time", formatRfc3339(f.record.time)},
+                    {"class", f.record.fault_class},
+                    {"job", f.record.job}});
+  }
+  return list.dump();
+}
+
+// A fault-history entry appended (or owed) within the budget's window: what it was, and when
+// its slot was taken (the window counts from then).
+struct FaultSlot {
+  std::string node;
+  NodeFaultRecord record;
+  WallTime taken;
+};
+
+constexpr const char* kFaultSlotsKey = "faultHistoryWrites.json";
+
+std::vector<FaultSlot> parseFaultSlots(const Json& config_map) {
+  std::vector<FaultSlot> out;
+  for (const auto& f : arrayIn(config_map, kFaultSlotsKey)) {
+    if (!f.is_object()) continue;
+    auto time = parseRfc3339(stringOf(f, "time"));
+    std::string node = stringOf(f, "node");
+    auto taken = f.find("takenUnixNs");
+    if (!time || node.empty() || taken == f.end() || !taken->is_number_integer()) continue;
+    out.push_back({node,
+                   {*time, stringOf(f, "class"), stringOf(f, "job")},
+                   fromUnixNanos(taken->get<std::int64_t>())});
+  }
+  return out;
+}
+
+std::string encodeFaultSlots(const std::vector<FaultSlot>& slots) {
+  Json list = Json::array();
+  for (const auto& f : slots) {
+    list.push_back({{"node", f.node},
+                    {"time", formatRfc3339(f.record.time)},
+                    {"class", f.record.fault_class},
+                    {"job", f.record.job},
+                    {"takenUnixNs", toUnixNanos(f.taken)}});
+  }
+  return list.dump();
+}
+
+// The same entry (the history keeps whole seconds).
+bool sameFault(const NodeFaultRecord& a, const NodeFaultRecord& b) {
+  return formatRfc3339(a.time) == formatRfc3339(b.time) && a.fault_class == b.fault_class &&
+         a.job == b.job;
+}
+
+std::string cordonKey(const std::string& node) {
+  return "cordon/" + node;
+}
+std::string faultKey(const std::string& node, const NodeFaultRecord& r) {
+  return "fault/" + node + "/" + formatRfc3339(r.time) + "/" + r.fault_class + "/" + r.job;
 }
 
 // The resourceVersion of an object, or "" when it has none (or not a string).
 std::string resourceVersionOf(const Json& object) {
   auto meta = object.find("metadata");
-  return meta != object.end() && meta->is_object() ? stringField(*meta, "resourceVersion")
+  return meta != object.end() && meta->is_object() ? stringOf(*meta, "resourceVersion")
                                                    : std::string{};
 }
 
@@ -112,12 +205,12 @@ std::vector<NodeFaultRecord> faultHistoryOf(const Json& node, std::string* probl
         report(entry + ": " + key + " is not a string");
       }
     }
-    auto t = parseRfc3339(stringField(e, "time"));
+    auto t = parseRfc3339(stringOf(e, "time"));
     if (!t) {
       report(entry + ": time is not an RFC 3339 string");
       continue;
     }
-    out.push_back({*t, stringField(e, "class"), stringField(e, "job")});
+    out.push_back({*t, stringOf(e, "class"), stringOf(e, "job")});
   }
   return out;
 }
@@ -147,9 +240,18 @@ std::string_view cordonOutcomeName(CordonOutcome o) {
       return "dry_run";
     case CordonOutcome::kBreakerOpen:
       return "breaker_open";
+    case CordonOutcome::kOwed:
+      return "owed";
   }
   return "unknown";
 }
+
+// The breaker's ConfigMap, parsed.
+struct NodeRemediator::State {
+  std::vector<CordonRecord> cordons;
+  std::vector<OwedFault> faults;
+  std::vector<FaultSlot> fault_slots;  // the fault-history budget's window
+};
 
 NodeRemediator::NodeRemediator(KubeClient& client, Clock& clock, EventRecorder& events,
                                NodeActionConfig config, NodeGetter get_node, NodeLister list_nodes,
@@ -167,13 +269,18 @@ NodeRemediator::NodeRemediator(KubeClient& client, Clock& clock, EventRecorder& 
                            "Node cordon/uncordon decisions by outcome.", {"action", "outcome"});
     // Every series from the start at 0, so increase() in alerts sees the first cordon.
     for (auto o : {CordonOutcome::kCordoned, CordonOutcome::kAlreadyOurs, CordonOutcome::kDryRun,
-                   CordonOutcome::kBreakerOpen}) {
+                   CordonOutcome::kBreakerOpen, CordonOutcome::kOwed}) {
       actions_->labels({"cordon", std::string(cordonOutcomeName(o))});
     }
     for (const char* o : {"uncordoned", "taint_removed", "not_ours", "dry_run"}) {
       actions_->labels({"uncordon", o});
     }
+    actions_->labels({"fault_history", "budget_spent"});
   }
+}
+
+NodeRemediator::~NodeRemediator() {
+  stop();
 }
 
 Result<Json> NodeRemediator::readNode(const std::string& name, bool fresh) {
@@ -184,13 +291,16 @@ Result<Json> NodeRemediator::readNode(const std::string& name, bool fresh) {
   return client_.get(resources::nodes(), "", name);
 }
 
-Status NodeRemediator::recordFault(const std::string& node_name, const NodeFaultRecord& record) {
-  if (config_.dry_run) return okStatus();  // operator-wide dry run: decide and report only
+Status NodeRemediator::writeFault(const std::string& node_name, const NodeFaultRecord& record) {
   return retryOnConflict([&](int attempt) -> Status {
     C4_ASSIGN_OR_RETURN(Json node, readNode(node_name, attempt > 1));
     // Without a resourceVersion the patch would be unconditional: read one from the server.
     if (resourceVersionOf(node).empty()) {
       C4_ASSIGN_OR_RETURN(node, readNode(node_name, true));
+    }
+    // Written already (an owed entry whose first write landed but whose answer was lost).
+    for (const auto& r : faultHistoryOf(node)) {
+      if (sameFault(r, record)) return okStatus();
     }
     Json patch = {{"metadata",
                    {{"resourceVersion", resourceVersionOf(node)},
@@ -203,6 +313,202 @@ Status NodeRemediator::recordFault(const std::string& node_name, const NodeFault
   });
 }
 
+Status NodeRemediator::recordFault(const std::string& node_name, const NodeFaultRecord& record) {
+  if (config_.dry_run) return okStatus();  // operator-wide dry run: decide and report only
+  // No such node, or the entry is there already: nothing to spend the budget on.
+  auto cached = readNode(node_name, false);
+  if (!cached && cached.error().code == ErrorCode::kNotFound)
+    return std::unexpected(cached.error());
+  if (cached) {
+    for (const auto& r : faultHistoryOf(*cached)) {
+      if (sameFault(r, record)) return okStatus();
+    }
+  }
+  const std::string key = faultKey(node_name, record);
+  std::string why;
+  auto slot = takeFaultSlot(node_name, record, why);
+  if (slot && !*slot) {
+    faultSkipped(node_name, record, why);
+    return makeError(ErrorCode::kResourceExhausted, why);
+  }
+  if (!slot) {
+    // The budget cannot be read: owed in memory; the loop takes the slot, then writes.
+    failed(key, Retry(node_name, {}, record, false));
+    log_.warn("Fault history entry owed", {{"node", node_name},
+                                           {"class", record.fault_class},
+                                           {"persisted", false},
+                                           {"error", slot.error()}});
+    return makeError(slot.error().code,
+                     slot.error().message + " (the entry is owed and written later)");
+  }
+  auto written = writeFault(node_name, record);
+  if (written) return written;
+  if (written.error().code == ErrorCode::kNotFound) {
+    (void)releaseFaultSlot(node_name, record);  // the node went; a stale slot only expires
+    return written;
+  }
+  // Owed: kept in the cluster (or, if that fails too, in memory) and written by the loop.
+  const bool persisted = static_cast<bool>(persistFault(node_name, record));
+  const bool event = failed(key, Retry(node_name, {}, record, persisted));
+  if (event) {
+    if (auto node = readNode(node_name, false)) {
+      events_.record(*node, "Warning", "FaultHistoryNotWritten",
+                     "Could not append " + record.fault_class + " (" + record.job +
+                         ") to the fault history: " + written.error().message +
+                         "; the entry is owed and written later");
+    }
+  }
+  log_.warn("Fault history entry owed", {{"node", node_name},
+                                         {"class", record.fault_class},
+                                         {"persisted", persisted},
+                                         {"error", written.error()}});
+  return makeError(written.error().code,
+                   written.error().message + " (the entry is owed and written later)");
+}
+
+Status NodeRemediator::editState(const std::function<bool(State&)>& edit) {
+  return retryOnConflict([&](int) -> Status {
+    auto read = client_.get(resources::configMaps(), config_.state_namespace, config_.state_name);
+    bool exists = true;
+    if (!read) {
+      if (read.error().code != ErrorCode::kNotFound) {
+        return std::unexpected(read.error().withContext("read circuit breaker state"));
+      }
+      exists = false;
+      read = Json{{"apiVersion", "v1"},
+                  {"kind", "ConfigMap"},
+                  {"metadata",
+                   {{"name", config_.state_name},
+                    {"namespace", config_.state_namespace},
+                    {"labels", {{"app.kubernetes.io/part-of", "c4"}}}}},
+                  {"data", Json::object()}};
+    }
+    Json& config_map = *read;
+    State state{parseRecords(config_map), parseFaults(config_map), parseFaultSlots(config_map)};
+    // Done cordons leave with the window; owed ones stay until they are done. So do the slots of
+    // the fault-history budget.
+    const WallTime now = clock_.wallNow();
+    std::erase_if(state.cordons,
+                  [&](const CordonRecord& r) { return !r.owed && now - r.time >= config_.window; });
+    std::erase_if(state.fault_slots,
+                  [&](const FaultSlot& f) { return now - f.taken >= config_.window; });
+    if (!edit(state)) return okStatus();
+    if (!config_map["data"].is_object()) config_map["data"] = Json::object();
+    config_map["data"][kStateKey] = encodeRecords(state.cordons);
+    if (state.faults.empty()) {
+      config_map["data"].erase(kFaultsKey);
+    } else {
+      config_map["data"][kFaultsKey] = encodeFaults(state.faults);
+    }
+    if (state.fault_slots.empty()) {
+      config_map["data"].erase(kFaultSlotsKey);
+    } else {
+      config_map["data"][kFaultSlotsKey] = encodeFaultSlots(state.fault_slots);
+    }
+    // The update carries the resourceVersion read above: a concurrent writer gets 409 and
+    // applies its change again to the state that includes this one.
+    auto written =
+        exists ? client_.update(resources::configMaps(), config_.state_namespace, config_map)
+               : client_.create(resources::configMaps(), config_.state_namespace, config_map);
+    if (!written) {
+      if (written.error().code == ErrorCode::kAlreadyExists) {
+        return makeError(ErrorCode::kConflict, "circuit breaker state created concurrently");
+      }
+      return std::unexpected(written.error().withContext("write circuit breaker state"));
+    }
+    return okStatus();
+  });
+}
+
+Status NodeRemediator::markCordonDone(const std::string& node) {
+  return editState([&](State& state) {
+    bool changed = false;
+    for (auto& r : state.cordons) {
+      if (r.node != node || !r.owed) continue;
+      r.owed = false;
+      r.reason.clear();
+      r.time = clock_.wallNow();  // the cordon took effect now: its window starts here
+      changed = true;
+    }
+    return changed;
+  });
+}
+
+Status NodeRemediator::dropCordon(const std::string& node) {
+  return editState([&](State& state) {
+    return std::erase_if(state.cordons,
+                         [&](const CordonRecord& r) { return r.node == node && r.owed; }) > 0;
+  });
+}
+
+Status NodeRemediator::persistFault(const std::string& node, const NodeFaultRecord& record) {
+  return editState([&](State& state) {
+    for (const auto& f : state.faults) {
+      if (f.node == node && sameFault(f.record, record)) return false;
+    }
+    state.faults.push_back({node, record});
+    return true;
+  });
+}
+
+Status NodeRemediator::dropFault(const std::string& node, const NodeFaultRecord& record) {
+  return editState([&](State& state) {
+    return std::erase_if(state.faults, [&](const OwedFault& f) {
+             return f.node == node && sameFault(f.record, record);
+           }) > 0;
+  });
+}
+
+Result<bool> NodeRemediator::takeFaultSlot(const std::string& node, const NodeFaultRecord& record,
+                                           std::string& why) {
+  bool allowed = false;
+  auto written = editState([&](State& state) {
+    allowed = false;
+    why.clear();
+    // An entry that has its slot (a retry, an owed entry being completed) takes no second one.
+    for (const auto& f : state.fault_slots) {
+      if (f.node == node && sameFault(f.record, record)) {
+        allowed = true;
+        return false;
+      }
+    }
+    if (static_cast<int>(state.fault_slots.size()) >= config_.max_fault_records_per_window) {
+      why =
+          "fault-history budget: " + std::to_string(state.fault_slots.size()) +
+          " entries written in the last " +
+          std::to_string(std::chrono::duration_cast<std::chrono::seconds>(config_.window).count()) +
+          " s (limit " + std::to_string(config_.max_fault_records_per_window) + ")";
+      return false;
+    }
+    allowed = true;
+    state.fault_slots.push_back({node, record, clock_.wallNow()});
+    return true;
+  });
+  if (!written) return std::unexpected(written.error().withContext("record fault-history slot"));
+  return allowed;
+}
+
+Status NodeRemediator::releaseFaultSlot(const std::string& node, const NodeFaultRecord& record) {
+  return editState([&](State& state) {
+    return std::erase_if(state.fault_slots, [&](const FaultSlot& f) {
+             return f.node == node && sameFault(f.record, record);
+           }) > 0;
+  });
+}
+
+void NodeRemediator::faultSkipped(const std::string& node_name, const NodeFaultRecord& record,
+                                  const std::string& why) {
+  if (actions_ != nullptr) actions_->labels({"fault_history", "budget_spent"}).inc();
+  log_.warn(
+      "Fault history entry not written",
+      {{"node", node_name}, {"class", record.fault_class}, {"job", record.job}, {"why", why}});
+  if (auto node = readNode(node_name, false)) {
+    events_.record(*node, "Warning", "FaultHistorySkipped",
+                   "Did not append " + record.fault_class + " (" + record.job +
+                       ") to the fault history: " + why);
+  }
+}
+
 Result<std::vector<std::string>> NodeRemediator::recentCordons() {
   auto state = client_.get(resources::configMaps(), config_.state_namespace, config_.state_name);
   if (!state) {
@@ -212,33 +518,43 @@ Result<std::vector<std::string>> NodeRemediator::recentCordons() {
   std::vector<std::string> out;
   WallTime now = clock_.wallNow();
   for (const auto& r : parseRecords(*state)) {
-    if (now - r.time < config_.window) out.push_back(r.node);
+    if (r.owed || now - r.time < config_.window) out.push_back(r.node);
   }
   return out;
 }
 
-Result<bool> NodeRemediator::takeSlot(const std::string& node, bool record, std::string& why) {
-  return retryOnConflict([&](int) -> Result<bool> {
-    auto state = client_.get(resources::configMaps(), config_.state_namespace, config_.state_name);
-    bool exists = true;
-    if (!state) {
-      if (state.error().code != ErrorCode::kNotFound) {
-        return std::unexpected(state.error().withContext("read circuit breaker state"));
-      }
-      exists = false;
-      state = Json{{"apiVersion", "v1"},
-                   {"kind", "ConfigMap"},
-                   {"metadata",
-                    {{"name", config_.state_name},
-                     {"namespace", config_.state_namespace},
-                     {"labels", {{"app.kubernetes.io/part-of", "c4"}}}}},
-                   {"data", Json::object()}};
-    }
-    const WallTime now = clock_.wallNow();
-    std::vector<CordonRecord> records;
-    for (auto& r : parseRecords(*state)) {
-      if (now - r.time < config_.window) records.push_back(std::move(r));
-    }
+Result<std::vector<std::string>> NodeRemediator::owedCordons() {
+  auto state = client_.get(resources::configMaps(), config_.state_namespace, config_.state_name);
+  if (!state) {
+    if (state.error().code == ErrorCode::kNotFound) return std::vector<std::string>{};
+    return std::unexpected(state.error());
+  }
+  std::vector<std::string> out;
+  for (const auto& r : parseRecords(*state)) {
+    if (r.owed) out.push_back(r.node);
+  }
+  return out;
+}
+
+Result<std::vector<std::string>> NodeRemediator::owedFaults() {
+  auto state = client_.get(resources::configMaps(), config_.state_namespace, config_.state_name);
+  if (!state) {
+    if (state.error().code == ErrorCode::kNotFound) return std::vector<std::string>{};
+    return std::unexpected(state.error());
+  }
+  std::vector<std::string> out;
+  for (const auto& f : parseFaults(*state)) {
+    out.push_back(f.node + " " + f.record.fault_class + " " + f.record.job);
+  }
+  return out;
+}
+
+Result<bool> NodeRemediator::takeSlot(const std::string& node, bool record,
+                                      const std::string& reason, std::string& why) {
+  bool allowed = false;
+  auto written = editState([&](State& state) {
+    allowed = false;
+    why.clear();
     // Fraction: nodes our annotation marks (the cache) plus recorded cordons it may not show yet.
     std::size_t total = 0;
     std::set<std::string> ours;
@@ -246,10 +562,16 @@ Result<bool> NodeRemediator::takeSlot(const std::string& node, bool record, std:
       ++total;
       if (cordonedByUs(n)) ours.insert(objectName(n));
     }
-    for (const auto& r : records) ours.insert(r.node);
-    // A node already recorded in the window (a retry after a lost race) takes no second slot.
-    for (const auto& r : records) {
-      if (r.node == node) return true;
+    for (const auto& r : state.cordons) ours.insert(r.node);
+    // A node already recorded (a retry after a lost race or a failed patch, an owed cordon being
+    // completed) takes no second slot; a done record is owed again until this patch lands.
+    for (auto& r : state.cordons) {
+      if (r.node != node) continue;
+      allowed = true;
+      if (!record || r.owed) return false;
+      r.owed = true;
+      r.reason = reason;
+      return true;
     }
     // At least one node when cordoning is allowed at all: a small cluster must be able to take
     // its one faulty node out (0 disables cordons).
@@ -261,59 +583,132 @@ Result<bool> NodeRemediator::takeSlot(const std::string& node, bool record, std:
             " nodes already cordoned by c4 (limit " + std::to_string(limit) + ")";
       return false;
     }
-    if (static_cast<int>(records.size()) >= config_.max_cordons_per_window) {
+    if (static_cast<int>(state.cordons.size()) >= config_.max_cordons_per_window) {
       why =
-          "circuit breaker: " + std::to_string(records.size()) + " cordons in the last " +
+          "circuit breaker: " + std::to_string(state.cordons.size()) + " cordons in the last " +
           std::to_string(std::chrono::duration_cast<std::chrono::seconds>(config_.window).count()) +
           " s (limit " + std::to_string(config_.max_cordons_per_window) + ")";
       return false;
     }
-    if (!record) return true;
-    records.push_back({node, now});
-    (*state)["data"][kStateKey] = encodeRecords(records);
-    // The update carries the resourceVersion read above: a concurrent taker gets 409 and
-    // re-checks against the state that includes this record.
-    auto written = exists
-                       ? client_.update(resources::configMaps(), config_.state_namespace, *state)
-                       : client_.create(resources::configMaps(), config_.state_namespace, *state);
-    if (!written) {
-      if (written.error().code == ErrorCode::kAlreadyExists) {
-        return makeError(ErrorCode::kConflict, "circuit breaker state created concurrently");
-      }
-      return std::unexpected(written.error().withContext("record cordon in circuit breaker"));
-    }
+    allowed = true;
+    if (!record) return false;
+    state.cordons.push_back({node, clock_.wallNow(), true, reason});
     return true;
   });
+  if (!written) return std::unexpected(written.error().withContext("record cordon"));
+  return allowed;
+}
+
+bool NodeRemediator::failed(const std::string& key, Retry retry) {
+  const MonoTime now = clock_.monoNow();
+  std::lock_guard lock(mu_);
+  auto [it, added] = retries_.try_emplace(key, std::move(retry));
+  Retry& r = it->second;
+  if (!added) {
+    r.persisted = r.persisted || retry.persisted;
+    if (!retry.reason.empty()) r.reason = retry.reason;
+  }
+  ++r.failures;
+  Duration delay = config_.retry_initial;
+  for (int i = 1; i < r.failures && delay < config_.retry_max; ++i) delay *= 2;
+  r.next = now + std::min(delay, config_.retry_max);
+  const bool event = !r.last_event || now - *r.last_event >= config_.failure_event_interval;
+  if (event) r.last_event = now;
+  cv_.notify_all();
+  return event;
+}
+
+int NodeRemediator::succeeded(const std::string& key) {
+  std::lock_guard lock(mu_);
+  auto it = retries_.find(key);
+  if (it == retries_.end()) return 0;
+  const int failures = it->second.failures;
+  retries_.erase(it);
+  return failures;
 }
 
 Result<CordonOutcome> NodeRemediator::cordon(const std::string& node_name,
                                              const std::string& reason, bool dry_run) {
+  return cordonImpl(node_name, reason, dry_run, "");
+}
+
+Result<CordonOutcome> NodeRemediator::cordonImpl(const std::string& node_name,
+                                                 const std::string& reason, bool dry_run,
+                                                 const std::string& note) {
   auto count = [&](CordonOutcome o) {
     if (actions_ != nullptr) actions_->labels({"cordon", std::string(cordonOutcomeName(o))}).inc();
     return o;
   };
-  C4_ASSIGN_OR_RETURN(Json node, readNode(node_name, false));
-  if (cordonedByUs(node)) {
+  const bool report_only = dry_run || config_.dry_run;
+  const std::string key = cordonKey(node_name);
+  // A failure that leaves the cordon owed: retried by the loop, an Event on the node now and
+  // then (`node` when it could be read).
+  auto owe = [&](const Error& error, bool persisted, const Json* node) {
+    const bool event = failed(key, Retry(node_name, reason, std::nullopt, persisted));
+    log_.warn("Cordon owed", {{"node", node_name}, {"persisted", persisted}, {"error", error}});
+    if (event && node != nullptr) {
+      events_.record(*node, "Warning", "CordonFailed",
+                     "Could not cordon and taint: " + error.message +
+                         "; the cordon is owed and retried until it lands (" + reason + ")");
+    }
+  };
+  auto node = readNode(node_name, false);
+  if (!node) {
+    if (node.error().code != ErrorCode::kNotFound && !report_only)
+      owe(node.error(), false, nullptr);
+    return std::unexpected(node.error());
+  }
+  if (cordonedByUs(*node)) {
     return count(CordonOutcome::kAlreadyOurs);
   }
-  const bool report_only = dry_run || config_.dry_run;
   std::string why;
-  C4_ASSIGN_OR_RETURN(bool allowed, takeSlot(node_name, !report_only, why));
+  auto allowed = takeSlot(node_name, !report_only, reason, why);
   if (!allowed) {
-    events_.record(node, "Warning", "CordonSkipped", why + "; wanted to cordon: " + reason);
+    if (!report_only) owe(allowed.error(), false, &*node);
+    return std::unexpected(allowed.error());
+  }
+  if (!*allowed) {
+    events_.record(*node, "Warning", "CordonSkipped", why + "; wanted to cordon: " + reason);
     log_.warn("Cordon skipped", {{"node", node_name}, {"why", why}});
+    succeeded(key);  // nothing is owed past the breaker
     return count(CordonOutcome::kBreakerOpen);
   }
   if (report_only) {
-    events_.record(node, "Normal", "CordonDryRun", "Would cordon and taint: " + reason);
+    events_.record(*node, "Normal", "CordonDryRun", "Would cordon and taint: " + reason);
     return count(CordonOutcome::kDryRun);
   }
-  C4_ASSIGN_OR_RETURN(CordonOutcome outcome, patchCordon(node_name, reason));
-  return count(outcome);
+  // The slot is recorded owed: from here a crash or a refused patch leaves the cordon owed.
+  if (config_.fault_hook && !config_.fault_hook(kFailpointAfterCordonOwed, node_name)) {
+    return makeError(ErrorCode::kCancelled, "fault hook stopped the cordon after its owed record");
+  }
+  auto patched = patchCordon(node_name, reason, note);
+  if (!patched) {
+    if (patched.error().code == ErrorCode::kNotFound) {
+      // The node is gone: nothing to cordon, the slot is released.
+      if (auto dropped = dropCordon(node_name); !dropped) {
+        log_.warn("Owed cordon of a deleted node not dropped",
+                  {{"node", node_name}, {"error", dropped.error()}});
+      }
+      succeeded(key);
+      return std::unexpected(patched.error());
+    }
+    owe(patched.error(), true, &*node);
+    return count(CordonOutcome::kOwed);
+  }
+  if (auto done = markCordonDone(node_name); !done) {
+    // The node is cordoned; the loop finds the record owed, the node ours, and marks it done.
+    log_.warn("Cordon not marked done", {{"node", node_name}, {"error", done.error()}});
+    std::lock_guard lock(mu_);
+    rescan_ = true;
+    cv_.notify_all();
+  }
+  succeeded(key);
+  return count(*patched);
 }
 
 Result<CordonOutcome> NodeRemediator::patchCordon(const std::string& node_name,
-                                                  const std::string& reason) {
+                                                  const std::string& reason,
+                                                  const std::string& note) {
   return retryOnConflict([&](int attempt) -> Result<CordonOutcome> {
     C4_ASSIGN_OR_RETURN(Json node, readNode(node_name, attempt > 1));
     if (cordonedByUs(node)) {
@@ -344,7 +739,7 @@ Result<CordonOutcome> NodeRemediator::patchCordon(const std::string& node_name,
     C4_ASSIGN_OR_RETURN(Json updated,
                         client_.patch(resources::nodes(), "", node_name, PatchType::kMerge, patch));
     events_.record(updated, "Warning", "NodeCordoned",
-                   "Cordoned and tainted c4.dev/faulty:NoSchedule: " + reason);
+                   "Cordoned and tainted c4.dev/faulty:NoSchedule: " + reason + note);
     log_.info("Node cordoned",
               {{"node", node_name}, {"reason", reason}, {"wasCordoned", was_cordoned}});
     return CordonOutcome::kCordoned;
@@ -390,6 +785,193 @@ Result<UncordonOutcome> NodeRemediator::uncordon(const std::string& node_name) {
     return keep_cordon ? count(UncordonOutcome::kTaintRemovedKeptCordon, "taint_removed")
                        : count(UncordonOutcome::kUncordoned, "uncordoned");
   });
+}
+
+void NodeRemediator::completeCordon(const std::string& node_name, const std::string& reason) {
+  const std::string key = cordonKey(node_name);
+  auto node = readNode(node_name, false);
+  if (!node && node.error().code == ErrorCode::kNotFound) {
+    if (auto dropped = dropCordon(node_name); !dropped) {
+      failed(key, Retry(node_name, reason, std::nullopt, true));
+      return;
+    }
+    succeeded(key);
+    log_.info("Owed cordon dropped: the node is gone", {{"node", node_name}});
+    return;
+  }
+  if (node && cordonedByUs(*node)) {
+    // Patched by an earlier try (or a predecessor killed before it marked the record done).
+    if (auto done = markCordonDone(node_name); !done) {
+      failed(key, Retry(node_name, reason, std::nullopt, true));
+      return;
+    }
+    succeeded(key);
+    log_.info("Owed cordon found done", {{"node", node_name}});
+    return;
+  }
+  int failures = 0;
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = retries_.find(key); it != retries_.end()) failures = it->second.failures;
+  }
+  const std::string note =
+      failures > 0 ? " (owed; done after " + std::to_string(failures) + " failed attempt(s))"
+                   : std::string(" (owed by an earlier operator process)");
+  auto outcome = cordonImpl(node_name, reason, false, note);
+  if (outcome &&
+      (*outcome == CordonOutcome::kCordoned || *outcome == CordonOutcome::kAlreadyOurs)) {
+    log_.info("Owed cordon done", {{"node", node_name}, {"failedAttempts", failures}});
+  }
+}
+
+void NodeRemediator::completeFault(const std::string& node_name, const NodeFaultRecord& record,
+                                   bool persisted) {
+  const std::string key = faultKey(node_name, record);
+  if (!persisted) {
+    // Owed in memory only: its slot may not be taken yet (a persisted entry has one).
+    std::string why;
+    auto slot = takeFaultSlot(node_name, record, why);
+    if (!slot) {
+      failed(key, Retry(node_name, {}, record, false));
+      log_.warn("Owed fault history entry not written yet",
+                {{"node", node_name}, {"error", slot.error()}});
+      return;
+    }
+    if (!*slot) {
+      succeeded(key);  // forgotten: over the budget
+      faultSkipped(node_name, record, why);
+      return;
+    }
+  }
+  auto written = writeFault(node_name, record);
+  if (written || written.error().code == ErrorCode::kNotFound) {
+    if (persisted) {
+      if (auto dropped = dropFault(node_name, record); !dropped) {
+        // Written; the next try finds the entry in the history and only drops the record.
+        failed(key, Retry(node_name, {}, record, true));
+        return;
+      }
+    }
+    const int failures = succeeded(key);
+    if (!written) {
+      log_.info("Owed fault history entry dropped: the node is gone", {{"node", node_name}});
+      return;
+    }
+    log_.info("Owed fault history entry written",
+              {{"node", node_name}, {"class", record.fault_class}, {"failedAttempts", failures}});
+    if (auto node = readNode(node_name, false)) {
+      events_.record(*node, "Normal", "FaultHistoryWritten",
+                     "Appended the owed " + record.fault_class + " (" + record.job + ", " +
+                         formatRfc3339(record.time) + ") to the fault history");
+    }
+    return;
+  }
+  if (!persisted) persisted = static_cast<bool>(persistFault(node_name, record));
+  if (failed(key, Retry(node_name, {}, record, persisted))) {
+    if (auto node = readNode(node_name, false)) {
+      events_.record(*node, "Warning", "FaultHistoryNotWritten",
+                     "Could not append the owed " + record.fault_class + " (" + record.job +
+                         ") to the fault history: " + written.error().message +
+                         "; retried until it is written");
+    }
+  }
+  log_.warn("Owed fault history entry not written yet",
+            {{"node", node_name}, {"error", written.error()}});
+}
+
+void NodeRemediator::completeOwed() {
+  try {
+    completeOwedPass();
+  } catch (const std::exception& e) {  // no exception leaves the loop
+    log_.warn("Completing owed node actions threw", {{"error", e.what()}});
+  }
+}
+
+void NodeRemediator::completeOwedPass() {
+  if (config_.dry_run) return;  // an operator-wide dry run acts on nothing, owed or not
+  const MonoTime now = clock_.monoNow();
+  bool rescan = false;
+  std::vector<Retry> due;
+  {
+    std::lock_guard lock(mu_);
+    rescan = rescan_ || now >= next_rescan_;
+    if (rescan) {
+      rescan_ = false;
+      next_rescan_ = now + config_.rescan_interval;
+    }
+    for (auto& [key, r] : retries_) {
+      if (r.next > now) continue;
+      due.push_back(r);
+      // Until this try reports back (a failure schedules the next one, a success forgets it);
+      // a try that ends neither way is not taken again at once.
+      r.next = now + config_.retry_initial;
+    }
+  }
+  // What this process knows of is retried on its own schedule (above); the ConfigMap is read
+  // for what it does not know: a predecessor's owed actions, or ones whose retry state is lost.
+  if (rescan) {
+    auto state = client_.get(resources::configMaps(), config_.state_namespace, config_.state_name);
+    if (!state && state.error().code != ErrorCode::kNotFound) {
+      log_.warn("Owed node actions not read", {{"error", state.error()}});
+      std::lock_guard lock(mu_);
+      next_rescan_ = now + config_.retry_initial;
+    } else if (state) {
+      auto known = [&](const std::string& key) {
+        std::lock_guard lock(mu_);
+        return retries_.contains(key);
+      };
+      for (const auto& r : parseRecords(*state)) {
+        if (r.owed && !known(cordonKey(r.node))) {
+          due.push_back(Retry(r.node, r.reason, std::nullopt, true));
+        }
+      }
+      for (const auto& f : parseFaults(*state)) {
+        if (!known(faultKey(f.node, f.record))) {
+          due.push_back(Retry(f.node, {}, f.record, true));
+        }
+      }
+    }
+  }
+  for (const auto& r : due) {
+    if (r.fault) {
+      completeFault(r.node, *r.fault, r.persisted);
+    } else {
+      completeCordon(r.node, r.reason);
+    }
+  }
+}
+
+void NodeRemediator::start() {
+  std::lock_guard lock(mu_);
+  if (stopping_ || loop_.joinable()) return;
+  rescan_ = true;  // a new process (or a new leader) completes what its predecessor owed
+  loop_ = std::thread([this] { loop(); });
+}
+
+void NodeRemediator::stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+    cv_.notify_all();
+  }
+  if (loop_.joinable()) loop_.join();
+}
+
+void NodeRemediator::loop() {
+  for (;;) {
+    completeOwed();
+    std::unique_lock lock(mu_);
+    if (stopping_) return;
+    auto next = [&] {
+      MonoTime at = rescan_ ? clock_.monoNow() : next_rescan_;
+      for (const auto& [key, r] : retries_) at = std::min(at, r.next);
+      return at;
+    };
+    const MonoTime deadline = next();
+    // Woken early when a failure schedules a sooner retry, or by stop().
+    clock_.waitUntil(lock, cv_, deadline, [&] { return stopping_ || next() < deadline; });
+    if (stopping_) return;
+  }
 }
 
 }  // namespace c4::op

@@ -11,16 +11,34 @@
 // so two workers (or an old and a new leader) can never both take the last slot.
 //
 // A node's fault history (annotation c4.dev/fault-history: the faults C4D named the node in,
-// across jobs and operator restarts; the repeat-offender score) is written here too, the same
-// way: the entry is appended to the history of the cached copy and patched with that copy's
-// resourceVersion, so a concurrent writer (another verdict naming the node in the same window,
-// another job) makes the patch fail with 409 and the entry is appended again to a fresh read.
-// This room is the only writer of a Node's annotations; C4D asks it (recordFault).
+// across jobs and operator restarts; the repeat-offender score) is written here too, within a
+// budget per window kept in the same ConfigMap as the cordons' (max_fault_records_per_window),
+// and the same way: the entry is appended to the history of the cached copy and patched with that
+// copy's resourceVersion, so a concurrent writer (another verdict naming the node in the same
+// window, another job) makes the patch fail with 409 and the entry is appended again to a fresh
+// read. This room is the only writer of a Node's annotations; C4D asks it (recordFault).
+//
+// Owed actions live in the cluster until they are done. A cordon's breaker record is written
+// "owed" (with its reason) before the Node is patched and marked "done" once the patch landed:
+// a refused patch (403, 5xx) or an operator killed in between leaves the owed record, which holds
+// its breaker slot and nothing more. A fault-history entry whose patch fails is written to the
+// same ConfigMap as owed. start() runs a loop that completes what is owed (at once when it
+// starts, so a new process or a new leader finishes what its predecessor left) and retries with
+// exponential backoff until the action lands, the node is gone (the record is dropped and the
+// slot released) or the node is already cordoned by us (marked done: the patch is idempotent).
+// Each failure records a Warning Event on the Node (at most one per failure_event_interval and
+// action); the success records NodeCordoned or FaultHistoryWritten. What cannot even be written
+// to the ConfigMap (the API server unreachable) is kept in memory and retried the same way.
 #pragma once
 
+#include <condition_variable>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <thread>
 #include <vector>
 
 #include "c4/common/clock.h"
@@ -39,6 +57,9 @@ inline constexpr const char* kCordonTime = "c4.dev/cordon-time";
 inline constexpr const char* kWasCordoned = "c4.dev/was-already-cordoned";
 }  // namespace node_annotations
 inline constexpr const char* kFaultyTaintKey = "c4.dev/faulty";
+// The failpoint between an owed cordon's record (its breaker slot) and the Node patch
+// (NodeActionConfig::fault_hook; manager/failpoints.h arms it in the binary).
+inline constexpr std::string_view kFailpointAfterCordonOwed = "after-cordon-owed";
 inline constexpr const char* kFaultHistoryAnnotation = "c4.dev/fault-history";
 
 // One entry of a node's fault history.
@@ -66,9 +87,24 @@ struct NodeActionConfig {
   std::string state_namespace = "c4-system";
   std::string state_name = "c4-node-actions";
   std::size_t max_fault_history = 10;  // entries kept in a node's c4.dev/fault-history
+  // Fault-history entries appended per `window`, all nodes together (0 = none), counted in the
+  // breaker's ConfigMap like cordons, so the window survives a restart or failover.
+  int max_fault_records_per_window = 20;
+  // Owed actions: retried after retry_initial, doubling up to retry_max; the loop also reads
+  // the ConfigMap again every rescan_interval; a failure's Warning Event on the Node at most
+  // once per failure_event_interval per action.
+  Duration retry_initial = std::chrono::seconds{2};
+  Duration retry_max = std::chrono::minutes{5};
+  Duration rescan_interval = std::chrono::minutes{5};
+  Duration failure_event_interval = std::chrono::minutes{5};
+  // Test hook: called at kFailpointAfterCordonOwed with the node's name; false aborts the cordon
+  // there, as a crash would (the owed record stays). Null in production.
+  std::function<bool(std::string_view point, const std::string& node)> fault_hook;
 };
 
-enum class CordonOutcome { kCordoned, kAlreadyOurs, kDryRun, kBreakerOpen };
+// kOwed: the breaker slot is taken and recorded owed, but the patch failed; the loop (start())
+// retries it until it lands.
+enum class CordonOutcome { kCordoned, kAlreadyOurs, kDryRun, kBreakerOpen, kOwed };
 enum class UncordonOutcome { kUncordoned, kTaintRemovedKeptCordon, kNotOurs, kDryRun };
 
 std::string_view cordonOutcomeName(CordonOutcome o);
@@ -81,9 +117,14 @@ class NodeRemediator {
 
   NodeRemediator(KubeClient& client, Clock& clock, EventRecorder& events, NodeActionConfig config,
                  NodeGetter get_node, NodeLister list_nodes, metrics::Registry* registry);
+  ~NodeRemediator();
+  NodeRemediator(NodeRemediator&&) = delete;
 
   // Cordons and taints `node` because of `reason` (an evidence summary). Idempotent. `dry_run`
-  // (the job's own) or the operator-wide dry run: Events and outcome only, no change.
+  // (the job's own) or the operator-wide dry run: Events and outcome only, no change. A patch
+  // that fails after the slot was taken answers kOwed (the loop completes it); an error means
+  // nothing is recorded in the cluster (kNotFound: no such node; the breaker state could not be
+  // read or written: kept in memory and retried by the loop).
   Result<CordonOutcome> cordon(const std::string& node, const std::string& reason,
                                bool dry_run = false);
   // Removes our taint and bookkeeping; uncordons only if the node was not cordoned before us.
@@ -92,18 +133,84 @@ class NodeRemediator {
   // Appends `record` to the node's c4.dev/fault-history (bounded by max_fault_history) with
   // optimistic concurrency (see the top of this header). The history makes a node a repeat
   // offender, so it is an action: nothing is written in an operator-wide dry run (and C4D asks
-  // only for verdicts it acts on). kNotFound when the node does not exist.
+  // only for verdicts it acts on). kNotFound when the node does not exist. Idempotent: an entry
+  // the history already holds (same time, class and job) is not appended again. Bounded like
+  // cordons: at most max_fault_records_per_window entries per window, all nodes together, each
+  // taking a slot recorded in the breaker's ConfigMap before its patch; one over the budget is
+  // not written (kResourceExhausted, a Warning Event FaultHistorySkipped on the Node, counted as
+  // c4_operator_node_actions_total{action="fault_history",outcome="budget_spent"}). Any other
+  // error leaves the entry owed (the error says so) and the loop writes it.
   Status recordFault(const std::string& node, const NodeFaultRecord& record);
 
-  // The cordons recorded in the breaker's window (node names), read from the cluster.
+  // The cordons recorded in the breaker's window (node names), owed ones included, read from
+  // the cluster.
   Result<std::vector<std::string>> recentCordons();
+  // The owed actions recorded in the cluster: nodes with an owed cordon, and the owed
+  // fault-history entries ("<node> <class> <job>").
+  Result<std::vector<std::string>> owedCordons();
+  Result<std::vector<std::string>> owedFaults();
+
+  // One pass of the loop: completes every owed action that is due (all of them on the first
+  // pass, and on every pass that reads the ConfigMap again). Never throws. Exposed for tests.
+  void completeOwed();
+  // Runs completeOwed() on a thread of its own: at once, then when a retry is due or every
+  // rescan_interval. stop() ends it (also called by the destructor). Idempotent.
+  void start();
+  void stop();
 
  private:
+  struct State;  // the breaker's ConfigMap, parsed (node_actions.cc)
+  // An owed action this process knows of: its backoff (in memory: a new process retries at once)
+  // and what it needs to be done again.
+  struct Retry {
+    Retry(std::string n, std::string r, std::optional<NodeFaultRecord> f, bool p)
+        : node(std::move(n)), reason(std::move(r)), fault(std::move(f)), persisted(p) {}
+    std::string node;
+    std::string reason;                    // a cordon's reason
+    std::optional<NodeFaultRecord> fault;  // a fault-history entry
+    bool persisted = false;                // the owed record is in the ConfigMap
+    int failures = 0;
+    MonoTime next{};
+    std::optional<MonoTime> last_event;
+  };
+  // Counts one more failure of the owed action `retry` (under `key`), schedules its next try and
+  // wakes the loop; returns whether a failure Event is due now.
+  bool failed(const std::string& key, Retry retry);
+  // Forgets `key`; returns the failures it had (0 if none).
+  int succeeded(const std::string& key);
+  // Applies `edit` to the breaker's state and writes it back with optimistic concurrency
+  // (retried on conflict); `edit` returns false when nothing is to be written. Done cordons
+  // older than the window are dropped with the write.
+  Status editState(const std::function<bool(State&)>& edit);
+  Status markCordonDone(const std::string& node);
+  Status dropCordon(const std::string& node);
+  Status persistFault(const std::string& node, const NodeFaultRecord& record);
+  Status dropFault(const std::string& node, const NodeFaultRecord& record);
+  // Appends the entry to the node's history unless it holds it already (kNotFound: no node).
+  Status writeFault(const std::string& node, const NodeFaultRecord& record);
+  // Takes a slot of the fault-history budget for the entry (or finds the one it has) in one
+  // conditional update of the breaker's state: false (and `why`) when the window's budget is
+  // spent.
+  Result<bool> takeFaultSlot(const std::string& node, const NodeFaultRecord& record,
+                             std::string& why);
+  Status releaseFaultSlot(const std::string& node, const NodeFaultRecord& record);
+  // An entry refused by the budget: counted, logged, a Warning Event FaultHistorySkipped.
+  void faultSkipped(const std::string& node, const NodeFaultRecord& record, const std::string& why);
+  Result<CordonOutcome> cordonImpl(const std::string& node, const std::string& reason, bool dry_run,
+                                   const std::string& note);
+  void completeCordon(const std::string& node, const std::string& reason);
+  void completeFault(const std::string& node, const NodeFaultRecord& record, bool persisted);
+  void completeOwedPass();
+  void loop();
+
   Result<Json> readNode(const std::string& name, bool fresh);
   // Checks the breaker and records `node` in its state in one conditional update. False (and
   // `why`) when the breaker is open; `record` false only checks.
-  Result<bool> takeSlot(const std::string& node, bool record, std::string& why);
-  Result<CordonOutcome> patchCordon(const std::string& node_name, const std::string& reason);
+  // A recorded slot is owed (with `reason`) until markCordonDone.
+  Result<bool> takeSlot(const std::string& node, bool record, const std::string& reason,
+                        std::string& why);
+  Result<CordonOutcome> patchCordon(const std::string& node_name, const std::string& reason,
+                                    const std::string& note = {});
 
   KubeClient& client_;
   Clock& clock_;
@@ -113,6 +220,14 @@ class NodeRemediator {
   NodeLister list_nodes_;
   Logger log_;
   metrics::Family<metrics::Counter>* actions_ = nullptr;
+
+  std::mutex mu_;  // retries_, the loop's state
+  std::condition_variable_any cv_;
+  std::map<std::string, Retry> retries_;  // "cordon/<node>", "fault/<node>/<time>/<class>/<job>"
+  bool stopping_ = false;
+  bool rescan_ = true;  // read the ConfigMap on the next pass
+  MonoTime next_rescan_{};
+  std::thread loop_;
 };
 
 }  // namespace c4::op

@@ -226,6 +226,12 @@ std::unique_ptr<TrafficPlanController> TrafficPlanController::fromInformers(
   sources.pods = [&pods](const std::string& ns, const std::string& job) {
     return pods.store().byIndex(kIndex, ns + "/" + job);
   };
+  // The plan ConfigMaps (label c4.dev/job-name), read back to repair what someone else changed.
+  Informer& config_maps =
+      informers.informerFor(resources::configMaps(), watch_namespace, labels::kJobName);
+  sources.plan_config_map = [&config_maps](const std::string& ns, const std::string& name) {
+    return config_maps.store().get(objectKey(ns, name));
+  };
   auto controller = std::make_unique<TrafficPlanController>(
       client, clock, events, std::move(sources), store, std::move(config), registry);
   TrafficPlanController* self = controller.get();
@@ -233,6 +239,10 @@ std::unique_ptr<TrafficPlanController> TrafficPlanController::fromInformers(
   fabric_informer.addHandler(kick);
   jobs.addHandler(kick);
   pods.addHandler(kick);
+  config_maps.addHandler([self](InformerEvent, const Json*, const Json& cm) {
+    const std::string job = labelOf(cm, labels::kJobName);
+    if (!job.empty() && objectName(cm) == planConfigMapName(job)) self->kick();
+  });
   // Nodes change often (heartbeats); only label changes matter, and the periodic sync sees them.
   return controller;
 }
@@ -315,6 +325,7 @@ void TrafficPlanController::sync() {
   syncJobs();
   restoreTelemetry();
   syncTelemetry();
+  repairPlans();
   flushWrites();
   syncFabricStatus();
   publishExplanations();
@@ -657,9 +668,8 @@ void TrafficPlanController::writePlan(const std::string& key, JobState& state,
     auto cm = client_.get(resources::configMaps(), ns, planConfigMapName(name));
     std::int64_t existing = 0;
     if (cm && isControlledBy(*cm, state.object)) {
-      const Json& data = cm->value("data", Json::object());
-      if (data.contains(c4p::kPlanDocumentKey) && data[c4p::kPlanDocumentKey].is_string()) {
-        auto doc = c4p::parsePlanDocument(data[c4p::kPlanDocumentKey].get<std::string>());
+      if (auto text = stringAt(fieldsOf(*cm, "data"), c4p::kPlanDocumentKey)) {
+        auto doc = c4p::parsePlanDocument(*text);
         if (doc) {
           existing = doc->version;
           auto same = c4p::makePlanDocument(*plan, existing, state.mode);
@@ -687,29 +697,119 @@ void TrafficPlanController::writePlan(const std::string& key, JobState& state,
     same.version = state.written->version;
     if (same == *state.written) return;  // nothing this job's plugin would see changed
   }
-  if (auto put = putConfigMap(state, *doc, reason); !put) {
+  commitPlan(key, state, *plan, *doc, reason, "Normal", "PlanUpdated",
+             "traffic plan version " + std::to_string(doc->version) + " (" +
+                 std::string(c4p::modeName(state.mode)) + "): " + reason + "; max link load " +
+                 loadText(plan->max_link_load));
+}
+
+void TrafficPlanController::commitPlan(const std::string& key, JobState& state,
+                                       const c4p::JobPlan& plan, const c4p::PlanDocument& doc,
+                                       const std::string& reason, const char* event_type,
+                                       const char* event_reason, const std::string& message) {
+  if (auto put = putConfigMap(state, doc, reason); !put) {
     log_.warn("Plan ConfigMap not written", {{"job", key}, {"error", put.error()}});
+    if (put.error().code == ErrorCode::kFailedPrecondition) {
+      // Someone else's ConfigMap has the plan's name: never taken over; said once per object.
+      auto cm = client_.get(resources::configMaps(), objectNamespace(state.object),
+                            planConfigMapName(objectName(state.object)));
+      const std::string uid = cm ? uidOf(*cm) : std::string{};
+      if (uid != state.conflict_uid) {
+        state.conflict_uid = uid;
+        events_.record(
+            state.object, "Warning", "PlanConflict",
+            put.error().message + "; the traffic plan cannot be written until it is " + "deleted");
+      }
+    }
     return;
   }
-  state.version = doc->version;
-  state.written = *doc;
+  state.conflict_uid.clear();
+  state.version = doc.version;
+  state.written = doc;
   plans_written_.labels({reason.substr(0, reason.find(' '))}).inc();
   TrainingJobStatus plan_status;  // status.plan alone: a merge patch leaves the rest
-  plan_status.plan = PlanStatus{.version = doc->version,
+  plan_status.plan = PlanStatus{.version = doc.version,
                                 .mode = state.mode,
-                                .max_link_load = loadText(plan->max_link_load),
+                                .max_link_load = loadText(plan.max_link_load),
                                 .reason = reason,
                                 .time = formatRfc3339(clock_.wallNow())};
-  auto patched =
-      client_.patch(resources::trainingJobs(), ns, name, PatchType::kMerge,
-                    Json{{"status", trainingJobStatusJson(plan_status)}},
-                    PatchOptions{.subresource = "status", .field_manager = "", .force = false});
+  auto patched = client_.patch(
+      resources::trainingJobs(), objectNamespace(state.object), objectName(state.object),
+      PatchType::kMerge, Json{{"status", trainingJobStatusJson(plan_status)}},
+      PatchOptions{.subresource = "status", .field_manager = "", .force = false});
   if (!patched) log_.warn("status.plan not written", {{"job", key}, {"error", patched.error()}});
-  events_.record(state.object, "Normal", "PlanUpdated",
-                 "traffic plan version " + std::to_string(doc->version) + " (" +
-                     std::string(c4p::modeName(state.mode)) + "): " + reason + "; max link load " +
-                     loadText(plan->max_link_load));
-  log_.info("Plan written", {{"job", key}, {"version", doc->version}, {"reason", reason}});
+  events_.record(state.object, event_type, event_reason, message);
+  log_.info("Plan written", {{"job", key}, {"version", doc.version}, {"reason", reason}});
+}
+
+std::string TrafficPlanController::tampering(const JobState& state, const std::optional<Json>& cm,
+                                             std::int64_t* found_version) const {
+  if (!cm) return "deleted";
+  if (!isControlledBy(*cm, state.object)) return "replaced by an object the job does not control";
+  std::string what;
+  if (labelOf(*cm, labels::kJobName) != objectName(state.object)) {
+    what = "label " + std::string(labels::kJobName) + " changed";
+  }
+  auto text = stringAt(fieldsOf(*cm, "data"), c4p::kPlanDocumentKey);
+  std::string doc_what;
+  if (!text) {
+    doc_what = std::string(c4p::kPlanDocumentKey) + " missing";
+  } else if (auto doc = c4p::parsePlanDocument(*text); !doc) {
+    doc_what = std::string(c4p::kPlanDocumentKey) + " unreadable (" + doc.error().message + ")";
+  } else {
+    *found_version = doc->version;
+    if (!state.written || !(*doc == *state.written)) {
+      doc_what = std::string(c4p::kPlanDocumentKey) + " edited (version " +
+                 std::to_string(doc->version) + " found)";
+    }
+  }
+  if (!doc_what.empty()) what += (what.empty() ? "" : ", ") + doc_what;
+  return what;
+}
+
+void TrafficPlanController::repairPlans() {
+  for (auto& [key, state] : jobs_) {
+    if (!state.written || !state.version) continue;  // nothing written by this process yet
+    const c4p::JobPlan* plan = planner_->plan(key);
+    if (plan == nullptr) continue;
+    const std::string ns = objectNamespace(state.object);
+    const std::string name = planConfigMapName(objectName(state.object));
+    std::int64_t found = 0;
+    if (sources_.plan_config_map) {
+      if (tampering(state, sources_.plan_config_map(ns, name), &found).empty()) continue;
+    }
+    // The cache may not show our own last write yet: the API server decides.
+    auto live = client_.get(resources::configMaps(), ns, name);
+    if (!live && live.error().code != ErrorCode::kNotFound) {
+      log_.warn("Plan ConfigMap not read", {{"job", key}, {"error", live.error()}});
+      continue;
+    }
+    std::optional<Json> current;
+    if (live) current = std::move(*live);
+    found = 0;
+    const std::string what = tampering(state, current, &found);
+    if (what.empty()) continue;
+    if (current && !isControlledBy(*current, state.object)) {
+      // Not ours to repair: commitPlan's write refuses it and says so (PlanConflict).
+      if (uidOf(*current) == state.conflict_uid) continue;
+    }
+    auto doc = c4p::makePlanDocument(*plan, std::max(*state.version, found) + 1, state.mode);
+    if (!doc) {
+      log_.error("Plan document not made", {{"job", key}, {"error", doc.error()}});
+      continue;
+    }
+    std::string reason = "repaired (" + name + " " + what + ")";
+    if (auto pending = pending_writes_.find(key); pending != pending_writes_.end()) {
+      reason += "; " + pending->second;
+      pending_writes_.erase(pending);
+    }
+    log_.warn("Plan ConfigMap changed by someone else; putting the plan back",
+              {{"job", key}, {"configMap", name}, {"found", what}});
+    commitPlan(key, state, *plan, *doc, reason, "Warning", "PlanRepaired",
+               "plan ConfigMap " + name + " " + what + "; traffic plan version " +
+                   std::to_string(doc->version) + " (" + std::string(c4p::modeName(state.mode)) +
+                   ") put back");
+  }
 }
 
 Status TrafficPlanController::putConfigMap(const JobState& state, const c4p::PlanDocument& doc,
@@ -732,7 +832,13 @@ Status TrafficPlanController::putConfigMap(const JobState& state, const c4p::Pla
                        "ConfigMap " + name + " is not controlled by the TrainingJob");
     }
     Json updated = *cm;
+    if (!updated["data"].is_object()) updated["data"] = Json::object();
     updated["data"][c4p::kPlanDocumentKey] = text;
+    if (!updated["metadata"]["labels"].is_object()) updated["metadata"]["labels"] = Json::object();
+    updated["metadata"]["labels"][labels::kJobName] = objectName(state.object);
+    if (!updated["metadata"]["annotations"].is_object()) {
+      updated["metadata"]["annotations"] = Json::object();
+    }
     updated["metadata"]["annotations"][kPlanVersionAnnotation] = std::to_string(doc.version);
     updated["metadata"]["annotations"][kPlanReasonAnnotation] = reason;
     auto done = client_.update(resources::configMaps(), ns, updated);

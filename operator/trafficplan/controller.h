@@ -35,6 +35,17 @@
 // else creates or updates it. Without --traffic-planning no plan ConfigMap exists; the pods then
 // spread by C4_SUBFLOWS.
 //
+// Repair (level-triggered, as controller-runtime's owners): every full sync compares each
+// written job's ConfigMap, as the cache holds it (`TrafficPlanSources::plan_config_map`, an
+// informer on ConfigMaps with label c4.dev/job-name whose events kick the controller), with the
+// document last written. When it differs (plan.json edited, missing or garbage, the label
+// c4.dev/job-name gone, the object deleted) and a read from the API server confirms it (the cache
+// may not show our own last write yet), the job's current plan is written again as the next
+// version (above the one found, if any) with reason "repaired (...)", status.plan follows, and
+// the job gets a Warning Event `PlanRepaired` saying what was found. A ConfigMap of that name
+// that the job does not control is not taken over: Warning Event `PlanConflict`, once per
+// object.
+//
 // Restart: the planner's state is rebuilt from the cluster (jobs in key order). The first time a
 // job is planned the ConfigMap is read; when the document it holds equals the new one at its
 // version, nothing is written and that version is continued. Telemetry link states are read back
@@ -111,6 +122,10 @@ struct TrafficPlanSources {
   std::function<std::vector<Json>()> jobs;
   // The pods of one job (label c4.dev/job-name), every attempt.
   std::function<std::vector<Json>(const std::string& ns, const std::string& job)> pods;
+  // A ConfigMap as the cache holds it (nullopt: not there). Unset: every sync reads each plan
+  // ConfigMap from the API server instead.
+  std::function<std::optional<Json>(const std::string& ns, const std::string& name)>
+      plan_config_map;
 };
 
 // The placement of a job's current attempt (status.attempt) from its pods: replica index →
@@ -144,9 +159,9 @@ class TrafficPlanController {
   TrafficPlanController(const TrafficPlanController&) = delete;
   TrafficPlanController& operator=(const TrafficPlanController&) = delete;
 
-  // Sources from the manager's shared informers (Fabrics, Nodes, TrainingJobs and pods with
-  // label c4.dev/job-name in `watch_namespace`); their events kick the controller. Call before
-  // the informers start.
+  // Sources from the manager's shared informers (Fabrics, Nodes, TrainingJobs, and pods and
+  // ConfigMaps with label c4.dev/job-name in `watch_namespace`); their events kick the
+  // controller. Call before the informers start.
   static std::unique_ptr<TrafficPlanController> fromInformers(
       KubeClient& client, Clock& clock, EventRecorder& events, SharedInformers& informers,
       const std::string& watch_namespace, ingest::ReportStore* store, TrafficPlanConfig config,
@@ -197,6 +212,7 @@ class TrafficPlanController {
     std::optional<c4p::PlanDocument> written;
     Json object;  // the TrainingJob, for Events and ownerReferences
     std::map<std::pair<std::int32_t, std::uint64_t>, std::uint64_t> seen;  // telemetry
+    std::string conflict_uid;  // the foreign ConfigMap last reported (PlanConflict)
   };
   struct TelemetryLink {
     c4p::LinkRef link;
@@ -220,6 +236,17 @@ class TrafficPlanController {
   void writeChanged(const std::vector<std::string>& changed, const std::string& reason);
   // Writes one job's document if it differs from what the ConfigMap holds.
   void writePlan(const std::string& key, JobState& state, const std::string& reason);
+  // Puts back every written job's ConfigMap that no longer holds its document (see the top).
+  void repairPlans();
+  // What is wrong with `cm` (nullopt: the ConfigMap of that name is gone) against the document
+  // last written for `state`; "" when nothing is. `found_version`: the version of a valid
+  // document found there.
+  std::string tampering(const JobState& state, const std::optional<Json>& cm,
+                        std::int64_t* found_version) const;
+  // Writes `doc` (ConfigMap, status.plan, metric, Event `event_reason`) and records it.
+  void commitPlan(const std::string& key, JobState& state, const c4p::JobPlan& plan,
+                  const c4p::PlanDocument& doc, const std::string& reason, const char* event_type,
+                  const char* event_reason, const std::string& message);
   Status putConfigMap(const JobState& state, const c4p::PlanDocument& doc,
                       const std::string& reason);
 

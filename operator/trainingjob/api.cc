@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
 namespace c4::op {
 namespace {
@@ -150,6 +151,19 @@ Status parseFaultTolerance(const Json& spec, FaultTolerance& ft) {
   if (ft.max_restart_backoff_seconds < ft.restart_backoff_seconds) {
     return makeError(ErrorCode::kInvalidArgument,
                      p + ".maxRestartBackoffSeconds must be >= restartBackoffSeconds");
+  }
+  C4_ASSIGN_OR_RETURN(
+      ft.max_identical_crashes,
+      intField(j, "maxIdenticalCrashes", 3, std::numeric_limits<std::int64_t>::min(),
+               std::numeric_limits<std::int64_t>::max(), p));
+  // 1 could never fire (one crash is on one node); above kMaxFaults status.faults cannot hold
+  // the history.
+  if (ft.max_identical_crashes != 0 &&
+      (ft.max_identical_crashes < 2 ||
+       ft.max_identical_crashes > static_cast<std::int64_t>(kMaxFaults))) {
+    return makeError(
+        ErrorCode::kInvalidArgument,
+        p + ".maxIdenticalCrashes must be 0 (off) or in [2, " + std::to_string(kMaxFaults) + "]");
   }
   C4_ASSIGN_OR_RETURN(ft.cordon_faulty_nodes, boolField(j, "cordonFaultyNodes", true, p));
   C4_ASSIGN_OR_RETURN(ft.dry_run, boolField(j, "dryRun", false, p));

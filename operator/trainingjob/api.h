@@ -92,6 +92,10 @@ struct FaultTolerance {
   std::int64_t max_infrastructure_restarts = 10;  // restarts not counted: the loop breaker
   std::int64_t restart_backoff_seconds = 10;      // first delay; doubles per consecutive failure
   std::int64_t max_restart_backoff_seconds = 300;
+  // A counted crash identical to the previous N-1 counted crashes, on at least two nodes, fails
+  // the job (RepeatedIdenticalCrash) instead of spending more of maxRestarts. 0: off; otherwise
+  // 2..kMaxFaults (the history is status.faults).
+  std::int64_t max_identical_crashes = 3;
   bool cordon_faulty_nodes = true;
   bool dry_run = false;
   // C4D thresholds (docs/c4d.md): ops waiting this long with no byte moving are a hang; a

@@ -88,6 +88,58 @@ Json buildHeadlessService(const Json& job, const PodSettings& settings) {
 
 namespace {
 
+// A Service port as the operator sets it: the API server's defaults (protocol TCP) as unset.
+Json portKey(const Json& port) {
+  const std::string protocol = stringAt(port, "protocol").value_or("TCP");
+  const Json* target =
+      port.is_object() && port.contains("targetPort") ? &port["targetPort"] : nullptr;
+  return Json{{"name", stringAt(port, "name").value_or("")},
+              {"port", intAt(port, "port").value_or(0)},
+              {"targetPort", target != nullptr ? *target : Json(nullptr)},
+              {"protocol", protocol}};
+}
+
+Json portKeys(const Json& spec) {
+  Json out = Json::array();
+  if (const Json* ports = arrayAt(spec, "ports")) {
+    for (const auto& p : *ports) out.push_back(portKey(p));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string serviceDrift(const Json& existing, const Json& desired) {
+  std::vector<std::string> out;
+  if (labelOf(existing, labels::kJobName) != labelOf(desired, labels::kJobName)) {
+    out.push_back(std::string("label ") + labels::kJobName);
+  }
+  const Json& have = fieldsOf(existing, "spec");
+  const Json& want = fieldsOf(desired, "spec");
+  if (fieldsOf(have, "selector") != fieldsOf(want, "selector")) out.push_back("spec.selector");
+  if (portKeys(have) != portKeys(want)) out.push_back("spec.ports");
+  if (boolAt(have, "publishNotReadyAddresses").value_or(false) !=
+      boolAt(want, "publishNotReadyAddresses").value_or(false)) {
+    out.push_back("spec.publishNotReadyAddresses");
+  }
+  std::string text;
+  for (const auto& f : out) text += (text.empty() ? "" : ", ") + f;
+  return text;
+}
+
+Json restoreService(Json existing, const Json& desired) {
+  if (!existing["metadata"]["labels"].is_object()) existing["metadata"]["labels"] = Json::object();
+  existing["metadata"]["labels"][labels::kJobName] = labelOf(desired, labels::kJobName);
+  if (!existing["spec"].is_object()) existing["spec"] = Json::object();
+  const Json& want = fieldsOf(desired, "spec");
+  for (const char* field : {"selector", "ports", "publishNotReadyAddresses"}) {
+    if (want.contains(field)) existing["spec"][field] = want[field];
+  }
+  return existing;
+}
+
+namespace {
+
 // Adds `metadata.name NotIn [node]` for each node to every required node selector term of
 // `pod_spec` (a term is an AND of its expressions; the terms are ORed), or makes them the only
 // term. One expression per node: the API server takes a single value for a field selector.
@@ -121,6 +173,37 @@ void avoidNodes(Json& pod_spec, const std::vector<std::string>& nodes) {
   node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = std::move(required);
   affinity["nodeAffinity"] = std::move(node_affinity);
   pod_spec["affinity"] = std::move(affinity);
+}
+
+}  // namespace
+
+// Enforce: the planned source ports leave the pod's ephemeral range (ip_local_reserved_ports, a
+// safe sysctl since Kubernetes 1.27, so no privilege), or a connection the pod opens for anything
+// else could take a planned port and the planned subflow would bind another, unplanned one. Not
+// for hostNetwork pods (the kubelet refuses namespaced sysctls there; docs/c4p.md says what to
+// do on such nodes) nor when the template sets the sysctl itself (the user's value stands).
+namespace {
+
+constexpr const char* kReservedPortsSysctl = "net.ipv4.ip_local_reserved_ports";
+
+void reservePlannedPorts(Json& pod_spec, const PodSettings& settings) {
+  auto host_network = pod_spec.find("hostNetwork");
+  if (host_network != pod_spec.end() && host_network->is_boolean() && host_network->get<bool>()) {
+    return;
+  }
+  // A template field of the wrong type is the API server's to refuse, unchanged.
+  if (!pod_spec.contains("securityContext")) pod_spec["securityContext"] = Json::object();
+  Json& context = pod_spec["securityContext"];
+  if (!context.is_object()) return;
+  if (!context.contains("sysctls")) context["sysctls"] = Json::array();
+  Json& sysctls = context["sysctls"];
+  if (!sysctls.is_array()) return;
+  for (const auto& sc : sysctls) {
+    if (sc.is_object() && sc.value("name", Json()) == Json(kReservedPortsSysctl)) return;
+  }
+  sysctls.push_back({{"name", kReservedPortsSysctl},
+                     {"value", std::to_string(settings.planned_port_first) + "-" +
+                                   std::to_string(settings.planned_port_last)}});
 }
 
 }  // namespace
@@ -216,6 +299,9 @@ Json buildPod(const Json& job, const TrainingJobSpec& spec, std::int64_t index,
              {"hostPath", {{"path", settings.plugin_host_dir}, {"type", "DirectoryOrCreate"}}}});
   addVolume(pod_spec, {{"name", "c4-plan"},
                        {"configMap", {{"name", planConfigMapName(job_name)}, {"optional", true}}}});
+  if (spec.traffic_mode == c4p::Mode::kEnforce && usesC4NetPlugin(spec)) {
+    reservePlannedPorts(pod_spec, settings);
+  }
   avoidNodes(pod_spec, avoid_nodes);
   return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta}, {"spec", pod_spec}};
 }

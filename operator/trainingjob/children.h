@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "operator/c4p/planner.h"
 #include "operator/trainingjob/api.h"
 
 namespace c4::op {
@@ -29,6 +30,11 @@ struct PodSettings {
   // includes its node (the plan follows the placement; the kubelet refreshes a ConfigMap volume
   // within about a minute).
   int plan_wait_ms = 60000;
+  // The source ports the traffic planner hands out (c4p::PlannerOptions). An Enforce job's pods
+  // reserve them (the safe, network-namespaced sysctl net.ipv4.ip_local_reserved_ports) so no
+  // other connection of the pod takes a planned port as its ephemeral one.
+  std::uint16_t planned_port_first = c4p::PlannerOptions{}.port_first;
+  std::uint16_t planned_port_last = c4p::PlannerOptions{}.port_last;
 };
 
 // The pod of replica `index` of `attempt`. `avoid_nodes`: nodes that failed the job (status
@@ -38,6 +44,13 @@ Json buildPod(const Json& job, const TrainingJobSpec& spec, std::int64_t index,
               std::int64_t attempt, const std::optional<std::int64_t>& resume_step,
               const PodSettings& settings, const std::vector<std::string>& avoid_nodes = {});
 Json buildHeadlessService(const Json& job, const PodSettings& settings);
+// What of the job's headless Service `existing` differs from `desired` (buildHeadlessService) in
+// the fields the operator owns: the label c4.dev/job-name, spec.selector, spec.ports (name, port,
+// targetPort, protocol; the API server's default protocol TCP counts as unset) and
+// spec.publishNotReadyAddresses. Comma-separated field names; "" when none.
+std::string serviceDrift(const Json& existing, const Json& desired);
+// `existing` with those fields put back from `desired` (an update keeps its resourceVersion).
+Json restoreService(Json existing, const Json& desired);
 // `<job>-c4-plan`, the name of the plan ConfigMap (written by the traffic-plan controller).
 std::string planConfigMapName(const std::string& job_name);
 Json ownerReference(const Json& job);

@@ -169,7 +169,179 @@ struct StoppedPod {
   bool deleted = false;
   FailureVerdict verdict;
   std::string node;
+  std::optional<WallTime> stopped_at;     // stopTimeOf; nullopt: unknown
+  std::optional<std::int64_t> exit_code;  // failedExitCode
 };
+
+std::optional<WallTime> timeAt(const Json& object, const char* key) {
+  auto text = stringAt(object, key);
+  return text ? parseRfc3339(*text) : std::nullopt;
+}
+
+// The containers' terminations (state.terminated, else lastState.terminated, of each container)
+// as (finishedAt, exit code), in the order the containers are listed.
+std::vector<std::pair<std::optional<WallTime>, std::int64_t>> terminations(const Json& pod) {
+  std::vector<std::pair<std::optional<WallTime>, std::int64_t>> out;
+  const Json& status = statusOf(pod);
+  auto list = status.find("containerStatuses");
+  if (list == status.end() || !list->is_array()) return out;
+  for (const auto& cs : *list) {
+    if (!cs.is_object()) continue;
+    for (const char* key : {"state", "lastState"}) {
+      auto state = cs.find(key);
+      if (state == cs.end() || !state->is_object()) continue;
+      auto t = state->find("terminated");
+      if (t == state->end() || !t->is_object()) continue;
+      auto code = t->find("exitCode");
+      out.emplace_back(timeAt(*t, "finishedAt"), code != t->end() && code->is_number_integer()
+                                                     ? code->get<std::int64_t>()
+                                                     : 0);
+      break;  // the current state's termination, when there is one, is the newest
+    }
+  }
+  return out;
+}
+
+// The exit code of the pod's failed container: of the one that finished first (by finishedAt;
+// one without a time after those with one, then in list order). nullopt when no container
+// reports a non-zero exit code.
+std::optional<std::int64_t> failedExitCode(const Json& pod) {
+  std::optional<std::pair<std::optional<WallTime>, std::int64_t>> best;
+  for (const auto& t : terminations(pod)) {
+    if (t.second == 0) continue;
+    if (!best || (t.first && (!best->first || *t.first < *best->first))) best = t;
+  }
+  if (!best) return std::nullopt;
+  return best->second;
+}
+
+// When a stopped pod stopped, for ordering the pods of one fault (the first to fail is the
+// culprit; the others are usually its victims). In order of preference:
+//  1. the earliest finishedAt of its containers that failed (non-zero exit), else of any
+//     terminated container (state.terminated, or lastState.terminated when the container has
+//     no current termination);
+//  2. without a container termination (a pod evicted, deleted or failed before its containers
+//     reported): the DisruptionTarget condition's lastTransitionTime (the moment an eviction,
+//     preemption or the taint manager marked it), else the time its deletion was requested
+//     (deletionTimestamp - deletionGracePeriodSeconds), else the lastTransitionTime of its Ready
+//     condition turned False;
+//  3. nullopt (a pod that vanished unseen, or one without any of these): it orders after every
+//     pod with a time.
+// Kubernetes writes these times in whole seconds, so pods that failed within one second tie
+// (the lowest index wins).
+std::optional<WallTime> stopTimeOf(const Json* pod) {
+  if (pod == nullptr) return std::nullopt;
+  std::optional<WallTime> failed, any;
+  for (const auto& [at, code] : terminations(*pod)) {
+    if (!at) continue;
+    if (!any || *at < *any) any = at;
+    if (code != 0 && (!failed || *at < *failed)) failed = at;
+  }
+  if (failed) return failed;
+  if (any) return any;
+  const Json& status = statusOf(*pod);
+  const Json* ready = nullptr;
+  const Json* disruption = nullptr;
+  if (auto list = status.find("conditions"); list != status.end() && list->is_array()) {
+    for (const auto& c : *list) {
+      if (stringAt(c, "type") == "DisruptionTarget" && stringAt(c, "status") == "True") {
+        disruption = &c;
+      }
+      if (stringAt(c, "type") == "Ready" && stringAt(c, "status") == "False") ready = &c;
+    }
+  }
+  if (disruption != nullptr) {
+    if (auto at = timeAt(*disruption, "lastTransitionTime")) return at;
+  }
+  const Json& meta = fieldsOf(*pod, "metadata");
+  if (auto deletion = timeAt(meta, "deletionTimestamp")) {
+    auto grace = intAt(meta, "deletionGracePeriodSeconds").value_or(0);
+    return *deletion - std::chrono::seconds{std::max<std::int64_t>(grace, 0)};
+  }
+  if (ready != nullptr) return timeAt(*ready, "lastTransitionTime");
+  return std::nullopt;
+}
+
+// The deciding pod of a fault: a FailJob verdict wins (the pod failure policy's decision), then a
+// failure counted against maxRestarts, then the rest; within one of these the pod that stopped
+// first (stopTimeOf; an unknown time last), then the lowest index.
+const StoppedPod& decidingPod(const std::vector<StoppedPod>& stopped) {
+  auto precedence = [](const StoppedPod& s) {
+    switch (s.verdict.action) {
+      case FailureAction::kFailJob:
+        return 0;
+      case FailureAction::kRestart:
+        return 1;
+      case FailureAction::kIgnore:
+        return 2;
+    }
+    return 2;
+  };
+  auto before = [&](const StoppedPod& a, const StoppedPod& b) {
+    if (precedence(a) != precedence(b)) return precedence(a) < precedence(b);
+    if (a.stopped_at.has_value() != b.stopped_at.has_value()) return a.stopped_at.has_value();
+    if (a.stopped_at && *a.stopped_at != *b.stopped_at) return *a.stopped_at < *b.stopped_at;
+    return a.index < b.index;
+  };
+  return *std::min_element(stopped.begin(), stopped.end(), before);
+}
+
+// A crash the trainer is charged for: counted against maxRestarts (not a disruption, a C4D
+// diagnosis or a requested restart).
+bool isCountedCrash(const FaultRecord& f) {
+  return f.counted.value_or(false) && f.fault_class.value_or("") == "crash";
+}
+
+// Two counted crashes are the same crash when they have the same exit code; when neither knows
+// its exit code (a pod failed without a container termination), when they are of the same rank.
+bool sameCrash(const FaultRecord& a, const FaultRecord& b) {
+  if (a.exit_code || b.exit_code) return a.exit_code == b.exit_code;
+  return a.rank && a.rank == b.rank;
+}
+
+std::string joined(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
+  return out;
+}
+
+// A deterministic crash of the trainer (issue #24): `crash` (a counted crash of this attempt)
+// and the limit-1 counted crashes before it in `history` (status.faults, oldest first) are the
+// same crash, on at least two nodes. Faults that are not counted crashes (disruptions, C4D
+// diagnoses, requested restarts) are skipped: they neither join nor break the run. Returns the
+// explanation ("exit code 3 in 3 attempts in a row (attempts 4, 5, 6; rank 1; nodes a, b)"), or
+// nullopt. The history is status.faults alone, so the decision survives an operator restart;
+// since the list is bounded (kMaxFaults), crashes pushed out of it are not seen.
+std::optional<std::string> repeatedIdenticalCrash(const std::vector<FaultRecord>& history,
+                                                  const FaultRecord& crash, std::int64_t limit) {
+  if (limit < 2 || !isCountedCrash(crash)) return std::nullopt;
+  const auto wanted = static_cast<std::size_t>(limit);
+  std::vector<const FaultRecord*> run{&crash};
+  for (auto it = history.rbegin(); it != history.rend() && run.size() < wanted; ++it) {
+    if (!isCountedCrash(*it)) continue;
+    if (!sameCrash(*it, crash)) break;
+    run.push_back(&*it);
+  }
+  if (run.size() < wanted) return std::nullopt;
+  std::reverse(run.begin(), run.end());
+  std::vector<std::string> attempts, ranks, nodes;
+  auto addOnce = [](std::vector<std::string>& list, const std::string& item) {
+    if (std::find(list.begin(), list.end(), item) == list.end()) list.push_back(item);
+  };
+  for (const FaultRecord* f : run) {
+    attempts.push_back(f->attempt ? std::to_string(*f->attempt) : std::string{"?"});
+    if (f->rank) addOnce(ranks, std::to_string(*f->rank));
+    if (!f->node.value_or("").empty()) addOnce(nodes, *f->node);
+  }
+  // The same crash on one node may be that node's fault: maxRestarts decides.
+  if (nodes.size() < 2) return std::nullopt;
+  std::string identity =
+      crash.exit_code ? "exit code " + std::to_string(*crash.exit_code)
+                      : "rank " + std::to_string(crash.rank.value_or(-1)) + " (exit code unknown)";
+  return identity + " in " + std::to_string(run.size()) + " attempts in a row (attempts " +
+         joined(attempts) + "; " + (ranks.size() == 1 ? "rank " : "ranks ") + joined(ranks) +
+         "; nodes " + joined(nodes) + ")";
+}
 
 }  // namespace
 
@@ -446,6 +618,8 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
     // A pod that was never bound (or whose last state is unknown) has no node to blame.
     NodeFacts node = s.node.empty() ? NodeFacts{.exists = true} : factsOf(s.node);
     s.verdict = classifyFailure(s.pod, s.deleted, node, ft.pod_failure_policy);
+    s.stopped_at = stopTimeOf(s.pod);
+    if (s.pod != nullptr) s.exit_code = failedExitCode(*s.pod);
     stopped.push_back(std::move(s));
   }
 
@@ -479,18 +653,9 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
     FailureAction action = FailureAction::kIgnore;
     bool counted = false;
     if (!stopped.empty()) {
-      // The deciding pod: any FailJob wins, then any counted failure, else the first.
-      const StoppedPod* decider = &stopped.front();
-      for (const auto& s : stopped) {
-        if (s.verdict.action == FailureAction::kFailJob) {
-          decider = &s;
-          break;
-        }
-        if (s.verdict.action == FailureAction::kRestart &&
-            decider->verdict.action != FailureAction::kRestart) {
-          decider = &s;
-        }
-      }
+      // The deciding pod: a FailJob verdict, then a counted failure, then the rest; among
+      // equals the first to stop (the others are usually its victims), then the lowest index.
+      const StoppedPod* decider = &decidingPod(stopped);
       action = decider->verdict.action;
       counted = action == FailureAction::kRestart;
       summary = describePod(decider->pod, decider->index, decider->name) +
@@ -503,6 +668,7 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
       fault.pod = decider->name;
       fault.node = decider->node;
       fault.rank = decider->index;
+      fault.exit_code = decider->exit_code;
       // Node-level evidence: a node that went NotReady under the job is cordoned (DESIGN: a
       // crash implicates its node only with node-level evidence).
       for (const auto& s : stopped) {
@@ -535,8 +701,8 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
         if (std::find(avoid.begin(), avoid.end(), n) == avoid.end()) avoid.push_back(n);
       }
       while (avoid.size() > kMaxAvoidNodes) avoid.erase(avoid.begin());
-      if (diagnosis->cordon && ft.cordon_faulty_nodes) {
-        for (const auto& n : diagnosis->nodes) {
+      if (ft.cordon_faulty_nodes) {
+        for (const auto& n : diagnosis->cordon_nodes) {
           if (std::none_of(plan.cordons.begin(), plan.cordons.end(),
                            [&](const NodeCordon& c) { return c.node == n; })) {
             plan.cordons.push_back({n,
@@ -565,6 +731,23 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
     };
     if (action == FailureAction::kFailJob) {
       return fail("PodFailurePolicy", summary + "; the pod failure policy fails the job");
+    }
+    if (auto repeated = repeatedIdenticalCrash(status.faults, fault, ft.max_identical_crashes)) {
+      std::string cordoned = "no node was cordoned";
+      if (!plan.cordons.empty()) {
+        std::vector<std::string> names;
+        for (const auto& c : plan.cordons) names.push_back(c.node);
+        cordoned = "no node was cordoned for this crash (" + joined(names) +
+                   " went NotReady under the job and " + (plan.cordons.size() == 1 ? "is" : "are") +
+                   " cordoned for that)";
+      }
+      return fail("RepeatedIdenticalCrash",
+                  summary + "; the same crash, " + *repeated +
+                      ": a deterministic failure of the trainer, not of a node, so the job fails "
+                      "instead of spending more of its restart budget (" +
+                      std::to_string(counted_restarts) + " of " + std::to_string(ft.max_restarts) +
+                      " restarts used, maxIdenticalCrashes " +
+                      std::to_string(ft.max_identical_crashes) + "); " + cordoned);
     }
     if (counted && counted_restarts >= ft.max_restarts) {
       return fail("ReachedMaxRestarts",

@@ -70,16 +70,19 @@ struct ReportedCheckpointFact {
 };
 
 // A fault the C4D analyser confirmed in the job's current attempt (operator/detection): the
-// planner restarts the job from its checkpoint, away from the culprit nodes, and cordons them
-// when the evidence names a node. Not counted against maxRestarts (C4 diagnosed it); counted
-// against maxInfrastructureRestarts, the loop breaker.
+// planner restarts the job from its checkpoint, away from the culprit nodes, and cordons those
+// the evidence names. Not counted against maxRestarts (C4 diagnosed it); counted against
+// maxInfrastructureRestarts, the loop breaker. Verdicts confirmed together (compound faults)
+// join one diagnosis: the first gives class, key and rank; every culprit's nodes are avoided.
 struct DiagnosedFault {
   std::int64_t attempt = 0;
   std::string fault_class;         // crash | commHang | nonCommHang | commSlow | nonCommSlow
-  std::string key;                 // the verdict's identity ("commHang/link/node-1<->node-2")
+  std::string key;                 // the first verdict's identity ("commHang/link/node-1<->node-2")
+  std::vector<std::string> keys;   // every joined verdict's identity, the first first
   std::string summary;             // one line with the evidence (Events, status.faults)
   std::vector<std::string> nodes;  // culprit nodes: the next attempt avoids them
-  bool cordon = false;             // cordon + taint `nodes` (if the job allows it)
+  // Of `nodes`, those the evidence names: cordoned and tainted (if the job allows it).
+  std::vector<std::string> cordon_nodes;
   std::int64_t rank = -1;
   double detection_seconds = 0;  // first seen -> confirmed
   friend bool operator==(const DiagnosedFault&, const DiagnosedFault&) = default;

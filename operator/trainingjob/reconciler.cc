@@ -250,7 +250,8 @@ TrainingJobController::ChildOutcome TrainingJobController::classifyExisting(
     return {std::nullopt, existing.error().withContext("read " + type.kind + " " +
                                                        objectName(desired) + " after a conflict")};
   }
-  if (isControlledBy(*existing, job)) return {};  // ours; the cache has not shown it yet
+  // Ours: the cache has not shown it yet, or no longer does (its label was taken off).
+  if (isControlledBy(*existing, job)) return repairChild(type, *existing, desired, job, false);
   std::string owner = controllerUid(*existing);
   return {
       ChildProblem{"NameConflict",
@@ -267,7 +268,7 @@ TrainingJobController::ChildOutcome TrainingJobController::ensureChild(const Res
                                                                        const Json& desired,
                                                                        const Json& job) {
   if (auto cached = cache.store().get(objectKey(desired))) {
-    if (isControlledBy(*cached, job)) return {};
+    if (isControlledBy(*cached, job)) return repairChild(type, *cached, desired, job, true);
     return classifyExisting(type, desired, job);
   }
   const std::string id = childId(desired);
@@ -288,6 +289,37 @@ TrainingJobController::ChildOutcome TrainingJobController::ensureChild(const Res
   return {std::nullopt, context};
 }
 
+TrainingJobController::ChildOutcome TrainingJobController::repairChild(const ResourceType& type,
+                                                                       const Json& existing,
+                                                                       const Json& desired,
+                                                                       const Json& job,
+                                                                       bool from_cache) {
+  if (type.resource != resources::services().resource) return {};
+  if (serviceDrift(existing, desired).empty()) return {};
+  const std::string what = type.kind + " " + objectName(desired);
+  Json current = existing;
+  if (from_cache) {
+    // The cache may not show our own last write yet: the API server decides.
+    auto read = client_.get(type, objectNamespace(desired), objectName(desired));
+    if (!read) {
+      if (read.error().code == ErrorCode::kNotFound) return {};  // its delete event follows
+      return {std::nullopt, read.error().withContext("read " + what)};
+    }
+    if (!isControlledBy(*read, job)) return {};  // replaced: the next reconcile classifies it
+    current = std::move(*read);
+  }
+  const std::string drift = serviceDrift(current, desired);
+  if (drift.empty()) return {};
+  auto updated =
+      client_.update(type, objectNamespace(desired), restoreService(std::move(current), desired));
+  if (!updated) return {std::nullopt, updated.error().withContext("put back " + what)};
+  log_.warn("Child changed by someone else; put back",
+            {{"job", objectKey(job)}, {"child", what}, {"fields", drift}});
+  events_.record(job, "Warning", "ServiceRepaired",
+                 what + " was changed by someone else (" + drift + "); put back");
+  return {};
+}
+
 void TrainingJobController::runCordons(const Json& job, const std::vector<NodeCordon>& cordons,
                                        const Logger& log) {
   for (const auto& c : cordons) {
@@ -299,10 +331,14 @@ void TrainingJobController::runCordons(const Json& job, const std::vector<NodeCo
     }
     auto outcome = config_.remediator->cordon(c.node, c.reason, c.dry_run);
     if (!outcome) {
-      // The restart must not wait for a node write: report it and go on.
+      // The restart must not wait for a node write: report it and go on. Unless the node is
+      // gone, the remediator owes the cordon and retries it until it lands.
       log.warn("Cordon failed", {{"node", c.node}, {"error", outcome.error()}});
       events_.record(job, "Warning", "CordonFailed",
-                     "Could not cordon node " + c.node + ": " + outcome.error().message);
+                     "Could not cordon node " + c.node + ": " + outcome.error().message +
+                         (outcome.error().code == ErrorCode::kNotFound || c.dry_run
+                              ? std::string{}
+                              : "; the cordon is owed and retried until it lands"));
       continue;
     }
     switch (*outcome) {
@@ -318,6 +354,12 @@ void TrainingJobController::runCordons(const Json& job, const std::vector<NodeCo
       case CordonOutcome::kBreakerOpen:
         events_.record(job, "Warning", "CordonSkipped",
                        "Node " + c.node + " was not cordoned: the circuit breaker is open");
+        break;
+      case CordonOutcome::kOwed:
+        events_.record(job, "Warning", "CordonFailed",
+                       "Could not cordon node " + c.node +
+                           " yet (see the node's Events); the cordon is owed, its circuit "
+                           "breaker slot held, and retried until it lands");
         break;
       case CordonOutcome::kAlreadyOurs:
         break;

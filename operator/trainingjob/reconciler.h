@@ -119,12 +119,18 @@ class TrainingJobController {
   void enqueueJobOf(const Json& object);
   void trackPod(InformerEvent event, const Json& pod);
   NodeFacts nodeFacts(const std::string& name);
-  // Creates the child unless it exists; a same-named object this job does not control is a
-  // NameConflict (never adopted), a terminal API error a FailedCreate problem.
+  // Creates the child unless it exists, and puts back what someone else changed of it
+  // (repairChild); a same-named object this job does not control is a NameConflict (never
+  // adopted), a terminal API error a FailedCreate problem.
   ChildOutcome ensureChild(const ResourceType& type, Informer& cache, const Json& desired,
                            const Json& job);
   // After AlreadyExists: is the object ours (the cache lags) or someone else's?
   ChildOutcome classifyExisting(const ResourceType& type, const Json& desired, const Json& job);
+  // Our child `existing` (cached or read) against `desired`: a headless Service someone else
+  // changed (serviceDrift, confirmed by a read when `existing` came from the cache) is put back
+  // with a Warning Event ServiceRepaired. A failed write is a retry.
+  ChildOutcome repairChild(const ResourceType& type, const Json& existing, const Json& desired,
+                           const Json& job, bool from_cache);
   void runCordons(const Json& job, const std::vector<NodeCordon>& cordons, const Logger& log);
 
   KubeClient& client_;

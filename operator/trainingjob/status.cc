@@ -166,6 +166,7 @@ Result<FaultRecord> decodeFault(const Json& j, const std::string& path) {
   C4_RETURN_IF_ERROR(r.string("pod", f.pod));
   C4_RETURN_IF_ERROR(r.string("node", f.node));
   C4_RETURN_IF_ERROR(r.integer("rank", f.rank));
+  C4_RETURN_IF_ERROR(r.integer("exitCode", f.exit_code));
   C4_RETURN_IF_ERROR(r.string("link", f.link));
   C4_RETURN_IF_ERROR(r.string("summary", f.summary));
   C4_RETURN_IF_ERROR(r.string("action", f.action));
@@ -174,8 +175,8 @@ Result<FaultRecord> decodeFault(const Json& j, const std::string& path) {
   C4_RETURN_IF_ERROR(r.integer("recomputeSeconds", f.recompute_seconds));
   C4_RETURN_IF_ERROR(r.integer("restartSeconds", f.restart_seconds));
   f.unknown =
-      r.unknown({"time", "class", "attempt", "pod", "node", "rank", "link", "summary", "action",
-                 "counted", "detectionSeconds", "recomputeSeconds", "restartSeconds"});
+      r.unknown({"time", "class", "attempt", "pod", "node", "rank", "exitCode", "link", "summary",
+                 "action", "counted", "detectionSeconds", "recomputeSeconds", "restartSeconds"});
   return f;
 }
 
@@ -236,6 +237,7 @@ Json encodeFault(const FaultRecord& f) {
   put(out, "pod", f.pod);
   put(out, "node", f.node);
   put(out, "rank", f.rank);
+  put(out, "exitCode", f.exit_code);
   put(out, "link", f.link);
   put(out, "summary", f.summary);
   put(out, "action", f.action);

@@ -56,6 +56,7 @@ struct FaultRecord {
   std::optional<std::string> pod;
   std::optional<std::string> node;
   std::optional<std::int64_t> rank;
+  std::optional<std::int64_t> exit_code;  // "exitCode": of the deciding pod's failed container
   std::optional<std::string> link;
   std::optional<std::string> summary;
   std::optional<std::string> action;  // restart | fail

@@ -268,9 +268,19 @@ void probeEveryField(const Site<T, D>& site) {
         }
       }
     }
-    // Missing and unknown: the decoders refuse both, naming the field.
+    // Missing and unknown: the decoders refuse both, naming the field — except an optional
+    // field, whose absence both take as the default (what an older writer sends).
     json j = json::parse(*encodeJson(site.doc));
     j[json::json_pointer(site.pointer)].erase(std::string(f.name));
+    if (f.optional) {
+      for (const auto& r : decodeBoth<D>(j)) {
+        EXPECT_TRUE(r.has_value()) << what << ": refused without it: " << r.error().message;
+        if (!r) continue;
+        D decoded = *r;
+        EXPECT_EQ(site.at(decoded).*f.member, M{}) << what;
+      }
+      return true;
+    }
     for (const auto& r : decodeBoth<D>(j)) {
       EXPECT_FALSE(r.has_value()) << what << ": accepted without it";
       if (!r) {
@@ -290,6 +300,42 @@ void probeEveryField(const Site<T, D>& site) {
               std::string::npos)
         << r.error().message;
   }
+}
+
+// expectedSeconds came after the schema's first release: a writer leaves it out at its default
+// (0, not said), so an older reader, which refuses unknown fields, accepts such notices; every
+// decoder takes its absence as 0 (an older c4-notify in a trainer image); it is for pauses only.
+TEST(ReportSchemaTest, AnOptionalFieldIsLeftOutAtItsDefaultAndReadWhenAbsent) {
+  ProgressNotice training = sampleProgress();
+  training.state = ProgressState::kTraining;
+  const json text = json::parse(*encodeJson(Message{training}));
+  EXPECT_FALSE(text.contains("expectedSeconds")) << text.dump();
+
+  ProgressNotice pause = sampleProgress();
+  pause.expected_seconds = 90;
+  const json with = json::parse(*encodeJson(Message{pause}));
+  EXPECT_EQ(with.at("expectedSeconds"), 90);
+  json without = with;
+  without.erase("expectedSeconds");
+  const auto cbor = json::to_cbor(without);
+  auto streamed = internal::decodeMessageCborStreaming(cbor);
+  ASSERT_TRUE(streamed.has_value());
+  EXPECT_EQ(std::get<ProgressNotice>(*streamed).expected_seconds, 0u);
+  auto viaJson = decodeMessageJson(without.dump());
+  ASSERT_TRUE(viaJson.has_value()) << viaJson.error().message;
+  EXPECT_EQ(std::get<ProgressNotice>(*viaJson).expected_seconds, 0u);
+  auto full = internal::decodeMessageCborStreaming(json::to_cbor(with));
+  ASSERT_TRUE(full.has_value());
+  EXPECT_EQ(std::get<ProgressNotice>(*full).expected_seconds, 90u);
+
+  training.expected_seconds = 90;
+  const Status s = validate(Message{training});
+  ASSERT_FALSE(s.has_value());
+  EXPECT_NE(s.error().message.find("ProgressNotice.expectedSeconds: is for pauses only"),
+            std::string::npos)
+      << s.error().message;
+  pause.expected_seconds = kMaxPauseSeconds + 1;
+  EXPECT_FALSE(validate(Message{pause}).has_value());
 }
 
 TEST(ReportSchemaTest, EveryFieldOfEveryStructGoesThroughEveryPath) {

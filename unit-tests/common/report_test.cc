@@ -42,6 +42,7 @@ RankReport sampleReport() {
   c.oldest_inflight_us = 0;
   c.subflows.clear();
   r.connections.push_back(c);
+  r.communicators.push_back({0x5eedf00d5eedf00dULL, 8, 3, 1200, 1199, 40, 40, 1200, 350'000});
   return r;
 }
 
@@ -226,6 +227,13 @@ TEST(ReportTest, RejectsAbsurdValues) {
                  "non-zero with no op in flight");
   expectRejected([](json& j) { j["id"]["pod"] = "Bad_Name"; }, "not a valid Kubernetes name");
   expectRejected([](json& j) { j["id"]["node"] = std::string(300, 'a'); }, "longer than 253 bytes");
+  expectRejected([](json& j) { j["communicators"][0]["rank"] = 8; },
+                 "communicators[0].rank: must be -1 or below nranks");
+  expectRejected([](json& j) { j["communicators"][0]["collFinished"] = 1201; },
+                 "collFinished: must not exceed collEntered");
+  expectRejected([](json& j) { j["communicators"][0]["p2pFinished"] = 41; },
+                 "p2pFinished: must not exceed p2pEntered");
+  expectRejected([](json& j) { j["communicators"][0]["nranks"] = -1; }, "nranks");
 }
 
 TEST(ReportTest, RejectsTooManyItems) {
@@ -245,6 +253,14 @@ TEST(ReportTest, RejectsTooManyItems) {
         }
       },
       "subflows: 66 items exceeds the limit of 64");
+  expectRejected(
+      [](json& j) {
+        json comm = j["communicators"][0];
+        for (std::size_t i = 0; i < kMaxCommunicatorsPerReport; ++i) {
+          j["communicators"].push_back(comm);
+        }
+      },
+      "communicators: 257 items exceeds the limit of 256");
 }
 
 TEST(ReportTest, RejectsInvalidUtf8) {
@@ -327,6 +343,39 @@ TEST(ReportTest, DeepNestingIsRejectedWithoutRecursion) {
   std::string text(100000, '[');
   auto r2 = decodeMessageJson(text);
   ASSERT_FALSE(r2.has_value());
+}
+
+// Found by fuzz/report_handler_fuzzer.cc: nlohmann's CBOR reader reads an indefinite-length
+// string's chunks by recursion and takes indefinite chunks, which RFC 8949 forbids; a datagram or
+// body of 0x7f (or 0x5f) bytes overflowed the stack of the node plugin's receiver or the
+// operator's report handler.
+TEST(ReportTest, NestedIndefiniteStringsAreRejectedWithoutRecursion) {
+  for (std::uint8_t head : {std::uint8_t{0x7f}, std::uint8_t{0x5f}}) {
+    std::vector<std::uint8_t> datagram(kMaxDatagramBytes, head);
+    auto m = decodeMessageCbor(datagram);
+    ASSERT_FALSE(m.has_value());
+    EXPECT_NE(m.error().message.find("byte 1: a chunk of an indefinite-length string"),
+              std::string::npos)
+        << m.error().message;
+    std::vector<std::uint8_t> body = {0xA1, 0x64, 'n', 'o', 'd', 'e'};
+    body.insert(body.end(), std::size_t{4} << 20, head);
+    auto b = decodeNodeReportCbor(body);
+    ASSERT_FALSE(b.has_value());
+    EXPECT_NE(b.error().message.find("byte 7: a chunk of an indefinite-length string"),
+              std::string::npos)
+        << b.error().message;
+  }
+  // Definite chunks are CBOR: the DOM decoder reads them (and names the field it then refuses).
+  std::vector<std::uint8_t> chunks = {0xA1, 0x64, 'n', 'o',  'd', 'e', 0x7f,
+                                      0x62, 'a',  'b', 0x61, 'c', 0xff};
+  auto c = decodeNodeReportCbor(chunks);
+  ASSERT_FALSE(c.has_value());
+  EXPECT_EQ(c.error().message.find("indefinite-length"), std::string::npos) << c.error().message;
+  // A chunk of the other string type is refused too.
+  std::vector<std::uint8_t> mixed = {0xA1, 0x64, 'n', 'o', 'd', 'e', 0x7f, 0x41, 'a', 0xff};
+  auto x = decodeNodeReportCbor(mixed);
+  ASSERT_FALSE(x.has_value());
+  EXPECT_NE(x.error().message.find("byte 7: a chunk"), std::string::npos) << x.error().message;
 }
 
 TEST(ReportTest, ABodyOfTinyItemsIsRefusedBeforeItBuildsAHugeDom) {

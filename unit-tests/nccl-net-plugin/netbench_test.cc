@@ -232,15 +232,21 @@ void drainWhile(const std::string& path,
   ASSERT_TRUE(server.has_value()) << server.error().toString();
   std::atomic<bool> stop{false};
   std::thread reader([&] {
-    while (!stop.load()) {
-      auto d = server->receive(std::chrono::milliseconds(50));
-      if (!d || !*d) continue;
+    for (;;) {
+      // Once told to stop, it still reads what is queued: a reader starved of the CPU on a busy
+      // machine must not miss what was sent before the run returned.
+      const bool last = stop.load();
+      auto d = server->receive(std::chrono::milliseconds(last ? 0 : 50));
+      if (!d || !*d) {
+        if (last) break;
+        continue;
+      }
       auto m = report::decodeMessageCbor((*d)->bytes);
       if (m) onMessage(*m);
     }
   });
   run();
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // senders' threads finish
   stop = true;
   reader.join();
 }

@@ -64,6 +64,7 @@ TEST_F(NotifyTest, ProgressAndCheckpointCarryTheRankIdentity) {
   ASSERT_NE(p, nullptr);
   EXPECT_EQ(p->step, 41);
   EXPECT_EQ(p->state, report::ProgressState::kEvaluating);
+  EXPECT_EQ(p->expected_seconds, 0u) << "no length announced";
   EXPECT_EQ(p->id.rank, 3);
   EXPECT_EQ(p->id.world_size, 8);
   EXPECT_EQ(p->id.job, "train");
@@ -82,6 +83,15 @@ TEST_F(NotifyTest, ProgressAndCheckpointCarryTheRankIdentity) {
   EXPECT_EQ(c->step, 40);
   EXPECT_EQ(c->path, "/ckpt/step-40.pt");
   EXPECT_EQ(c->id.rank, 3);
+
+  // A pause with its expected length.
+  r = run(kIdentity + "C4_AGENT_SOCKET=" + path,
+          "progress --step 42 --state checkpointing --expect-seconds 90");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  m = next();
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(std::get<report::ProgressNotice>(*m).state, report::ProgressState::kCheckpointing);
+  EXPECT_EQ(std::get<report::ProgressNotice>(*m).expected_seconds, 90u);
 
   // RANK is the fallback (torchrun sets it per process); --socket and --rank override.
   r = run("RANK=5 C4_JOB=train C4_NAMESPACE=ml", "progress --step 1 --socket " + path);
@@ -106,7 +116,12 @@ TEST_F(NotifyTest, BadInputIsRefusedAndSendsNothing) {
         Case{"checkpoint --step 1", "needs --path"},
         Case{"progress --step 1 --path /x", "for checkpoint notices"},
         Case{"progress --step 1 --bogus", "unknown or incomplete option"},
-        Case{"progress --step 1 extra", "unexpected argument"}}) {
+        Case{"progress --step 1 extra", "unexpected argument"},
+        Case{"progress --step 1 --state checkpointing --expect-seconds 0", "[1, 86400]"},
+        Case{"progress --step 1 --state idle --expect-seconds 86401", "[1, 86400]"},
+        Case{"progress --step 1 --state idle --expect-seconds 5m", "[1, 86400]"},
+        Case{"progress --step 1 --expect-seconds 30", "is for pauses"},
+        Case{"checkpoint --step 1 --path /x --expect-seconds 30", "is for pauses"}}) {
     Outcome r = run(env, k.args);
     EXPECT_EQ(r.rc, 2) << k.args << ": " << r.out;
     EXPECT_NE(r.out.find(k.want), std::string::npos) << k.args << ": " << r.out;

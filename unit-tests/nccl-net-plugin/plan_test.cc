@@ -143,6 +143,40 @@ TEST_F(PlanFileTest, SubflowsBindPlannedPortsAndFollowWeightChanges) {
   EXPECT_EQ(tel->subflows[1].bytes.load(), 8u << 20);
 }
 
+// A planned port that is taken (another socket listens on it) cannot be bound: the subflow
+// connects from an ephemeral port, whose path the ECMP hash picks, not the plan. It is reported
+// without a path (pathId -1), so the link monitor does not judge the planned path by its bytes.
+TEST_F(PlanFileTest, ASubflowThatCannotBindItsPlannedPortIsReportedWithoutAPath) {
+  const std::uint16_t p0 = freePort(), p1 = freePort();
+  const int taken = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(taken, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(p0);
+  ASSERT_EQ(::bind(taken, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(::listen(taken, 1), 0);
+  auto sink = std::make_shared<CaptureLogSink>();
+  setLogSink(sink);
+  write(twoSubflowPlan(1, p0, p1, 1, 1));
+  auto ctx = plannedContext();
+  auto b = makeContext(baseConfig("node-b", 1));
+  Pair p = connectPair(*ctx, *b);
+  ASSERT_NE(p.send, nullptr);
+  const auto ports = subflowLocalPorts(p.send);
+  ASSERT_EQ(ports.size(), 2u);
+  EXPECT_NE(ports[0], p0);
+  EXPECT_EQ(ports[1], p1);
+  auto tel = telemetryOf(p.send);
+  EXPECT_EQ(tel->subflows[0].path_id, -1) << "not on its planned path 10";
+  EXPECT_EQ(tel->subflows[1].path_id, 11);
+  EXPECT_TRUE(logged(*sink, "cannot bind the planned source port"));
+  transfer(p, 4 << 20);  // both subflows carry data all the same
+  EXPECT_GT(tel->subflows[0].bytes.load(), 0u);
+  setLogSink(std::make_shared<StderrLogSink>());
+  ::close(taken);
+}
+
 // C4_PLAN_WAIT_MS: a connection to another node waits for a plan that includes its node (an
 // Enforce job's pod can start before its placement is planned), then binds the planned ports.
 TEST_F(PlanFileTest, AConnectionWaitsForItsPlanThenBindsThePlannedPorts) {
@@ -221,7 +255,18 @@ TEST_F(PlanFileTest, AnUnreadablePlanFileHoldsNoConnection) {
       << "the connection waited for a plan that cannot come";
   EXPECT_EQ(subflowLocalPorts(p.send).size(), static_cast<std::size_t>(cfgA.subflows));
   EXPECT_TRUE(logged(*sink, "using the default spread"));
+  EXPECT_EQ(a->planVersion(), -1) << "the reports say no plan is applied";
   setLogSink(std::make_shared<StderrLogSink>());
+
+  // The watcher keeps watching: the operator puts the plan back, the next poll applies it and
+  // the next connection binds the planned ports.
+  const std::uint16_t p0 = freePort(), p1 = freePort();
+  write(twoSubflowPlan(5, p0, p1, 1, 1));
+  a->tickNow(false);
+  EXPECT_EQ(a->planVersion(), 5);
+  Pair next = connectPair(*a, *b);
+  ASSERT_NE(next.send, nullptr);
+  EXPECT_EQ(subflowLocalPorts(next.send), (std::vector<std::uint16_t>{p0, p1}));
 }
 
 TEST_F(PlanFileTest, UnplannedPairUsesDefaultSpread) {

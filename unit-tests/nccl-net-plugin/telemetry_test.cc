@@ -269,43 +269,6 @@ TEST(Telemetry, AFailureIsReportedWhenItsConnectionOrContextEndsBeforeTheNextTic
   }
 }
 
-TEST(Telemetry, LargeReportsAreSplitIntoParts) {
-  report::RankReport r;
-  r.id.node = "node-a";
-  r.id.rank = 3;
-  r.seq = 17;
-  r.time_unix_ns = 1'700'000'000'000'000'000;
-  for (std::uint64_t i = 0; i < 100; ++i) {
-    report::ConnectionStats c;
-    c.id = i + 1;
-    c.peer_node = "node-b";
-    c.subflows.resize(4);
-    r.connections.push_back(c);
-  }
-  auto whole = encodeReportParts(r, report::kMaxDatagramBytes);
-  ASSERT_TRUE(whole.has_value()) << whole.error().toString();
-  EXPECT_EQ(whole->size(), 1u);
-  std::size_t limit = (*whole)[0].size() / 5;
-  auto parts = encodeReportParts(r, limit);
-  ASSERT_TRUE(parts.has_value()) << parts.error().toString();
-  EXPECT_GE(parts->size(), 5u);
-  std::vector<std::uint64_t> ids;
-  for (std::size_t p = 0; p < parts->size(); ++p) {
-    EXPECT_LE((*parts)[p].size(), limit);
-    auto m = report::decodeMessageCbor((*parts)[p]);
-    ASSERT_TRUE(m.has_value());
-    auto* rep = std::get_if<report::RankReport>(&*m);
-    ASSERT_NE(rep, nullptr);
-    EXPECT_EQ(rep->seq, 17u);
-    EXPECT_EQ(rep->part, p);
-    EXPECT_EQ(rep->parts, parts->size());
-    for (const auto& c : rep->connections) ids.push_back(c.id);
-  }
-  ASSERT_EQ(ids.size(), 100u);  // every connection exactly once, in order
-  for (std::size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(ids[i], i + 1);
-  EXPECT_FALSE(encodeReportParts(r, 10).has_value());  // cannot fit: an error, not a loop
-}
-
 TEST(Telemetry, HistogramSummaryIsBucketed) {
   LatencyHistogram h;
   auto before = h.snapshot();

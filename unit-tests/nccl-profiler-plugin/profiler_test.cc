@@ -160,7 +160,7 @@ TEST_F(ProfilerTest, CollectiveFinishesWithItsLastProxyOp) {
   CommProgress p = progressOf(ctx);
   EXPECT_EQ(p.comm_hash, 0xabcu);
   EXPECT_EQ(p.coll_entered, 1u);
-  EXPECT_EQ(p.last_coll_seq_number, 7u);
+  EXPECT_EQ(p.last_coll_seq, 7u);
   // Stopped with no ProxyOp yet: counted finished (enqueued, no proxy work so far)...
   EXPECT_EQ(p.coll_finished, 1u);
 
@@ -508,7 +508,7 @@ void checkOld(ProfilerTest& test, const Table& t, void* ctx, SimulatedClock& clo
   CommProgress p = commProgress(*c, now);
   EXPECT_EQ(p.coll_entered, 1u);
   EXPECT_EQ(p.coll_finished, 1u);
-  EXPECT_EQ(p.last_coll_seq_number, 3u);
+  EXPECT_EQ(p.last_coll_seq, 3u);
   auto links = linkStats(*c, now);
   ASSERT_EQ(links.size(), 1u);
   EXPECT_EQ(links[0].peer, 1);
@@ -657,6 +657,19 @@ TEST_F(ProfilerTest, ReporterSendsARankReportTheNodePluginDecodes) {
   EXPECT_EQ(rx->ops, 0u);
   EXPECT_EQ(other->ops, 1u);
   EXPECT_NE(other->id, tx->id);
+  // Both communicators' collective progress, as the context counts it.
+  ASSERT_EQ(r.communicators.size(), 2u);
+  const report::CommunicatorProgress& w = r.communicators[0];
+  EXPECT_EQ(w.comm_hash, 0xabcu);
+  EXPECT_EQ(w.nranks, 2);
+  EXPECT_EQ(w.rank, 0);
+  EXPECT_EQ(w.coll_entered, 1u);
+  EXPECT_EQ(w.coll_finished, 1u);  // its one ProxyOp stopped
+  EXPECT_EQ(w.last_coll_seq, 1u);
+  EXPECT_EQ(w, progressOf(world));
+  EXPECT_EQ(r.communicators[1].comm_hash, 0x5bu);
+  EXPECT_EQ(r.communicators[1].nranks, 4);
+  EXPECT_EQ(r.communicators[1].coll_entered, 0u);
 
   // The next report's latency summaries cover only its own interval.
   processProfilerForTest()->tickNow();
@@ -676,6 +689,30 @@ TEST_F(ProfilerTest, ReporterSendsARankReportTheNodePluginDecodes) {
   stop(recv);
   EXPECT_EQ(tableV6().finalize(world), C4_NCCL_PROF_SUCCESS);
   EXPECT_EQ(tableV6().finalize(sub), C4_NCCL_PROF_SUCCESS);
+}
+
+// More communicators than a report holds: the report keeps those with an unfinished operation
+// (where a hang shows) and fills the rest in creation order.
+TEST_F(ProfilerTest, AReportHoldsAtMost256CommunicatorsTheBusyOnesFirst) {
+  ProfilerOptions o;
+  o.clock = &clock_;
+  o.start_reporter = false;
+  setProcessOptionsForTest(o);
+  std::vector<void*> contexts;
+  for (std::uint64_t i = 0; i < report::kMaxCommunicatorsPerReport + 10; ++i) {
+    contexts.push_back(initV6(2, 0, 0x1000 + i));
+  }
+  void* last = contexts.back();
+  void* send = proxyOp(last, collective(last, 5), 1, true);  // in flight: unfinished
+  clock_.advance(3ms);
+  const report::RankReport r = processProfilerForTest()->buildReport();
+  ASSERT_EQ(r.communicators.size(), report::kMaxCommunicatorsPerReport);
+  EXPECT_EQ(r.communicators[0].comm_hash, 0x1000u + report::kMaxCommunicatorsPerReport + 9);
+  EXPECT_EQ(r.communicators[0].oldest_unfinished_us, 3000u);
+  EXPECT_EQ(r.communicators[1].comm_hash, 0x1000u);
+  EXPECT_EQ(r.communicators.back().comm_hash, 0x1000u + report::kMaxCommunicatorsPerReport - 2);
+  stop(send);
+  for (void* c : contexts) EXPECT_EQ(tableV6().finalize(c), C4_NCCL_PROF_SUCCESS);
 }
 
 TEST_F(ProfilerTest, AMissingNodePluginCostsNothing) {

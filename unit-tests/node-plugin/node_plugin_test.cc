@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <thread>
@@ -165,6 +167,99 @@ TEST_F(NodePluginTest, DatagramToOperator) {
     for (const auto& rr : nr.reports) flushed = flushed || rr == last;
   }
   EXPECT_TRUE(flushed);
+}
+
+// A rank process that spoke and then died (its pod still up) reaches the operator as a
+// processExited anomaly for that rank: the only sign of a crash that profiler telemetry gives.
+TEST_F(NodePluginTest, ARankProcessThatExitsIsReportedAsAnAnomaly) {
+  auto client = std::make_unique<kube::testing::FakeKubeClient>();
+  client->put(kube::resources::pods(), jobPod("team", "job-1", kUid, "node-a", "job", 0, 0));
+  auto plugin = NodePlugin::create(options(), realClock(), std::move(client));
+  ASSERT_TRUE(plugin.has_value()) << plugin.error().toString();
+  ASSERT_TRUE((*plugin)->start().has_value());
+  for (int i = 0; i < 500 && !(*plugin)->readiness().empty(); ++i) ::usleep(10'000);
+
+  // The rank: a child process in the pod's cgroup (as the fake /proc says) that sends one report
+  // when told to and then waits to be killed.
+  int go[2];
+  ASSERT_EQ(::pipe(go), 0);
+  const auto id = identityOf("team", "job-1", "node-a", "job", 0, 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    char c = 0;
+    if (::read(go[0], &c, 1) != 1) ::_exit(1);
+    auto sender = UnixDatagramSender::create(dir_ / "run/agent.sock");
+    if (!sender || sender->send(*report::encodeCbor(report::Message{rankReport(id, 1)})) !=
+                       SendOutcome::kSent) {
+      ::_exit(2);
+    }
+    for (;;) ::pause();
+  }
+  writeFile(dir_ / (std::string("proc/") + std::to_string(child) + "/cgroup"),
+            "0::/kubepods/pod" + std::string(kUid) + "/ctr\n");
+  ASSERT_EQ(::write(go[1], "g", 1), 1);
+  auto seen = [&](auto pred) {
+    for (int i = 0; i < 500; ++i) {
+      for (const auto& nr : received()) {
+        if (pred(nr)) return true;
+      }
+      ::usleep(10'000);
+    }
+    return false;
+  };
+  ASSERT_TRUE(seen([&](const report::NodeReport& nr) { return !nr.reports.empty(); }));
+  auto exited = [&](const report::NodeReport& nr) {
+    for (const auto& n : nr.notices) {
+      const auto* a = std::get_if<report::AnomalyNotice>(&n);
+      if (a != nullptr && a->kind == report::AnomalyKind::kProcessExited) {
+        EXPECT_EQ(a->id, id);
+        return true;
+      }
+    }
+    return false;
+  };
+  for (const auto& nr : received()) EXPECT_FALSE(exited(nr)) << "reported while the process runs";
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  EXPECT_TRUE(seen(exited));
+  (*plugin)->stop();
+  ::close(go[0]);
+  ::close(go[1]);
+}
+
+// --namespace: the pod informer lists only that namespace (what a Role there allows), so a pod of
+// another namespace is unknown and its datagrams are dropped.
+TEST_F(NodePluginTest, NamespaceLimitsThePodsItAttributes) {
+  auto client = std::make_unique<kube::testing::FakeKubeClient>();
+  client->put(kube::resources::pods(), jobPod("team", "job-1", kUid, "node-a", "job", 0, 0));
+  auto o = options();
+  o.pod_namespace = "other";
+  auto plugin = NodePlugin::create(o, realClock(), std::move(client));
+  ASSERT_TRUE(plugin.has_value()) << plugin.error().toString();
+  ASSERT_TRUE((*plugin)->start().has_value());
+  std::string ready = "?";
+  for (int i = 0; i < 500 && !ready.empty(); ++i) {
+    ready = (*plugin)->readiness();
+    if (!ready.empty()) ::usleep(10'000);
+  }
+  ASSERT_EQ(ready, "");
+  auto sender = UnixDatagramSender::create(dir_ / "run/agent.sock");
+  ASSERT_TRUE(sender.has_value());
+  const auto good = rankReport(identityOf("team", "job-1", "node-a", "job", 0, 0), 42);
+  ASSERT_EQ(sender->send(*report::encodeCbor(report::Message{good})), SendOutcome::kSent);
+  httplib::Client http("127.0.0.1", (*plugin)->httpPort());
+  const std::string dropped = "c4_node_plugin_messages_dropped_total{reason=\"pod_unknown\"} 1";
+  std::string metrics;
+  for (int i = 0; i < 500 && metrics.find(dropped) == std::string::npos; ++i) {
+    if (i > 0) ::usleep(10'000);
+    auto m = http.Get("/metrics");
+    ASSERT_TRUE(m);
+    metrics = m->body;
+  }
+  EXPECT_NE(metrics.find(dropped), std::string::npos) << metrics;
+  (*plugin)->stop();
+  for (const auto& nr : received()) EXPECT_TRUE(nr.reports.empty());
 }
 
 TEST_F(NodePluginTest, BadPluginSourceFailsStart) {

@@ -44,6 +44,32 @@ TEST(OptionsTest, DefaultsAndNodeNameFromEnv) {
   EXPECT_EQ(flag->node_name, "node-b");
 }
 
+// An http:// operator URL would carry the bearer token in plain text: refused, with an error
+// that names the flag that permits it for tests (issue #27).
+TEST(OptionsTest, AnHttpOperatorUrlNeedsTheInsecureFlag) {
+  auto refused = parseNodePluginOptions({"--operator-url", "http://op:8443/v1/reports"}, env("n"));
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_EQ(refused.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(refused.error().message.find("--allow-insecure-operator-url"), std::string::npos)
+      << refused.error().message;
+  auto allowed = parseNodePluginOptions(
+      {"--operator-url", "http://op:8443/v1/reports", "--allow-insecure-operator-url"}, env("n"));
+  ASSERT_TRUE(allowed.has_value()) << allowed.error().toString();
+  EXPECT_TRUE(allowed->allow_insecure_operator_url);
+  auto https = parseNodePluginOptions({"--operator-url", "https://op:8443/v1/reports"}, env("n"));
+  ASSERT_TRUE(https.has_value());
+  EXPECT_FALSE(https->allow_insecure_operator_url);
+  EXPECT_FALSE(parseNodePluginOptions({"--operator-url", "http://op/v1/reports",
+                                       "--allow-insecure-operator-url=maybe"},
+                                      env("n"))
+                   .has_value());
+  // The flag never makes another scheme acceptable.
+  EXPECT_FALSE(
+      parseNodePluginOptions(
+          {"--operator-url", "ftp://op/v1/reports", "--allow-insecure-operator-url"}, env("n"))
+          .has_value());
+}
+
 TEST(OptionsTest, RequiredAndInvalidValues) {
   EXPECT_FALSE(parseNodePluginOptions(kRequired, env(std::nullopt)).has_value());
   EXPECT_FALSE(parseNodePluginOptions({}, env("n")).has_value());
@@ -77,6 +103,20 @@ TEST(OptionsTest, RequiredAndInvalidValues) {
                   with({"--plugin-source=", "--profiler-plugin-source=", "--plugin-install-dir="}),
                   env("n"))
                   .has_value());
+}
+
+TEST(OptionsTest, Namespace) {
+  auto all = parseNodePluginOptions(kRequired, env("n"));
+  ASSERT_TRUE(all.has_value());
+  EXPECT_EQ(all->pod_namespace, "");
+  auto one = parseNodePluginOptions(with({"--namespace=team-1"}), env("n"));
+  ASSERT_TRUE(one.has_value()) << one.error().toString();
+  EXPECT_EQ(one->pod_namespace, "team-1");
+  for (const auto& bad : std::vector<std::string>{"Team", "a.b", "-a", std::string(64, 'a')}) {
+    auto r = parseNodePluginOptions(with({"--namespace", bad}), env("n"));
+    ASSERT_FALSE(r.has_value()) << bad;
+    EXPECT_NE(r.error().message.find("namespace"), std::string::npos) << r.error().message;
+  }
 }
 
 TEST(OptionsTest, ConfigFileWithFlagsWinning) {

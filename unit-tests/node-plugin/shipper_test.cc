@@ -305,6 +305,55 @@ TEST_F(ShipperTest, NoticeBound) {
   EXPECT_EQ(s->droppedItems(), 2u);
 }
 
+// While the operator is unreachable, one pod flooding the node plugin loses its own oldest items
+// to the bounds; another pod's reports and notices, older than the flood, are all sent.
+TEST_F(ShipperTest, OnePodFloodingLeavesTheOthersTheirItems) {
+  config_.max_buffer_bytes = 20000;
+  config_.max_notices = 8;
+  transport_.script.push_back(makeError(ErrorCode::kUnavailable, "refused"));
+  auto s = make();
+  auto of = [](const std::string& pod, int rank, std::uint64_t seq) {
+    return rankReport(identityOf("team", pod, "node-a", "job", rank, 0), seq);
+  };
+  auto noticeOf = [](const std::string& pod, const std::string& detail) {
+    report::AnomalyNotice n;
+    n.id = identityOf("team", pod, "node-a", "job", 0, 0);
+    n.time_unix_ns = 1'764'673'209'000'000'000LL;
+    n.detail = detail;
+    return n;
+  };
+  for (int rank = 0; rank < 3; ++rank) ASSERT_TRUE(s->add(of("quiet", rank, 1)));
+  ASSERT_TRUE(s->add(noticeOf("quiet", "quiet-1")));
+  ASSERT_TRUE(s->add(noticeOf("quiet", "quiet-2")));
+  EXPECT_EQ(s->sendNow(), SendOutcome::kConnectionError);  // all kept for the retry
+  for (std::uint64_t seq = 1; seq <= 2000; ++seq) {
+    s->add(of("flood", 0, seq));
+    s->add(noticeOf("flood", "flood-" + std::to_string(seq)));
+  }
+  EXPECT_LE(s->bufferedBytes(), 20000u);
+  EXPECT_EQ(s->bufferedNotices(), 8u);
+  EXPECT_GT(s->droppedItems(), 3000u);
+  std::vector<report::RankReport> reports;
+  std::vector<std::string> details;
+  while (s->bufferedReports() + s->bufferedNotices() > 0) {
+    ASSERT_EQ(s->sendNow(), SendOutcome::kAccepted);
+    const auto& nr = transport_.posted.back().report;
+    reports.insert(reports.end(), nr.reports.begin(), nr.reports.end());
+    for (const auto& n : nr.notices) details.push_back(std::get<report::AnomalyNotice>(n).detail);
+  }
+  std::size_t quiet = 0;
+  std::uint64_t newest_flood = 0;
+  for (const auto& r : reports) {
+    if (r.id.pod == "quiet") ++quiet;
+    if (r.id.pod == "flood") newest_flood = std::max(newest_flood, r.seq);
+  }
+  EXPECT_EQ(quiet, 3u);
+  EXPECT_EQ(newest_flood, 2000u);  // the flood keeps its newest
+  EXPECT_NE(std::find(details.begin(), details.end(), "quiet-1"), details.end());
+  EXPECT_NE(std::find(details.begin(), details.end(), "quiet-2"), details.end());
+  EXPECT_NE(std::find(details.begin(), details.end(), "flood-2000"), details.end());
+}
+
 TEST_F(ShipperTest, AnomalyAndHealthFlushAtOnce) {
   config_.interval = std::chrono::seconds{60};
   auto s = make();
@@ -485,6 +534,13 @@ TEST_F(HttpsShipperTest, UntrustedCertificateIsAConnectionError) {
 
 TEST(CurlTransportTest, RefusesNonHttpUrls) {
   EXPECT_FALSE(createCurlTransport({"ftp://x/v1/reports", ""}).has_value());
+  // Plain http:// only when explicitly allowed (tests); the error names the flag.
+  auto insecure = createCurlTransport({"http://127.0.0.1:1/v1/reports", ""});
+  ASSERT_FALSE(insecure.has_value());
+  EXPECT_NE(insecure.error().message.find("--allow-insecure-operator-url"), std::string::npos);
+  EXPECT_TRUE(createCurlTransport(
+                  {.url = "http://127.0.0.1:1/v1/reports", .ca_file = "", .allow_insecure = true})
+                  .has_value());
   auto t = createCurlTransport({"https://127.0.0.1:1/v1/reports", ""});
   ASSERT_TRUE(t.has_value());
   auto r = (*t)->post({1}, "t", std::chrono::seconds{2});

@@ -130,8 +130,10 @@ TEST_F(BadInputTest, AMalformedFaultHistoryOnARunningJobsNodeIsReportedAndTheDet
   clock.setWall(synth.now());
   metrics::Registry registry;
   EventRecorder events(*client_, clock, "c4-operator", uniqueName("it"), nullptr);
+  NodeActionConfig actions;
+  actions.state_namespace = ns_;  // the breaker's ConfigMap (the fault-history budget) lives here
   NodeRemediator remediator(
-      *client_, clock, events, NodeActionConfig{},
+      *client_, clock, events, actions,
       [&](const std::string& name) { return node_cache.store().get(name); },
       [&] { return node_cache.store().list(); }, nullptr);
   ingest::ReportStore store;
@@ -153,17 +155,19 @@ TEST_F(BadInputTest, AMalformedFaultHistoryOnARunningJobsNodeIsReportedAndTheDet
     const c4d::JobSnapshot& snap = synth.snapshot();
     for (int r = 0; r < synth.worldSize(); ++r) {
       const auto& rank = snap.ranks[static_cast<std::size_t>(r)];
-      if (rank.reports.empty()) continue;
-      const c4d::ReportSample& newest = rank.reports.back();
-      if (newest.time <= last_sent[r]) continue;
-      last_sent[r] = newest.time;
+      // A batch every window, with or without a new report: a node plugin ships one (its
+      // health) every interval, so a frozen rank's node still shows arriving telemetry.
       report::NodeReport batch;
       batch.node = nodeOfRank(r);
       batch.seq = ++seq;
       batch.time_unix_ns = toUnixNanos(clock.wallNow());
-      batch.reports.push_back(c4d::testing::rankReportOf(
-          newest, {ns_, "llm", "llm-" + std::to_string(r), nodeOfRank(r), r, 4, 0, 100},
-          ++report_seq[r]));
+      if (!rank.reports.empty() && rank.reports.back().time > last_sent[r]) {
+        const c4d::ReportSample& newest = rank.reports.back();
+        last_sent[r] = newest.time;
+        batch.reports.push_back(c4d::testing::rankReportOf(
+            newest, {ns_, "llm", "llm-" + std::to_string(r), nodeOfRank(r), r, 4, 0, 100},
+            ++report_seq[r]));
+      }
       store.apply(batch, {{ns_ + "/llm", facts}}, clock.wallNow(), 0);
     }
     Result<ReconcileResult> result = makeError(ErrorCode::kInternal, "threw");

@@ -4,8 +4,14 @@
 // real kube-apiserver. Covers the authentication/authorisation matrix of the wire contract (a
 // refusal leaves the store and the replay state unchanged) and the checkpoint path from
 // checkpoint notices to TrainingJob status.lastCheckpoint.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <openssl/ssl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <filesystem>
@@ -51,6 +57,7 @@ class IngestIntegrationTest : public NamespacedTest {
                                      "--status-batch-period=0",
                                      "--log-level=warn"};
     if (debug_reports_) args.emplace_back("--debug-reports");
+    args.insert(args.end(), extra_args_.begin(), extra_args_.end());
     auto options = parseOperatorOptions(args);
     ASSERT_TRUE(options) << options.error().toString();
     auto manager = Manager::create(*options, realClock(), ManagerHooks{});
@@ -153,7 +160,8 @@ class IngestIntegrationTest : public NamespacedTest {
   ingest::ReportStore& store() { return manager_->reportIngest()->store(); }
   std::string state() { return store().summary("", "").dump(); }
 
-  bool debug_reports_ = false;  // set before SetUp: --debug-reports
+  bool debug_reports_ = false;           // set before SetUp: --debug-reports
+  std::vector<std::string> extra_args_;  // set before SetUp: more flags
   fs::path dir_;
   std::unique_ptr<Manager> manager_;
   std::thread runner_;
@@ -347,6 +355,181 @@ TEST_F(IngestDebugIntegrationTest, CheckpointsOfEveryRankLandInLastCheckpoint) {
   // Deleting the TrainingJob drops its data from the store.
   ASSERT_TRUE(client_->remove(resources::trainingJobs(), ns_, job, DeleteOptions{}));
   EXPECT_TRUE(waitFor([&] { return !store().checkpoint(ns_, job); }));
+}
+
+}  // namespace
+}  // namespace c4::op::it
+
+namespace c4::op::it {
+namespace {
+
+// A TLS connection to the report endpoint that sends the start of a request line and then
+// nothing: it holds a report worker until the read deadline.
+class StalledReportClient {
+ public:
+  explicit StalledReportClient(int port) : ctx_(SSL_CTX_new(TLS_client_method())) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<std::uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return;
+    ssl_ = SSL_new(ctx_);
+    SSL_set_fd(ssl_, fd_);
+    constexpr std::string_view kStart = "POST /v1/reports HTTP/1.1\r\nHost: x\r\n";
+    stalled_ =
+        SSL_connect(ssl_) == 1 && SSL_write(ssl_, kStart.data(), static_cast<int>(kStart.size())) ==
+                                      static_cast<int>(kStart.size());
+  }
+  ~StalledReportClient() {
+    if (ssl_ != nullptr) SSL_free(ssl_);
+    if (fd_ >= 0) ::close(fd_);
+    SSL_CTX_free(ctx_);
+  }
+  StalledReportClient(const StalledReportClient&) = delete;
+  StalledReportClient& operator=(const StalledReportClient&) = delete;
+  [[nodiscard]] bool stalled() const { return stalled_; }
+
+ private:
+  SSL_CTX* ctx_;
+  SSL* ssl_ = nullptr;
+  int fd_ = -1;
+  bool stalled_ = false;
+};
+
+class IngestStarvationIntegrationTest : public IngestIntegrationTest {
+ protected:
+  IngestStarvationIntegrationTest() {
+    extra_args_ = {"--report-threads=2", "--report-read-timeout=60"};
+  }
+};
+
+// The health server is never starved by report workers (issue #27): with every report worker
+// held by a slow client (and further report connections queued behind them), /healthz and
+// /readyz still answer at once: they are served by the metrics server's own pool. The manager
+// runs whole, as in production.
+TEST_F(IngestStarvationIntegrationTest, HealthAnswersWhileEveryReportWorkerIsHeld) {
+  const int report_port = manager_->reportPort();
+  StalledReportClient first(report_port);
+  StalledReportClient second(report_port);
+  ASSERT_TRUE(first.stalled() && second.stalled());
+  // The report server is saturated: a third request gets no answer.
+  httplib::SSLClient report("127.0.0.1", report_port);
+  report.enable_server_certificate_verification(false);
+  report.set_connection_timeout(2, 0);
+  report.set_read_timeout(2, 0);
+  report.set_write_timeout(2, 0);
+  EXPECT_FALSE(report.Post("/v1/reports", "x", "application/cbor"))
+      << "a report worker was free: the test holds nothing";
+  httplib::Client health("127.0.0.1", manager_->metricsPort());
+  health.set_connection_timeout(2, 0);
+  health.set_read_timeout(2, 0);
+  for (const char* path : {"/healthz", "/readyz"}) {
+    auto started = std::chrono::steady_clock::now();
+    auto res = health.Get(path);
+    ASSERT_TRUE(res) << path << ": " << httplib::to_string(res.error());
+    EXPECT_EQ(res->status, 200) << path << ": " << res->body;
+    EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds{1}) << path;
+  }
+}
+
+// A plain TCP connection to the report endpoint that sends nothing: accepted, it waits in the
+// report server's queue for a worker.
+class IdleConnection {
+ public:
+  explicit IdleConnection(int port) : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<std::uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = fd_ >= 0 && ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  }
+  ~IdleConnection() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  IdleConnection(const IdleConnection&) = delete;
+  IdleConnection& operator=(const IdleConnection&) = delete;
+  [[nodiscard]] bool connected() const { return connected_; }
+  // Whether the server ended the connection (end-of-file or reset) within `wait`.
+  [[nodiscard]] bool closedWithin(std::chrono::milliseconds wait) const {
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(wait.count())) <= 0) return false;
+    char c = 0;
+    return ::recv(fd_, &c, 1, MSG_DONTWAIT) <= 0;
+  }
+
+ private:
+  int fd_;
+  bool connected_ = false;
+};
+
+int openFds() {
+  int n = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+
+class IngestQueueBoundIntegrationTest : public IngestIntegrationTest {
+ protected:
+  IngestQueueBoundIntegrationTest() {
+    extra_args_ = {"--report-threads=2", "--report-read-timeout=60",
+                   "--report-max-queued-connections=" + std::to_string(kQueued)};
+  }
+  static constexpr int kQueued = 4;
+};
+
+// The accept queue is bounded (issue #27): with every report worker held, connections queue for
+// a worker only up to --report-max-queued-connections; each one beyond is closed at once and
+// counted, so a flood of connections cannot exhaust the operator's file descriptors. The queued
+// ones stay open and the health server still answers. Before, every accepted connection queued,
+// holding a descriptor until a worker came free (here: never, within the test).
+TEST_F(IngestQueueBoundIntegrationTest, ConnectionsBeyondTheQueueBoundAreClosedAtOnce) {
+  const int report_port = manager_->reportPort();
+  StalledReportClient first(report_port);
+  StalledReportClient second(report_port);
+  ASSERT_TRUE(first.stalled() && second.stalled());
+  const int fds_before = openFds();
+  std::vector<std::unique_ptr<IdleConnection>> queued;
+  for (int i = 0; i < kQueued; ++i) {
+    queued.push_back(std::make_unique<IdleConnection>(report_port));
+    ASSERT_TRUE(queued.back()->connected());
+  }
+  constexpr int kExtra = 40;
+  std::vector<std::unique_ptr<IdleConnection>> extra;
+  auto started = std::chrono::steady_clock::now();
+  for (int i = 0; i < kExtra; ++i) {
+    extra.push_back(std::make_unique<IdleConnection>(report_port));
+    ASSERT_TRUE(extra.back()->connected());
+  }
+  int closed = 0;
+  const auto deadline = started + std::chrono::seconds{2};
+  for (const auto& c : extra) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    closed += c->closedWithin(std::max(left, std::chrono::milliseconds{0})) ? 1 : 0;
+  }
+  EXPECT_EQ(closed, kExtra) << "connections beyond the queue bound were kept";
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds{3});
+  for (const auto& c : queued) {
+    EXPECT_FALSE(c->closedWithin(std::chrono::milliseconds{100})) << "a queued connection closed";
+  }
+  // This process holds the operator and the clients: what the operator holds beyond the
+  // clients' own descriptors is the queue (and no more; a little slack for the API client's
+  // connections). Without the bound it held one per connection, 44.
+  const int client_fds = kQueued + kExtra;
+  EXPECT_LE(openFds() - fds_before - client_fds, kQueued + 6)
+      << "the operator holds a descriptor per waiting connection";
+  httplib::Client health("127.0.0.1", manager_->metricsPort());
+  health.set_connection_timeout(2, 0);
+  health.set_read_timeout(2, 0);
+  auto res = health.Get("/healthz");
+  ASSERT_TRUE(res) << httplib::to_string(res.error());
+  EXPECT_EQ(res->status, 200);
+  auto metrics = health.Get("/metrics");
+  ASSERT_TRUE(metrics) << httplib::to_string(metrics.error());
+  EXPECT_NE(metrics->body.find("c4_ingest_connections_rejected_total " + std::to_string(kExtra)),
+            std::string::npos)
+      << metrics->body;
 }
 
 }  // namespace

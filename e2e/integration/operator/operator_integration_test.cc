@@ -315,6 +315,48 @@ TEST_F(OperatorIT, JobGetsChildrenWithEnvironmentAndOwners) {
   op.stop();
 }
 
+// The headless Service is the job's child: someone else's edit of its selector and ports is put
+// back by the next reconcile, with a Warning Event ServiceRepaired; deleted, it is recreated.
+TEST_F(OperatorIT, AHeadlessServiceChangedBySomeoneElseIsPutBack) {
+  OperatorInstance op(*client_, ns_);
+  ASSERT_TRUE(op.start());
+  ASSERT_TRUE(create(trainingJob(ns_, "svc", 2)));
+  ASSERT_TRUE(waitFor([&] { return bool(client_->get(resources::services(), ns_, "svc")); }));
+  Json svc = *client_->get(resources::services(), ns_, "svc");
+  const Json selector = svc["spec"]["selector"];
+  const Json ports = svc["spec"]["ports"];
+  ASSERT_EQ(selector, (Json{{labels::kJobName, "svc"}}));
+
+  svc["spec"]["selector"] = {{"app", "someone-else"}};
+  svc["spec"]["ports"] =
+      Json::array({{{"name", "web"}, {"port", 8080}, {"targetPort", 8080}, {"protocol", "TCP"}}});
+  auto edited = client_->update(resources::services(), ns_, svc);
+  ASSERT_TRUE(edited) << edited.error().toString();
+  EXPECT_TRUE(waitFor(
+      [&] {
+        auto now = client_->get(resources::services(), ns_, "svc");
+        return now && (*now)["spec"]["selector"] == selector && (*now)["spec"]["ports"] == ports;
+      },
+      std::chrono::seconds{10}))
+      << "the edit stayed: " << client_->get(resources::services(), ns_, "svc")->dump();
+  EXPECT_TRUE(waitFor([&] {
+    auto reasons = eventReasons(*client_, ns_, "svc");
+    return std::count(reasons.begin(), reasons.end(), "ServiceRepaired") == 1;
+  }));
+
+  const std::string uid = svc["metadata"]["uid"];
+  ASSERT_TRUE(client_->remove(resources::services(), ns_, "svc", DeleteOptions{}));
+  EXPECT_TRUE(waitFor(
+      [&] {
+        auto now = client_->get(resources::services(), ns_, "svc");
+        return now && (*now)["metadata"]["uid"] != uid && isControlledBy(*now, job("svc")) &&
+               (*now)["spec"]["selector"] == selector;
+      },
+      std::chrono::seconds{10}))
+      << "not recreated";
+  op.stop();
+}
+
 TEST_F(OperatorIT, PodFailureRestartsTheJobAsNextAttemptFromTheCheckpoint) {
   OperatorInstance op(*client_, ns_);
   ASSERT_TRUE(op.start());
@@ -337,6 +379,7 @@ TEST_F(OperatorIT, PodFailureRestartsTheJobAsNextAttemptFromTheCheckpoint) {
   EXPECT_EQ(status["restarts"], 1);
   EXPECT_EQ(status["faults"].size(), 1u);
   EXPECT_EQ(status["faults"][0]["pod"], "ft-1");
+  EXPECT_EQ(status["faults"][0]["exitCode"], 137) << "the CRD's status schema keeps it";
   auto reasons = eventReasons(*client_, ns_, "ft");
   EXPECT_NE(std::find(reasons.begin(), reasons.end(), "RestartingFromCheckpoint"), reasons.end());
   EXPECT_NE(std::find(reasons.begin(), reasons.end(), "PodFailed"), reasons.end());
@@ -512,6 +555,14 @@ TEST_F(OperatorIT, InvalidTrainingJobsAreRejectedWithAClearMessage) {
   ASSERT_FALSE(created);
   EXPECT_NE(created.error().message.find("maxRestarts"), std::string::npos);
 
+  for (int limit : {1, 17}) {
+    bad = trainingJob(ns_, "bad", 1, {{"maxIdenticalCrashes", limit}});
+    created = client_->create(resources::trainingJobs(), ns_, bad);
+    ASSERT_FALSE(created) << limit;
+    EXPECT_NE(created.error().message.find("maxIdenticalCrashes"), std::string::npos)
+        << created.error().message;
+  }
+
   bad = trainingJob(ns_, "bad", 1);
   bad["spec"]["trafficPlanning"] = {{"mode", "Sometimes"}};
   created = client_->create(resources::trainingJobs(), ns_, bad);
@@ -626,6 +677,7 @@ TEST_F(OperatorIT, InvalidTrainingJobsAreRejectedWithAClearMessage) {
   EXPECT_EQ(fixed["spec"]["telemetry"]["source"], "Profiler");
   EXPECT_EQ(fixed["spec"]["numProcPerNode"], 1);
   EXPECT_EQ(fixed["spec"]["faultTolerance"]["maxInfrastructureRestarts"], 10);
+  EXPECT_EQ(fixed["spec"]["faultTolerance"]["maxIdenticalCrashes"], 3);
 }
 
 TEST_F(OperatorIT, SuspendDeletesPodsAndResumeRecreatesThem) {
@@ -711,6 +763,54 @@ TEST_F(OperatorIT, NodeCordonAndUncordonWithBookkeepingAndEvents) {
   auto reasons = eventReasons(*client_, "default", node_name);
   EXPECT_NE(std::find(reasons.begin(), reasons.end(), "NodeCordoned"), reasons.end());
   EXPECT_NE(std::find(reasons.begin(), reasons.end(), "NodeUncordoned"), reasons.end());
+}
+
+// Fault-history entries are bounded per window like cordons (issue #27), on the real API server:
+// with a budget of 2, a third entry is not written and gets a FaultHistorySkipped Event, and a
+// successor process (a new remediator on the same breaker ConfigMap) is bound by the same window.
+TEST_F(OperatorIT, FaultHistoryEntriesAreBoundedPerWindowAcrossARestart) {
+  const std::vector<std::string> names = {"node-0", "node-1", "node-2"};
+  for (const auto& n : names) {
+    if (!client_->get(resources::nodes(), "", n)) GTEST_SKIP() << "test cluster has no " << n;
+  }
+  auto clearHistory = [&] {
+    for (const auto& n : names) {
+      Json patch = {{"metadata", {{"annotations", {{kFaultHistoryAnnotation, nullptr}}}}}};
+      (void)client_->patch(resources::nodes(), "", n, PatchType::kMerge, patch);
+    }
+  };
+  clearHistory();
+  EventRecorder events(*client_, realClock(), "c4-operator", "it", nullptr);
+  NodeActionConfig config;
+  config.state_namespace = ns_;
+  config.max_fault_records_per_window = 2;
+  auto remediator = [&] {
+    return std::make_unique<NodeRemediator>(*client_, realClock(), events, config, nullptr, nullptr,
+                                            nullptr);
+  };
+  const WallTime now = realClock().wallNow();
+  const std::string job = ns_ + "/llm";
+  {
+    auto first = remediator();
+    ASSERT_TRUE(first->recordFault("node-0", {now, "commHang", job}));
+    ASSERT_TRUE(first->recordFault("node-1", {now, "crash", job}));
+    auto over = first->recordFault("node-2", {now, "nicDown", job});
+    ASSERT_FALSE(over);
+    EXPECT_EQ(over.error().code, ErrorCode::kResourceExhausted) << over.error().toString();
+  }
+  auto successor = remediator();
+  auto again = successor->recordFault("node-2", {now + std::chrono::seconds{1}, "crash", job});
+  ASSERT_FALSE(again);
+  EXPECT_EQ(again.error().code, ErrorCode::kResourceExhausted) << again.error().toString();
+  auto historyOf = [&](const std::string& n) {
+    return faultHistoryOf(*client_->get(resources::nodes(), "", n));
+  };
+  EXPECT_EQ(historyOf("node-0").size(), 1u);
+  EXPECT_EQ(historyOf("node-1").size(), 1u);
+  EXPECT_TRUE(historyOf("node-2").empty()) << "an entry beyond the budget was written";
+  auto reasons = eventReasons(*client_, "default", "node-2");
+  EXPECT_GE(std::count(reasons.begin(), reasons.end(), "FaultHistorySkipped"), 2);
+  clearHistory();
 }
 
 // A pod of a started attempt that disappears (grace period 0, PodGC) is a crash of that rank:

@@ -360,7 +360,10 @@ TEST_F(ProcessIT, SigkillAtRandomMomentsOfRestartsNeverRestartsTwiceForOneFault)
   constexpr int kReplicas = 3;
   constexpr int kFaults = 3;
   auto op = startOperator("chaos-0", {"--leader-elect=false"});
-  ASSERT_TRUE(createJob(trainingJob(ns_, "chaos", kReplicas, {{"maxRestarts", 10}})));
+  // Every fault is the same exit code on another rank (and node): not a test of
+  // maxIdenticalCrashes, which is off here.
+  ASSERT_TRUE(createJob(
+      trainingJob(ns_, "chaos", kReplicas, {{"maxRestarts", 10}, {"maxIdenticalCrashes", 0}})));
   auto settledAt = [&](int attempt) {
     return podsAtAttempt(*client_, ns_, "chaos", kReplicas, attempt, "Running") &&
            phaseIs("chaos", "Running");
@@ -428,6 +431,59 @@ TEST_F(ProcessIT, NodeActionFlagsDecideWhatTheBinaryDoesToAFaultyNode) {
     op->signal(SIGTERM);
     EXPECT_TRUE(op->waitExit(10s));
   }
+}
+
+// Issue #27: SIGKILL between a cordon's owed record (its circuit-breaker slot) and the Node
+// patch ("after-cordon-owed"). The node recovers before the next operator starts, so nothing
+// plans that cordon again: only the owed record in the cluster says it is due. The new process
+// completes it: exactly one cordon (one NodeCordoned Event, the record done) and one restart.
+TEST_F(ProcessIT, SigkillBetweenTheOwedRecordAndTheNodePatchCordonsExactlyOnceAfterRestart) {
+  NotReadyNode sick(*client_, "owed");
+  const std::vector<std::string> flags = {"--leader-elect=false", "--lease-namespace=" + ns_,
+                                          "--cordon-max-fraction=1"};
+  auto first = startOperator("owed-crash", flags, {"C4_FAILPOINTS=after-cordon-owed=kill"});
+  Json tj = trainingJob(ns_, "owed", 1, {{"maxRestarts", 5}});
+  tj["spec"]["template"]["spec"]["nodeName"] = sick.name();
+  ASSERT_TRUE(createJob(tj));
+  ASSERT_TRUE(waitFor([&] { return !listPods(*client_, ns_, "owed").empty(); })) << first->log();
+  ASSERT_TRUE(setPodPhase(*client_, ns_, "owed-0", "Failed", 137));
+  auto status = first->waitExit(30s);
+  ASSERT_TRUE(status) << "the failpoint did not fire\n" << first->log();
+  ASSERT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGKILL) << describeStatus(status);
+  EXPECT_NE(first->log().find("failpoint=after-cordon-owed"), std::string::npos);
+
+  auto records = [&] {
+    auto cm = client_->get(resources::configMaps(), ns_, "c4-node-actions");
+    if (!cm) return Json::array();
+    return Json::parse((*cm)["data"].value("cordons.json", std::string("[]")));
+  };
+  Json owed = records();
+  ASSERT_EQ(owed.size(), 1u) << owed.dump();
+  EXPECT_EQ(owed[0]["node"], sick.name());
+  EXPECT_EQ(owed[0]["state"], "owed") << "the slot is taken by an owed cordon";
+  EXPECT_FALSE(sick.cordonedByC4());
+  EXPECT_EQ(job("owed")["status"].value("restarts", 0), 0) << "the cordon goes first";
+
+  // The node is Ready again: the next reconcile restarts the job without planning a cordon.
+  ASSERT_TRUE(client_->patch(
+      resources::nodes(), "", sick.name(), PatchType::kMerge,
+      {{"status", {{"conditions", Json::array({{{"type", "Ready"}, {"status", "True"}}})}}}},
+      statusSubresource()));
+
+  auto second = startOperator("owed-again", flags);
+  ASSERT_TRUE(waitFor([&] { return sick.cordonedByC4(); })) << second->log();
+  ASSERT_TRUE(waitFor([&] { return job("owed")["status"].value("restarts", 0) == 1; }))
+      << second->log();
+  std::this_thread::sleep_for(3s);  // give a second cordon or restart a chance
+  Json done = records();
+  ASSERT_EQ(done.size(), 1u) << done.dump();
+  EXPECT_EQ(done[0]["state"], "done");
+  auto node_reasons = eventReasons(*client_, "default", sick.name());
+  EXPECT_EQ(std::count(node_reasons.begin(), node_reasons.end(), "NodeCordoned"), 1)
+      << "exactly one cordon";
+  EXPECT_EQ(job("owed")["status"]["restarts"], 1) << "one fault, one restart";
+  second->signal(SIGTERM);
+  EXPECT_TRUE(second->waitExit(10s)) << second->log();
 }
 
 // A copy of the test cluster's kubeconfig whose server is 127.0.0.1:<port> (a proxy); the

@@ -204,6 +204,7 @@ PY
           -o jsonpath='{range .items[*]}{.status.phase}{"\n"}{end}' | grep -c '^Running$') == "$C4_NODES" ]]
   }
   wait_until 120 "$C4_NODES node plugin pods Running" np_running
+  c4_expect_node_plugin_unprivileged
   local pod node ip
   pod=$(kubectl get pods -n "$SYS" -l app.kubernetes.io/component=operator,c4.dev/leader=true \
     -o jsonpath='{.items[0].metadata.name}')
@@ -239,6 +240,29 @@ c4_expect_plugins_installed() {
     cmp -s "$PROFILER_SO" "$dir/libnccl-profiler-c4.so" \
       || fail "node-$i: installed profiler plugin differs from the build"
   done
+}
+
+# Every node plugin process runs as the pod runner applies its securityContext (as a container
+# runtime does): not root, no capability in any set (bounding included: no SYS_PTRACE, no
+# DAC_READ_SEARCH), no_new_privs. Read from /proc/<pid>/status of each node plugin pod's process.
+c4_expect_node_plugin_unprivileged() {
+  local f pid st n=0
+  for f in "$CLUSTER"/pods/"$SYS"/*/node-plugin.pid; do
+    [[ -f $f ]] || continue
+    pid=$(cat "$f")
+    st=$(cat "/proc/$pid/status" 2>/dev/null) || continue  # a pod replaced since
+    [[ $(awk '/^Name:/ {print $2}' <<<"$st") == c4-node-plugi* ]] ||
+      fail "pid $pid of $f is not the node plugin: $(head -1 <<<"$st")"
+    awk '/^Uid:/ {exit !($2 != 0 && $3 != 0 && $4 != 0 && $5 != 0)}' <<<"$st" ||
+      fail "node plugin pid $pid runs as root: $(grep ^Uid: <<<"$st")"
+    for cap in CapInh CapPrm CapEff CapBnd CapAmb; do
+      grep -qx "$cap:[[:space:]]*0000000000000000" <<<"$st" ||
+        fail "node plugin pid $pid holds capabilities: $(grep "^$cap:" <<<"$st")"
+    done
+    grep -qx "NoNewPrivs:[[:space:]]*1" <<<"$st" || fail "node plugin pid $pid: no_new_privs unset"
+    n=$((n + 1))
+  done
+  ((n == C4_NODES)) || fail "found $n node plugin processes, want $C4_NODES"
 }
 
 c4_install_c4_host() {
@@ -293,10 +317,29 @@ spec:
       serviceAccountName: c4-node-plugin
       tolerations: [{operator: Exists}]
       terminationGracePeriodSeconds: 5
+      # As the chart runs it (helm/c4/templates/node-plugin.yaml): not root, no capability.
+      securityContext: {fsGroup: 65532}
+      initContainers:
+      - name: own-host-dirs
+        image: c4/node-plugin
+        command: [chown, "65532:65532", /var/run/c4, /opt/c4/lib]
+        securityContext:
+          runAsUser: 0
+          allowPrivilegeEscalation: false
+          capabilities: {drop: [ALL], add: [CHOWN]}
+        volumeMounts:
+        - {name: agent, mountPath: /var/run/c4}
+        - {name: plugin, mountPath: /opt/c4/lib}
       containers:
       - name: node-plugin
         image: c4/node-plugin
         command: [$NODE_PLUGIN]
+        securityContext:
+          runAsUser: 65532
+          runAsGroup: 65532
+          runAsNonRoot: true
+          allowPrivilegeEscalation: false
+          capabilities: {drop: [ALL]}
         args:
         - --node-name=\$(NODE_NAME)
         - --socket=/var/run/c4/agent.sock
@@ -333,5 +376,6 @@ all_running() {
 }
 wait_until 90 "$C4_NODES node plugin pods Running" all_running
 c4_expect_plugins_installed
-echo "node plugins: $C4_NODES Running, the NCCL net and profiler plugins installed on every node"
+c4_expect_node_plugin_unprivileged
+echo "node plugins: $C4_NODES Running (uid 65532, no capability), the NCCL net and profiler plugins installed on every node"
 }

@@ -2,15 +2,20 @@
 """Last step before a pod's container process: runs inside the pod's network namespace (via
 `ip netns exec`, which also gives it a private mount namespace) or under `unshare --mount`.
 Bind-mounts the pod's volumes at their mountPaths and its hosts file over /etc/hosts (root only),
-then execs the container command with the container environment. Standard library only.
+then execs the container command with the container environment, under `setpriv` (util-linux) when
+the container's securityContext asks for less privilege: its uid, gid and groups, its capability
+bounding set (inheritable and ambient sets empty, so a root process has exactly that set and a
+non-root one none) and no_new_privs. Standard library only.
 
   podexec.py <spec.json>
 spec: {"argv": [...], "env": {...}, "workdir": str|null, "mounts": [{"src","dst","readOnly"}],
-       "hosts": path|null, "created_dirs": path}
+       "hosts": path|null, "created_dirs": path,
+       "privileges": null|{"uid", "gid", "groups": [gid...], "bounding": [cap...], "noNewPrivs"}}
 """
 import ctypes
 import json
 import os
+import shutil
 import sys
 
 MS_RDONLY = 1
@@ -54,6 +59,23 @@ def ensure_target(path, is_file, record):
         record.write(path + "\n")
 
 
+def setpriv_argv(priv):
+    """The setpriv command line that drops to `priv` (podrunner.privileges) and execs."""
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        raise OSError("setpriv (util-linux) not found: cannot apply the securityContext")
+    caps = ",".join(["-all"] + ["+" + c for c in priv["bounding"]])
+    argv = [setpriv, f"--bounding-set={caps}", "--inh-caps=-all", "--ambient-caps=-all",
+            f"--regid={priv['gid']}", f"--reuid={priv['uid']}"]
+    if priv["groups"]:
+        argv.append("--groups=" + ",".join(str(g) for g in priv["groups"]))
+    else:
+        argv.append("--clear-groups")
+    if priv["noNewPrivs"]:
+        argv.append("--no-new-privs")
+    return argv + ["--"]
+
+
 def main():
     with open(sys.argv[1]) as f:
         spec = json.load(f)
@@ -69,6 +91,8 @@ def main():
         os.makedirs(spec["workdir"], exist_ok=True)
         os.chdir(spec["workdir"])
     argv = spec["argv"]
+    if spec.get("privileges"):
+        argv = setpriv_argv(spec["privileges"]) + argv
     try:
         os.execvpe(argv[0], argv, spec["env"])
     except OSError as e:

@@ -36,6 +36,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PODEXEC = os.path.join(HERE, "podexec.py")
 IMAGE_TABLE = os.path.join(HERE, "images.tsv")
 REFRESH_SECONDS = 1.0
+# The kubelet's safe sysctls (pkg/kubelet/sysctl/safe_sysctls.go) that the runner can apply: the
+# network-namespaced ones.
+SAFE_SYSCTLS = {
+    "net.ipv4.ip_local_port_range", "net.ipv4.ip_local_reserved_ports", "net.ipv4.tcp_syncookies",
+    "net.ipv4.ping_group_range", "net.ipv4.ip_unprivileged_port_start",
+}
+KUBELET_MIN_GRACE = 2  # seconds: the kubelet never gives a container less (kuberuntime)
 CLONE_NEWNET = 0x40000000
 
 
@@ -125,8 +132,9 @@ def expand(value, env):
     return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)", repl, value)
 
 
-def write_if_changed(path, data, mode=0o644):
-    """Atomic replace (files inside a directory volume see it at once)."""
+def write_if_changed(path, data, mode=0o644, owner=(-1, -1)):
+    """Atomic replace (files inside a directory volume see it at once); `owner`: (uid, gid), -1
+    keeps the runner's."""
     try:
         with open(path, "rb") as f:
             if f.read() == data:
@@ -138,8 +146,62 @@ def write_if_changed(path, data, mode=0o644):
     with open(tmp, "wb") as f:
         f.write(data)
     os.chmod(tmp, mode)
+    if owner != (-1, -1):
+        os.chown(tmp, *owner)
     os.replace(tmp, path)
     return True
+
+
+# The capabilities a container runtime (containerd, CRI-O) gives a container that does not change
+# them: securityContext.capabilities drops from and adds to this set.
+DEFAULT_CAPS = ["CHOWN", "DAC_OVERRIDE", "FSETID", "FOWNER", "MKNOD", "NET_RAW", "SETGID", "SETUID",
+                "SETFCAP", "SETPCAP", "NET_BIND_SERVICE", "SYS_CHROOT", "KILL", "AUDIT_WRITE"]
+
+
+def cap_name(c):
+    """'SYS_PTRACE' or 'CAP_SYS_PTRACE' -> 'sys_ptrace' (setpriv's spelling)."""
+    c = c.strip().upper()
+    if not re.fullmatch(r"(CAP_)?[A-Z_]+", c):
+        raise ValueError(f"securityContext.capabilities: bad capability {c!r}")
+    return c[4:].lower() if c.startswith("CAP_") else c.lower()
+
+
+def privileges(pod_spec, c):
+    """What the container's process runs with, from the pod's and the container's
+    securityContext, as a runtime applies it: None (the runner's own privileges) when neither sets
+    runAsUser, runAsGroup, capabilities or allowPrivilegeEscalation, or the container is
+    privileged. Else {"uid", "gid", "groups", "bounding": [cap...], "noNewPrivs", "runAsNonRoot"}:
+    the capability bounding set is the runtime's default set minus `drop` (ALL: everything) plus
+    `add`; a root process gets exactly that set (effective and permitted), a non-root one none."""
+    psc = pod_spec.security_context
+    csc = c.security_context
+    if csc is not None and csc.privileged:
+        return None
+
+    def pick(field):
+        v = getattr(csc, field, None) if csc is not None else None
+        if v is None and psc is not None:
+            v = getattr(psc, field, None)
+        return v
+
+    caps = csc.capabilities if csc is not None else None
+    ape = csc.allow_privilege_escalation if csc is not None else None
+    uid, gid = pick("run_as_user"), pick("run_as_group")
+    if caps is None and ape is None and uid is None and gid is None:
+        return None
+    drop = [cap_name(x) for x in (caps.drop or [])] if caps else []
+    add = [cap_name(x) for x in (caps.add or [])] if caps else []
+    bounding = [] if "all" in drop else [x.lower() for x in DEFAULT_CAPS if x.lower() not in drop]
+    bounding += [x for x in add if x != "all" and x not in bounding]
+    groups = []
+    if psc is not None:
+        groups = [g for g in ([psc.fs_group] + list(psc.supplemental_groups or []))
+                  if g is not None]
+    return {"uid": uid if uid is not None else 0, "gid": gid if gid is not None else 0,
+            "groups": groups, "bounding": bounding,
+            # A process with no_new_privs set: what allowPrivilegeEscalation=false does.
+            "noNewPrivs": ape is False,
+            "runAsNonRoot": bool(pick("run_as_non_root"))}
 
 
 class NetnsApiProxy:
@@ -313,6 +375,43 @@ class PodWorker:
         with open(os.path.join(self.dir, "uid"), "w") as f:
             f.write(self.uid)
 
+    def apply_sysctls(self):
+        """securityContext.sysctls, as the kubelet applies them: only the safe set (others fail
+        the pod, as without --allowed-unsafe-sysctls), written in the pod's network namespace
+        (here its node's). Without the fabric the pod shares the host's namespace, which a pod's
+        sysctl must never change: the runner then logs it and applies nothing."""
+        psc = self.pod.spec.security_context
+        sysctls = list((psc.sysctls if psc is not None else None) or [])
+        for sc in sysctls:
+            if sc.name not in SAFE_SYSCTLS:
+                raise ValueError(f"sysctl {sc.name} is not one of the kubelet's network-namespaced "
+                                 f"safe sysctls, the only ones the runner applies (SysctlForbidden)")
+        if not sysctls:
+            return
+        netns = self.r.netns_of(self.node)
+        if netns is None or os.geteuid() != 0:
+            log("sysctls not applied: the pod shares the host's network namespace",
+                pod=f"{self.ns}/{self.name}")
+            return
+        for sc in sysctls:
+            path = "/proc/sys/" + sc.name.replace(".", "/")
+            subprocess.run(["ip", "netns", "exec", netns, "sh", "-c", 'printf %s "$1" > "$0"',
+                            path, sc.value or ""], check=True, capture_output=True)
+            log("sysctl", pod=f"{self.ns}/{self.name}", name=sc.name, value=sc.value)
+
+    def fs_user(self):
+        """The kubelet's FsUser of the pod: the runAsUser every container shares, else None."""
+        psc = self.pod.spec.security_context
+        uids = set()
+        for c in (self.pod.spec.init_containers or []) + list(self.pod.spec.containers):
+            uid = c.security_context.run_as_user if c.security_context is not None else None
+            if uid is None and psc is not None:
+                uid = psc.run_as_user
+            if uid is None:
+                return None
+            uids.add(uid)
+        return uids.pop() if len(uids) == 1 else None
+
     def field_ref(self, path):
         md = self.pod.metadata
         m = re.fullmatch(r"metadata\.(labels|annotations)\['(.+)'\]", path)
@@ -393,6 +492,16 @@ class PodWorker:
         root = self.volumes[vol.name]
         files = {}  # relative path -> (bytes, mode)
         mode = 0o644
+        # Service account tokens as the kubelet writes them: owned by the pods' one runAsUser
+        # (FsUser: every container, init containers included, runs as the same uid), else
+        # readable by the pod's fsGroup, else (the runner's own pods) 0600.
+        psc = self.pod.spec.security_context
+        fs_group = psc.fs_group if psc is not None else None
+        fs_user = self.fs_user()
+        if os.geteuid() != 0:
+            fs_user = fs_group = None
+        token_owner = (fs_user, -1) if fs_user is not None else \
+            (-1, fs_group) if fs_group is not None else (-1, -1)
 
         def add(items, m):
             for p, d in items.items():
@@ -420,8 +529,10 @@ class PodWorker:
                     path = os.path.join(root, src.service_account_token.path)
                     tok = self.token(src.service_account_token, path)
                     if tok is not None:
-                        files[src.service_account_token.path] = (tok, 0o600 if mode == 0o644
-                                                                  else mode)
+                        m = mode
+                        if mode == 0o644:
+                            m = 0o640 if fs_user is None and fs_group is not None else 0o600
+                        files[src.service_account_token.path] = (tok, m, token_owner)
                 elif src.config_map:
                     add(self.key_items(self.fetch_data("configMap", src.config_map.name,
                                                        src.config_map.optional),
@@ -436,8 +547,8 @@ class PodWorker:
                             self.resource_ref(it.resource_field_ref)
                         files[it.path] = (v.encode(), mode)
         changed = False
-        for rel, (data, m) in files.items():
-            changed |= write_if_changed(os.path.join(root, rel), data, m)
+        for rel, (data, m, *owner) in files.items():
+            changed |= write_if_changed(os.path.join(root, rel), data, m, *owner)
         if changed and not first:
             log("volume updated", pod=f"{self.ns}/{self.name}", volume=vol.name)
 
@@ -558,6 +669,11 @@ class PodWorker:
                 if not os.path.exists(src):
                     os.makedirs(src, exist_ok=True)
             mounts.append({"src": src, "dst": vm.mount_path, "readOnly": bool(vm.read_only)})
+        priv = privileges(self.pod.spec, c.spec)
+        if priv is not None and os.geteuid() != 0:
+            priv = None  # the runner itself has no privilege to give up
+        if priv is not None and priv["runAsNonRoot"] and priv["uid"] == 0:
+            raise ValueError(f"container {c.name}: runAsNonRoot and the user is root")
         cgroup = None
         if self.r.cgroup_root:
             cgroup = os.path.join(self.r.cgroup_root, "kubepods", "besteffort",
@@ -570,6 +686,7 @@ class PodWorker:
         spec_path = os.path.join(self.dir, f"{c.name}.exec.json")
         with open(spec_path, "w") as f:
             json.dump({"argv": argv, "env": env, "workdir": c.spec.working_dir, "mounts": mounts,
+                       "privileges": priv,
                        "hosts": self.hosts_path if os.geteuid() == 0 else None,
                        "created_dirs": os.path.join(self.r.dir, "pods", "created-paths")}, f)
         prefix = []
@@ -692,6 +809,7 @@ class PodWorker:
 
     def lifecycle(self):
         self.prepare_dir()
+        self.apply_sysctls()
         self.materialise_volumes()
         self.r.update_hosts(self)
         policy = self.pod.spec.restart_policy or "Always"
@@ -746,7 +864,12 @@ class PodWorker:
         self.finish_deletion()
 
     def on_delete(self):
-        grace = 2 if self.force_deleted else self.grace_seconds()
+        # A force delete reaches us as MODIFIED with deletionGracePeriodSeconds=0 (v1.36 bumps the
+        # pod's generation first) and then DELETED; whichever we see, the process gets at least
+        # the kubelet's minimum grace (minimumGracePeriodInSeconds = 2 in kuberuntime), as on a
+        # real node: the old process may outlive its pod object.
+        grace = KUBELET_MIN_GRACE if self.force_deleted else max(KUBELET_MIN_GRACE,
+                                                                 self.grace_seconds())
         log("deleting", pod=f"{self.ns}/{self.name}", grace=grace)
         self.stop_all(grace)
         if not self.force_deleted:

@@ -6,7 +6,9 @@
 #     sees a configMap update, runs in its node's netns with podIP = the node's address and in a
 #     kubelet-style pod cgroup (kubepods/besteffort/pod<uid>/<container>) where one can be made,
 #     and reaches a service on the host's loopback through a forwarded host port;
-#  2. a failing container's exit code reaches the pod status (Failed, exitCode 3);
+#  2. a failing container's exit code reaches the pod status (Failed, exitCode 3); a container's
+#     securityContext is applied (uid, fsGroup, capability sets, no_new_privs, token ownership)
+#     and the pod's safe sysctls in its network namespace (an unsafe one fails the pod);
 #  3. deletion: SIGTERM reaches the process, the pod object goes away, nothing is left running;
 #     a process that ignores SIGTERM is killed after the grace period;
 #  4. /etc/hosts has the pod hostnames of a headless Service, and a force-deleted pod leaves it at
@@ -154,6 +156,71 @@ wait_phase bad Failed
 [[ $($K get pod bad -o jsonpath='{.status.containerStatuses[0].state.terminated.exitCode}') == 3 ]] \
   || fail "exit code 3 not reported"
 echo "failure: phase Failed, exitCode 3"
+
+# ---- 2a. securityContext: uid, groups, capabilities, no_new_privs, token ownership --------------
+$K apply -f - >/dev/null <<'YAML'
+apiVersion: v1
+kind: Pod
+metadata: {name: priv, annotations: {c4.dev/runner: process}}
+spec:
+  restartPolicy: Never
+  securityContext:
+    runAsUser: 1234
+    fsGroup: 2000
+    sysctls: [{name: net.ipv4.ip_local_reserved_ports, value: "45000-45099"}]
+  containers:
+  - name: root
+    image: busybox
+    command: [sh, -c, "grep -E '^(Uid|Cap|NoNewPrivs)' /proc/self/status"]
+    securityContext:
+      runAsUser: 0
+      allowPrivilegeEscalation: false
+      capabilities: {drop: [ALL], add: [NET_BIND_SERVICE, CAP_CHOWN]}
+  - name: user
+    image: busybox
+    command: [sh, -c, "grep -E '^(Uid|Groups|Cap|NoNewPrivs)' /proc/self/status &&
+                       head -c 3 /var/run/secrets/kubernetes.io/serviceaccount/token >/dev/null &&
+                       echo token-readable &&
+                       echo reserved=$(cat /proc/sys/net/ipv4/ip_local_reserved_ports)"]
+    securityContext: {capabilities: {drop: [ALL]}}
+YAML
+wait_phase priv Succeeded
+st() { grep "^$2:" "$DIR/pods/pt/priv/$1.log" | tr -s ' \t' ' '; }
+[[ $(st root Uid) == "Uid: 0 0 0 0" ]] || fail "root container: $(st root Uid)"
+for cap in CapPrm CapEff CapBnd; do  # CHOWN (bit 0) and NET_BIND_SERVICE (bit 10) only
+  [[ $(st root $cap) == "$cap: 0000000000000401" ]] || fail "root container: $(st root $cap)"
+done
+[[ $(st root CapInh) == "CapInh: 0000000000000000" ]] || fail "root container: $(st root CapInh)"
+[[ $(st root NoNewPrivs) == "NoNewPrivs: 1" ]] || fail "root container: no_new_privs unset"
+[[ $(st user Uid) == "Uid: 1234 1234 1234 1234" ]] || fail "user container: $(st user Uid)"
+[[ $(st user Groups) == "Groups: 2000 " || $(st user Groups) == "Groups: 2000" ]] ||
+  fail "user container: $(st user Groups)"
+for cap in CapPrm CapEff CapBnd; do
+  [[ $(st user $cap) == "$cap: 0000000000000000" ]] || fail "user container: $(st user $cap)"
+done
+[[ $(st user NoNewPrivs) == "NoNewPrivs: 0" ]] || fail "user container: no_new_privs set"
+grep -qx token-readable "$DIR/pods/pt/priv/user.log" || fail "user container cannot read its token"
+grep -qx reserved=45000-45099 "$DIR/pods/pt/priv/user.log" ||
+  fail "the pod's sysctl is not in its network namespace: $(grep reserved= "$DIR/pods/pt/priv/user.log")"
+[[ $(cat /proc/sys/net/ipv4/ip_local_reserved_ports) != 45000-45099 ]] ||
+  fail "the pod's sysctl reached the host's network namespace"
+echo "securityContext: root with CHOWN+NET_BIND_SERVICE only and no_new_privs; uid 1234 in group" \
+  "2000 with no capability, its token readable through fsGroup; its safe sysctl in its netns only"
+# A sysctl outside the kubelet's safe set fails the pod, as on a kubelet without
+# --allowed-unsafe-sysctls.
+$K apply -f - >/dev/null <<'YAML'
+apiVersion: v1
+kind: Pod
+metadata: {name: unsafe, annotations: {c4.dev/runner: process}}
+spec:
+  restartPolicy: Never
+  securityContext: {sysctls: [{name: net.core.somaxconn, value: "1024"}]}
+  containers:
+  - {name: main, image: busybox, command: [sh, -c, "echo ran"]}
+YAML
+wait_phase unsafe Failed
+[[ ! -s "$DIR/pods/pt/unsafe/main.log" ]] || fail "the pod with an unsafe sysctl ran"
+echo "sysctls: an unsafe one fails the pod"
 
 # ---- 3. graceful deletion ----------------------------------------------------------------------
 $K apply -f - >/dev/null <<'YAML'

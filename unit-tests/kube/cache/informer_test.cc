@@ -44,6 +44,25 @@ TEST(StoreTest, IndexesFollowUpdatesAndDeletes) {
   EXPECT_EQ(store.size(), 1u);
 }
 
+TEST(StoreTest, ReadSeesTheCachedObjectInPlaceAndOnlyWhenItIsThere) {
+  Store store;
+  store.upsert(pod("a", "j1", "7"));
+  std::string seen;
+  EXPECT_TRUE(store.read("ns/a", [&](const Json& o) {
+    seen =
+        labelOf(o, "c4.dev/job-name") + "@" + o["metadata"]["resourceVersion"].get<std::string>();
+  }));
+  EXPECT_EQ(seen, "j1@7");
+  store.upsert(pod("a", "j2", "8"));
+  EXPECT_TRUE(store.read("ns/a", [&](const Json& o) { seen = labelOf(o, "c4.dev/job-name"); }));
+  EXPECT_EQ(seen, "j2");
+  bool called = false;
+  EXPECT_FALSE(store.read("ns/b", [&](const Json&) { called = true; }));
+  store.erase("ns/a");
+  EXPECT_FALSE(store.read("ns/a", [&](const Json&) { called = true; }));
+  EXPECT_FALSE(called);
+}
+
 TEST(CancelTokenTest, CancelWakesTheRegisteredCallOnlyWhileItIsRegistered) {
   CancelToken token;
   int wakes = 0;

@@ -235,7 +235,9 @@ TEST(C4dAnalyser, NodePluginOutageIsAnObservationNeverAVerdict) {
   EXPECT_EQ(h.new_observations[0].kind, ObservationKind::kTelemetryMissing);
   EXPECT_EQ(h.new_observations[0].node, "node-3");
   EXPECT_EQ(h.new_observations[0].ranks, (std::vector<std::int32_t>{6, 7}));
-  EXPECT_THAT(h.new_observations[0].message, HasSubstr("node telemetry missing"));
+  EXPECT_THAT(
+      h.new_observations[0].message,
+      HasSubstr("no batch from the node plugin on node-3 either: C4 cannot see these ranks"));
   ASSERT_EQ(h.last.observations.size(), 1u);  // still reported every tick, not new
   EXPECT_FALSE(h.last.observations[0].is_new);
 }
@@ -293,6 +295,35 @@ TEST(C4dAnalyser, WaitsCompletedAfterAnAnnouncedPauseAreNoStraggler) {
   EXPECT_EQ(s[0].verdict.key(), "nonCommSlow/node/node-5");
 }
 
+// A rank that announced a 20 s checkpoint and then froze in it (the ring waits on it for good):
+// the pause ends when announced, and the hang is found hangSeconds later — not when the job-wide
+// maxPauseSeconds (600 s) runs out. The control: the same pause without a length suspends the
+// hang rules for the whole minute.
+TEST(C4dAnalyser, ARankFrozenInAnAnnouncedPauseIsFoundAfterTheAnnouncedEnd) {
+  Harness h(spec(4, 8, 2, 1));
+  h.run(kWarm);
+  h.job.pause(report::ProgressState::kCheckpointing, 0, 0, 20.0);
+  std::vector<Emitted> v;
+  int windows = 0;
+  while (v.empty() && windows < 60) {
+    auto got = h.run(1);
+    v.insert(v.end(), got.begin(), got.end());
+    ++windows;
+  }
+  ASSERT_EQ(v.size(), 1u) << describe(v);
+  EXPECT_EQ(v[0].verdict.fault_class, FaultClass::kNonCommHang);
+  EXPECT_EQ(v[0].verdict.ranks, std::vector<std::int32_t>{0});
+  EXPECT_GE(windows, 20 + 10) << "not before the announced end + hangSeconds";
+  EXPECT_LE(windows, 20 + 2 + 10 + 4) << "announced end + grace + hangSeconds + confirmation";
+
+  Harness control(spec(4, 8, 2, 1));
+  control.run(kWarm);
+  control.job.pause(report::ProgressState::kCheckpointing, 0, 0);
+  const auto c = control.run(60);
+  EXPECT_TRUE(c.empty()) << describe(c);
+  EXPECT_TRUE(control.last.stats.paused);
+}
+
 TEST(C4dAnalyser, EvaluationPauseSuspendsHangRulesToo) {
   Harness h(spec(9));
   h.run(kWarm);
@@ -309,6 +340,7 @@ TEST(C4dAnalyser, IdleJobIsNotHung) {
   const auto v = h.run(60);
   EXPECT_TRUE(v.empty()) << describe(v);
   EXPECT_TRUE(h.new_observations.empty());
+  EXPECT_TRUE(h.last.stats.paused) << "idle is announced as a pause, and honoured as one";
 }
 
 TEST(C4dAnalyser, JobStartWithStaggeredRanksRaisesNothing) {

@@ -165,13 +165,15 @@ void SyntheticJob::pluginOutage(int node) {
   snap_.nodes[static_cast<std::size_t>(node)].telemetry_arriving = false;
 }
 
-void SyntheticJob::pause(report::ProgressState state, int rank, int announcedBy) {
+void SyntheticJob::pause(report::ProgressState state, int rank, int announcedBy,
+                         double expectedSeconds) {
   if (mode_ != Mode::kPaused) stall_since_ = now_;
   mode_ = Mode::kPaused;
   paused_rank_ = rank;
   for (int r = 0; r < worldSize(); ++r) {
     if (announcedBy < 0 || r == announcedBy) {
-      ranks_[static_cast<std::size_t>(r)].progress = ProgressSample{state, window_, now_};
+      ranks_[static_cast<std::size_t>(r)].progress =
+          ProgressSample{state, window_, now_, expectedSeconds};
     }
   }
 }

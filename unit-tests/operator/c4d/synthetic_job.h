@@ -71,8 +71,9 @@ class SyntheticJob {
   void pluginOutage(int node);
   // Rank `rank` pauses (a checkpoint): the ring stalls behind it. `announcedBy`: who sends the
   // pause state, -1 every rank (a job-wide checkpoint), else that rank alone.
+  // `expectedSeconds`: the pause's announced length (0: not said).
   void pause(report::ProgressState state = report::ProgressState::kCheckpointing, int rank = 0,
-             int announcedBy = -1);
+             int announcedBy = -1, double expectedSeconds = 0.0);
   // Back to training. backlogLagWindows >= 0: the receives that waited through the pause
   // complete then, and the reports carrying those waits (the pause's length on every receiver
   // but the paused rank) are the ones of the two windows backlogLagWindows after the resume.

@@ -242,22 +242,46 @@ std::vector<Instance> randomInstances(int count, bool healthy_equal, std::uint64
   return out;
 }
 
+// The optimum over the paths of subs[fixed..] with the paths of subs[0..fixed) as planned (equal
+// weights): what planning a job around a running one can reach.
+double bruteForceAround(const Fabric& f, const std::vector<PathSub>& subs, std::size_t fixed,
+                        int uplinks) {
+  std::vector<int> paths = pathsOf(subs);
+  const std::size_t n = subs.size() - fixed;
+  double best = kInf;
+  std::vector<int> tail(n, 0);
+  while (true) {
+    for (std::size_t i = 0; i < n; ++i) paths[fixed + i] = tail[i];
+    best = std::min(best, maxLoad(f, subs, paths, false));
+    std::size_t i = 0;
+    while (i < n && ++tail[i] == uplinks) tail[i++] = 0;
+    if (i == n) break;
+  }
+  return best;
+}
+
+// Each job is planned optimally: the first over all its paths, the second around the first.
 void checkOptimal(const std::vector<Instance>& instances, int* optimal, int* total) {
   for (const auto& in : instances) {
     Fabric f = makeFabric(in.uplinks, in.degraded);
     Planner p(f);
     addNodes(p, in.leaves, in.per_leaf);
-    for (const auto& j : in.jobs) ASSERT_TRUE(p.planJob(j)) << describe(in);
-    auto subs = subflowsOf(p, in.jobs, 100);
-    double planned = maxLoad(f, subs, pathsOf(subs), false);
-    double best = bruteForce(f, subs, in.uplinks);
-    ++*total;
-    if (std::fabs(planned - best) < 1e-9) ++*optimal;
-    EXPECT_NEAR(planned, best, 1e-9) << describe(in);
-    // Weights only lower the maximum, and the planner reports the load the links carry.
-    double weighted = maxLoad(f, subs, pathsOf(subs), true);
-    EXPECT_LE(weighted, planned + 1e-3) << describe(in);
-    EXPECT_NEAR(p.maxLinkLoad(), weighted, 1e-3) << describe(in);
+    std::size_t fixed = 0;
+    for (std::size_t j = 0; j < in.jobs.size(); ++j) {
+      ASSERT_TRUE(p.planJob(in.jobs[j])) << describe(in);
+      std::vector<JobPlacement> so_far(in.jobs.begin(), in.jobs.begin() + static_cast<long>(j) + 1);
+      auto subs = subflowsOf(p, so_far, 100);
+      double planned = maxLoad(f, subs, pathsOf(subs), false);
+      double best = bruteForceAround(f, subs, fixed, in.uplinks);
+      ++*total;
+      if (std::fabs(planned - best) < 1e-9) ++*optimal;
+      EXPECT_NEAR(planned, best, 1e-9) << describe(in) << " (job " << j << ")";
+      // Weights only lower the maximum, and the planner reports the load the links carry.
+      double weighted = maxLoad(f, subs, pathsOf(subs), true);
+      EXPECT_LE(weighted, planned + 1e-3) << describe(in);
+      EXPECT_NEAR(p.maxLinkLoad(), weighted, 1e-3) << describe(in);
+      fixed = subs.size();
+    }
   }
 }
 
@@ -519,7 +543,6 @@ TEST(PlannerTest, IncrementalPlanningKeepsOtherJobs) {
   JobPlan plan_a = *p.plan("a");
   auto out = p.planJob(b);
   ASSERT_TRUE(out);
-  EXPECT_FALSE(out->moved_other_jobs);
   EXPECT_EQ(out->changed, std::vector<std::string>{"b"});
   EXPECT_EQ(*p.plan("a"), plan_a);
   // Each leaf sends one connection of each job (2 subflows of 50 Gbps each) over 4 uplinks of
@@ -532,45 +555,128 @@ TEST(PlannerTest, IncrementalPlanningKeepsOtherJobs) {
   EXPECT_EQ(p.plan("b"), nullptr);
 }
 
-// When the first job's paths force a worse plan for the second, the planner moves them: the
-// result is the exhaustive optimum of both jobs together, strictly below the best plan that
-// keeps the first job's paths.
-TEST(PlannerTest, IncrementalPlanningMovesOtherJobsWhenThatLowersTheMaximum) {
-  int found = 0;
+// The second job is planned around the first, which keeps every path and port: the result is
+// the exhaustive optimum over the second job's subflows with the first job's paths fixed, even
+// where moving the first job would lower the maximum (its live connections could not follow).
+TEST(PlannerTest, IncrementalPlanningIsTheOptimumAroundTheRunningJob) {
+  int worse_than_joint = 0;
   for (const auto& in : randomInstances(400, /*healthy_equal=*/true, 7)) {
     if (in.jobs.size() != 2) continue;
     Fabric f = makeFabric(in.uplinks, in.degraded);
     Planner p(f);
     addNodes(p, in.leaves, in.per_leaf);
     ASSERT_TRUE(p.planJob(in.jobs[0]));
+    const JobPlan plan_a = *p.plan("job-a");
     auto first = subflowsOf(p, {in.jobs[0]}, 100);
     auto out = p.planJob(in.jobs[1]);
     ASSERT_TRUE(out);
+    expectPathsAndPortsKept(plan_a, *p.plan("job-a"));
     auto both = subflowsOf(p, in.jobs, 100);
     // The best plan that keeps job a's paths: brute force over job b's subflows only.
-    std::vector<int> paths = pathsOf(both);
-    for (std::size_t i = 0; i < first.size(); ++i) paths[i] = first[i].path;
-    std::size_t nb = both.size() - first.size();
-    double pinned_best = kInf;
-    std::vector<int> tail(nb, 0);
-    while (true) {
-      for (std::size_t i = 0; i < nb; ++i) paths[first.size() + i] = tail[i];
-      pinned_best = std::min(pinned_best, maxLoad(f, both, paths, false));
-      std::size_t i = 0;
-      while (i < nb && ++tail[i] == in.uplinks) tail[i++] = 0;
-      if (i == nb) break;
-    }
+    double pinned_best = bruteForceAround(f, both, first.size(), in.uplinks);
     double planned = maxLoad(f, both, pathsOf(both), false);
-    EXPECT_NEAR(planned, bruteForce(f, both, in.uplinks), 1e-9) << describe(in);
-    if (out->moved_other_jobs) {
-      ++found;
-      EXPECT_LT(planned, pinned_best - 1e-9) << describe(in);
-      EXPECT_NE(std::find(out->changed.begin(), out->changed.end(), "job-a"), out->changed.end());
-    } else {
-      EXPECT_NEAR(planned, pinned_best, 1e-9) << describe(in);
+    EXPECT_NEAR(planned, pinned_best, 1e-9) << describe(in);
+    if (planned > bruteForce(f, both, in.uplinks) + 1e-9) ++worse_than_joint;
+  }
+  // The price of stability exists in this set: some instances would do better jointly.
+  EXPECT_GT(worse_than_joint, 0);
+}
+
+// The stability contract: a running job's subflows keep their paths and source ports through
+// every arrival, departure and link failure (live connections stay bound to their ports and apply
+// weights by subflow index), and no subflow on a path with a dead link direction carries weight.
+// A random sequence of events on 6 leaves x 8 nodes, 4 uplinks; 1-4 subflows per connection.
+TEST(PlannerTest, RunningJobsKeepPathsAndPortsThroughArrivalsDeparturesAndFailures) {
+  constexpr int kLeaves = 6, kPerLeaf = 8, kUplinks = 4;
+  Planner p(makeFabric(kUplinks));
+  addNodes(p, kLeaves, kPerLeaf);
+  std::mt19937_64 rng(2406);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  std::vector<std::string> free_nodes;
+  for (int l = 0; l < kLeaves; ++l) {
+    for (int i = 0; i < kPerLeaf; ++i) free_nodes.push_back(node(l, i));
+  }
+  std::map<std::string, JobPlacement> running;
+  std::set<std::pair<int, int>> dead;  // (leaf, uplink), both directions
+  int next_job = 0, arrivals = 0, failures = 0, departures = 0, stranded = 0;
+  for (int event = 0; event < 120; ++event) {
+    std::map<std::string, JobPlan> before;
+    for (const auto& [name, _] : running) before[name] = *p.plan(name);
+    const int kind = pick(0, 9);
+    if (kind < 5 && free_nodes.size() >= 4) {  // an arrival on 4-12 free nodes
+      std::shuffle(free_nodes.begin(), free_nodes.end(), rng);
+      const int n = std::min<int>(pick(4, 12), static_cast<int>(free_nodes.size()));
+      JobPlacement job{"job-" + std::to_string(next_job++),
+                       {free_nodes.end() - n, free_nodes.end()},
+                       1,
+                       pick(1, 4)};
+      free_nodes.resize(free_nodes.size() - static_cast<std::size_t>(n));
+      ASSERT_TRUE(p.planJob(job));
+      running[job.job] = job;
+      ++arrivals;
+    } else if (kind < 8) {  // a link dies, or a dead one comes back
+      const std::pair<int, int> link{pick(0, kLeaves - 1), pick(0, kUplinks - 1)};
+      const bool revive = dead.contains(link);
+      if (!revive && dead.size() >= 3) continue;
+      ASSERT_TRUE(p.setLinkState({0, "leaf-" + std::to_string(link.first), link.second},
+                                 revive ? 1.0 : 0.0));
+      if (revive) {
+        dead.erase(link);
+      } else {
+        dead.insert(link);
+      }
+      ++failures;
+    } else if (!running.empty()) {  // a departure
+      auto it = running.begin();
+      std::advance(it, pick(0, static_cast<int>(running.size()) - 1));
+      free_nodes.insert(free_nodes.end(), it->second.nodes.begin(), it->second.nodes.end());
+      p.removeJob(it->first);
+      before.erase(it->first);
+      running.erase(it);
+      ++departures;
+    }
+    for (const auto& [name, plan] : before) {
+      SCOPED_TRACE("event " + std::to_string(event) + ", job " + name);
+      expectPathsAndPortsKept(plan, *p.plan(name));
+    }
+    for (const auto& [name, _] : running) {
+      const bool arrived_now = !before.contains(name);
+      for (const auto& pair : p.plan(name)->pairs) {
+        const int src = leafOf(pair.local_node), dst = leafOf(pair.peer_node);
+        auto on_dead = [&](const PlannedSubflow& sf) {
+          return dead.contains({src, sf.path}) || dead.contains({dst, sf.path});
+        };
+        const std::string where = "event " + std::to_string(event) + ": " + name + " " +
+                                  pair.local_node + "->" + pair.peer_node;
+        const bool any_alive = std::any_of(pair.subflows.begin(), pair.subflows.end(),
+                                           [&](const auto& sf) { return !on_dead(sf); });
+        if (!any_alive) {
+          // Every subflow's fixed path died after the job was planned: weights cannot help (the
+          // escape needs a new connection). A job planned now never lands there.
+          EXPECT_FALSE(arrived_now) << where << " was planned onto dead paths only";
+          ++stranded;
+          continue;
+        }
+        double sum = 0;
+        for (const auto& sf : pair.subflows) {
+          if (arrived_now) {
+            EXPECT_FALSE(on_dead(sf)) << where << " planned onto dead path " << sf.path;
+          }
+          if (on_dead(sf)) {
+            EXPECT_EQ(sf.weight, 0.0)
+                << where << " weights path " << sf.path << ", which crosses a dead link";
+          }
+          sum += sf.weight;
+        }
+        EXPECT_NEAR(sum, 1.0, 1e-9) << where;
+      }
     }
   }
-  EXPECT_GT(found, 0) << "no instance needed the first job moved";
+  // The sequence reaches the case weights cannot fix (counted, not judged here).
+  EXPECT_GT(stranded, 0);
+  EXPECT_GT(arrivals, 10);
+  EXPECT_GT(failures, 10);
+  EXPECT_GT(departures, 5);
 }
 
 TEST(PlannerTest, DeterministicForEqualInputs) {
@@ -753,12 +859,16 @@ double maxLoadOf(const PathTable& t, const std::vector<PathSub>& subs,
 }
 
 // The optimum over every assignment of paths (each subflow over its pair's paths, equal weights).
-double bruteForcePaths(const PathTable& t, const std::vector<PathSub>& subs) {
-  std::vector<int> paths(subs.size(), 0);
+// The optimum over every path of subs[fixed..], the paths of subs[0..fixed) as in `planned`.
+double bruteForcePaths(const PathTable& t, const std::vector<PathSub>& subs,
+                       std::vector<int> planned = {}, std::size_t fixed = 0) {
+  std::vector<int> paths = std::move(planned);
+  paths.resize(subs.size(), 0);
+  for (std::size_t i = fixed; i < paths.size(); ++i) paths[i] = 0;
   double best = kInf;
   while (true) {
     best = std::min(best, maxLoadOf(t, subs, paths, false));
-    std::size_t i = 0;
+    std::size_t i = fixed;
     while (i < paths.size() && ++paths[i] == static_cast<int>(t.links[i].size())) paths[i++] = 0;
     if (i == paths.size()) break;
   }
@@ -859,34 +969,40 @@ void checkOptimal3(const std::vector<Instance3>& instances, int* optimal, int* t
     Fabric f = makeFabric3(in.shape, in.links);
     Planner p(f);
     auto where = addNodes3(p, in.shape);
-    for (const auto& j : in.jobs) {
-      auto out = p.planJob(j);
+    bool all_optimal = true;
+    std::size_t fixed = 0;
+    for (std::size_t j = 0; j < in.jobs.size(); ++j) {
+      auto out = p.planJob(in.jobs[j]);
       ASSERT_TRUE(out) << describe3(in) << ": " << out.error().toString();
       bool across = false;
-      for (const auto& pair : p.plan(j.job)->pairs) {
+      for (const auto& pair : p.plan(in.jobs[j].job)->pairs) {
         across = across || where.at(pair.local_node).pod != where.at(pair.peer_node).pod;
       }
       if (across) {
         EXPECT_EQ(out->tier1_planes, 0) << "a plane with a pair across pods is general";
       }
+      // Each job against the optimum around the ones planned before it (whose paths stay).
+      std::vector<JobPlacement> so_far(in.jobs.begin(), in.jobs.begin() + static_cast<long>(j) + 1);
+      auto subs = pathSubflowsOf(p, so_far, where, 100);
+      auto table = pathTable(f, subs);
+      std::vector<int> paths;
+      for (std::size_t i = 0; i < subs.size(); ++i) {
+        ASSERT_GE(subs[i].path, 0);
+        ASSERT_LT(subs[i].path, f.pathCount(subs[i].src, subs[i].dst)) << describe3(in);
+        paths.push_back(subs[i].path);
+      }
+      double planned = maxLoadOf(table, subs, paths, false);
+      double best = bruteForcePaths(table, subs, paths, fixed);
+      all_optimal = all_optimal && sameLoad(planned, best, 1e-9);
+      EXPECT_LE(planned, 1.5 * best + 1e-9) << describe3(in) << " (job " << j << ")";
+      double weighted = maxLoadOf(table, subs, paths, true);
+      EXPECT_LE(weighted, planned + 1e-3) << describe3(in);
+      EXPECT_TRUE(sameLoad(p.maxLinkLoad(), weighted, 1e-3))
+          << describe3(in) << ": reported " << p.maxLinkLoad() << ", carried " << weighted;
+      fixed = subs.size();
     }
-    auto subs = pathSubflowsOf(p, in.jobs, where, 100);
-    auto table = pathTable(f, subs);
-    std::vector<int> paths;
-    for (std::size_t i = 0; i < subs.size(); ++i) {
-      ASSERT_GE(subs[i].path, 0);
-      ASSERT_LT(subs[i].path, f.pathCount(subs[i].src, subs[i].dst)) << describe3(in);
-      paths.push_back(subs[i].path);
-    }
-    double planned = maxLoadOf(table, subs, paths, false);
-    double best = bruteForcePaths(table, subs);
     ++*total;
-    if (sameLoad(planned, best, 1e-9)) ++*optimal;
-    EXPECT_LE(planned, 1.5 * best + 1e-9) << describe3(in);
-    double weighted = maxLoadOf(table, subs, paths, true);
-    EXPECT_LE(weighted, planned + 1e-3) << describe3(in);
-    EXPECT_TRUE(sameLoad(p.maxLinkLoad(), weighted, 1e-3))
-        << describe3(in) << ": reported " << p.maxLinkLoad() << ", carried " << weighted;
+    if (all_optimal) ++*optimal;
   }
 }
 
@@ -901,8 +1017,8 @@ TEST(PlannerTest, ThreeTierOptimalOnTinyHealthyFabricsExhaustively) {
 
 // Failed and degraded links of both tiers, jobs of unequal demand, a second job planned around
 // the first. The general method is a heuristic: on 4000 instances of this kind (these 400 and
-// more of the same seed) it misses the optimum on 2 (1.5 instead of 1: the optimum is a chain of
-// changes away, none of which lowers the maximum on its own); it must reach it on 99 % of them.
+// more of the same seed) it reaches the optimum around the first job on all of them; it must reach
+// it on 99 % of them.
 TEST(PlannerTest, ThreeTierOptimalOnTinyFabricsWithFailuresExhaustively) {
   auto instances = randomInstances3(400, /*healthy=*/false, 12);
   int leaf_failed = 0, leaf_half = 0, core_failed = 0, core_half = 0, two_jobs = 0, mixed = 0;

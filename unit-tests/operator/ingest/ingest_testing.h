@@ -53,6 +53,15 @@ inline report::CheckpointNotice checkpointNotice(const report::RankIdentity& id,
   return n;
 }
 
+inline report::AnomalyNotice anomalyNotice(const report::RankIdentity& id, std::int64_t time_ns,
+                                           const std::string& detail) {
+  report::AnomalyNotice n;
+  n.id = id;
+  n.time_unix_ns = time_ns;
+  n.detail = detail;
+  return n;
+}
+
 inline report::NodeReport nodeReport(const std::string& node, std::uint64_t seq,
                                      std::int64_t time_ns) {
   report::NodeReport b;

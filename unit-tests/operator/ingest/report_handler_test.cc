@@ -367,6 +367,111 @@ TEST_F(ReportHandlerTest, ConcurrentBatchesOfOneNodeNeverAcceptASeqTwiceOrOutOfO
   EXPECT_EQ(handler().lastSeq("node-a"), *std::max_element(accepted.begin(), accepted.end()));
 }
 
+// admit() decides on the headers alone (the server reads the body only after it): refusals need
+// no body, an admission holds its in-flight slot until it is gone, and how the body read ended
+// is answered by accept().
+TEST_F(ReportHandlerTest, AdmissionComesBeforeTheBodyAndHoldsItsSlot) {
+  config_.max_inflight = 1;
+  RequestHead head;
+  head.content_type = "application/cbor";
+  head.content_length = 1 << 20;
+  auto no_token = handler().admit(head);
+  ASSERT_FALSE(no_token);
+  EXPECT_EQ(no_token.error().status, 401);
+  EXPECT_EQ(no_token.error().reason, "no_token");
+  head.authorization = "Bearer nobody";
+  EXPECT_EQ(handler().admit(head).error().reason, "invalid_token");
+  head.authorization = "Bearer tok-a";
+  head.malformed_length = true;
+  EXPECT_EQ(handler().admit(head).error().reason, "bad_length");
+  head.malformed_length = false;
+  head.content_length = config_.max_body_bytes + 1;
+  int reviews = auth_.calls;
+  EXPECT_EQ(handler().admit(head).error().reason, "too_large");
+  EXPECT_EQ(auth_.calls, reviews);  // a declared oversize costs no TokenReview
+  head.content_length.reset();      // chunked: the size is checked while reading
+  {
+    auto admitted = handler().admit(head);
+    ASSERT_TRUE(admitted);
+    EXPECT_EQ(admitted->node(), "node-a");
+    auto second = handler().admit(head);  // the first holds the only slot
+    ASSERT_FALSE(second);
+    EXPECT_EQ(second.error().reason, "overloaded");
+    auto too_large = handler().accept(std::move(*admitted), "", BodyRead::kTooLarge);
+    EXPECT_EQ(too_large.status, 413);
+    EXPECT_EQ(too_large.reason, "too_large");
+  }
+  auto admitted = handler().admit(head);  // the slot is free again
+  ASSERT_TRUE(admitted);
+  const std::string before = state();
+  auto cut = handler().accept(std::move(*admitted), "\xa1", BodyRead::kIncomplete);
+  EXPECT_EQ(cut.status, 400);
+  EXPECT_EQ(cut.reason, "incomplete_body");
+  EXPECT_EQ(state(), before);
+  std::string body = cbor(batchA(1));
+  auto ok = handler().accept(std::move(*handler().admit(head)), body);
+  EXPECT_EQ(ok.status, 200) << ok.body;
+  EXPECT_EQ(requests("400", "incomplete_body"), 1);
+  EXPECT_EQ(requests("413", "too_large"), 2);
+}
+
+// Refusals are logged, but at most refusal_log_lines per interval; the rest are counted and the
+// count is logged with the first refusal of a later interval (issue #27: a flood of bad requests
+// must not flood the log).
+TEST_F(ReportHandlerTest, RefusalLogsAreRateLimitedWithASummaryOfTheSuppressed) {
+  auto sink = std::make_shared<CaptureLogSink>();
+  setLogSink(sink);
+  config_.refusal_log_lines = 3;
+  config_.refusal_log_interval = std::chrono::seconds{10};
+  auto count = [&](std::string_view text) {
+    auto lines = sink->lines();
+    return std::count_if(lines.begin(), lines.end(), [&](const std::string& line) {
+      return line.find(text) != std::string::npos;
+    });
+  };
+  for (int i = 0; i < 50; ++i) post("forged-" + std::to_string(i), batchA(1));
+  EXPECT_EQ(count("Refused a report request"), 3);
+  EXPECT_EQ(count("reason=invalid_token"), 3);
+  EXPECT_EQ(count("Suppressed"), 0);
+  EXPECT_EQ(requests("401", "invalid_token"), 50);  // the metrics count every one
+  clock_.advance(std::chrono::seconds{10});
+  post("", batchA(1));
+  EXPECT_EQ(count("Refused a report request"), 4);
+  EXPECT_EQ(count("Suppressed report refusal logs"), 1);
+  EXPECT_EQ(count("suppressed=47"), 1);
+  EXPECT_EQ(count("reason=no_token"), 1);
+  // Accepted batches are not refusals: never logged.
+  ASSERT_EQ(post("tok-a", batchA(1)).status, 200);
+  EXPECT_EQ(count("Refused a report request"), 4);
+  setLogSink(nullptr);
+}
+
+// Issue #27: a burst of refusals followed by silence is summarised when its interval ends, with
+// no further refusal to carry the summary. Before, it was written only with the next refusal.
+TEST_F(ReportHandlerTest, ABurstOfRefusalsThenSilenceIsSummarisedWhenTheIntervalEnds) {
+  auto sink = std::make_shared<CaptureLogSink>();
+  setLogSink(sink);
+  config_.refusal_log_lines = 3;
+  config_.refusal_log_interval = std::chrono::seconds{10};
+  auto count = [&](std::string_view text) {
+    auto lines = sink->lines();
+    return std::count_if(lines.begin(), lines.end(), [&](const std::string& line) {
+      return line.find(text) != std::string::npos;
+    });
+  };
+  for (int i = 0; i < 20; ++i) post("forged-" + std::to_string(i), batchA(1));
+  EXPECT_EQ(count("Refused a report request"), 3);
+  clock_.advance(std::chrono::seconds{10});
+  for (int i = 0; i < 5000 && count("Suppressed report refusal logs") == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds{1});
+  }
+  EXPECT_EQ(count("Suppressed report refusal logs"), 1) << "the burst was never summarised";
+  EXPECT_EQ(count("suppressed=17"), 1);
+  EXPECT_EQ(count("Refused a report request"), 3);
+  handler_.reset();  // joins the flusher before the sink goes
+  setLogSink(nullptr);
+}
+
 TEST(JobInfoTest, WorldSizeAndAttemptFromTheTrainingJob) {
   Json job = {
       {"apiVersion", "c4.dev/v1alpha1"},
@@ -385,6 +490,21 @@ TEST(JobInfoTest, WorldSizeAndAttemptFromTheTrainingJob) {
   EXPECT_EQ(info->procs_per_pod, 4);
   job["spec"]["replicas"] = "three";
   EXPECT_FALSE(jobInfoOf(job));
+}
+
+// Found by fuzz/report_handler_fuzzer.cc: the JSON parser's error quotes the body's bytes, and
+// bytes that are not UTF-8 made the error body's dump() throw out of handle() (httplib answered
+// 500 and the request went uncounted).
+TEST_F(ReportHandlerTest, MalformedBodyThatIsNotUtf8IsA400WithAJsonBody) {
+  const std::string before = state();
+  auto r = post("tok-a", std::string("\x9f\x00\x80\x80", 4), "application/json");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(r.reason, "malformed");
+  Json body = Json::parse(r.body, nullptr, false);
+  ASSERT_FALSE(body.is_discarded()) << r.body;
+  EXPECT_NE(body["error"].get<std::string>().find("\xef\xbf\xbd"), std::string::npos) << r.body;
+  EXPECT_EQ(state(), before);
+  EXPECT_EQ(requests("400", "malformed"), 1);
 }
 
 }  // namespace

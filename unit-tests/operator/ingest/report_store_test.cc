@@ -9,6 +9,7 @@
 namespace c4::op::ingest {
 namespace {
 
+using testing::anomalyNotice;
 using testing::checkpointNotice;
 using testing::identity;
 using testing::nodeReport;
@@ -116,13 +117,12 @@ TEST_F(ReportStoreTest, RecentReportsAreWholeReportsWithTheirNodes) {
       const int connections = r == 1 && seq == 4 ? 1 : 2;
       batch.reports.push_back(rankReport(identity("ns1", "job", r, "node-a"), seq,
                                          kT0 + static_cast<std::int64_t>(seq), connections));
+      batch.reports.back().communicators = {{0x5eed, 2, r, seq, seq - 1, 0, 0, seq, 1000}};
     }
     if (seq == 2 || seq == 4) {
-      report::AnomalyNotice a;
-      a.id = identity("ns1", "job", 1, "node-a");
-      a.time_unix_ns = kT0 + static_cast<std::int64_t>(seq);
-      a.detail = "a" + std::to_string(seq);
-      batch.notices.push_back(a);
+      batch.notices.push_back(anomalyNotice(identity("ns1", "job", 1, "node-a"),
+                                            kT0 + static_cast<std::int64_t>(seq),
+                                            "a" + std::to_string(seq)));
     }
     store_.apply(batch, facts(), now(), 0);
     clock_.advance(std::chrono::seconds{1});
@@ -130,7 +130,7 @@ TEST_F(ReportStoreTest, RecentReportsAreWholeReportsWithTheirNodes) {
   EXPECT_FALSE(store_.recentReports("ns1", "other", {}));
   RecentReportsQuery query;
   query.reports = 2;
-  query.anomalies_after_ns = kT0 + 2;
+  query.anomalies_after_seq = 1;  // a2, the first anomaly stored
   auto recent = store_.recentReports("ns1", "job", query);
   ASSERT_TRUE(recent);
   EXPECT_EQ(recent->ns, "ns1");
@@ -149,37 +149,128 @@ TEST_F(ReportStoreTest, RecentReportsAreWholeReportsWithTheirNodes) {
   EXPECT_EQ(rank.reports[0].connections[1].bytes, 3000u);
   ASSERT_EQ(rank.reports[1].connections.size(), 1u) << "connection 2 was not in report 4";
   EXPECT_EQ(rank.reports[1].connections[0].bytes, 4000u);
+  ASSERT_EQ(rank.reports[1].header.communicators.size(), 1u);
+  EXPECT_EQ(rank.reports[1].header.communicators[0].coll_entered, 4u);
+  EXPECT_EQ(rank.reports[1].header.communicators[0].rank, 1);
   ASSERT_EQ(recent->ranks.at(0).reports.size(), 2u);
   EXPECT_EQ(recent->ranks.at(0).reports[1].connections.size(), 2u);
   ASSERT_EQ(recent->anomalies.size(), 1u);
   EXPECT_EQ(recent->anomalies[0].detail, "a4");
+  EXPECT_EQ(recent->anomaly_seq, 2u);
   ASSERT_EQ(recent->nodes.size(), 1u);
   EXPECT_EQ(recent->nodes.at("node-a").batches, 4u);
   // More than the history asks for what there is.
   query.reports = 10;
-  query.anomalies_after_ns = std::numeric_limits<std::int64_t>::min();
+  query.anomalies_after_seq = 0;
   recent = store_.recentReports("ns1", "job", query);
   ASSERT_TRUE(recent);
   EXPECT_EQ(recent->ranks.at(0).reports.size(), 3u);
   EXPECT_EQ(recent->anomalies.size(), 2u);
 }
 
+// Sender clocks order no evidence: each node's clock offset is estimated from its batches' stamps
+// (the fastest delivery's sample), and anomaly stamps are moved onto the operator's clock.
+TEST_F(ReportStoreTest, AnomalyTimesAreMovedOntoTheOperatorsClock) {
+  ReportStoreConfig config = config_;
+  config.max_anomalies_per_job = 8;
+  config.max_nodes = 8;
+  ReportStore store(config);
+  const auto ahead = std::chrono::seconds{30};    // node-a's clock - the operator's
+  const auto behind = std::chrono::seconds{-30};  // node-b's
+  // A few batches each, sent 5 to 200 ms before they arrive, stamped by the node's clock.
+  for (int i = 0; i < 4; ++i) {
+    const std::chrono::milliseconds delay{i == 2 ? 5 : 200};
+    store.apply(nodeReport("node-a", 1, toUnixNanos(now() - delay + ahead)), facts(), now(), 0);
+    store.apply(nodeReport("node-b", 1, toUnixNanos(now() - delay + behind)), facts(), now(), 0);
+    clock_.advance(std::chrono::seconds{1});
+  }
+  ASSERT_TRUE(store.node("node-a")->clock_offset_ns);
+  EXPECT_EQ(*store.node("node-a")->clock_offset_ns,
+            std::chrono::nanoseconds(-ahead + std::chrono::milliseconds{5}).count());
+  EXPECT_EQ(*store.node("node-b")->clock_offset_ns,
+            std::chrono::nanoseconds(-behind + std::chrono::milliseconds{5}).count());
+
+  // Rank 0 on node-a sees its peer close 1 s before rank 1 on node-b does; by the senders'
+  // stamps rank 1's came 59 s earlier. Both arrive now, in batches sent now: the fastest delivery
+  // yet, so the estimates are now exact.
+  const WallTime event_a = now() - std::chrono::seconds{3};
+  const WallTime event_b = event_a + std::chrono::seconds{1};
+  auto anomaly = [](const std::string& node, std::int32_t rank, WallTime stamp,
+                    const std::string& detail) {
+    return anomalyNotice(identity("ns1", "job", rank, node), toUnixNanos(stamp), detail);
+  };
+  auto a = nodeReport("node-a", 2, toUnixNanos(now() + ahead));
+  a.notices.push_back(anomaly("node-a", 0, event_a + ahead, "a"));
+  auto b = nodeReport("node-b", 2, toUnixNanos(now() + behind));
+  b.notices.push_back(anomaly("node-b", 1, event_b + behind, "b"));
+  // A stamp in the future of its own node's clock is clamped to its arrival.
+  b.notices.push_back(anomaly("node-b", 1, now() + behind + std::chrono::hours{1}, "future"));
+  // A node that sent no stamp yet: its anomaly takes its arrival time.
+  auto c = nodeReport("node-c", 1, 0);
+  c.notices.push_back(anomaly("node-c", 0, now() - std::chrono::minutes{5}, "unstamped"));
+  store.apply(a, facts(), now(), 0);
+  store.apply(b, facts(), now(), 0);
+  store.apply(c, facts(), now(), 0);
+
+  auto recent = store.recentReports("ns1", "job", {});
+  ASSERT_TRUE(recent);
+  ASSERT_EQ(recent->anomalies.size(), 4u);
+  const auto at = [&](std::size_t i) { return fromUnixNanos(recent->anomalies[i].time_unix_ns); };
+  EXPECT_EQ(recent->anomalies[0].detail, "a");
+  EXPECT_EQ(at(0), event_a);
+  EXPECT_EQ(recent->anomalies[1].detail, "b");
+  EXPECT_EQ(at(1), event_b);
+  EXPECT_EQ(recent->anomalies[2].detail, "future");
+  EXPECT_EQ(at(2), now());
+  EXPECT_EQ(recent->anomalies[3].detail, "unstamped");
+  EXPECT_EQ(at(3), now());
+  store.readJob("ns1", "job", [&](const JobRecord& job) {
+    EXPECT_EQ(job.anomalies[1].sender_time_unix_ns, toUnixNanos(event_b + behind))
+        << "the sender's stamp is kept";
+  });
+}
+
+// Readers ask by arrival: an anomaly that arrives after a reader's last query is returned by the
+// next one, even when it happened before everything the reader saw (a batch delayed in the node
+// plugin's retries) or was stamped in the future.
+TEST_F(ReportStoreTest, AnomaliesAreReadByArrivalNotByStamp) {
+  auto send = [&](const std::string& node, std::int64_t stamp, const std::string& detail) {
+    auto batch = nodeReport(node, 1, 0);
+    batch.notices.push_back(anomalyNotice(identity("ns1", "job", 0, node), stamp, detail));
+    store_.apply(batch, facts(), now(), 0);
+  };
+  send("node-a", toUnixNanos(now() + std::chrono::hours{1}), "future");
+  auto first = store_.recentReports("ns1", "job", {});
+  ASSERT_TRUE(first);
+  ASSERT_EQ(first->anomalies.size(), 1u);
+  clock_.advance(std::chrono::seconds{1});
+  send("node-b", toUnixNanos(now() - std::chrono::seconds{20}), "late");
+  RecentReportsQuery next;
+  next.anomalies_after_seq = first->anomaly_seq;
+  auto second = store_.recentReports("ns1", "job", next);
+  ASSERT_TRUE(second);
+  ASSERT_EQ(second->anomalies.size(), 1u);
+  EXPECT_EQ(second->anomalies[0].detail, "late");
+  next.anomalies_after_seq = second->anomaly_seq;
+  auto third = store_.recentReports("ns1", "job", next);
+  ASSERT_TRUE(third);
+  EXPECT_TRUE(third->anomalies.empty());
+  EXPECT_EQ(third->anomaly_seq, second->anomaly_seq);
+}
+
 TEST_F(ReportStoreTest, AnomaliesAndNodesAreBounded) {
   const std::vector<std::string> details = {"a0", "a1", "a2", "a3", "a4"};
   for (int i = 0; i < 5; ++i) {
     auto batch = nodeReport("node-" + std::to_string(i), 1, kT0);
-    report::AnomalyNotice a;
-    a.id = identity("ns1", "job", 0, "node-a");
-    a.time_unix_ns = kT0 + i;
-    a.detail = details[static_cast<std::size_t>(i)];
-    batch.notices.push_back(a);
+    batch.notices.push_back(anomalyNotice(identity("ns1", "job", 0, "node-a"), kT0 + i,
+                                          details[static_cast<std::size_t>(i)]));
     store_.apply(batch, facts(), now(), 0);
     clock_.advance(std::chrono::seconds{1});
   }
   store_.readJob("ns1", "job", [](const JobRecord& job) {
     ASSERT_EQ(job.anomalies.size(), 2u);
-    EXPECT_EQ(job.anomalies.front().detail, "a3");
-    EXPECT_EQ(job.anomalies.back().detail, "a4");
+    EXPECT_EQ(job.anomalies.front().notice.detail, "a3");
+    EXPECT_EQ(job.anomalies.back().notice.detail, "a4");
     EXPECT_EQ(job.notices_total, 5u);
   });
   auto nodes = store_.nodes();

@@ -207,6 +207,35 @@ TEST_F(TokenReviewTest, TheCacheIsBoundedAndEvictsTheLeastRecentlyUsed) {
   EXPECT_EQ(reviewer.reviews(), 4u);
 }
 
+// A flood of random bad tokens (one TokenReview each, as an attacker gets) fills the negative
+// cache only: the node plugin's good token stays cached and is not reviewed again.
+TEST_F(TokenReviewTest, AFloodOfBadTokensNeverEvictsAGoodOne) {
+  api_.answer = [](const std::string& token) {
+    return token == "good" ? Result<Json>(allowed("u", "n")) : Result<Json>(denied("bad"));
+  };
+  TokenReviewConfig config;
+  config.cache_size = 16;
+  config.negative_cache_size = 16;
+  TokenReviewer reviewer(api_, clock_, config, &registry_);
+  ASSERT_TRUE(reviewer.authenticate("good"));
+  for (int i = 0; i < 1000; ++i) {
+    ASSERT_FALSE(reviewer.authenticate("random-" + std::to_string(i)));
+  }
+  EXPECT_EQ(reviewer.reviews(), 1001u);
+  EXPECT_EQ(reviewer.negativeCacheSize(), 16u);  // bounded
+  EXPECT_EQ(reviewer.positiveCacheSize(), 1u);
+  ASSERT_TRUE(reviewer.authenticate("good"));
+  EXPECT_EQ(reviewer.reviews(), 1001u);  // a cache hit: no second TokenReview
+  // A token first refused, then allowed (say the pod came up), moves from one cache to the other.
+  clock_.advance(config.negative_ttl);
+  api_.answer = [](const std::string&) { return Result<Json>(allowed("u", "n")); };
+  ASSERT_TRUE(reviewer.authenticate("random-999"));
+  ASSERT_TRUE(reviewer.authenticate("random-999"));
+  EXPECT_EQ(reviewer.reviews(), 1002u);
+  EXPECT_EQ(reviewer.positiveCacheSize(), 2u);
+  EXPECT_EQ(reviewer.negativeCacheSize(), 15u);
+}
+
 TEST(TokenReviewHelpers, Sha256AndJwtParsing) {
   EXPECT_EQ(sha256Hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
   EXPECT_EQ(jwtExpiry("not-a-jwt"), std::nullopt);

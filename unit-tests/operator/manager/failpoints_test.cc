@@ -22,6 +22,13 @@ TEST(Failpoints, ParsesSeveralEntriesWithSpacesAndEmptyParts) {
   EXPECT_EQ(fp->describe(), "after-restart-status=kill;after-status=off");
 }
 
+TEST(Failpoints, TheOwedCordonPointIsKnown) {
+  auto fp = Failpoints::parse("after-cordon-owed=kill");
+  ASSERT_TRUE(fp) << fp.error().toString();
+  EXPECT_EQ(fp->action(kFailpointAfterCordonOwed), FailpointAction::kKill);
+  EXPECT_EQ(fp->action(kFailpointAfterStatus), FailpointAction::kOff);
+}
+
 TEST(Failpoints, LaterEntryWins) {
   auto fp = Failpoints::parse("after-status=kill;after-status=off");
   ASSERT_TRUE(fp);

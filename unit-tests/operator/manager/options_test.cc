@@ -20,6 +20,11 @@ TEST(OptionsTest, FlagsParseWithDefaults) {
   auto debug = parseOperatorOptions({"--debug-reports"});
   ASSERT_TRUE(debug) << debug.error().toString();
   EXPECT_TRUE(debug->debug_reports);
+  EXPECT_EQ(o->node_actions.max_fault_records_per_window, 20);
+  auto history = parseOperatorOptions({"--fault-history-max-per-hour=5"});
+  ASSERT_TRUE(history) << history.error().toString();
+  EXPECT_EQ(history->node_actions.max_fault_records_per_window, 5);
+  EXPECT_FALSE(parseOperatorOptions({"--fault-history-max-per-hour=-1"}));
 }
 
 TEST(OptionsTest, TrafficPlanningIsOffUnlessAskedFor) {
@@ -94,15 +99,17 @@ TEST(OptionsTest, ReportEndpointOptions) {
   EXPECT_EQ(defaults->report_bind_address, ":8443");
   EXPECT_EQ(defaults->report_audience, "c4-operator");
   EXPECT_EQ(defaults->report_service_account, "c4-system/c4-node-plugin");
-  auto o = parseOperatorOptions({"--report-bind-address=127.0.0.1:9443", "--tls-cert-file=/c",
-                                 "--tls-key-file=/k", "--report-audience=aud",
-                                 "--report-serviceaccount=ops/agent", "--report-node-qps=2",
-                                 "--report-max-body-mib=1", "--report-history=4"});
+  EXPECT_EQ(defaults->report_max_queued_connections, 1024);
+  auto o = parseOperatorOptions(
+      {"--report-bind-address=127.0.0.1:9443", "--tls-cert-file=/c", "--tls-key-file=/k",
+       "--report-audience=aud", "--report-serviceaccount=ops/agent", "--report-node-qps=2",
+       "--report-max-body-mib=1", "--report-history=4", "--report-max-queued-connections=16"});
   ASSERT_TRUE(o) << o.error().toString();
   EXPECT_EQ(o->tls_cert_file, "/c");
   EXPECT_EQ(o->report_service_account, "ops/agent");
   EXPECT_DOUBLE_EQ(o->report_node_qps, 2);
   EXPECT_EQ(o->report_history, 4);
+  EXPECT_EQ(o->report_max_queued_connections, 16);
 
   auto bind = parseBindAddress(":8443");
   ASSERT_TRUE(bind && *bind);
@@ -118,7 +125,8 @@ TEST(OptionsTest, ReportEndpointOptions) {
   for (const char* bad :
        {"--report-bind-address=8443", "--report-bind-address=:x", "--report-bind-address=:70000",
         "--report-serviceaccount=agent", "--report-serviceaccount=a/b/c",
-        "--report-max-body-mib=65", "--report-history=0"}) {
+        "--report-max-body-mib=65", "--report-history=0", "--report-max-queued-connections=0",
+        "--report-max-queued-connections=x"}) {
     auto r = parseOperatorOptions({bad});
     EXPECT_FALSE(r) << bad;
   }

@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <thread>
+
 #include "kube/client/forwarding_kube_client.h"
 #include "testing/fake_kube_client.h"
 
@@ -441,6 +444,269 @@ TEST(NodeFaultHistoryTest, WhatIsMalformedIsReported) {
       R"([{"time":"2027-01-15T08:00:00Z","class":"crash","job":"a/b"}])";
   EXPECT_EQ(faultHistoryOf(node, &problem).size(), 1u);
   EXPECT_EQ(problem, "");
+}
+
+// Forwards to the fake, but refuses the next `refusals` Node patches with `error` (or, with
+// `land`, lets them land and answers `error` anyway: the answer was lost). Counts Node patches.
+class RefusingClient final : public ForwardingKubeClient {
+ public:
+  RefusingClient(kube::testing::FakeKubeClient& real, int refusals, Error error, bool land = false)
+      : ForwardingKubeClient(real), refusals_(refusals), error_(std::move(error)), land_(land) {}
+  Result<Json> patch(const ResourceType& t, std::string_view ns, std::string_view name,
+                     PatchType type, const Json& body, const PatchOptions& o) override {
+    if (t.resource != "nodes") return target().patch(t, ns, name, type, body, o);
+    ++node_patches;
+    if (refusals_ == 0) return target().patch(t, ns, name, type, body, o);
+    --refusals_;
+    if (land_) (void)target().patch(t, ns, name, type, body, o);
+    return std::unexpected(error_);
+  }
+  int node_patches = 0;
+
+ private:
+  int refusals_;
+  Error error_;
+  bool land_;
+};
+
+NodeRemediator remediatorVia(Fixture& f, KubeClient& client, NodeActionConfig config) {
+  return NodeRemediator(
+      client, f.clock, f.events, std::move(config),
+      [&f](const std::string& n) { return f.cached(n); }, [&f] { return f.cachedAll(); }, nullptr);
+}
+
+long countOf(const std::vector<std::string>& v, const std::string& s) {
+  return std::count(v.begin(), v.end(), s);
+}
+
+// Issue #27: a cordon the API server refuses (403) is owed, not forgotten: its breaker record
+// stays "owed" and the remediator retries it with backoff until it lands; one Warning Event on
+// the node for the failures (rate-bounded), NodeCordoned once when it lands.
+TEST(OwedNodeActionsTest, ACordonRefusedOnceIsRetriedUntilItLands) {
+  Fixture f(4);
+  RefusingClient refusing(f.api, 2, Error{ErrorCode::kPermissionDenied, "nodes is forbidden"});
+  NodeActionConfig c = permissive();
+  c.retry_initial = std::chrono::seconds{2};
+  auto r = remediatorVia(f, refusing, c);
+  auto outcome = r.cordon("node-1", "hang of rank 5");
+  ASSERT_TRUE(outcome) << outcome.error().toString();
+  EXPECT_EQ(*outcome, CordonOutcome::kOwed);
+  EXPECT_EQ(f.get("node-1")["spec"]["unschedulable"], false);
+  EXPECT_EQ(*r.owedCordons(), std::vector<std::string>{"node-1"});
+
+  r.completeOwed();  // not due yet: the backoff holds it
+  EXPECT_EQ(refusing.node_patches, 1);
+  f.clock.advance(std::chrono::seconds{2});
+  r.completeOwed();  // refused again; its Event is rate-bounded
+  EXPECT_EQ(refusing.node_patches, 2);
+  EXPECT_EQ(*r.owedCordons(), std::vector<std::string>{"node-1"});
+  f.clock.advance(std::chrono::seconds{3});
+  r.completeOwed();  // 2 s doubled: not due yet
+  EXPECT_EQ(refusing.node_patches, 2);
+  f.clock.advance(std::chrono::seconds{1});
+  r.completeOwed();
+  EXPECT_EQ(refusing.node_patches, 3);
+
+  Json n = f.get("node-1");
+  EXPECT_EQ(n["spec"]["unschedulable"], true);
+  EXPECT_EQ(annotationOf(n, "c4.dev/cordoned-by"), "c4-operator");
+  EXPECT_NE(annotationOf(n, "c4.dev/cordon-reason").find("rank 5"), std::string::npos);
+  EXPECT_TRUE(r.owedCordons()->empty());
+  EXPECT_EQ(*r.recentCordons(), std::vector<std::string>{"node-1"});
+  auto reasons = f.eventReasons();
+  EXPECT_EQ(countOf(reasons, "CordonFailed"), 1) << "failure Events are rate-bounded";
+  EXPECT_EQ(countOf(reasons, "NodeCordoned"), 1);
+  f.clock.advance(std::chrono::minutes{10});
+  r.completeOwed();
+  EXPECT_EQ(refusing.node_patches, 3) << "nothing is owed any more";
+}
+
+// Issue #27: the operator dies between the owed record (its breaker slot) and the Node patch
+// (the failpoint stops the cordon there). A new process finds the record and completes it:
+// exactly one cordon, the slot it held is the one it uses.
+TEST(OwedNodeActionsTest, AnOwedCordonSurvivesARestartAndIsCompletedOnce) {
+  Fixture f(100);
+  NodeActionConfig c = permissive();
+  c.max_cordons_per_window = 1;
+  {
+    NodeActionConfig crashing = c;
+    crashing.fault_hook = [](std::string_view point, const std::string&) {
+      return point != kFailpointAfterCordonOwed;
+    };
+    auto first = f.remediator(crashing);
+    auto outcome = first.cordon("node-1", "nonCommHang of node node-1");
+    ASSERT_FALSE(outcome);
+    EXPECT_EQ(outcome.error().code, ErrorCode::kCancelled);
+  }
+  EXPECT_EQ(f.get("node-1")["spec"]["unschedulable"], false);
+  auto second = f.remediator(c);
+  EXPECT_EQ(*second.owedCordons(), std::vector<std::string>{"node-1"});
+  EXPECT_EQ(*second.cordon("node-2", "x"), CordonOutcome::kBreakerOpen)
+      << "the owed cordon holds the window's only slot";
+  second.completeOwed();
+  Json n = f.get("node-1");
+  EXPECT_EQ(n["spec"]["unschedulable"], true);
+  EXPECT_NE(annotationOf(n, "c4.dev/cordon-reason").find("nonCommHang"), std::string::npos);
+  EXPECT_TRUE(second.owedCordons()->empty());
+  EXPECT_EQ(*second.recentCordons(), std::vector<std::string>{"node-1"});
+  EXPECT_EQ(countOf(f.eventReasons(), "NodeCordoned"), 1);
+  const int patches = f.api.patchCount();
+  auto third = f.remediator(c);  // another restart: nothing left to do
+  third.completeOwed();
+  EXPECT_EQ(f.api.patchCount(), patches);
+  EXPECT_EQ(*third.cordon("node-1", "again"), CordonOutcome::kAlreadyOurs);
+  EXPECT_EQ(countOf(f.eventReasons(), "NodeCordoned"), 1) << "exactly one cordon";
+}
+
+// Issue #27: a failed patch holds the breaker slot only as the owed cordon it is; a node that is
+// gone releases it.
+TEST(OwedNodeActionsTest, AFailedPatchHoldsItsSlotOnlyWhileTheCordonIsOwed) {
+  Fixture f(100);
+  RefusingClient refusing(f.api, 100, Error{ErrorCode::kUnavailable, "etcd leader changed"});
+  NodeActionConfig c = permissive();
+  c.max_cordons_per_window = 1;
+  auto r = remediatorVia(f, refusing, c);
+  EXPECT_EQ(*r.cordon("node-1", "x"), CordonOutcome::kOwed);
+  EXPECT_EQ(*r.cordon("node-2", "y"), CordonOutcome::kBreakerOpen);
+  // An owed cordon outlasts the window: it is a cordon not made yet, not one in the past.
+  f.clock.advance(std::chrono::hours{2});
+  EXPECT_EQ(*r.recentCordons(), std::vector<std::string>{"node-1"});
+  EXPECT_EQ(*r.cordon("node-2", "y"), CordonOutcome::kBreakerOpen);
+  ASSERT_TRUE(f.api.remove(resources::nodes(), "", "node-1", DeleteOptions{}));
+  r.completeOwed();
+  EXPECT_TRUE(r.owedCordons()->empty()) << "the node is gone: nothing is owed";
+  EXPECT_TRUE(r.recentCordons()->empty()) << "and its slot is released";
+  auto fine = f.remediator(c);
+  EXPECT_EQ(*fine.cordon("node-2", "y"), CordonOutcome::kCordoned);
+}
+
+// Issue #27: a fault-history write refused once is owed in the cluster; a new process writes it,
+// once, even when the first write had landed and only its answer was lost.
+TEST(OwedNodeActionsTest, AFaultHistoryWriteRefusedIsWrittenExactlyOnceLater) {
+  Fixture f(2);
+  const WallTime t0{std::chrono::seconds{1'800'000'000}};
+  {
+    RefusingClient refusing(f.api, 1, Error{ErrorCode::kPermissionDenied, "forbidden"});
+    auto first = remediatorVia(f, refusing, permissive());
+    auto written = first.recordFault("node-0", {t0, "commHang", "team/a"});
+    ASSERT_FALSE(written);
+    EXPECT_NE(written.error().message.find("owed"), std::string::npos);
+    EXPECT_TRUE(faultHistoryOf(f.get("node-0")).empty());
+    EXPECT_EQ(*first.owedFaults(), std::vector<std::string>{"node-0 commHang team/a"});
+    EXPECT_EQ(countOf(f.eventReasons(), "FaultHistoryNotWritten"), 1);
+  }
+  auto second = f.remediator(permissive());
+  second.completeOwed();
+  auto history = faultHistoryOf(f.get("node-0"));
+  ASSERT_EQ(history.size(), 1u);
+  EXPECT_EQ(history[0].job, "team/a");
+  EXPECT_TRUE(second.owedFaults()->empty());
+  EXPECT_EQ(countOf(f.eventReasons(), "FaultHistoryWritten"), 1);
+  second.completeOwed();
+  EXPECT_EQ(faultHistoryOf(f.get("node-0")).size(), 1u);
+
+  // The write landed, its answer was lost: owed, and the retry finds it written.
+  RefusingClient lost(f.api, 1, Error{ErrorCode::kUnavailable, "timeout"}, /*land=*/true);
+  auto third = remediatorVia(f, lost, permissive());
+  ASSERT_FALSE(third.recordFault("node-1", {t0, "crash", "team/b"}));
+  EXPECT_EQ(faultHistoryOf(f.get("node-1")).size(), 1u);
+  f.clock.advance(std::chrono::seconds{2});
+  third.completeOwed();
+  EXPECT_EQ(faultHistoryOf(f.get("node-1")).size(), 1u) << "not appended twice";
+  EXPECT_TRUE(third.owedFaults()->empty());
+}
+
+// Issue #27: fault-history entries are bounded per window like cordons: at most
+// max_fault_records_per_window per window, all nodes together, counted in the breaker's
+// ConfigMap, so a successor process is bound by the same window. One over the budget is not
+// written, with a Warning Event and a count. Before, every verdict wrote its entry.
+TEST(NodeFaultHistoryTest, EntriesAreBoundedPerWindowLikeCordons) {
+  Fixture f(3);
+  NodeActionConfig c = permissive();
+  c.max_fault_records_per_window = 2;
+  metrics::Registry registry;
+  NodeRemediator r(
+      f.api, f.clock, f.events, c, [&f](const std::string& n) { return f.cached(n); },
+      [&f] { return f.cachedAll(); }, &registry);
+  const WallTime t0{std::chrono::seconds{1'800'000'000}};
+  ASSERT_TRUE(r.recordFault("node-0", {t0, "commHang", "team/a"}));
+  ASSERT_TRUE(r.recordFault("node-1", {t0, "crash", "team/b"}));
+  // The same entry again (a retry) takes no second slot.
+  ASSERT_TRUE(r.recordFault("node-0", {t0, "commHang", "team/a"}));
+  auto over = r.recordFault("node-2", {t0, "nicDown", "team/c"});
+  ASSERT_FALSE(over);
+  EXPECT_EQ(over.error().code, ErrorCode::kResourceExhausted);
+  EXPECT_NE(over.error().message.find("limit 2"), std::string::npos) << over.error().message;
+  EXPECT_TRUE(faultHistoryOf(f.get("node-2")).empty());
+  EXPECT_EQ(faultHistoryOf(f.get("node-0")).size(), 1u);
+  EXPECT_EQ(countOf(f.eventReasons(), "FaultHistorySkipped"), 1);
+  EXPECT_EQ(registry.counter("c4_operator_node_actions_total", "", {"action", "outcome"})
+                .labels({"fault_history", "budget_spent"})
+                .value(),
+            1);
+  // The window lives in the cluster: a successor (restart, failover) is bound by it too.
+  {
+    auto successor = f.remediator(c);
+    auto refused = successor.recordFault("node-2", {t0 + std::chrono::seconds{1}, "crash", "x/y"});
+    ASSERT_FALSE(refused);
+    EXPECT_EQ(refused.error().code, ErrorCode::kResourceExhausted);
+  }
+  EXPECT_TRUE(faultHistoryOf(f.get("node-2")).empty());
+  // Once the window has passed, entries are written again.
+  f.clock.advance(std::chrono::hours{1});
+  ASSERT_TRUE(r.recordFault("node-2", {t0 + std::chrono::hours{1}, "nicDown", "team/c"}));
+  EXPECT_EQ(faultHistoryOf(f.get("node-2")).size(), 1u);
+  // 0 writes none.
+  c.max_fault_records_per_window = 0;
+  auto none = f.remediator(c);
+  EXPECT_FALSE(none.recordFault("node-1", {t0 + std::chrono::hours{2}, "crash", "team/d"}));
+  EXPECT_EQ(faultHistoryOf(f.get("node-1")).size(), 1u);
+}
+
+// An entry whose budget cannot be read (the API server failing) is owed in memory; the loop
+// takes its slot, then writes it, so it counts against the window like any other.
+TEST(OwedNodeActionsTest, AFaultEntryWhoseBudgetCannotBeReadIsOwedAndCountedWhenWritten) {
+  Fixture f(2);
+  NodeActionConfig c = permissive();
+  c.max_fault_records_per_window = 1;
+  auto r = f.remediator(c);
+  const WallTime t0{std::chrono::seconds{1'800'000'000}};
+  f.api.failNext(Error{ErrorCode::kUnavailable, "etcd leader changed"});
+  auto owed = r.recordFault("node-0", {t0, "commHang", "team/a"});
+  ASSERT_FALSE(owed);
+  EXPECT_NE(owed.error().message.find("owed"), std::string::npos) << owed.error().message;
+  EXPECT_TRUE(faultHistoryOf(f.get("node-0")).empty());
+  f.clock.advance(std::chrono::seconds{2});
+  r.completeOwed();
+  EXPECT_EQ(faultHistoryOf(f.get("node-0")).size(), 1u);
+  auto over = r.recordFault("node-1", {t0, "crash", "team/b"});
+  ASSERT_FALSE(over);
+  EXPECT_EQ(over.error().code, ErrorCode::kResourceExhausted) << "the owed entry took no slot";
+}
+
+// The loop runs on its own: started, it completes a predecessor's owed cordon at once and
+// retries a refused one when its backoff is due.
+TEST(OwedNodeActionsTest, TheLoopCompletesOwedActionsOnItsOwn) {
+  Fixture f(4);
+  {
+    NodeActionConfig crashing = permissive();
+    crashing.fault_hook = [](std::string_view, const std::string&) { return false; };
+    auto first = f.remediator(crashing);
+    ASSERT_FALSE(first.cordon("node-0", "x"));
+  }
+  RefusingClient refusing(f.api, 1, Error{ErrorCode::kPermissionDenied, "forbidden"});
+  auto r = remediatorVia(f, refusing, permissive());
+  auto cordoned = [&](const char* n) { return f.get(n)["spec"]["unschedulable"] == true; };
+  r.start();
+  ASSERT_TRUE(f.clock.awaitWaiters(1));
+  // The first pass tried node-0 and was refused; its retry is due in 2 s.
+  EXPECT_FALSE(cordoned("node-0"));
+  f.clock.advance(std::chrono::seconds{2});
+  for (int i = 0; i < 500 && !cordoned("node-0"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds{10});
+  }
+  EXPECT_TRUE(cordoned("node-0"));
+  r.stop();
 }
 
 }  // namespace

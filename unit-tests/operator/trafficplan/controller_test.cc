@@ -368,6 +368,58 @@ TEST_F(TrafficPlanTest, AStaleConfigMapIsReplacedWithTheNextVersion) {
   EXPECT_EQ(planDocument().pairs.size(), 2u);
 }
 
+// Repair is level-triggered on what the API server holds, not on what the cache shows: a cache
+// that has not seen the controller's own write yet costs a read, never a write; a label taken off
+// is put back; a ConfigMap of the plan's name the job does not control is never taken over (one
+// Warning Event PlanConflict per object). (The API server test of garbage, deletion and edits:
+// e2e/integration/operator/trafficplan_test.cc.)
+TEST_F(TrafficPlanTest, RepairTrustsTheApiServerAndNeverTakesOverAForeignConfigMap) {
+  std::optional<Json> cached;  // what the "informer" shows
+  TrafficPlanSources s = sources();
+  s.plan_config_map = [&](const std::string&, const std::string&) { return cached; };
+  auto controller = std::make_unique<TrafficPlanController>(api_, clock_, recorder_, s, &store_,
+                                                            TrafficPlanConfig{}, registry_);
+  placeJob("Enforce", 0, {"n0", "n1", "n2", "n3"});
+  controller->sync();
+  ASSERT_EQ(planDocument().version, 1);
+  // The cache lags: it has not seen the ConfigMap yet. The API server has it right: no write.
+  const std::string rv = (*configMap())["metadata"]["resourceVersion"];
+  controller->sync();
+  EXPECT_EQ((*configMap())["metadata"]["resourceVersion"], rv);
+  EXPECT_TRUE(eventsWithReason("PlanRepaired").empty());
+
+  // The label taken off (the informer then reports a delete): put back, with the plan.
+  Json cm = *configMap();
+  cm["metadata"]["labels"] = Json::object();
+  api_.put(resources::configMaps(), cm);
+  cached = std::nullopt;
+  controller->sync();
+  EXPECT_EQ(labelOf(*configMap(), labels::kJobName), "llm");
+  EXPECT_EQ(planDocument().version, 2);
+  ASSERT_EQ(eventsWithReason("PlanRepaired").size(), 1u);
+  EXPECT_NE(eventsWithReason("PlanRepaired")[0]["message"].get<std::string>().find(
+                "label c4.dev/job-name changed"),
+            std::string::npos);
+  cached = configMap();
+  controller->sync();
+  EXPECT_EQ(planDocument().version, 2) << "in step: nothing more";
+
+  // Someone else's ConfigMap with garbage under the plan's name: not taken over, said once.
+  Json foreign = {{"apiVersion", "v1"},
+                  {"kind", "ConfigMap"},
+                  {"metadata", {{"name", "llm-c4-plan"}, {"namespace", "team"}, {"uid", "other"}}},
+                  {"data", {{"plan.json", "garbage"}}}};
+  ASSERT_TRUE(api_.remove(resources::configMaps(), "team", "llm-c4-plan", DeleteOptions{}));
+  api_.put(resources::configMaps(), foreign);
+  cached = std::nullopt;
+  controller->sync();
+  controller->sync();
+  EXPECT_EQ((*configMap())["data"]["plan.json"], "garbage");
+  EXPECT_FALSE(isControlledBy(*configMap(), jobObject("Enforce")));
+  ASSERT_EQ(eventsWithReason("PlanConflict").size(), 1u);
+  EXPECT_EQ(eventsWithReason("PlanRepaired").size(), 1u);
+}
+
 TEST_F(TrafficPlanTest, ABadFabricIsRefusedAndRunningPlansStay) {
   auto controller = makeController();
   placeJob("Enforce", 0, {"n0", "n1", "n2", "n3"});

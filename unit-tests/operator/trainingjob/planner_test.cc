@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -188,6 +190,85 @@ TEST(BuildPodTest, InjectsTheEnvironmentContractLabelsOwnersAndVolumes) {
 
   Json fresh = buildPod(job, *parseTrainingJobSpec(job), 0, 0, std::nullopt, PodSettings{});
   EXPECT_EQ(envOf(fresh, "C4_RESUME_STEP"), "<unset>") << "only when known";
+}
+
+// Enforce: the planned source ports leave the pods' ephemeral range (a safe sysctl), so no other
+// connection takes one; nothing else asks for it, a hostNetwork pod cannot have it and the
+// user's own value of the sysctl stands.
+TEST(BuildPodTest, EnforceReservesThePlannedPortsWithASafeSysctl) {
+  auto sysctlsOf = [](const Json& pod) {
+    std::map<std::string, std::string> out;
+    const Json& spec = pod["spec"];
+    if (!spec.contains("securityContext") || !spec["securityContext"].contains("sysctls")) {
+      return out;
+    }
+    for (const auto& sc : spec["securityContext"]["sysctls"]) out[sc["name"]] = sc["value"];
+    return out;
+  };
+  auto build = [](const Json& job) {
+    return buildPod(job, *parseTrainingJobSpec(job), 0, 0, std::nullopt, PodSettings{});
+  };
+  Json advisory = makeJob(2);
+  EXPECT_TRUE(sysctlsOf(build(advisory)).empty()) << "Advisory binds ephemeral ports";
+  Json enforce = makeJob(2);
+  enforce["spec"]["trafficPlanning"] = {{"mode", "Enforce"}};
+  const auto reserved = sysctlsOf(build(enforce));
+  ASSERT_EQ(reserved.size(), 1u);
+  EXPECT_EQ(reserved.at("net.ipv4.ip_local_reserved_ports"), "40000-59999")
+      << "the planner's range (c4p::PlannerOptions)";
+  PodSettings narrow;
+  narrow.planned_port_first = 45000;
+  narrow.planned_port_last = 45999;
+  EXPECT_EQ(sysctlsOf(buildPod(enforce, *parseTrainingJobSpec(enforce), 0, 0, std::nullopt, narrow))
+                .at("net.ipv4.ip_local_reserved_ports"),
+            "45000-45999");
+
+  Json own = enforce;
+  own["spec"]["template"]["spec"]["securityContext"] = {
+      {"runAsUser", 1000},
+      {"sysctls", Json::array({{{"name", "net.ipv4.ip_local_reserved_ports"}, {"value", "30000"}},
+                               {{"name", "net.ipv4.tcp_syncookies"}, {"value", "1"}}})}};
+  const Json own_pod = build(own);
+  EXPECT_EQ(sysctlsOf(own_pod),
+            (std::map<std::string, std::string>{{"net.ipv4.ip_local_reserved_ports", "30000"},
+                                                {"net.ipv4.tcp_syncookies", "1"}}));
+  EXPECT_EQ(own_pod["spec"]["securityContext"]["runAsUser"], 1000);
+  Json host = enforce;
+  host["spec"]["template"]["spec"]["hostNetwork"] = true;
+  EXPECT_TRUE(sysctlsOf(build(host)).empty()) << "the kubelet refuses them with hostNetwork";
+}
+
+// The headless Service as the API server returns it (defaults filled in) has no drift; an edit of
+// a field the operator owns is named and put back, what others may set is left alone.
+TEST(HeadlessServiceTest, DriftIsTheOwnedFieldsAndRestoreKeepsTheRest) {
+  const Json job = makeJob();
+  const Json desired = buildHeadlessService(job, PodSettings{});
+  Json served = desired;
+  served["metadata"]["resourceVersion"] = "42";
+  served["metadata"]["annotations"] = {{"team", "x"}};
+  served["spec"]["ports"][0]["protocol"] = "TCP";
+  served["spec"]["clusterIPs"] = Json::array({"None"});
+  served["spec"]["sessionAffinity"] = "None";
+  served["spec"]["type"] = "ClusterIP";
+  EXPECT_EQ(serviceDrift(served, desired), "");
+
+  Json edited = served;
+  edited["metadata"]["labels"].erase(labels::kJobName);
+  edited["spec"]["selector"]["extra"] = "x";
+  edited["spec"]["ports"][0]["port"] = 8080;
+  edited["spec"]["publishNotReadyAddresses"] = false;
+  EXPECT_EQ(serviceDrift(edited, desired),
+            "label c4.dev/job-name, spec.selector, spec.ports, spec.publishNotReadyAddresses");
+  Json restored = restoreService(edited, desired);
+  EXPECT_EQ(serviceDrift(restored, desired), "");
+  EXPECT_EQ(restored["spec"]["selector"], desired["spec"]["selector"]);
+  EXPECT_EQ(restored["metadata"]["resourceVersion"], "42") << "an update, not a blind write";
+  EXPECT_EQ(restored["metadata"]["annotations"]["team"], "x");
+  EXPECT_EQ(restored["spec"]["sessionAffinity"], "None");
+
+  Json no_ports = served;
+  no_ports["spec"].erase("ports");
+  EXPECT_EQ(serviceDrift(no_ports, desired), "spec.ports");
 }
 
 TEST(NodeFactsTest, ReadinessCordonAndTaintOnlyHeartbeatsIgnored) {
@@ -1068,7 +1149,7 @@ DiagnosedFault linkHang(std::int64_t attempt) {
   d.key = "nonCommHang/node/node-b";
   d.summary = "nonCommHang of node node-b: peers 0,2 wait on rank 1 for 12.0 s";
   d.nodes = {"node-b"};
-  d.cordon = true;
+  d.cordon_nodes = {"node-b"};
   d.rank = 1;
   return d;
 }
@@ -1126,6 +1207,31 @@ TEST(PlannerDiagnosisTest, AConfirmedVerdictRestartsAwayFromTheCulpritWithoutSpe
   EXPECT_EQ(terms[0]["matchFields"][0],
             Json({{"key", "metadata.name"}, {"operator", "NotIn"}, {"values", {"node-b"}}}));
   EXPECT_EQ(envOf(next.pods_to_create[0], "C4_RESUME_STEP"), "300");
+}
+
+// Two faults joined in one diagnosis (a frozen rank on node-b, a dead link node-c<->node-d): one
+// restart avoids all three nodes and cordons only the one the evidence names.
+TEST(PlannerDiagnosisTest, AJoinedDiagnosisAvoidsEveryCulpritAndCordonsOnlyTheNamedNodes) {
+  SimulatedClock clock;
+  Json job = makeJob(4);
+  job["status"] = {{"phase", "Running"}, {"attempt", 0}, {"startedIndexes", "0-3"}};
+  std::vector<Json> pods = {
+      makePod(job, 0, 0, "Running", "node-a"), makePod(job, 1, 0, "Running", "node-b"),
+      makePod(job, 2, 0, "Running", "node-c"), makePod(job, 3, 0, "Running", "node-d")};
+  PlanContext context;
+  context.diagnosis = linkHang(0);
+  context.diagnosis->keys = {context.diagnosis->key, "commHang/link/node-c<->node-d"};
+  context.diagnosis->nodes = {"node-b", "node-c", "node-d"};
+  context.diagnosis->summary += "; and commHang of link node-c<->node-d: no bytes for 12 s";
+  JobPlan plan = planReconcile(job, pods, healthyNode, clock.wallNow(), context);
+  ASSERT_TRUE(plan.restart_started);
+  EXPECT_EQ(statusJson(plan)["attempt"], 1);
+  EXPECT_EQ(statusJson(plan)["infrastructureRestarts"], 1) << "one restart for both faults";
+  EXPECT_EQ(statusJson(plan)["avoidNodes"], Json::array({"node-b", "node-c", "node-d"}));
+  ASSERT_EQ(plan.cordons.size(), 1u);
+  EXPECT_EQ(plan.cordons[0].node, "node-b");
+  EXPECT_NE(statusJson(plan)["faults"].back()["summary"].get<std::string>().find("node-c<->node-d"),
+            std::string::npos);
 }
 
 TEST(PlannerDiagnosisTest, StaleDryRunAndNoCordonPolicyAreRespected) {
@@ -1268,6 +1374,407 @@ TEST(WrongTypesTest, NodeFieldsOfAnotherTypeAreReadAsAbsent) {
   node["status"] = 5;
   ASSERT_NO_THROW(facts = nodeFactsOf(node));
   EXPECT_FALSE(facts.ready);
+}
+
+// Issue #24: the fault names the pod that failed first.
+
+// A pod whose trainer container exited with `code` at `finished`
+// (status.containerStatuses[].state.terminated.finishedAt).
+Json crashedAt(Json pod, std::int64_t code, WallTime finished) {
+  pod = failedWithExit(std::move(pod), code);
+  pod["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"] =
+      formatRfc3339(finished);
+  return pod;
+}
+
+// The pods of one attempt of an n-replica job, rank i on node-i, all running.
+std::vector<Json> runningPods(const Json& job, int n, int attempt = 0) {
+  std::vector<Json> pods;
+  for (int i = 0; i < n; ++i) {
+    pods.push_back(makePod(job, i, attempt, "Running", "node-" + std::to_string(i)));
+  }
+  return pods;
+}
+
+std::string eventMessage(const JobPlan& plan, const std::string& reason) {
+  for (const auto& e : plan.events) {
+    if (e.reason == reason) return e.message;
+  }
+  return "<no " + reason + " event>";
+}
+
+// Rank 5's process crashes at t; ranks 1 and 6 fail 2 s later as victims of it (their collective
+// lost a peer). The record and the Event name rank 5, and say there were two more.
+TEST(PlannerFirstFailureTest, TheFaultNamesThePodThatFailedFirstNotTheLowestIndex) {
+  SimulatedClock clock;
+  Json job = makeJob(8);
+  job["status"] = {{"phase", "Running"}, {"startedIndexes", "0-7"}};
+  const WallTime t = clock.wallNow() - seconds{10};
+  std::vector<Json> pods = runningPods(job, 8);
+  pods[5] = crashedAt(pods[5], 139, t);
+  pods[1] = crashedAt(pods[1], 1, t + seconds{2});
+  pods[6] = crashedAt(pods[6], 1, t + seconds{2});
+  JobPlan plan = planReconcile(job, pods, healthyNode, clock.wallNow(), PlanContext{});
+  ASSERT_TRUE(plan.restart_started);
+  const Json fault = statusJson(plan)["faults"][0];
+  EXPECT_EQ(fault["pod"], "llm-5");
+  EXPECT_EQ(fault["node"], "node-5");
+  EXPECT_EQ(fault["rank"], 5);
+  EXPECT_EQ(fault["class"], "crash");
+  const std::string expected =
+      "pod llm-5 (rank 5) on node node-5 failed: Error, exit code 139 "
+      "(and 2 more)";
+  EXPECT_EQ(fault["summary"], expected);
+  EXPECT_EQ(statusJson(plan)["lastFault"], expected);
+  EXPECT_EQ(eventMessage(plan, "PodFailed"), expected);
+}
+
+// Precedence stays (a FailJob verdict, then a counted failure, then the rest); within one level
+// the earliest termination decides, then the lowest index. A pod's own termination time comes
+// first; without one its conditions' or its deletion's time; without any time it comes last.
+TEST(PlannerFirstFailureTest, PrecedenceThenTheEarliestThenTheLowestIndex) {
+  SimulatedClock clock;
+  const WallTime t = clock.wallNow() - seconds{60};
+  Json job = makeJob(
+      4, {{"faultTolerance",
+           {{"podFailurePolicy",
+             {{"rules",
+               Json::array({{{"action", "FailJob"},
+                             {"onExitCodes", {{"operator", "In"}, {"values", {42}}}}}})}}}}}});
+  job["status"] = {{"phase", "Running"}, {"startedIndexes", "0-3"}};
+  auto decide = [&](const std::vector<Json>& pods, PlanContext context = {}) {
+    JobPlan plan = planReconcile(job, pods, healthyNode, clock.wallNow(), context);
+    return statusJson(plan)["faults"].back();
+  };
+  auto evicted = [&](Json pod, WallTime at) {
+    pod["status"]["phase"] = "Failed";
+    pod["status"]["reason"] = "Evicted";
+    pod["status"]["conditions"] = Json::array({{{"type", "DisruptionTarget"},
+                                                {"status", "True"},
+                                                {"reason", "EvictionByEvictionAPI"},
+                                                {"lastTransitionTime", formatRfc3339(at)}}});
+    return pod;
+  };
+
+  {  // A FailJob verdict wins over an earlier counted crash.
+    std::vector<Json> pods = runningPods(job, 4);
+    pods[1] = crashedAt(pods[1], 1, t);
+    pods[3] = crashedAt(pods[3], 42, t + seconds{5});
+    Json fault = decide(pods);
+    EXPECT_EQ(fault["rank"], 3);
+    EXPECT_EQ(fault["action"], "fail");
+  }
+  {  // Two FailJob verdicts: the earlier one.
+    std::vector<Json> pods = runningPods(job, 4);
+    pods[1] = crashedAt(pods[1], 42, t + seconds{5});
+    pods[3] = crashedAt(pods[3], 42, t);
+    EXPECT_EQ(decide(pods)["rank"], 3);
+  }
+  {  // A counted crash wins over an earlier disruption.
+    std::vector<Json> pods = runningPods(job, 4);
+    pods[0] = evicted(pods[0], t);
+    pods[2] = crashedAt(pods[2], 1, t + seconds{5});
+    Json fault = decide(pods);
+    EXPECT_EQ(fault["rank"], 2);
+    EXPECT_EQ(fault["class"], "crash");
+  }
+  {  // Same second: the lowest index.
+    std::vector<Json> pods = runningPods(job, 4);
+    pods[1] = crashedAt(pods[1], 1, t + seconds{1});
+    pods[3] = crashedAt(pods[3], 1, t);
+    pods[2] = crashedAt(pods[2], 1, t);
+    EXPECT_EQ(decide(pods)["rank"], 2);
+  }
+  {  // A pod without any stop time comes after one with a time.
+    std::vector<Json> pods = runningPods(job, 4);
+    pods[1] = failedWithExit(pods[1], 1);  // no finishedAt, no conditions
+    pods[3] = crashedAt(pods[3], 1, t + seconds{30});
+    EXPECT_EQ(decide(pods)["rank"], 3);
+    pods[3] = failedWithExit(pods[3], 1);
+    EXPECT_EQ(decide(pods)["rank"], 1) << "no times at all: the lowest index";
+  }
+  {  // No container time: the Ready condition's turn to False says when the pod stopped.
+    std::vector<Json> pods = runningPods(job, 4);
+    pods[3]["status"] = {{"phase", "Failed"},
+                         {"conditions", Json::array({{{"type", "Ready"},
+                                                      {"status", "False"},
+                                                      {"lastTransitionTime", formatRfc3339(t)}}})}};
+    pods[1] = crashedAt(pods[1], 1, t + seconds{2});
+    EXPECT_EQ(decide(pods)["rank"], 3);
+  }
+  {  // The previous container's termination (lastState) when the current state has none.
+    std::vector<Json> pods = runningPods(job, 4);
+    pods[2] = crashedAt(pods[2], 1, t + seconds{3});
+    pods[3]["status"] = {
+        {"phase", "Failed"},
+        {"containerStatuses",
+         Json::array({{{"name", "trainer"},
+                       {"state", {{"waiting", {{"reason", "ContainerCreating"}}}}},
+                       {"lastState",
+                        {{"terminated", {{"exitCode", 1}, {"finishedAt", formatRfc3339(t)}}}}}}})}};
+    EXPECT_EQ(decide(pods)["rank"], 3);
+  }
+  {  // Disruptions only: an eviction's DisruptionTarget time, a deletion's request time
+     // (deletionTimestamp - grace period), a pod gone unseen last of all.
+    std::vector<Json> pods = runningPods(job, 4);
+    pods.erase(pods.begin());  // rank 0 vanished: no time known
+    Json& deleted = pods[0];   // rank 1, deleted at t + 4 with a 30 s grace period
+    deleted["metadata"]["deletionTimestamp"] = formatRfc3339(t + seconds{34});
+    deleted["metadata"]["deletionGracePeriodSeconds"] = 30;
+    pods[1] = evicted(pods[1], t + seconds{2});  // rank 2
+    Json fault = decide(pods);
+    EXPECT_EQ(fault["rank"], 2);
+    EXPECT_EQ(fault["class"], "disruption");
+    pods[1] = evicted(pods[1], t + seconds{6});
+    EXPECT_EQ(decide(pods)["rank"], 1) << "the deletion was requested at t + 4";
+  }
+}
+
+// Issue #24: a deterministic crash of the trainer stops the job before the budget is spent.
+
+// One counted crash: `rank` on `node` with the container's exit `code` (none: a failed pod
+// without a container status) in the job's current attempt; returns the plan and applies it.
+int currentAttempt(const Json& job) {
+  auto status = parseTrainingJobStatus(job);
+  return status && status->attempt ? static_cast<int>(*status->attempt) : 0;
+}
+
+struct CrashAt {
+  int rank;
+  std::string node;
+  std::optional<int> code;
+};
+JobPlan crashOnce(Json& job, const CrashAt& c, WallTime now) {
+  const int attempt = currentAttempt(job);
+  Json pod = makePod(job, c.rank, attempt, "Failed", c.node);
+  if (c.code) pod = failedWithExit(pod, *c.code);
+  JobPlan plan = planReconcile(job, {pod}, healthyNode, now, PlanContext{});
+  job = withStatus(job, plan);
+  return plan;
+}
+
+// A disruption of `rank` on `node` (evicted; its container killed with 137).
+JobPlan evictOnce(Json& job, int rank, const std::string& node, WallTime now) {
+  const int attempt = currentAttempt(job);
+  Json pod = failedWithExit(makePod(job, rank, attempt, "Failed", node), 137);
+  pod["status"]["conditions"] = Json::array(
+      {{{"type", "DisruptionTarget"}, {"status", "True"}, {"reason", "PreemptionByScheduler"}}});
+  JobPlan plan = planReconcile(job, {pod}, healthyNode, now, PlanContext{});
+  job = withStatus(job, plan);
+  return plan;
+}
+
+Json crashJob(Json fault_tolerance = Json::object()) {
+  Json ft = {{"maxRestarts", 10}, {"restartBackoffSeconds", 0}};
+  ft.merge_patch(fault_tolerance);
+  return makeJob(4, {{"faultTolerance", ft}});
+}
+
+TEST(PlannerIdenticalCrashTest, TheSameExitCodeOnTwoNodesFailsTheJobAtTheThirdCrash) {
+  SimulatedClock clock;
+  Json job = crashJob();
+  ASSERT_TRUE(crashOnce(job, {1, "node-a", 3}, clock.wallNow()).restart_started);
+  ASSERT_TRUE(crashOnce(job, {1, "node-b", 3}, clock.wallNow()).restart_started);
+  JobPlan plan = crashOnce(job, {1, "node-a", 3}, clock.wallNow());
+  EXPECT_FALSE(plan.restart_started);
+  EXPECT_EQ(job["status"]["phase"], "Failed");
+  const Condition* failed = findCondition(plan.status, "Failed");
+  ASSERT_NE(failed, nullptr);
+  EXPECT_EQ(failed->reason, "RepeatedIdenticalCrash");
+  const std::string& m = failed->message;
+  EXPECT_NE(m.find("pod llm-1 (rank 1) on node node-a failed: Error, exit code 3"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("exit code 3 in 3 attempts in a row (attempts 0, 1, 2; rank 1; nodes node-a, "
+                   "node-b)"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("no node was cordoned"), std::string::npos) << m;
+  EXPECT_EQ(eventMessage(plan, "RepeatedIdenticalCrash"), m);
+  EXPECT_TRUE(plan.cordons.empty());
+  EXPECT_EQ(job["status"]["restartsCountTowardsMax"], 2) << "the budget of 10 is not spent";
+  const Json& faults = job["status"]["faults"];
+  ASSERT_EQ(faults.size(), 3u);
+  for (const auto& f : faults) EXPECT_EQ(f["exitCode"], 3) << f.dump();
+  EXPECT_EQ(faults.back()["action"], "fail");
+}
+
+// The history is status.faults, so an operator that restarts (or another replica that takes the
+// lease) decides the same: here the earlier crashes were recorded by someone else.
+TEST(PlannerIdenticalCrashTest, TheDecisionComesFromStatusFaultsAlone) {
+  SimulatedClock clock;
+  Json job = crashJob({{"maxIdenticalCrashes", 3}});
+  auto record = [](int attempt, const std::string& node, int code) {
+    return Json{{"class", "crash"}, {"attempt", attempt}, {"pod", "llm-2"},  {"node", node},
+                {"rank", 2},        {"exitCode", code},   {"counted", true}, {"action", "restart"}};
+  };
+  job["status"] = {{"phase", "Restarting"},
+                   {"attempt", 7},
+                   {"restarts", 7},
+                   {"restartsCountTowardsMax", 2},
+                   {"faults", Json::array({record(5, "node-x", 134), record(6, "node-y", 134)})}};
+  JobPlan plan = crashOnce(job, {2, "node-z", 134}, clock.wallNow());
+  EXPECT_EQ(job["status"]["phase"], "Failed");
+  ASSERT_NE(findCondition(plan.status, "Failed"), nullptr);
+  EXPECT_NE(findCondition(plan.status, "Failed")
+                ->message.find("(attempts 5, 6, 7; rank 2; nodes "
+                               "node-x, node-y, node-z)"),
+            std::string::npos)
+      << findCondition(plan.status, "Failed")->message;
+}
+
+// A node that went NotReady under the job in the same attempt is still cordoned (node-level
+// evidence), and the message says it is not for the crash.
+TEST(PlannerIdenticalCrashTest, ANodeThatWentNotReadyMeanwhileIsCordonedForThatAlone) {
+  SimulatedClock clock;
+  Json job = crashJob();
+  ASSERT_TRUE(crashOnce(job, {1, "node-a", 3}, clock.wallNow()).restart_started);
+  ASSERT_TRUE(crashOnce(job, {1, "node-b", 3}, clock.wallNow()).restart_started);
+  auto nodes = [](const std::string& name) {
+    return NodeFacts{true, name != "sick", false, false};
+  };
+  std::vector<Json> pods = {crashedAt(makePod(job, 1, 2, "Running", "node-a"), 3, clock.wallNow()),
+                            makePod(job, 2, 2, "Failed", "sick")};
+  JobPlan plan = planReconcile(job, pods, nodes, clock.wallNow(), PlanContext{});
+  ASSERT_EQ(statusJson(plan)["phase"], "Failed");
+  const std::string& m = findCondition(plan.status, "Failed")->message;
+  EXPECT_EQ(findCondition(plan.status, "Failed")->reason, "RepeatedIdenticalCrash");
+  ASSERT_EQ(plan.cordons.size(), 1u);
+  EXPECT_EQ(plan.cordons[0].node, "sick");
+  EXPECT_NE(m.find("no node was cordoned for this crash (sick went NotReady under the job and is "
+                   "cordoned for that)"),
+            std::string::npos)
+      << m;
+}
+
+// A crash that repeats on one node may be that node's fault: the job keeps restarting (and
+// maxRestarts decides).
+TEST(PlannerIdenticalCrashTest, OnOneNodeTheJobKeepsRestarting) {
+  SimulatedClock clock;
+  Json job = crashJob();
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_TRUE(crashOnce(job, {1, "node-a", 3}, clock.wallNow()).restart_started) << i;
+  }
+  EXPECT_EQ(job["status"]["restartsCountTowardsMax"], 5);
+}
+
+TEST(PlannerIdenticalCrashTest, DifferentCrashesKeepRestarting) {
+  SimulatedClock clock;
+  {  // Different exit codes (the same rank, two nodes).
+    Json job = crashJob();
+    for (int code : {3, 4, 3, 5, 3}) {
+      std::string node = code == 3 ? "node-a" : "node-b";
+      EXPECT_TRUE(crashOnce(job, {1, node, code}, clock.wallNow()).restart_started) << code;
+    }
+  }
+  {  // No exit code known: the rank is the identity, and these differ.
+    Json job = crashJob();
+    for (int rank : {1, 2, 3, 1}) {
+      std::string node = "node-" + std::to_string(rank);
+      EXPECT_TRUE(crashOnce(job, {rank, node, std::nullopt}, clock.wallNow()).restart_started)
+          << rank;
+    }
+  }
+  {  // A known exit code and an unknown one are not the same crash.
+    Json job = crashJob();
+    EXPECT_TRUE(crashOnce(job, {1, "node-a", 1}, clock.wallNow()).restart_started);
+    EXPECT_TRUE(crashOnce(job, {1, "node-b", std::nullopt}, clock.wallNow()).restart_started);
+    EXPECT_TRUE(crashOnce(job, {1, "node-a", 1}, clock.wallNow()).restart_started);
+  }
+}
+
+TEST(PlannerIdenticalCrashTest, TheSameRankWithoutAnExitCodeOrTheSameCodeOnOtherRanksIsIdentical) {
+  SimulatedClock clock;
+  Json job = crashJob();
+  ASSERT_TRUE(crashOnce(job, {2, "node-a", std::nullopt}, clock.wallNow()).restart_started);
+  ASSERT_TRUE(crashOnce(job, {2, "node-b", std::nullopt}, clock.wallNow()).restart_started);
+  JobPlan plan = crashOnce(job, {2, "node-c", std::nullopt}, clock.wallNow());
+  ASSERT_EQ(job["status"]["phase"], "Failed");
+  EXPECT_NE(findCondition(plan.status, "Failed")
+                ->message.find("rank 2 (exit code unknown) in 3 "
+                               "attempts in a row"),
+            std::string::npos)
+      << findCondition(plan.status, "Failed")->message;
+
+  job = crashJob();
+  ASSERT_TRUE(crashOnce(job, {0, "node-a", 139}, clock.wallNow()).restart_started);
+  ASSERT_TRUE(crashOnce(job, {3, "node-b", 139}, clock.wallNow()).restart_started);
+  plan = crashOnce(job, {1, "node-b", 139}, clock.wallNow());
+  ASSERT_EQ(job["status"]["phase"], "Failed");
+  EXPECT_NE(findCondition(plan.status, "Failed")
+                ->message.find("exit code 139 in 3 attempts in a row (attempts 0, 1, 2; ranks 0, "
+                               "3, 1; nodes node-a, node-b)"),
+            std::string::npos)
+      << findCondition(plan.status, "Failed")->message;
+}
+
+// Disruptions are not crashes of the trainer: they neither count towards the streak nor break it.
+TEST(PlannerIdenticalCrashTest, InfrastructureFaultsDoNotCount) {
+  SimulatedClock clock;
+  Json job = crashJob();
+  ASSERT_TRUE(crashOnce(job, {1, "node-a", 137}, clock.wallNow()).restart_started);
+  ASSERT_TRUE(evictOnce(job, 1, "node-b", clock.wallNow()).restart_started);
+  EXPECT_EQ(job["status"]["faults"].back()["class"], "disruption");
+  ASSERT_TRUE(crashOnce(job, {1, "node-b", 137}, clock.wallNow()).restart_started)
+      << "two counted crashes, not three";
+  ASSERT_TRUE(evictOnce(job, 1, "node-c", clock.wallNow()).restart_started);
+  JobPlan plan = crashOnce(job, {1, "node-c", 137}, clock.wallNow());
+  EXPECT_EQ(job["status"]["phase"], "Failed");
+  EXPECT_NE(findCondition(plan.status, "Failed")->message.find("(attempts 0, 2, 4;"),
+            std::string::npos)
+      << findCondition(plan.status, "Failed")->message;
+}
+
+TEST(PlannerIdenticalCrashTest, TheLimitIsTheJobsAndZeroTurnsTheCheckOff) {
+  SimulatedClock clock;
+  Json job = crashJob({{"maxIdenticalCrashes", 2}});
+  ASSERT_TRUE(crashOnce(job, {1, "node-a", 3}, clock.wallNow()).restart_started);
+  crashOnce(job, {1, "node-b", 3}, clock.wallNow());
+  EXPECT_EQ(job["status"]["phase"], "Failed");
+
+  job = crashJob({{"maxIdenticalCrashes", 0}});
+  for (int i = 0; i < 6; ++i) {
+    std::string node = i % 2 == 0 ? "node-a" : "node-b";
+    EXPECT_TRUE(crashOnce(job, {1, node, 3}, clock.wallNow()).restart_started) << i;
+  }
+}
+
+// status.faults keeps 16 entries: when disruptions between the crashes push the oldest out, the
+// check waits until the list shows N-1 earlier identical crashes again.
+TEST(PlannerIdenticalCrashTest, TheFaultListBoundDelaysTheCheck) {
+  SimulatedClock clock;
+  Json job = crashJob({{"maxRestarts", 100}, {"maxIdenticalCrashes", 16}});
+  auto node = [](int i) { return i % 2 == 0 ? std::string{"node-a"} : std::string{"node-b"}; };
+  ASSERT_TRUE(crashOnce(job, {1, node(0), 3}, clock.wallNow()).restart_started);
+  ASSERT_TRUE(evictOnce(job, 1, "node-c", clock.wallNow()).restart_started);
+  ASSERT_TRUE(evictOnce(job, 1, "node-c", clock.wallNow()).restart_started);
+  for (int i = 1; i <= 15; ++i) {
+    ASSERT_TRUE(crashOnce(job, {1, node(i), 3}, clock.wallNow()).restart_started)
+        << "crash " << i + 1 << ": fewer than 15 earlier crashes are listed";
+  }
+  crashOnce(job, {1, node(16), 3}, clock.wallNow());
+  EXPECT_EQ(job["status"]["phase"], "Failed") << "the 17th crash sees 15 earlier ones";
+  EXPECT_EQ(findCondition(*parseTrainingJobStatus(job), "Failed")->reason,
+            "RepeatedIdenticalCrash");
+}
+
+TEST(TrainingJobSpecTest, MaxIdenticalCrashesIsZeroOrTwoToSixteen) {
+  auto parsed = [](Json value) {
+    return parseTrainingJobSpec(makeJob(2, {{"faultTolerance", {{"maxIdenticalCrashes", value}}}}));
+  };
+  EXPECT_EQ(parseTrainingJobSpec(makeJob(2))->fault_tolerance.max_identical_crashes, 3);
+  EXPECT_EQ(parsed(0)->fault_tolerance.max_identical_crashes, 0);
+  EXPECT_EQ(parsed(2)->fault_tolerance.max_identical_crashes, 2);
+  EXPECT_EQ(parsed(16)->fault_tolerance.max_identical_crashes, 16);
+  for (Json bad : {Json(1), Json(-1), Json(17)}) {
+    auto spec = parsed(bad);
+    ASSERT_FALSE(spec) << bad;
+    EXPECT_EQ(spec.error().message,
+              "spec.faultTolerance.maxIdenticalCrashes must be 0 (off) or in [2, 16]")
+        << bad;
+  }
+  EXPECT_EQ(parsed("3").error().message,
+            "spec.faultTolerance.maxIdenticalCrashes must be an integer");
 }
 
 }  // namespace

@@ -48,6 +48,7 @@ Json fullStatus() {
                                    {"pod", "llm-1"},
                                    {"node", "node-a"},
                                    {"rank", 1},
+                                   {"exitCode", 134},
                                    {"link", "node-a<->node-b"},
                                    {"summary", "hang on rank 1"},
                                    {"action", "restart"},
@@ -112,6 +113,7 @@ TEST(TrainingJobStatusTest, EveryFieldRoundTrips) {
   EXPECT_EQ(f.pod, "llm-1");
   EXPECT_EQ(f.node, "node-a");
   EXPECT_EQ(f.rank, 1);
+  EXPECT_EQ(f.exit_code, 134);
   EXPECT_EQ(f.link, "node-a<->node-b");
   EXPECT_EQ(f.summary, "hang on rank 1");
   EXPECT_EQ(f.action, "restart");
@@ -187,6 +189,7 @@ TEST(TrainingJobStatusTest, WrongTypesAreErrorsNamingTheField) {
       {"/faults", Json::object(), "status.faults must be a list"},
       {"/faults/0", "crash", "status.faults[0] must be an object"},
       {"/faults/0/rank", "1", "status.faults[0].rank must be an integer"},
+      {"/faults/0/exitCode", "134", "status.faults[0].exitCode must be an integer"},
       {"/faults/0/counted", "no", "status.faults[0].counted must be a boolean"},
       {"/faults/0/detectionSeconds", "2.5", "status.faults[0].detectionSeconds must be a number"},
       {"/faults/0/restartSeconds", 7.5, "status.faults[0].restartSeconds must be an integer"},

@@ -33,10 +33,12 @@ inline constexpr std::size_t kMaxNameBytes = 253;   // Kubernetes DNS subdomain
 inline constexpr std::size_t kMaxTextBytes = 4096;  // free text: paths, details
 inline constexpr std::size_t kMaxConnectionsPerReport = 1024;
 inline constexpr std::size_t kMaxSubflowsPerConnection = 64;
+inline constexpr std::size_t kMaxCommunicatorsPerReport = 256;
 inline constexpr std::size_t kMaxReportsPerBatch = 8192;
 inline constexpr std::size_t kMaxNoticesPerBatch = 8192;
 inline constexpr std::size_t kMaxDevicesPerNode = 256;
 inline constexpr std::int32_t kMaxRank = 1 << 24;
+inline constexpr std::uint32_t kMaxPauseSeconds = 86'400;  // ProgressNotice.expectedSeconds
 inline constexpr std::uint16_t kMaxParts = 1024;
 // One plugin message must fit a Unix datagram with the default socket buffer (212992 bytes).
 inline constexpr std::size_t kMaxDatagramBytes = 200 * 1024;
@@ -98,6 +100,24 @@ struct RankIdentity {
 // operator's link monitor reads the subflows' lag in that window (a dead path).
 inline constexpr std::uint64_t kStalledWaitUs = 500'000;
 
+// One NCCL communicator as this rank sees it (the profiler plugin's view; the net plugin sends
+// none): how many collectives and point-to-point operations the rank has entered and finished in
+// it, cumulative. Every member of a communicator calls its collectives in the same order, so a
+// member whose collEntered stays below the others' while they wait in the next one is the one
+// that has not arrived — over any transport, NVLink included.
+struct CommunicatorProgress {
+  std::uint64_t comm_hash = 0;  // NCCL's commHash; 0 = unknown (profiler ABI v1-v3)
+  std::int32_t nranks = 0;      // 0 = unknown
+  std::int32_t rank = -1;       // this rank within the communicator; -1 = unknown
+  std::uint64_t coll_entered = 0;
+  std::uint64_t coll_finished = 0;  // <= coll_entered
+  std::uint64_t p2p_entered = 0;
+  std::uint64_t p2p_finished = 0;          // <= p2p_entered
+  std::uint64_t last_coll_seq = 0;         // NCCL's seqNumber of the newest collective entered
+  std::uint64_t oldest_unfinished_us = 0;  // age of the oldest entered, unfinished op; 0: none
+  friend bool operator==(const CommunicatorProgress&, const CommunicatorProgress&) = default;
+};
+
 struct RankReport {
   RankIdentity id;
   std::uint64_t seq = 0;
@@ -108,6 +128,8 @@ struct RankReport {
   std::int64_t plan_version = -1;      // -1: no plan applied
   std::uint64_t dropped_messages = 0;  // messages this process could not send so far
   std::vector<ConnectionStats> connections;
+  // The rank's communicators (profiler plugin); a report split into parts carries them in part 0.
+  std::vector<CommunicatorProgress> communicators;
   friend bool operator==(const RankReport&, const RankReport&) = default;
 };
 
@@ -120,6 +142,9 @@ struct ProgressNotice {
   std::int64_t time_unix_ns = 0;
   std::int64_t step = 0;
   ProgressState state = ProgressState::kTraining;
+  // A pause's announced length (checkpointing, evaluating, idle): C4D's hang rules resume this
+  // long after the notice, not after the job's maxPauseSeconds. 0: not said. Optional on the wire.
+  std::uint32_t expected_seconds = 0;
   friend bool operator==(const ProgressNotice&, const ProgressNotice&) = default;
 };
 
@@ -131,7 +156,9 @@ struct CheckpointNotice {
   friend bool operator==(const CheckpointNotice&, const CheckpointNotice&) = default;
 };
 
-enum class AnomalyKind { kStall, kConnectionError, kPeerClosed };
+// kProcessExited: the node plugin saw the rank's process end (any exit: C4D decides whether it
+// was a crash).
+enum class AnomalyKind { kStall, kConnectionError, kPeerClosed, kProcessExited };
 
 struct AnomalyNotice {
   RankIdentity id;

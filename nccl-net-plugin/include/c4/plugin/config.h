@@ -9,27 +9,18 @@
 #include <string>
 #include <vector>
 
+#include "c4/common/rank_telemetry.h"
+
 namespace c4::plugin {
 
-struct PluginConfig {
+// The rank's identity, agent socket and report interval (RankEnv: the names both plugins read),
+// plus the transport's own settings.
+struct PluginConfig : telemetry::RankEnv {
   // C4_SUBFLOWS: TCP sockets per connection when the plan does not say (1..64).
   int subflows = 4;
   // C4_SOCKET_IFNAME: interface selection, NCCL_SOCKET_IFNAME syntax ("eth", "^docker", "=eth0",
   // comma lists). Empty: the first non-loopback interface that is up, loopback if none.
   std::string socket_ifname;
-  // C4_RANK (falls back to RANK), C4_POD_NAME, C4_NODE_NAME (falls back to the host name),
-  // C4_JOB, C4_NAMESPACE, WORLD_SIZE, C4_RESTART_ATTEMPT: who this process is, for hellos/reports.
-  std::int32_t rank = -1;
-  std::string pod;
-  std::string node;
-  std::string job;
-  std::string ns;
-  std::int32_t world_size = 0;
-  std::uint32_t restart_attempt = 0;
-  // C4_AGENT_SOCKET: Unix datagram socket of the node plugin; empty = no reports.
-  std::string agent_socket;
-  // C4_REPORT_INTERVAL_MS: period of RankReports (>= 10).
-  std::uint32_t report_interval_ms = 1000;
   // C4_STALL_MS: an op in flight longer than this raises an AnomalyNotice (>= 1).
   std::uint32_t stall_ms = 10000;
   // C4_PLAN_FILE: traffic plan (README.md "Plan file"); empty = default spread.
@@ -49,10 +40,8 @@ struct PluginConfig {
   // is not read until a receive is posted (TCP backpressure).
   std::uint64_t max_staged_bytes = 64ull << 20;
 
-  // One line per setting: "NAME=value (env|default)".
+  // One line per setting: "NAME=value (env|default)" (RankEnv::sources).
   std::vector<std::string> describe() const;
-  std::vector<std::string> sources;   // parallel to describe(): where each value came from
-  std::vector<std::string> warnings;  // invalid values that were replaced by defaults
 };
 
 // Reads the configuration through `getenv` (injected for tests). Invalid values keep the default
@@ -60,8 +49,6 @@ struct PluginConfig {
 PluginConfig loadConfig(const std::function<std::optional<std::string>(const char*)>& getenv);
 PluginConfig loadConfigFromEnvironment();
 
-// Lower-cases and replaces characters a Kubernetes name may not contain; "" if nothing valid is
-// left. Used for node/pod names taken from the host name.
-std::string sanitizeName(std::string_view name);
+using telemetry::sanitizeName;
 
 }  // namespace c4::plugin

@@ -16,6 +16,7 @@
 
 #include "c4/common/error.h"
 #include "c4/common/plan.h"
+#include "c4/common/rank_telemetry.h"
 #include "c4/common/report.h"
 
 #ifndef C4_TELEMETRY
@@ -28,49 +29,7 @@ namespace c4::plugin {
 // below take it as a template argument so a benchmark can run both variants in one binary.
 inline constexpr bool kTelemetryEnabled = C4_TELEMETRY != 0;
 
-// Log2 histogram of microsecond durations: bucket b holds values v with bit_width(v) == b.
-// Single writer; readers take snapshots.
-class LatencyHistogram {
- public:
-  static constexpr int kBuckets = 40;
-
-  void record(std::uint64_t us) noexcept {
-    int b = static_cast<int>(std::bit_width(us));
-    if (b >= kBuckets) b = kBuckets - 1;
-    bump(buckets_[static_cast<std::size_t>(b)], 1);
-    bump(count_, 1);
-    bump(sum_, us);
-    // Single writer: no read-modify-write. A value recorded while the reporter resets the max
-    // may be missed by that interval's max (counts and sums are exact).
-    if (us > interval_max_.load(std::memory_order_relaxed)) {
-      interval_max_.store(us, std::memory_order_relaxed);
-    }
-  }
-
-  struct Snapshot {
-    std::array<std::uint64_t, kBuckets> buckets{};
-    std::uint64_t count = 0;
-    std::uint64_t sum = 0;
-  };
-  [[nodiscard]] Snapshot snapshot() const noexcept;
-  // Interval max since the last call (reader side).
-  std::uint64_t takeIntervalMax() noexcept {
-    return interval_max_.exchange(0, std::memory_order_relaxed);
-  }
-  // Summary of what was recorded between `before` and `now`. Percentiles are the upper bound of
-  // the log2 bucket that holds them (an over-estimate by at most 2x), capped by the interval max.
-  static report::LatencySummary summarize(const Snapshot& before, const Snapshot& now,
-                                          std::uint64_t intervalMax);
-
- private:
-  static void bump(std::atomic<std::uint64_t>& a, std::uint64_t d) noexcept {
-    a.store(a.load(std::memory_order_relaxed) + d, std::memory_order_relaxed);  // single writer
-  }
-  std::array<std::atomic<std::uint64_t>, kBuckets> buckets_{};
-  std::atomic<std::uint64_t> count_{0};
-  std::atomic<std::uint64_t> sum_{0};
-  std::atomic<std::uint64_t> interval_max_{0};
-};
+using telemetry::LatencyHistogram;  // the telemetry core's (c4/common/rank_telemetry.h)
 
 // One per request slot of a comm: when the op was posted (0 = not in flight) and whether it was
 // already reported as stalled. The reporter scans these for the oldest op in flight.

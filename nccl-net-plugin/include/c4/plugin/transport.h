@@ -26,6 +26,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -79,7 +80,6 @@ struct ContextOptions {
   PluginConfig config;
   Clock* clock = nullptr;  // nullptr: realClock()
   std::vector<NetInterface> devices;
-  std::uint64_t comm_id = 0;
 };
 
 // Process-wide device table, discovered once from C4_SOCKET_IFNAME (immutable afterwards).
@@ -128,7 +128,6 @@ class Context {
   PluginConfig config_;
   Clock* clock_;
   std::vector<NetInterface> devices_;
-  std::uint64_t comm_id_;
 
   mutable std::mutex mu_;  // comms_, pending_, plan_wait_since_
   std::map<CommBase*, std::shared_ptr<ConnTelemetry>> comms_;
@@ -162,10 +161,7 @@ Status closeComm(CommBase* comm, CommKind expected);
 Result<MemRegion*> regMr(CommBase* comm, void* data, std::size_t size, int type);
 Status deregMr(CommBase* comm, MemRegion* mr);
 
-// Encodes a report as one or more CBOR datagrams of at most `limit` bytes each: connections are
-// spread over parts (same seq, part/parts set) until every part fits.
-Result<std::vector<std::vector<std::uint8_t>>> encodeReportParts(const report::RankReport& r,
-                                                                 std::size_t limit);
+using telemetry::encodeReportParts;  // the telemetry core's (c4/common/rank_telemetry.h)
 
 // Peer identity learned in the hello/ack.
 struct PeerInfo {
@@ -173,6 +169,34 @@ struct PeerInfo {
   std::string node;
   std::string pod;
 };
+
+// The connection handshake's decoders, apart from the sockets (unit tests, fuzz/): a connector
+// sends a hello on each subflow and the listener answers an ack on subflow 0; each is a fixed
+// header followed by the sender's node and pod names (at most 253 bytes each). `buf` holds the
+// bytes read so far. kNeedMore: read until `need` bytes in all (never more: a decoder reads only
+// what the message still needs). kInvalid: the bytes cannot be a valid message (drop the
+// connection). kComplete: `buf` is exactly one valid message.
+enum class HandshakeStep { kNeedMore, kInvalid, kComplete };
+struct Hello {
+  std::uint16_t subflow_index = 0;
+  std::uint16_t n_subflows = 0;
+  std::uint64_t conn_id = 0;
+  PeerInfo peer;
+};
+struct HelloDecode {
+  HandshakeStep step = HandshakeStep::kNeedMore;
+  std::size_t need = 0;
+  Hello hello;  // set when kComplete
+};
+// A hello must name the listener (`listen_id`) and 1..kMaxSubflows subflows.
+HelloDecode decodeHello(std::span<const std::uint8_t> buf, std::uint64_t listen_id);
+struct AckDecode {
+  HandshakeStep step = HandshakeStep::kNeedMore;
+  std::size_t need = 0;
+  PeerInfo peer;  // set when kComplete
+};
+AckDecode decodeAck(std::span<const std::uint8_t> buf);
+
 PeerInfo peerOf(const CommBase* comm);
 std::shared_ptr<ConnTelemetry> telemetryOf(const CommBase* comm);
 // Local port of each subflow socket (tests check planned bindings).

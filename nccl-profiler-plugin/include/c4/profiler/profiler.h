@@ -20,6 +20,7 @@
 
 #include "c4/common/clock.h"
 #include "c4/common/error.h"
+#include "c4/common/rank_telemetry.h"
 #include "c4/common/report.h"
 
 namespace c4::profiler {
@@ -39,48 +40,13 @@ inline constexpr std::size_t kMaxContexts = 4096;  // live communicators per pro
 // ProxyOp the proxy thread starts late still finds its parent (and reopens it).
 inline constexpr std::int64_t kTaskReuseGraceNs = 100'000'000;
 
-// Every tunable, read from the environment once per process (the net plugin's names where they
-// mean the same: nccl-net-plugin/include/c4/plugin/config.h).
-struct ProfilerConfig {
-  std::int32_t rank = -1;                   // C4_RANK (falls back to RANK)
-  std::string pod;                          // C4_POD_NAME
-  std::string node;                         // C4_NODE_NAME (falls back to the host name)
-  std::string job;                          // C4_JOB
-  std::string ns;                           // C4_NAMESPACE
-  std::int32_t world_size = 0;              // WORLD_SIZE
-  std::uint32_t restart_attempt = 0;        // C4_RESTART_ATTEMPT
-  std::string agent_socket;                 // C4_AGENT_SOCKET: empty = aggregate but send nothing
-  std::uint32_t report_interval_ms = 1000;  // C4_REPORT_INTERVAL_MS (>= 10)
-
-  std::vector<std::string> sources;   // "NAME=value (env|default)"
-  std::vector<std::string> warnings;  // invalid values replaced by defaults
-};
-ProfilerConfig loadConfig(const std::function<std::optional<std::string>(const char*)>& getenv);
+// Every tunable, read from the environment once per process: the telemetry core's RankEnv (the
+// names the net plugin reads too: the operator injects one set for both plugins).
+struct ProfilerConfig : telemetry::RankEnv {};
+ProfilerConfig loadConfig(const telemetry::EnvLoader::Getenv& getenv);
 ProfilerConfig loadConfigFromEnvironment();
 
-// Log2 histogram of microsecond durations (bucket b: bit_width(v) == b). One writer (the proxy
-// thread); the reporter reads with relaxed loads.
-class LatencyHistogram {
- public:
-  static constexpr int kBuckets = 32;
-  void record(std::uint64_t us) noexcept;
-  struct Snapshot {
-    std::uint64_t buckets[kBuckets] = {};
-    std::uint64_t count = 0;
-    std::uint64_t sum = 0;
-    std::uint64_t max = 0;  // since the start
-  };
-  [[nodiscard]] Snapshot snapshot() const noexcept;
-  // What was recorded between two snapshots, as the report's LatencySummary. Percentiles and max
-  // are the upper bound of their log2 bucket (at most 2x over), capped by the all-time max.
-  static report::LatencySummary summarize(const Snapshot& before, const Snapshot& now) noexcept;
-
- private:
-  std::atomic<std::uint64_t> buckets_[kBuckets] = {};
-  std::atomic<std::uint64_t> count_{0};
-  std::atomic<std::uint64_t> sum_{0};
-  std::atomic<std::uint64_t> max_{0};
-};
+using telemetry::LatencyHistogram;  // the telemetry core's (c4/common/rank_telemetry.h)
 
 // Who a communicator is (init arguments; v1..v3 know none of it).
 struct CommInfo {
@@ -91,19 +57,9 @@ struct CommInfo {
   int rank = -1;   // -1: unknown (v1..v3)
 };
 
-// Collective progress of one communicator: what cannot travel in today's report schema (see
-// Reporter::addCollectiveProgress, the seam).
-struct CommProgress {
-  std::uint64_t comm_hash = 0;
-  int nranks = 0;
-  int rank = -1;
-  std::uint64_t coll_entered = 0;   // Coll events started (this rank entered collective #n)
-  std::uint64_t coll_finished = 0;  // last ProxyOp stopped, or stopped with no proxy work
-  std::uint64_t p2p_entered = 0;
-  std::uint64_t p2p_finished = 0;
-  std::uint64_t last_coll_seq_number = 0;  // NCCL's per-function seqNumber of the newest Coll
-  std::uint64_t oldest_unfinished_us = 0;  // age of the oldest entered, unfinished task (0: none)
-};
+// Collective progress of one communicator: the report's CommunicatorProgress (what
+// RankReport.communicators carries).
+using CommProgress = report::CommunicatorProgress;
 
 // Per (peer, direction, channel) counters, cumulative.
 struct ChannelStats {

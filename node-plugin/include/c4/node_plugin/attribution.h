@@ -124,6 +124,7 @@ struct Drop {
 struct Attribution {
   PodInfo pod;
   AttributionPath path = AttributionPath::kCgroup;
+  pid_t pid = 0;  // the sender, as the kernel named it to this process
 };
 
 class Attributor {

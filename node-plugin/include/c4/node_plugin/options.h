@@ -17,6 +17,7 @@ struct NodePluginOptions {
   std::string node_name;   // --node-name, else $NODE_NAME (required)
   std::string kubeconfig;  // "" = in-cluster (then $KUBECONFIG, ~/.kube/config)
   std::string context;
+  std::string pod_namespace;  // --namespace: only this namespace's pods report ("" = every one)
   std::string socket = "/var/run/c4/agent.sock";
   std::size_t socket_receive_buffer = 4u << 20;
   std::string attribution = "auto";  // cgroup | identity | auto
@@ -26,8 +27,9 @@ struct NodePluginOptions {
   std::string nvml_library = "libnvidia-ml.so.1";  // "" = no GPU monitoring
   double interval_seconds = 1;
   double health_interval_seconds = 1;
-  double reassembly_timeout_seconds = 0;  // 0 = two intervals
-  std::string operator_url;               // required, https://
+  double reassembly_timeout_seconds = 0;     // 0 = two intervals
+  std::string operator_url;                  // required, https://
+  bool allow_insecure_operator_url = false;  // http:// accepted too (tests only)
   std::string ca_file;
   std::string token_file = "/var/run/secrets/c4/token";
   double request_timeout_seconds = 10;
@@ -54,5 +56,8 @@ Result<NodePluginOptions> parseNodePluginOptions(const std::vector<std::string>&
                                                  const GetEnv& getenv_fn);
 Status applyNodePluginYaml(NodePluginOptions& options, const std::string& yaml_text);
 std::string nodePluginUsage();
+// An operator URL must be https://; http:// only when `allow_insecure` (tests). The error names
+// --allow-insecure-operator-url.
+Status checkOperatorUrl(const std::string& url, bool allow_insecure);
 
 }  // namespace c4::node

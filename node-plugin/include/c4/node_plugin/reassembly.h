@@ -3,8 +3,14 @@
 // every field but `part` and `connections`. A complete report is merged into one RankReport
 // (part 0 of 1, connections in part order).
 //
-// Bounds: at most `max_partial` reports in assembly and `max_parts` buffered parts in all; a new
-// report past either bound evicts the oldest partial report. A partial report older than
+// Bounds: at most `max_partial` reports in assembly and `max_parts` buffered parts in all, and of
+// those at most `max_partial_per_pod` and `max_parts_per_pod` from one pod (the namespace and pod
+// of the part's identity, which the receiver has attributed to the sender's pod). A new report past
+// its pod's bounds evicts that pod's oldest partial report (counted as pod_limit); past the node's
+// bounds, the oldest partial report of the pod holding the most (reports, or parts) goes (counted
+// as evicted), so one pod flooding split reports evicts its own and leaves the other pods' room. A
+// report announcing more parts than max_parts_per_pod can never complete and is dropped at its
+// first part (pod_limit). A partial report older than
 // `timeout` is dropped by expire(). A part seen twice (same pid, seq, part) is a duplicate and
 // dropped; a part whose shared fields differ from the first part's makes the whole report
 // inconsistent and drops it. A merged report with more than report::kMaxConnectionsPerReport
@@ -17,6 +23,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -29,6 +36,8 @@ struct ReassemblyLimits {
   std::size_t max_partial = 256;
   std::size_t max_parts = 4096;
   Duration timeout = std::chrono::seconds{2};
+  std::size_t max_partial_per_pod = 64;
+  std::size_t max_parts_per_pod = 1024;
 };
 
 enum class PartOutcome {
@@ -47,6 +56,7 @@ struct ReassemblyStats {
   std::uint64_t evicted = 0;       // partial reports evicted by the bounds
   std::uint64_t timed_out = 0;     // partial reports dropped by expire()
   std::uint64_t oversize = 0;      // merged reports over report::kMaxConnectionsPerReport
+  std::uint64_t pod_limit = 0;     // partial reports dropped by their own pod's bounds
 };
 
 class Reassembler {
@@ -69,16 +79,28 @@ class Reassembler {
   struct Partial {
     MonoTime first_seen;
     std::uint64_t order = 0;  // arrival order of the first part (eviction)
+    std::string pod;          // "<namespace>/<pod>" of the identity: the fairness key
     std::vector<std::optional<report::RankReport>> parts;
     std::size_t received = 0;
   };
+  struct PodUsage {
+    std::size_t partial = 0;
+    std::size_t parts = 0;
+  };
   using Key = std::pair<pid_t, std::uint64_t>;
-  void erase(std::map<Key, Partial>::iterator it);
-  void evictOldest();
+  using Iter = std::map<Key, Partial>::iterator;
+  void erase(Iter it);
+  // The oldest partial report of `pod`, other than `keep`; end() when none.
+  Iter oldestOf(const std::string& pod, Iter keep);
+  // The oldest partial report of the pod holding the most parts (by_parts) or partial reports,
+  // other than `keep`; end() when none.
+  Iter largestPodsOldest(bool by_parts, Iter keep);
+  [[nodiscard]] PodUsage usage(const std::string& pod) const;
 
   Clock& clock_;
   ReassemblyLimits limits_;
   std::map<Key, Partial> partial_;
+  std::map<std::string, PodUsage> pods_;
   std::size_t parts_ = 0;
   std::uint64_t next_order_ = 0;
   ReassemblyStats stats_;

@@ -14,7 +14,10 @@
 //
 // Backoff: the n-th consecutive failure waits d = min(cap, base * 2^(n-1)) stretched by a jitter
 // draw to a uniform value in [d/2, d]. Memory is bounded by max_buffer_bytes (an estimate of the
-// encoded size): past it the oldest items go first, counted. `seq` starts at the start time in
+// encoded size): past it the oldest item of the pod that buffers the most bytes goes first, and
+// past max_notices the oldest notice of the pod with the most notices (counted): a pod flooding the
+// node plugin loses its own items and leaves the other pods theirs (the pod: namespace and name of
+// the attributed identity). `seq` starts at the start time in
 // Unix microseconds and grows by one per POST. Notices (anomaly, checkpoint) and health
 // anomalies ask for an immediate send (not earlier than the backoff allows), and so does the
 // first report in which a receiving connection stalled (a receive waits >= 0.5 s and nothing
@@ -62,10 +65,12 @@ class ReportTransport {
                                     const std::string& bearer_token, Duration timeout) = 0;
 };
 
-// libcurl over HTTPS (or HTTP for tests that want it). `ca_file` empty = the system trust store.
+// libcurl over HTTPS; plain HTTP only with `allow_insecure` (tests; an http:// URL is refused
+// otherwise, and curl is held to the URL's scheme). `ca_file` empty = the system trust store.
 struct CurlTransportConfig {
   std::string url;  // e.g. https://c4-operator.c4-system.svc:8443/v1/reports
   std::string ca_file;
+  bool allow_insecure = false;
   Duration connect_timeout = std::chrono::seconds{5};
 };
 Result<std::unique_ptr<ReportTransport>> createCurlTransport(CurlTransportConfig config);
@@ -167,6 +172,12 @@ class Shipper {
   struct Item {
     std::variant<report::RankReport, report::Notice> value;
     std::size_t bytes = 0;
+    std::string pod;  // "<namespace>/<pod>": the fairness key of the bounds
+  };
+  struct PodUsage {
+    std::size_t items = 0;
+    std::size_t bytes = 0;
+    std::size_t notices = 0;
   };
   struct Batch {
     std::vector<Item> items;
@@ -177,6 +188,11 @@ class Shipper {
   void requeueLocked(Batch batch);
   void coalesceLocked();
   void enforceBoundLocked();
+  // Every item entering or leaving buffer_ goes through these (bytes, notices, per-pod usage).
+  void chargeLocked(const Item& item);
+  void releaseLocked(const Item& item);
+  // The oldest item (notice, when `notices`) of the pod that buffers the most bytes (notices).
+  std::deque<Item>::iterator largestPodsOldestLocked(bool notices);
   void dropItemLocked(const Item& item, const char* why);
   void failureLocked(std::optional<Duration> retry_after);
   void successLocked();
@@ -199,6 +215,7 @@ class Shipper {
   std::deque<Item> buffer_;
   std::size_t buffer_bytes_ = 0;
   std::size_t notices_ = 0;
+  std::map<std::string, PodUsage> pods_;
   report::NodeHealth health_;
   std::uint64_t dropped_messages_ = 0;
   std::uint64_t rejected_messages_ = 0;

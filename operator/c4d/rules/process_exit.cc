@@ -1,0 +1,152 @@
+// Crash seen as a process exit. Profiler telemetry has no connection errors: a rank killed while
+// its pod stays up shows only as silence, which alone would read as a hang of its node. The node
+// plugin saw its process exit (an anomaly of kind processExited). That exit is a crash of the rank
+// when its peers wait for it (connections or collective progress), or when the rank had said it
+// was training (progress notices) and never said it finished — over NCCL's socket transport its
+// peers die of the closed connections within milliseconds, so nobody is left waiting. A rank that
+// finished, or whose peers exited too without either sign, is no crash (the job's end). Of several
+// such exits the earliest are the culprits; the later ones died of them, and so did ranks that
+// exited after a candidate of the crash rule. Exits too close to order by time are ordered by the
+// connections between them (culpritsOf). Reads and extends Findings::crash_candidate.
+#include <algorithm>
+#include <map>
+#include <optional>
+
+#include "operator/c4d/rules/rule.h"
+#include "operator/c4d/util.h"
+
+namespace c4::c4d {
+namespace {
+
+constexpr auto kExitTie = std::chrono::milliseconds{20};
+
+// Which of the exits (ranks with their exit times in `exited`) are crashes. Exits later than the
+// first by more than kExitTie died of earlier ones. The first exits, within kExitTie of each
+// other, are too close for the node plugins' clocks to order (each plugin sees its exits when its
+// own thread runs): a killed rank's peers die of its closed connections within a millisecond.
+// Their connections order them instead: the tied rank joined (by a connection either way) to the
+// most other tied exits explains them and is a crash, they its victims; repeat for what is left
+// (ties: the earliest exit, then the lowest rank). A candidate of the crash rule goes first. A tied
+// exit joined to no other stays a crash of its own (two independent kills at once).
+std::vector<std::int32_t> culpritsOf(const Window& w, const std::vector<char>& crashCand,
+                                     const std::vector<std::int32_t>& exits,
+                                     const std::map<std::int32_t, WallTime>& exited,
+                                     WallTime first) {
+  std::vector<std::int32_t> tied;
+  for (std::int32_t r : exits) {
+    if (exited.at(r) <= first + kExitTie) tied.push_back(r);
+  }
+  if (tied.size() <= 1) return tied;
+  std::sort(tied.begin(), tied.end());
+  auto pos = [&](std::int32_t r) -> std::optional<std::size_t> {
+    const auto it = std::lower_bound(tied.begin(), tied.end(), r);
+    if (it == tied.end() || *it != r) return std::nullopt;
+    return static_cast<std::size_t>(it - tied.begin());
+  };
+  const std::size_t k = tied.size();
+  std::vector<std::vector<char>> joined(k, std::vector<char>(k, 0));
+  for (const Edge& e : w.edges) {
+    const auto a = pos(e.src);
+    const auto b = pos(e.dst);
+    if (a && b && *a != *b) joined[*a][*b] = joined[*b][*a] = 1;
+  }
+  std::vector<char> settled(k, 0);
+  std::vector<std::int32_t> culprits;
+  auto settle = [&](std::size_t i) {
+    settled[i] = 1;
+    culprits.push_back(tied[i]);
+    for (std::size_t j = 0; j < k; ++j) {
+      if (joined[i][j]) settled[j] = 1;
+    }
+  };
+  for (std::size_t i = 0; i < k; ++i) {
+    if (!settled[i] && crashCand[static_cast<std::size_t>(tied[i])]) settle(i);
+  }
+  for (;;) {
+    std::optional<std::size_t> best;
+    std::size_t best_joined = 0;
+    for (std::size_t i = 0; i < k; ++i) {
+      if (settled[i]) continue;
+      std::size_t n = 0;
+      for (std::size_t j = 0; j < k; ++j) n += !settled[j] && joined[i][j] ? 1U : 0U;
+      if (!best || n > best_joined ||
+          (n == best_joined && exited.at(tied[i]) < exited.at(tied[*best]))) {
+        best = i;
+        best_joined = n;
+      }
+    }
+    if (!best) break;
+    settle(*best);
+  }
+  std::sort(culprits.begin(), culprits.end());
+  return culprits;
+}
+
+class ProcessExitRule final : public Rule {
+ public:
+  std::string_view name() const override { return "processExit"; }
+  void evaluate(const Window& w, Findings& out) override;
+
+ private:
+  std::map<std::int32_t, WallTime> exited_;  // per rank: its first exit in this attempt
+};
+
+void ProcessExitRule::evaluate(const Window& w, Findings& out) {
+  const std::int32_t n = w.size();
+  for (std::int32_t r = 0; r < n; ++r) {
+    for (const AnomalySample& a : w.rank(r).anomalies) {
+      if (a.kind == report::AnomalyKind::kProcessExited) exited_.try_emplace(r, a.time);
+    }
+  }
+  std::vector<char>& crashCand = out.crash_candidate;
+  std::optional<WallTime> first_exit;
+  std::vector<std::int32_t> exits;
+  for (const auto& [r, at] : exited_) {
+    if (r < 0 || r >= n) continue;
+    const auto ur = static_cast<std::size_t>(r);
+    if (w.finished[ur] || w.reporting[ur]) continue;
+    const auto& progress = w.rank(r).progress;
+    const bool working = progress && (progress->state == report::ProgressState::kTraining ||
+                                      progress->state == report::ProgressState::kCheckpointing ||
+                                      progress->state == report::ProgressState::kEvaluating);
+    // A candidate of the crash rule still orders the exits (its victims must not be named).
+    if (!crashCand[ur] && w.waiters[ur] == 0 && w.comm_wait[ur].waiters == 0 && !working) {
+      continue;
+    }
+    exits.push_back(r);
+    if (!first_exit || at < *first_exit) first_exit = at;
+  }
+  if (!first_exit) return;
+  const std::vector<std::int32_t> culprits = culpritsOf(w, crashCand, exits, exited_, *first_exit);
+  const std::size_t others = exits.size() - culprits.size();
+  for (std::int32_t r : culprits) {
+    const auto ur = static_cast<std::size_t>(r);
+    if (crashCand[ur]) continue;
+    crashCand[ur] = 1;
+    const NodeSnapshot& ns = w.node(w.nodeOf(r));
+    const std::int32_t waiting = std::max(w.waiters[ur], w.comm_wait[ur].waiters);
+    std::string message = strf(
+        "rank %d (pod %s on node %s): its process exited %.1f s ago (seen by the node "
+        "plugin) while its pod is %s%s; %d other rank(s) wait for it",
+        r, w.rank(r).pod.c_str(), ns.name.c_str(), secs(w.now - exited_.at(r)),
+        std::string(podStateName(w.rank(r).pod_state)).c_str(),
+        w.rank(r).progress ? ", and it had not said it finished" : "", waiting);
+    if (others > 0) message += strf("; %zu other rank(s) exited with or after it", others);
+    Candidate c = crashOfRank(w, r, std::move(message));
+    Verdict& v = c.verdict;
+    const double silent = w.silent_for[ur];
+    v.evidence.numbers = {{"processExited", 1.0},
+                          {"waitingPeers", static_cast<double>(waiting)},
+                          {"exitedAfter", static_cast<double>(others)},
+                          {"silentSeconds", silent == kInf ? -1.0 : silent}};
+    out.candidates.push_back(std::move(c));
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Rule> makeProcessExitRule() {
+  return std::make_unique<ProcessExitRule>();
+}
+
+}  // namespace c4::c4d
