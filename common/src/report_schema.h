@@ -299,6 +299,7 @@ struct Schema<RankReport> : Defaults {
       field("droppedMessages", &T::dropped_messages, U{}),
       field("connections", &T::connections, Arr{kMaxConnectionsPerReport}),
       field("communicators", &T::communicators, Arr{kMaxCommunicatorsPerReport}),
+      optionalField("last", &T::last, B{}),
   };
 };
 

@@ -137,6 +137,10 @@ else
   echo "verdict: $detected"
   [[ $detected == "crash of "*"rank 2 (pod $victim_pod on node $victim_node)"* ]] \
     || fail "the verdict does not name rank 2 on $victim_node"
+  # With profiler telemetry no peer reports the closed connection: the victims, which exit
+  # through exit(), sent their last reports and the killed rank did not.
+  [[ ${C4_E2E_TELEMETRY:-NetPlugin} != Profiler || $detected == *"sent no last report"* ]] \
+    || fail "the verdict does not say the killed rank sent no last report while its peers did"
   [[ $(kubectl get pod -n "$NS" "$victim_pod" -o jsonpath='{.status.phase}') != Failed ]] \
     || fail "$victim_pod failed: the pod, not C4D, showed the crash"
   [[ $(kubectl get node "$victim_node" -o jsonpath='{.spec.unschedulable}') != true ]] \

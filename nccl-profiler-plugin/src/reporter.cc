@@ -110,6 +110,13 @@ Profiler::~Profiler() {
   }
   impl_->stop_cv.notify_all();
   if (impl_->thread.joinable()) impl_->thread.join();
+  // The last report: what happened since the last tick, and the word that this process ended its
+  // telemetry in order (the last communicator was finalized, or the process left through exit()
+  // and its static destructors run). A killed process never gets here.
+  try {
+    sendReport(true);
+  } catch (...) {  // a destructor throws nothing (bad_alloc while building it)
+  }
 }
 
 Result<Context*> Profiler::addContext(const CommInfo& info) {
@@ -198,7 +205,12 @@ report::RankReport Profiler::buildReport() {
 }
 
 void Profiler::tickNow() {
+  sendReport(false);
+}
+
+void Profiler::sendReport(bool last) {
   report::RankReport r = buildReport();
+  r.last = last;
   std::lock_guard lock(impl_->mu);
   if (!impl_->sender) return;
   auto parts = telemetry::encodeReportParts(r, report::kMaxDatagramBytes);

@@ -11,8 +11,10 @@
 namespace c4::profiler {
 namespace {
 
-// The process-wide profiler: made by the first init, destroyed (reporter joined) by the last
-// finalize, so nothing of ours runs once NCCL may dlclose us (profiler.cc l.113-125).
+// The process-wide profiler: made by the first init, destroyed (reporter joined, last report
+// sent) by the last finalize, so nothing of ours runs once NCCL may dlclose us (profiler.cc
+// l.113-125); a process that leaves through exit() with communicators open destroys it with its
+// static objects.
 struct Process {
   std::mutex mu;
   std::unique_ptr<Profiler> profiler;

@@ -9,7 +9,7 @@ namespace {
 bool sameHeader(const report::RankReport& a, const report::RankReport& b) {
   return a.id == b.id && a.seq == b.seq && a.parts == b.parts && a.time_unix_ns == b.time_unix_ns &&
          a.interval_ms == b.interval_ms && a.plan_version == b.plan_version &&
-         a.dropped_messages == b.dropped_messages;
+         a.dropped_messages == b.dropped_messages && a.last == b.last;
 }
 
 }  // namespace

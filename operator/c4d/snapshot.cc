@@ -44,6 +44,7 @@ ReportSample ReportSample::from(const report::RankReport& r) {
   s.connections.reserve(r.connections.size());
   for (const auto& c : r.connections) s.connections.push_back(ConnSample::from(c));
   s.communicators = r.communicators;
+  s.last = r.last;
   return s;
 }
 

@@ -97,6 +97,9 @@ struct ReportSample {
   std::vector<ConnSample> connections;
   // The rank's NCCL communicators (profiler telemetry; empty from the net plugin).
   std::vector<report::CommunicatorProgress> communicators;
+  // The process's last report: it ended its telemetry in order (RankReport.last; a killed or
+  // crashed process sends none).
+  bool last = false;
 
   static ReportSample from(const report::RankReport& r);
 };

@@ -153,6 +153,7 @@ c4d::JobSnapshot buildSnapshot(const Json& job, const ingest::RecentReports& rec
         sample.time = report.header.received;  // operator clock: silence is measured to `now`
         sample.interval_ms = report.header.interval_ms;
         sample.communicators = report.header.communicators;
+        sample.last = report.header.last;
         sample.connections.reserve(report.connections.size());
         for (const auto& c : report.connections) {
           sample.connections.push_back(c4d::ConnSample::from(c));

@@ -83,9 +83,9 @@ void ReportStore::addRankReport(JobRecord& job, const report::RankReport& r, Wal
   ++rank.reports_total;
   ++job.reports_total;
   job.last_report = std::max(job.last_report, received);
-  rank.reports.push_back(
-      RankHeader{r.seq, r.time_unix_ns, r.interval_ms, r.plan_version, r.dropped_messages,
-                 static_cast<std::uint32_t>(r.connections.size()), received, r.communicators});
+  rank.reports.push_back(RankHeader{
+      r.seq, r.time_unix_ns, r.interval_ms, r.plan_version, r.dropped_messages,
+      static_cast<std::uint32_t>(r.connections.size()), received, r.communicators, r.last});
   while (rank.reports.size() > config_.history) rank.reports.pop_front();
   std::uint64_t now = rank.reports_total;
   for (const auto& c : r.connections) {

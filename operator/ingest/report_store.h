@@ -109,6 +109,7 @@ struct RankHeader {
   WallTime received{};  // operator clock
   // The rank's NCCL communicators (profiler plugin; empty from the net plugin).
   std::vector<report::CommunicatorProgress> communicators;
+  bool last = false;  // the process's last report (RankReport.last)
 };
 
 struct ConnectionSample {

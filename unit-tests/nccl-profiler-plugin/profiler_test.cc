@@ -2,10 +2,13 @@
 // nccl-profiler-abi.md): an application thread emits GroupApi/CollApi/Group/Coll, a proxy thread
 // ProxyOp/ProxyStep with net.cc's state sequences; time is simulated.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <thread>
@@ -43,6 +46,30 @@ class ProfilerTest : public ::testing::Test {
     setProcessOptionsForTest(std::nullopt);
   }
 
+  ProfilerOptions reporting(const std::string& path) {
+    ProfilerOptions o;
+    o.clock = &clock_;
+    o.start_reporter = false;
+    o.config.rank = 0;
+    o.config.world_size = 2;
+    o.config.job = "train";
+    o.config.ns = "ml";
+    o.config.pod = "train-0";
+    o.config.agent_socket = path;
+    return o;
+  }
+  // Every RankReport the server holds now (waits briefly for the first).
+  static std::vector<report::RankReport> drain(UnixDatagramServer& server) {
+    std::vector<report::RankReport> out;
+    for (auto wait = 1000ms;; wait = 100ms) {
+      auto got = server.receive(wait);
+      if (!got.has_value() || !got->has_value()) return out;
+      auto msg = report::decodeMessageCbor((*got)->bytes);
+      if (msg && std::holds_alternative<report::RankReport>(*msg)) {
+        out.push_back(std::get<report::RankReport>(*msg));
+      }
+    }
+  }
   void* initV6(int nranks = 2, int rank = 0, std::uint64_t commHash = 0xabc) {
     void* ctx = nullptr;
     EXPECT_EQ(tableV6().init(&ctx, commHash, &mask_, "world", 1, nranks, rank, nullptr),
@@ -689,6 +716,57 @@ TEST_F(ProfilerTest, ReporterSendsARankReportTheNodePluginDecodes) {
   stop(recv);
   EXPECT_EQ(tableV6().finalize(world), C4_NCCL_PROF_SUCCESS);
   EXPECT_EQ(tableV6().finalize(sub), C4_NCCL_PROF_SUCCESS);
+}
+
+// The last finalize sends one more report, marked last: the process ended its telemetry in order.
+TEST_F(ProfilerTest, TheLastFinalizeSendsALastReport) {
+  std::string path = "@c4-profiler-last-" + std::to_string(::getpid());
+  auto server = UnixDatagramServer::bind(path);
+  ASSERT_TRUE(server.has_value()) << server.error().toString();
+  setProcessOptionsForTest(reporting(path));
+  void* a = initV6(2, 0, 0xa);
+  void* b = initV6(2, 0, 0xb);
+  processProfilerForTest()->tickNow();
+  EXPECT_EQ(tableV6().finalize(a), C4_NCCL_PROF_SUCCESS);  // b is still open: not the last
+  EXPECT_EQ(tableV6().finalize(b), C4_NCCL_PROF_SUCCESS);
+  const auto reports = drain(*server);
+  ASSERT_EQ(reports.size(), 2u);
+  EXPECT_FALSE(reports[0].last);
+  EXPECT_TRUE(reports[1].last);
+  EXPECT_EQ(reports[1].seq, reports[0].seq + 1);
+}
+
+// A process that leaves through exit() with a communicator open sends its last report from the
+// static destructors; a killed one sends none. Each runs in a child process.
+TEST_F(ProfilerTest, AProcessThatExitsSendsALastReportAKilledOneNone) {
+  std::string path = "@c4-profiler-exit-" + std::to_string(::getpid());
+  auto server = UnixDatagramServer::bind(path);
+  ASSERT_TRUE(server.has_value()) << server.error().toString();
+  for (const bool killed : {false, true}) {
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      setProcessOptionsForTest(reporting(path));
+      initV6();
+      processProfilerForTest()->tickNow();
+      if (killed) ::raise(SIGKILL);
+      std::exit(0);  // the communicator is still open
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    const auto reports = drain(*server);
+    ASSERT_FALSE(reports.empty()) << (killed ? "killed" : "exited");
+    EXPECT_FALSE(reports.front().last);
+    if (killed) {
+      EXPECT_TRUE(WIFSIGNALED(status));
+      EXPECT_EQ(reports.size(), 1u);
+    } else {
+      EXPECT_TRUE(WIFEXITED(status));
+      ASSERT_EQ(reports.size(), 2u);
+      EXPECT_TRUE(reports.back().last);
+      EXPECT_EQ(reports.back().id.pid, static_cast<std::uint32_t>(child));
+    }
+  }
 }
 
 // More communicators than a report holds: the report keeps those with an unfinished operation

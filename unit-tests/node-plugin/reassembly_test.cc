@@ -89,6 +89,24 @@ TEST(ReassemblyTest, DuplicateAndInconsistentParts) {
   EXPECT_EQ(r.offer(10, other).outcome, PartOutcome::kInconsistent);
 }
 
+// A last report split into parts stays marked last; a part that disagrees is not one of it.
+TEST(ReassemblyTest, TheLastMarkIsPartOfTheHeader) {
+  SimulatedClock clock;
+  Reassembler r(clock, {});
+  auto last = whole(9);
+  last.last = true;
+  auto parts = split(last, 2);
+  EXPECT_EQ(r.offer(10, parts[0]).outcome, PartOutcome::kPending);
+  auto done = r.offer(10, parts[1]);
+  ASSERT_EQ(done.outcome, PartOutcome::kComplete);
+  EXPECT_TRUE(done.report->last);
+  EXPECT_EQ(*done.report, last);
+  EXPECT_EQ(r.offer(10, parts[0]).outcome, PartOutcome::kPending);
+  auto notLast = parts[1];
+  notLast.last = false;
+  EXPECT_EQ(r.offer(10, notLast).outcome, PartOutcome::kInconsistent);
+}
+
 TEST(ReassemblyTest, TimeoutDropsPartials) {
   SimulatedClock clock;
   Reassembler r(clock, {.max_partial = 10, .max_parts = 100, .timeout = std::chrono::seconds{2}});

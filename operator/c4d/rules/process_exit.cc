@@ -7,7 +7,8 @@
 // finished, or whose peers exited too without either sign, is no crash (the job's end). Of several
 // such exits the earliest are the culprits; the later ones died of them, and so did ranks that
 // exited after a candidate of the crash rule. Exits too close to order by time are ordered by the
-// connections between them (culpritsOf). Reads and extends Findings::crash_candidate.
+// connections between them and by which ranks sent a last report (culpritsOf). Reads and extends
+// Findings::crash_candidate.
 #include <algorithm>
 #include <map>
 #include <optional>
@@ -18,16 +19,28 @@
 namespace c4::c4d {
 namespace {
 
-constexpr auto kExitTie = std::chrono::milliseconds{20};
+constexpr auto kExitTie = std::chrono::milliseconds{100};
+
+// Whether the rank's process ended its telemetry in order: its newest report is its last one
+// (RankReport.last, sent by the profiler plugin from its last finalize or at exit()). A process
+// killed by a signal or that crashed sends none.
+bool endedInOrder(const Window& w, std::int32_t r) {
+  const auto& reports = w.rank(r).reports;
+  return !reports.empty() && reports.back().last;
+}
 
 // Which of the exits (ranks with their exit times in `exited`) are crashes. Exits later than the
 // first by more than kExitTie died of earlier ones. The first exits, within kExitTie of each
 // other, are too close for the node plugins' clocks to order (each plugin sees its exits when its
 // own thread runs): a killed rank's peers die of its closed connections within a millisecond.
-// Their connections order them instead: the tied rank joined (by a connection either way) to the
-// most other tied exits explains them and is a crash, they its victims; repeat for what is left
-// (ties: the earliest exit, then the lowest rank). A candidate of the crash rule goes first. A tied
-// exit joined to no other stays a crash of its own (two independent kills at once).
+// Their connections order them instead. Tied exits joined (by a connection either way, directly or
+// through other tied exits) form one cascade; in each cascade the crashes are
+//   - the candidates of the crash rule, else
+//   - the ranks that vanished without a last report while others of the cascade sent theirs
+//     (a killed process says nothing; its peers that exited of its closed connections did), else
+//   - the one rank joined to the most others of the cascade (ties: the earliest exit, then the
+//     lowest rank): it explains them.
+// A tied exit joined to no other is a cascade of its own (two independent kills at once).
 std::vector<std::int32_t> culpritsOf(const Window& w, const std::vector<char>& crashCand,
                                      const std::vector<std::int32_t>& exits,
                                      const std::map<std::int32_t, WallTime>& exited,
@@ -44,39 +57,57 @@ std::vector<std::int32_t> culpritsOf(const Window& w, const std::vector<char>& c
     return static_cast<std::size_t>(it - tied.begin());
   };
   const std::size_t k = tied.size();
-  std::vector<std::vector<char>> joined(k, std::vector<char>(k, 0));
+  std::vector<std::vector<std::size_t>> joined(k);
   for (const Edge& e : w.edges) {
     const auto a = pos(e.src);
     const auto b = pos(e.dst);
-    if (a && b && *a != *b) joined[*a][*b] = joined[*b][*a] = 1;
+    if (!a || !b || *a == *b) continue;
+    joined[*a].push_back(*b);
+    joined[*b].push_back(*a);
   }
-  std::vector<char> settled(k, 0);
+  for (auto& j : joined) {
+    std::sort(j.begin(), j.end());
+    j.erase(std::unique(j.begin(), j.end()), j.end());
+  }
+  std::vector<char> seen(k, 0);
   std::vector<std::int32_t> culprits;
-  auto settle = [&](std::size_t i) {
-    settled[i] = 1;
-    culprits.push_back(tied[i]);
-    for (std::size_t j = 0; j < k; ++j) {
-      if (joined[i][j]) settled[j] = 1;
-    }
-  };
-  for (std::size_t i = 0; i < k; ++i) {
-    if (!settled[i] && crashCand[static_cast<std::size_t>(tied[i])]) settle(i);
-  }
-  for (;;) {
-    std::optional<std::size_t> best;
-    std::size_t best_joined = 0;
-    for (std::size_t i = 0; i < k; ++i) {
-      if (settled[i]) continue;
-      std::size_t n = 0;
-      for (std::size_t j = 0; j < k; ++j) n += !settled[j] && joined[i][j] ? 1U : 0U;
-      if (!best || n > best_joined ||
-          (n == best_joined && exited.at(tied[i]) < exited.at(tied[*best]))) {
-        best = i;
-        best_joined = n;
+  for (std::size_t start = 0; start < k; ++start) {
+    if (seen[start]) continue;
+    std::vector<std::size_t> cascade{start};
+    seen[start] = 1;
+    for (std::size_t at = 0; at < cascade.size(); ++at) {
+      for (std::size_t j : joined[cascade[at]]) {
+        if (!seen[j]) {
+          seen[j] = 1;
+          cascade.push_back(j);
+        }
       }
     }
-    if (!best) break;
-    settle(*best);
+    std::vector<std::int32_t> found;
+    for (std::size_t i : cascade) {
+      if (crashCand[static_cast<std::size_t>(tied[i])]) found.push_back(tied[i]);
+    }
+    if (found.empty()) {
+      std::vector<std::int32_t> silent;
+      for (std::size_t i : cascade) {
+        if (!endedInOrder(w, tied[i])) silent.push_back(tied[i]);
+      }
+      if (silent.size() < cascade.size()) found = std::move(silent);
+    }
+    if (found.empty()) {
+      std::size_t best = cascade.front();
+      for (std::size_t i : cascade) {
+        const std::size_t n = joined[i].size();
+        const std::size_t nb = joined[best].size();
+        const WallTime at = exited.at(tied[i]);
+        const WallTime at_best = exited.at(tied[best]);
+        if (n > nb || (n == nb && (at < at_best || (at == at_best && tied[i] < tied[best])))) {
+          best = i;
+        }
+      }
+      found.push_back(tied[best]);
+    }
+    culprits.insert(culprits.end(), found.begin(), found.end());
   }
   std::sort(culprits.begin(), culprits.end());
   return culprits;
@@ -132,12 +163,22 @@ void ProcessExitRule::evaluate(const Window& w, Findings& out) {
         std::string(podStateName(w.rank(r).pod_state)).c_str(),
         w.rank(r).progress ? ", and it had not said it finished" : "", waiting);
     if (others > 0) message += strf("; %zu other rank(s) exited with or after it", others);
+    if (others > 0 && !endedInOrder(w, r)) {
+      std::size_t inOrder = 0;
+      for (std::int32_t o : exits) inOrder += o != r && endedInOrder(w, o) ? 1U : 0U;
+      if (inOrder > 0) {
+        message += strf(
+            "; it sent no last report (killed or crashed) while %zu of them ended theirs in order",
+            inOrder);
+      }
+    }
     Candidate c = crashOfRank(w, r, std::move(message));
     Verdict& v = c.verdict;
     const double silent = w.silent_for[ur];
     v.evidence.numbers = {{"processExited", 1.0},
                           {"waitingPeers", static_cast<double>(waiting)},
                           {"exitedAfter", static_cast<double>(others)},
+                          {"lastReport", endedInOrder(w, r) ? 1.0 : 0.0},
                           {"silentSeconds", silent == kInf ? -1.0 : silent}};
     out.candidates.push_back(std::move(c));
   }

@@ -113,6 +113,8 @@ class CommJob {
       rs.node = i / 2;
       rs.pod = "llm-" + std::to_string(i);
       rs.pod_state = PodState::kRunning;
+      // A process that ends in order marks its newest report its last (RankReport.last).
+      if (r.exit_pending && r.sends_last && !r.reports.empty()) r.reports.back().last = true;
       rs.reports = r.reports;
       if (r.progress) rs.progress = ProgressSample{*r.progress, 100, now_};
       if (r.exit_pending) {  // the node plugin's notice, delivered once
@@ -159,6 +161,7 @@ class CommJob {
     std::chrono::milliseconds exit_delay{0};        // when, after the second's start
     std::optional<report::ProgressState> progress;  // what its progress notices said last
     std::int32_t closed_by = -1;  // with its exit, it reported this peer's connection closed
+    bool sends_last = false;      // it exits in order: its newest report is its last
     std::vector<ReportSample> reports;
   };
   Rank& rank(int r) { return ranks_[static_cast<std::size_t>(r)]; }
@@ -185,7 +188,7 @@ void exitRank2ThenTheOthers(CommJob& job) {
   for (int r = 0; r < 4; ++r) {
     job.rank(r).frozen = true;
     job.rank(r).exit_pending = true;
-    job.rank(r).exit_delay = std::chrono::milliseconds{r == 2 ? 0 : 70};
+    job.rank(r).exit_delay = std::chrono::milliseconds{r == 2 ? 0 : 150};
   }
 }
 
@@ -267,7 +270,7 @@ TEST(CollectiveProgress, EveryRankExitingIsNoVerdict) {
 // Over NCCL's socket transport the peers of a killed rank die of its closed connections within
 // milliseconds: nobody is left waiting. Ranks that said they were training (progress notices)
 // and exited without saying they finished crashed; the first to exit is the culprit, the others
-// (70 ms later) its victims.
+// (150 ms later) its victims.
 TEST(CollectiveProgress, TheFirstOfACascadeOfExitsMidTrainingIsTheCrash) {
   CommJob job(true);
   for (int r = 0; r < 4; ++r) job.rank(r).progress = report::ProgressState::kTraining;
@@ -311,6 +314,54 @@ TEST(CollectiveProgress, OfExitsTooCloseToOrderTheOneJoinedToTheOthersIsTheCrash
   EXPECT_THAT(v[0].evidence.message, HasSubstr("7 other rank(s) exited with or after it"));
 }
 
+// Five exits within 4 ms, each joined to the next: one cascade, so one crash (the one its order
+// and connections name), not one per rank left over once the first one's neighbours are settled.
+TEST(CollectiveProgress, ExitsTooCloseToOrderJoinedThroughEachOtherAreOneCrash) {
+  CommJob job(true, 8);
+  ringExitsMidTraining(job, [](int r) {
+    return r == 3 ? 0 : r == 2 ? 1 : r == 4 ? 2 : r == 1 ? 3 : r == 5 ? 4 : 300;
+  });
+  if (HasFatalFailure()) return;
+  const auto v = job.run(15);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].ranks, std::vector<std::int32_t>{3});
+  EXPECT_THAT(v[0].evidence.message, HasSubstr("7 other rank(s) exited with or after it"));
+}
+
+// The node plugins stamped the killed rank 2 after its neighbours (3 first, 2 five ms later):
+// time and connections both point at rank 3, the one joined to both. But the victims exited
+// through exit() and sent their last reports; rank 2, killed, sent none. It is the crash.
+TEST(CollectiveProgress, OfExitsTooCloseToOrderTheOneWithoutALastReportIsTheCrash) {
+  CommJob job(true, 8);
+  ringExitsMidTraining(job, [](int r) {
+    return r == 3 ? 0 : r == 2 ? 5 : r == 4 ? 8 : r == 1 ? 10 : 300;
+  });
+  if (HasFatalFailure()) return;
+  for (int r = 0; r < 8; ++r) job.rank(r).sends_last = r != 2;
+  const auto v = job.run(15);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].fault_class, FaultClass::kCrash);
+  EXPECT_EQ(v[0].ranks, std::vector<std::int32_t>{2});
+  EXPECT_THAT(v[0].evidence.message, HasSubstr("it sent no last report (killed or crashed) while "
+                                               "7 of them ended theirs in order"));
+  EXPECT_EQ(v[0].evidence.number("lastReport"), 0.0);
+}
+
+// The control: the same exits where every rank sent its last report (rank 2 left through an
+// exception of its own, say): nothing tells rank 2 apart, and time and connections name rank 3.
+TEST(CollectiveProgress, WhenEveryTiedExitSentItsLastReportTimeAndConnectionsDecide) {
+  CommJob job(true, 8);
+  ringExitsMidTraining(job, [](int r) {
+    return r == 3 ? 0 : r == 2 ? 5 : r == 4 ? 8 : r == 1 ? 10 : 300;
+  });
+  if (HasFatalFailure()) return;
+  for (int r = 0; r < 8; ++r) job.rank(r).sends_last = true;
+  const auto v = job.run(15);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].ranks, std::vector<std::int32_t>{3});
+  EXPECT_EQ(v[0].evidence.number("lastReport"), 1.0);
+}
+
 // Two ranks killed at once, far apart on the ring, with their neighbours: each explains its own
 // neighbours' exits, so both are crashes.
 TEST(CollectiveProgress, TwoSimultaneousKillsAreTwoCrashes) {
@@ -328,7 +379,7 @@ TEST(CollectiveProgress, TwoSimultaneousKillsAreTwoCrashes) {
 }
 
 // Net-plugin telemetry: the peers also report the killed rank's connections closed, which names
-// it by the older rule; their own exits, 70 ms later, stay victims of it.
+// it by the older rule; their own exits, 150 ms later, stay victims of it.
 TEST(CollectiveProgress, ExitsAfterAnAccusedCrashAreItsVictims) {
   CommJob job(true);
   for (int r = 0; r < 4; ++r) job.rank(r).progress = report::ProgressState::kTraining;

@@ -118,6 +118,7 @@ TEST_F(ReportStoreTest, RecentReportsAreWholeReportsWithTheirNodes) {
       batch.reports.push_back(rankReport(identity("ns1", "job", r, "node-a"), seq,
                                          kT0 + static_cast<std::int64_t>(seq), connections));
       batch.reports.back().communicators = {{0x5eed, 2, r, seq, seq - 1, 0, 0, seq, 1000}};
+      batch.reports.back().last = r == 1 && seq == 4;  // rank 1's process ended in order
     }
     if (seq == 2 || seq == 4) {
       batch.notices.push_back(anomalyNotice(identity("ns1", "job", 1, "node-a"),
@@ -152,6 +153,9 @@ TEST_F(ReportStoreTest, RecentReportsAreWholeReportsWithTheirNodes) {
   ASSERT_EQ(rank.reports[1].header.communicators.size(), 1u);
   EXPECT_EQ(rank.reports[1].header.communicators[0].coll_entered, 4u);
   EXPECT_EQ(rank.reports[1].header.communicators[0].rank, 1);
+  EXPECT_FALSE(rank.reports[0].header.last);
+  EXPECT_TRUE(rank.reports[1].header.last);
+  EXPECT_FALSE(recent->ranks.at(0).reports[1].header.last);
   ASSERT_EQ(recent->ranks.at(0).reports.size(), 2u);
   EXPECT_EQ(recent->ranks.at(0).reports[1].connections.size(), 2u);
   ASSERT_EQ(recent->anomalies.size(), 1u);

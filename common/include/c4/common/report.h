@@ -130,6 +130,11 @@ struct RankReport {
   std::vector<ConnectionStats> connections;
   // The rank's communicators (profiler plugin); a report split into parts carries them in part 0.
   std::vector<CommunicatorProgress> communicators;
+  // The process's last report: its telemetry ended in order (its communicators were finalized,
+  // or it left through exit()). A process that is killed or crashes sends none, which is what
+  // tells a killed rank from the peers that exited of its closed connections a moment later.
+  // Optional on the wire (absent: false).
+  bool last = false;
   friend bool operator==(const RankReport&, const RankReport&) = default;
 };
 

@@ -105,7 +105,10 @@ struct ProfilerOptions {
 };
 
 // Process-wide state: the contexts, the sender and the reporter thread. Created with the first
-// context and destroyed (thread joined) with the last one by the C shell (src/shells.cc).
+// context and destroyed (thread joined) with the last one by the C shell (src/shells.cc), or by
+// the process's static destructors when it leaves through exit() with communicators still open;
+// either way its destructor sends one last report (RankReport.last), which a killed process never
+// sends.
 class Profiler {
  public:
   static Result<std::unique_ptr<Profiler>> create(ProfilerOptions options);
@@ -130,6 +133,7 @@ class Profiler {
  private:
   struct Impl;
   explicit Profiler(std::unique_ptr<Impl> impl);
+  void sendReport(bool last);
   std::unique_ptr<Impl> impl_;
 };
 
