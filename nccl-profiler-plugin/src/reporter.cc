@@ -50,6 +50,7 @@ struct Profiler::Impl {
   std::mutex stop_mu;
   std::condition_variable_any stop_cv;
   bool stop = false;
+  bool finished = false;  // finish() ran: the last report is sent
   std::thread thread;
 
   void loop(Profiler& self) {
@@ -104,18 +105,24 @@ Result<std::unique_ptr<Profiler>> Profiler::create(ProfilerOptions options) {
 }
 
 Profiler::~Profiler() {
+  finish();
+}
+
+void Profiler::finish() {
   {
     std::lock_guard lock(impl_->stop_mu);
+    if (impl_->finished) return;
+    impl_->finished = true;
     impl_->stop = true;
   }
   impl_->stop_cv.notify_all();
   if (impl_->thread.joinable()) impl_->thread.join();
   // The last report: what happened since the last tick, and the word that this process ended its
-  // telemetry in order (the last communicator was finalized, or the process left through exit()
-  // and its static destructors run). A killed process never gets here.
+  // telemetry in order (the last communicator is being finalized, or the process left through
+  // exit() and its static destructors run). A killed process never gets here.
   try {
     sendReport(true);
-  } catch (...) {  // a destructor throws nothing (bad_alloc while building it)
+  } catch (...) {  // nothing leaves (bad_alloc while building it)
   }
 }
 
@@ -146,6 +153,12 @@ void Profiler::removeContext(Context* ctx) {
     impl_->contexts.erase(it);
   }
   gone->magic = 0;
+}
+
+bool Profiler::holds(const Context* ctx) const {
+  std::lock_guard lock(impl_->mu);
+  return std::any_of(impl_->contexts.begin(), impl_->contexts.end(),
+                     [ctx](const auto& c) { return c.get() == ctx; });
 }
 
 std::size_t Profiler::contexts() const {

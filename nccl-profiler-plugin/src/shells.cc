@@ -98,6 +98,8 @@ C4NcclProfResult finalizeFn(void* context) noexcept {
     std::lock_guard lock(p.mu);
     if (!p.profiler || p.live == 0) return C4_NCCL_PROF_SUCCESS;
     auto* ctx = static_cast<Context*>(context);
+    // The last communicator: its connections go into the last report before it is removed.
+    if (p.live == 1 && p.profiler->holds(ctx)) p.profiler->finish();
     std::size_t before = p.profiler->contexts();
     p.profiler->removeContext(ctx);
     if (p.profiler->contexts() < before) --p.live;

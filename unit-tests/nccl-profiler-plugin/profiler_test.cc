@@ -719,7 +719,8 @@ TEST_F(ProfilerTest, ReporterSendsARankReportTheNodePluginDecodes) {
 }
 
 // The last finalize sends one more report, marked last: the process ended its telemetry in order.
-TEST_F(ProfilerTest, TheLastFinalizeSendsALastReport) {
+// It still carries the last communicator and its connections (C4D orders exits by them).
+TEST_F(ProfilerTest, TheLastFinalizeSendsALastReportWithItsConnections) {
   std::string path = "@c4-profiler-last-" + std::to_string(::getpid());
   auto server = UnixDatagramServer::bind(path);
   ASSERT_TRUE(server.has_value()) << server.error().toString();
@@ -727,13 +728,24 @@ TEST_F(ProfilerTest, TheLastFinalizeSendsALastReport) {
   void* a = initV6(2, 0, 0xa);
   void* b = initV6(2, 0, 0xb);
   processProfilerForTest()->tickNow();
+  void* send = proxyOp(b, collective(b, 1), 1, true);
+  sendStep(b, send, 0, 4096);
+  stop(send);
   EXPECT_EQ(tableV6().finalize(a), C4_NCCL_PROF_SUCCESS);  // b is still open: not the last
+  EXPECT_EQ(tableV6().finalize(a), C4_NCCL_PROF_SUCCESS);  // a again: changes nothing
+  EXPECT_NE(processProfilerForTest(), nullptr);
   EXPECT_EQ(tableV6().finalize(b), C4_NCCL_PROF_SUCCESS);
   const auto reports = drain(*server);
   ASSERT_EQ(reports.size(), 2u);
   EXPECT_FALSE(reports[0].last);
-  EXPECT_TRUE(reports[1].last);
-  EXPECT_EQ(reports[1].seq, reports[0].seq + 1);
+  const report::RankReport& last = reports[1];
+  EXPECT_TRUE(last.last);
+  EXPECT_EQ(last.seq, reports[0].seq + 1);
+  ASSERT_EQ(last.communicators.size(), 1u);
+  EXPECT_EQ(last.communicators[0].comm_hash, 0xbu);
+  ASSERT_EQ(last.connections.size(), 1u);
+  EXPECT_EQ(last.connections[0].peer_rank, 1);
+  EXPECT_EQ(last.connections[0].bytes, 4096u);
 }
 
 // A process that leaves through exit() with a communicator open sends its last report from the

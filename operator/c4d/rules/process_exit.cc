@@ -32,15 +32,18 @@ bool endedInOrder(const Window& w, std::int32_t r) {
 // Which of the exits (ranks with their exit times in `exited`) are crashes. Exits later than the
 // first by more than kExitTie died of earlier ones. The first exits, within kExitTie of each
 // other, are too close for the node plugins' clocks to order (each plugin sees its exits when its
-// own thread runs): a killed rank's peers die of its closed connections within a millisecond.
-// Their connections order them instead. Tied exits joined (by a connection either way, directly or
-// through other tied exits) form one cascade; in each cascade the crashes are
-//   - the candidates of the crash rule, else
-//   - the ranks that vanished without a last report while others of the cascade sent theirs
-//     (a killed process says nothing; its peers that exited of its closed connections did), else
-//   - the one rank joined to the most others of the cascade (ties: the earliest exit, then the
-//     lowest rank): it explains them.
-// A tied exit joined to no other is a cascade of its own (two independent kills at once).
+// own thread runs, on a busy node tens of milliseconds late): a killed rank's peers die of its
+// closed connections within milliseconds. Among them the crashes are
+//   - the candidates of the crash rule, and
+//   - when some tied ranks sent a last report and some did not, those that did not: a killed or
+//     crashed process says nothing, while its peers that exited of its closed connections ended
+//     their telemetry in order (the others are its victims, whether or not their connections
+//     to it are still in the window);
+// and in each cascade (tied exits joined by a connection either way, directly or through other
+// tied exits) that holds none of those and when no rank vanished without a last report, the one
+// rank joined to the most others of the cascade (ties: the earliest exit, then the lowest rank):
+// it explains them. A tied exit joined to no other is a cascade of its own (two independent kills
+// at once).
 std::vector<std::int32_t> culpritsOf(const Window& w, const std::vector<char>& crashCand,
                                      const std::vector<std::int32_t>& exits,
                                      const std::map<std::int32_t, WallTime>& exited,
@@ -51,12 +54,22 @@ std::vector<std::int32_t> culpritsOf(const Window& w, const std::vector<char>& c
   }
   if (tied.size() <= 1) return tied;
   std::sort(tied.begin(), tied.end());
+  const std::size_t k = tied.size();
+  std::vector<char> found(k, 0);
+  std::size_t inOrder = 0;
+  for (std::size_t i = 0; i < k; ++i) {
+    found[i] = crashCand[static_cast<std::size_t>(tied[i])];
+    inOrder += endedInOrder(w, tied[i]) ? 1U : 0U;
+  }
+  const bool vanished = inOrder > 0 && inOrder < k;
+  if (vanished) {
+    for (std::size_t i = 0; i < k; ++i) found[i] = found[i] || !endedInOrder(w, tied[i]);
+  }
   auto pos = [&](std::int32_t r) -> std::optional<std::size_t> {
     const auto it = std::lower_bound(tied.begin(), tied.end(), r);
     if (it == tied.end() || *it != r) return std::nullopt;
     return static_cast<std::size_t>(it - tied.begin());
   };
-  const std::size_t k = tied.size();
   std::vector<std::vector<std::size_t>> joined(k);
   for (const Edge& e : w.edges) {
     const auto a = pos(e.src);
@@ -70,12 +83,14 @@ std::vector<std::int32_t> culpritsOf(const Window& w, const std::vector<char>& c
     j.erase(std::unique(j.begin(), j.end()), j.end());
   }
   std::vector<char> seen(k, 0);
-  std::vector<std::int32_t> culprits;
+  std::vector<char> picked(k, 0);
   for (std::size_t start = 0; start < k; ++start) {
     if (seen[start]) continue;
     std::vector<std::size_t> cascade{start};
     seen[start] = 1;
+    bool explained = vanished;
     for (std::size_t at = 0; at < cascade.size(); ++at) {
+      explained = explained || found[cascade[at]];
       for (std::size_t j : joined[cascade[at]]) {
         if (!seen[j]) {
           seen[j] = 1;
@@ -83,33 +98,23 @@ std::vector<std::int32_t> culpritsOf(const Window& w, const std::vector<char>& c
         }
       }
     }
-    std::vector<std::int32_t> found;
+    if (explained) continue;
+    std::size_t best = cascade.front();
     for (std::size_t i : cascade) {
-      if (crashCand[static_cast<std::size_t>(tied[i])]) found.push_back(tied[i]);
-    }
-    if (found.empty()) {
-      std::vector<std::int32_t> silent;
-      for (std::size_t i : cascade) {
-        if (!endedInOrder(w, tied[i])) silent.push_back(tied[i]);
+      const std::size_t n = joined[i].size();
+      const std::size_t nb = joined[best].size();
+      const WallTime at = exited.at(tied[i]);
+      const WallTime at_best = exited.at(tied[best]);
+      if (n > nb || (n == nb && (at < at_best || (at == at_best && tied[i] < tied[best])))) {
+        best = i;
       }
-      if (silent.size() < cascade.size()) found = std::move(silent);
     }
-    if (found.empty()) {
-      std::size_t best = cascade.front();
-      for (std::size_t i : cascade) {
-        const std::size_t n = joined[i].size();
-        const std::size_t nb = joined[best].size();
-        const WallTime at = exited.at(tied[i]);
-        const WallTime at_best = exited.at(tied[best]);
-        if (n > nb || (n == nb && (at < at_best || (at == at_best && tied[i] < tied[best])))) {
-          best = i;
-        }
-      }
-      found.push_back(tied[best]);
-    }
-    culprits.insert(culprits.end(), found.begin(), found.end());
+    picked[best] = 1;
   }
-  std::sort(culprits.begin(), culprits.end());
+  std::vector<std::int32_t> culprits;
+  for (std::size_t i = 0; i < k; ++i) {
+    if (found[i] || picked[i]) culprits.push_back(tied[i]);
+  }
   return culprits;
 }
 

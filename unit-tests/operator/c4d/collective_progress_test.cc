@@ -114,7 +114,10 @@ class CommJob {
       rs.pod = "llm-" + std::to_string(i);
       rs.pod_state = PodState::kRunning;
       // A process that ends in order marks its newest report its last (RankReport.last).
-      if (r.exit_pending && r.sends_last && !r.reports.empty()) r.reports.back().last = true;
+      if (r.exit_pending && r.sends_last && !r.reports.empty()) {
+        r.reports.back().last = true;
+        if (r.last_without_connections) r.reports.back().connections.clear();
+      }
       rs.reports = r.reports;
       if (r.progress) rs.progress = ProgressSample{*r.progress, 100, now_};
       if (r.exit_pending) {  // the node plugin's notice, delivered once
@@ -162,6 +165,7 @@ class CommJob {
     std::optional<report::ProgressState> progress;  // what its progress notices said last
     std::int32_t closed_by = -1;  // with its exit, it reported this peer's connection closed
     bool sends_last = false;      // it exits in order: its newest report is its last
+    bool last_without_connections = false;  // ... and carries no connections
     std::vector<ReportSample> reports;
   };
   Rank& rank(int r) { return ranks_[static_cast<std::size_t>(r)]; }
@@ -345,6 +349,24 @@ TEST(CollectiveProgress, OfExitsTooCloseToOrderTheOneWithoutALastReportIsTheCras
   EXPECT_THAT(v[0].evidence.message, HasSubstr("it sent no last report (killed or crashed) while "
                                                "7 of them ended theirs in order"));
   EXPECT_EQ(v[0].evidence.number("lastReport"), 0.0);
+}
+
+// What the profiler e2e saw: the killed rank 2 stamped 20 ms after its neighbour 3, the other
+// victims 60-85 ms after it, and the victims' last reports carrying no connections (sent after
+// their communicators were gone), so no edge joins them. Each must not be a cascade of its own:
+// they ended in order while rank 2 vanished; rank 2 alone is the crash.
+TEST(CollectiveProgress, AVanishedRankAmongExitsThatEndedInOrderIsTheCrashEvenWithoutEdges) {
+  CommJob job(true, 8);
+  ringExitsMidTraining(job, [](int r) { return r == 3 ? 0 : r == 2 ? 20 : 60 + 3 * r; });
+  if (HasFatalFailure()) return;
+  for (int r = 0; r < 8; ++r) {
+    job.rank(r).sends_last = r != 2;
+    job.rank(r).last_without_connections = true;
+  }
+  const auto v = job.run(15);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].ranks, std::vector<std::int32_t>{2});
+  EXPECT_THAT(v[0].evidence.message, HasSubstr("7 other rank(s) exited with or after it"));
 }
 
 // The control: the same exits where every rank sent its last report (rank 2 left through an

@@ -116,10 +116,16 @@ class Profiler {
   Profiler(const Profiler&) = delete;
   Profiler& operator=(const Profiler&) = delete;
 
+  // Stops the reporter and sends the last report (RankReport.last) with every context still
+  // there; once. The C shell calls it before it removes the last context, the destructor
+  // otherwise (exit() with communicators open).
+  void finish();
+
   Result<Context*> addContext(const CommInfo& info);
   // NCCL guarantees no event of this communicator follows its finalize (init.cc l.379-381).
   void removeContext(Context* ctx);
   [[nodiscard]] std::size_t contexts() const;
+  [[nodiscard]] bool holds(const Context* ctx) const;
 
   // Reporter: one RankReport from everything now (also what the thread sends every interval).
   report::RankReport buildReport();
