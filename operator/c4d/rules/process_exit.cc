@@ -29,25 +29,39 @@ bool endedInOrder(const Window& w, std::int32_t r) {
   return !reports.empty() && reports.back().last;
 }
 
+// How the exits ended that the fewer of them share, when both endings occur in different numbers:
+// true = in order (a last report), false = without one (killed, crashed or aborted). A cascade's
+// victims end alike (the same trainer code meets the same closed connections: all leave through
+// exit(), or all abort), the rank that caused it differently: a killed rank among victims that
+// left through exit(), or a rank that raised an error of its own and left through exit() among
+// victims that abort.
+std::optional<bool> oddEnding(const Window& w, const std::vector<std::int32_t>& exits) {
+  std::size_t inOrder = 0;
+  for (std::int32_t r : exits) inOrder += endedInOrder(w, r) ? 1U : 0U;
+  const std::size_t without = exits.size() - inOrder;
+  if (inOrder == 0 || without == 0 || inOrder == without) return std::nullopt;
+  return inOrder < without;
+}
+
 // Which of the exits (ranks with their exit times in `exited`) are crashes. Exits later than the
 // first by more than kExitTie died of earlier ones. The first exits, within kExitTie of each
 // other, are too close for the node plugins' clocks to order (each plugin sees its exits when its
 // own thread runs, on a busy node tens of milliseconds late): a killed rank's peers die of its
 // closed connections within milliseconds. Among them the crashes are
 //   - the candidates of the crash rule, and
-//   - when some tied ranks sent a last report and some did not, those that did not: a killed or
-//     crashed process says nothing, while its peers that exited of its closed connections ended
-//     their telemetry in order (the others are its victims, whether or not their connections
-//     to it are still in the window);
-// and in each cascade (tied exits joined by a connection either way, directly or through other
-// tied exits) that holds none of those and when no rank vanished without a last report, the one
+//   - the tied ranks whose ending is the odd one of all the exits (oddEnding): a killed process
+//     sends no last report while its peers that exited of its closed connections ended theirs in
+//     order, or the reverse (the others are its victims, whether or not their connections to it
+//     are still in the window);
+// and when the endings name none of the tied ranks, in each cascade (tied exits joined by a
+// connection either way, directly or through other tied exits) that holds no candidate, the one
 // rank joined to the most others of the cascade (ties: the earliest exit, then the lowest rank):
 // it explains them. A tied exit joined to no other is a cascade of its own (two independent kills
 // at once).
 std::vector<std::int32_t> culpritsOf(const Window& w, const std::vector<char>& crashCand,
                                      const std::vector<std::int32_t>& exits,
-                                     const std::map<std::int32_t, WallTime>& exited,
-                                     WallTime first) {
+                                     const std::map<std::int32_t, WallTime>& exited, WallTime first,
+                                     std::optional<bool> odd) {
   std::vector<std::int32_t> tied;
   for (std::int32_t r : exits) {
     if (exited.at(r) <= first + kExitTie) tied.push_back(r);
@@ -56,14 +70,13 @@ std::vector<std::int32_t> culpritsOf(const Window& w, const std::vector<char>& c
   std::sort(tied.begin(), tied.end());
   const std::size_t k = tied.size();
   std::vector<char> found(k, 0);
-  std::size_t inOrder = 0;
+  bool byEnding = false;
   for (std::size_t i = 0; i < k; ++i) {
     found[i] = crashCand[static_cast<std::size_t>(tied[i])];
-    inOrder += endedInOrder(w, tied[i]) ? 1U : 0U;
-  }
-  const bool vanished = inOrder > 0 && inOrder < k;
-  if (vanished) {
-    for (std::size_t i = 0; i < k; ++i) found[i] = found[i] || !endedInOrder(w, tied[i]);
+    if (odd && endedInOrder(w, tied[i]) == *odd) {
+      found[i] = 1;
+      byEnding = true;
+    }
   }
   auto pos = [&](std::int32_t r) -> std::optional<std::size_t> {
     const auto it = std::lower_bound(tied.begin(), tied.end(), r);
@@ -88,7 +101,7 @@ std::vector<std::int32_t> culpritsOf(const Window& w, const std::vector<char>& c
     if (seen[start]) continue;
     std::vector<std::size_t> cascade{start};
     seen[start] = 1;
-    bool explained = vanished;
+    bool explained = byEnding;
     for (std::size_t at = 0; at < cascade.size(); ++at) {
       explained = explained || found[cascade[at]];
       for (std::size_t j : joined[cascade[at]]) {
@@ -153,7 +166,9 @@ void ProcessExitRule::evaluate(const Window& w, Findings& out) {
     if (!first_exit || at < *first_exit) first_exit = at;
   }
   if (!first_exit) return;
-  const std::vector<std::int32_t> culprits = culpritsOf(w, crashCand, exits, exited_, *first_exit);
+  const std::optional<bool> odd = oddEnding(w, exits);
+  const std::vector<std::int32_t> culprits =
+      culpritsOf(w, crashCand, exits, exited_, *first_exit, odd);
   const std::size_t others = exits.size() - culprits.size();
   for (std::int32_t r : culprits) {
     const auto ur = static_cast<std::size_t>(r);
@@ -168,14 +183,18 @@ void ProcessExitRule::evaluate(const Window& w, Findings& out) {
         std::string(podStateName(w.rank(r).pod_state)).c_str(),
         w.rank(r).progress ? ", and it had not said it finished" : "", waiting);
     if (others > 0) message += strf("; %zu other rank(s) exited with or after it", others);
-    if (others > 0 && !endedInOrder(w, r)) {
-      std::size_t inOrder = 0;
-      for (std::int32_t o : exits) inOrder += o != r && endedInOrder(w, o) ? 1U : 0U;
-      if (inOrder > 0) {
-        message += strf(
-            "; it sent no last report (killed or crashed) while %zu of them ended theirs in order",
-            inOrder);
-      }
+    if (odd && endedInOrder(w, r) == *odd) {
+      std::size_t unlike = 0;
+      for (std::int32_t o : exits) unlike += endedInOrder(w, o) != *odd ? 1U : 0U;
+      message += *odd
+                     ? strf(
+                           "; it ended its telemetry in order (an exit of its own) while %zu "
+                           "of them sent no last report (aborted, as one cause's victims do alike)",
+                           unlike)
+                     : strf(
+                           "; it sent no last report (killed or crashed) while %zu of them "
+                           "ended theirs in order",
+                           unlike);
     }
     Candidate c = crashOfRank(w, r, std::move(message));
     Verdict& v = c.verdict;

@@ -369,6 +369,35 @@ TEST(CollectiveProgress, AVanishedRankAmongExitsThatEndedInOrderIsTheCrashEvenWi
   EXPECT_THAT(v[0].evidence.message, HasSubstr("7 other rank(s) exited with or after it"));
 }
 
+// The reverse: rank 2 raised an error of its own and left through exit() (a last report); its
+// victims aborted (none), one of them stamped first. The odd ending names the cause.
+TEST(CollectiveProgress, AnExitInOrderAmongAbortedVictimsIsTheCrash) {
+  CommJob job(true, 8);
+  ringExitsMidTraining(job, [](int r) { return r == 3 ? 0 : r == 2 ? 5 : 8 + 3 * r; });
+  if (HasFatalFailure()) return;
+  job.rank(2).sends_last = true;
+  const auto v = job.run(15);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].ranks, std::vector<std::int32_t>{2});
+  EXPECT_THAT(v[0].evidence.message,
+              HasSubstr("it ended its telemetry in order (an exit of its own) while 7 of them"));
+  EXPECT_EQ(v[0].evidence.number("lastReport"), 1.0);
+}
+
+// Two ranks killed at once among victims that left through exit(): both vanished, both crashes.
+TEST(CollectiveProgress, TwoVanishedRanksAmongOrderlyExitsAreTwoCrashes) {
+  CommJob job(true, 8);
+  ringExitsMidTraining(job, [](int r) { return r == 2 ? 0 : r == 6 ? 2 : 10 + r; });
+  if (HasFatalFailure()) return;
+  for (int r = 0; r < 8; ++r) job.rank(r).sends_last = r != 2 && r != 6;
+  std::vector<std::int32_t> culprits;
+  for (const auto& verdict : job.run(15)) {
+    culprits.insert(culprits.end(), verdict.ranks.begin(), verdict.ranks.end());
+  }
+  std::sort(culprits.begin(), culprits.end());
+  EXPECT_EQ(culprits, (std::vector<std::int32_t>{2, 6}));
+}
+
 // The control: the same exits where every rank sent its last report (rank 2 left through an
 // exception of its own, say): nothing tells rank 2 apart, and time and connections name rank 3.
 TEST(CollectiveProgress, WhenEveryTiedExitSentItsLastReportTimeAndConnectionsDecide) {
