@@ -46,6 +46,7 @@ class ProfilerTest : public ::testing::Test {
     setProcessOptionsForTest(std::nullopt);
   }
 
+  // Options for a process whose reports go to the node-plugin socket `path` (ticks by hand).
   ProfilerOptions reporting(const std::string& path) {
     ProfilerOptions o;
     o.clock = &clock_;
@@ -55,6 +56,7 @@ class ProfilerTest : public ::testing::Test {
     o.config.job = "train";
     o.config.ns = "ml";
     o.config.pod = "train-0";
+    o.config.node = "node-a";
     o.config.agent_socket = path;
     return o;
   }
@@ -618,17 +620,7 @@ TEST_F(ProfilerTest, ReporterSendsARankReportTheNodePluginDecodes) {
   std::string path = "@c4-profiler-test-" + std::to_string(::getpid());
   auto server = UnixDatagramServer::bind(path);
   ASSERT_TRUE(server.has_value()) << server.error().toString();
-  ProfilerOptions o;
-  o.clock = &clock_;
-  o.start_reporter = false;
-  o.config.rank = 0;
-  o.config.world_size = 2;
-  o.config.job = "train";
-  o.config.ns = "ml";
-  o.config.pod = "train-0";
-  o.config.node = "node-a";
-  o.config.agent_socket = path;
-  setProcessOptionsForTest(o);
+  setProcessOptionsForTest(reporting(path));
   void* world = initV6(2, 0);
   void* sub = initV6(4, 0, 0x5b);  // not the whole job: peers unknown
   void* coll = collective(world, 1);
