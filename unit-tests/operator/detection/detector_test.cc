@@ -95,6 +95,19 @@ class DetectorTest : public ::testing::Test {
   ingest::JobFacts facts() const { return {"job-uid", 0, 4}; }
 
   // One window: the synthetic job's newest reports become one batch per node.
+  // A detector with a 10 s re-plan grace whose job's link 1-2 goes slow after 8 healthy windows;
+  // counts the re-plans C4P is asked for in `replans` and steps until the first (at most 20).
+  void slowLinkUntilReplanned(int& replans) {
+    DetectorConfig config;
+    config.replan_grace = std::chrono::seconds{10};
+    build({}, config);
+    traffic_.setReplan(
+        [&replans](const std::string&, const std::string&, const std::string&) { ++replans; });
+    for (int i = 0; i < 8; ++i) step();
+    synth_->slowLink(1, 2, 0.1);
+    for (int i = 0; i < 20 && replans == 0; ++i) step();
+  }
+
   void step() {
     synth_->step();
     clock_.advance(window_);  // the job's next analysis window is due
@@ -645,15 +658,8 @@ TEST_F(DetectorTest, APersistentSlowLinkCordonsTheEndWithNodeEvidence) {
 // threshold, as profiler telemetry's coarser transfer times make it) is escalated after the
 // re-plan grace counted from its first verdict: a brief clearing does not restart the clock.
 TEST_F(DetectorTest, ASlowLinkWhoseVerdictFlickersIsEscalatedOnTheFirstVerdictsClock) {
-  DetectorConfig config;
-  config.replan_grace = std::chrono::seconds{10};
-  build({}, config);
   int replans = 0;
-  traffic_.setReplan(
-      [&](const std::string&, const std::string&, const std::string&) { ++replans; });
-  for (int i = 0; i < 8; ++i) step();
-  synth_->slowLink(1, 2, 0.1);
-  for (int i = 0; i < 20 && replans == 0; ++i) step();
+  slowLinkUntilReplanned(replans);
   ASSERT_EQ(replans, 1);
   int since_verdict = 0;
   for (int i = 0; i < 2; ++i, ++since_verdict) step();
@@ -670,15 +676,8 @@ TEST_F(DetectorTest, ASlowLinkWhoseVerdictFlickersIsEscalatedOnTheFirstVerdictsC
 }
 
 TEST_F(DetectorTest, ASlowLinkThatRecoversWithinTheReplanGraceIsNotEscalated) {
-  DetectorConfig config;
-  config.replan_grace = std::chrono::seconds{10};
-  build({}, config);
   int replans = 0;
-  traffic_.setReplan(
-      [&](const std::string&, const std::string&, const std::string&) { ++replans; });
-  for (int i = 0; i < 8; ++i) step();
-  synth_->slowLink(1, 2, 0.1);
-  for (int i = 0; i < 20 && replans == 0; ++i) step();
+  slowLinkUntilReplanned(replans);
   ASSERT_EQ(replans, 1);
   synth_->slowLink(1, 2, 1.0);
   for (int i = 0; i < 30; ++i) step();
