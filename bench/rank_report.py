@@ -6,7 +6,8 @@ to a Unix datagram socket. This stands in for the node plugin where there is non
 running bench/real-nccl.sh): it needs only the Python standard library.
 
   rank_report.py listen PATH [--timeout S] [--count N]   # one JSON line per message on stdout
-  rank_report.py summary FILE                            # the newest RankReport of each rank
+  rank_report.py summary FILE                            # the newest RankReport of each rank,
+                                                         # and connections closed before it
   rank_report.py decode FILE.cbor                        # one datagram from a file
 
 PATH starting with '@' is an abstract socket. `listen` stops after --count messages (0: no
@@ -164,8 +165,13 @@ def listen(path, timeout, count):
 
 
 def summary(lines):
-    """The newest RankReport per rank (parts merged), as readable text."""
+    """The newest RankReport per rank (parts merged), as readable text.
+
+    A connection closed before that report (the plugin reports open connections only) is listed
+    after it with the counters of the last report that carried it, so the summary of a finished
+    job still shows every connection it had."""
     newest = {}
+    seen = {}  # rank -> connection id -> (seq, connection)
     for line in lines:
         line = line.strip()
         if not line:
@@ -175,12 +181,25 @@ def summary(lines):
             continue
         rank = msg["id"]["rank"]
         key = (msg["seq"], msg["part"])
+        for c in msg["connections"]:
+            conns = seen.setdefault(rank, {})
+            if c["id"] not in conns or msg["seq"] >= conns[c["id"]][0]:
+                conns[c["id"]] = (msg["seq"], c)
         cur = newest.get(rank)
         if cur is None or msg["seq"] > cur["seq"]:
             newest[rank] = dict(msg, connections=list(msg["connections"]), _parts={key})
         elif msg["seq"] == cur["seq"] and key not in cur["_parts"]:
             cur["connections"] += msg["connections"]
             cur["_parts"].add(key)
+
+    def conn_line(c, suffix):
+        return ("  conn %d %s peer rank %d node %s: %d bytes, %d ops, %d in flight; "
+                "wait p50/p99 %d/%d us, transfer p50/p99 %d/%d us; subflow bytes %s%s" %
+                (c["id"], c["direction"], c["peerRank"], c["peerNode"] or "-", c["bytes"],
+                 c["ops"], c["inflight"], c["wait"]["p50Us"], c["wait"]["p99Us"],
+                 c["transfer"]["p50Us"], c["transfer"]["p99Us"],
+                 [s["bytes"] for s in c["subflows"]], suffix))
+
     out = []
     for rank in sorted(newest):
         r = newest[rank]
@@ -191,12 +210,13 @@ def summary(lines):
                     r["intervalMs"], r["planVersion"], r["droppedMessages"],
                     len(r["connections"])))
         for c in sorted(r["connections"], key=lambda c: c["id"]):
-            out.append("  conn %d %s peer rank %d node %s: %d bytes, %d ops, %d in flight; "
-                       "wait p50/p99 %d/%d us, transfer p50/p99 %d/%d us; subflow bytes %s" %
-                       (c["id"], c["direction"], c["peerRank"], c["peerNode"] or "-", c["bytes"],
-                        c["ops"], c["inflight"], c["wait"]["p50Us"], c["wait"]["p99Us"],
-                        c["transfer"]["p50Us"], c["transfer"]["p99Us"],
-                        [s["bytes"] for s in c["subflows"]]))
+            out.append(conn_line(c, ""))
+        open_ids = {c["id"] for c in r["connections"]}
+        for cid in sorted(seen.get(rank, {})):
+            if cid in open_ids:
+                continue
+            seq, c = seen[rank][cid]
+            out.append(conn_line(c, " (closed; last reported in seq %d)" % seq))
     return out
 
 
