@@ -139,11 +139,10 @@ void SyntheticJob::killNic(int node) {
 }
 
 void SyntheticJob::crash(int rank, int podLagWindows, bool cascade) {
-  crashed_rank_ = rank;
+  crashed_[rank] = window_ + 1 + podLagWindows;
   auto& r = ranks_[static_cast<std::size_t>(rank)];
   r.reporting = false;
-  pod_fail_window_ = window_ + 1 + podLagWindows;
-  cascade_window_ = cascade ? window_ + 3 : -1;
+  if (cascade) cascade_window_ = window_ + 3;
   const WallTime t = now_ + std::chrono::milliseconds{500};
   for (int ei : r.out) {
     const auto& e = edges_[static_cast<std::size_t>(ei)];
@@ -198,8 +197,7 @@ void SyntheticJob::healAll() {
   mode_ = Mode::kFlow;
   straggler_rank_ = -1;
   frozen_rank_ = -1;
-  crashed_rank_ = -1;
-  pod_fail_window_ = -1;
+  crashed_.clear();
   cascade_window_ = -1;
   for (auto& e : edges_) {
     e.slow_factor = 1.0;
@@ -244,14 +242,14 @@ void SyntheticJob::step() {
   const std::int64_t age = window_ - attempt_start_window_;
   auto started = [&](int r) { return age >= ranks_[static_cast<std::size_t>(r)].start_window; };
 
-  if (crashed_rank_ >= 0 && window_ == pod_fail_window_) {
-    ranks_[static_cast<std::size_t>(crashed_rank_)].pod = PodState::kFailed;
+  for (const auto& [rank, failAt] : crashed_) {
+    if (window_ == failAt) ranks_[static_cast<std::size_t>(rank)].pod = PodState::kFailed;
   }
   if (cascade_window_ >= 0 && window_ == cascade_window_) {
     // The NCCL abort cascade: every survivor reports its upstream closed and exits.
     for (int r = 0; r < worldSize(); ++r) {
       auto& g = ranks_[static_cast<std::size_t>(r)];
-      if (r == crashed_rank_ || g.in.empty()) continue;
+      if (crashed_.contains(r) || g.in.empty()) continue;
       const auto& e = edges_[static_cast<std::size_t>(g.in.front())];
       g.pending_anomalies.push_back(
           {report::AnomalyKind::kPeerClosed, e.src, report::Direction::kRecv, 0, now_});
@@ -335,7 +333,7 @@ void SyntheticJob::step() {
         s.oldest_inflight_us = toU64(ageUs);
         r.inflight = 1;
         r.oldest_inflight_us = toU64(ageUs);
-      } else if (crashed_rank_ >= 0 && (e.src == crashed_rank_ || e.dst == crashed_rank_)) {
+      } else if (crashed_.contains(e.src) || crashed_.contains(e.dst)) {
         // the connection failed: nothing in flight on the survivor's side
       } else if (hung >= 0 && e.dst == hung) {
         s.inflight = 1;  // queued towards the hung rank, which receives nothing

@@ -17,13 +17,15 @@
 //   blackhole(a, b) / killNic(x): the edges crossing that link / node have ops in flight at both
 //     ends and no bytes move; everyone else waits.
 //   crash(r): r stops reporting, its neighbours report kPeerClosed, its pod turns Failed after a
-//     lag; optionally every other rank dies two windows later (an NCCL abort cascade).
+//     lag (several ranks may crash, each with its own lag); optionally every other rank dies two
+//     windows later (an NCCL abort cascade).
 //   pluginOutage(x): node x's node plugin is down: its ranks' reports stop, traffic flows.
 //   pause(): every rank announces a checkpoint; traffic stops, receives stay posted.
 //   idle(): nobody posts anything.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <random>
 #include <string>
@@ -129,12 +131,11 @@ class SyntheticJob {
   int straggler_rank_ = -1;
   double straggler_factor_ = 1.0;
   int frozen_rank_ = -1;
-  int crashed_rank_ = -1;
+  std::map<int, std::int64_t> crashed_;  // crashed rank -> the window its pod turns Failed
   int paused_rank_ = 0;
   std::int64_t backlog_from_ = -1;  // windows whose receives carry the pause's waits
   std::int64_t backlog_to_ = -1;
   double backlog_us_ = 0.0;
-  std::int64_t pod_fail_window_ = -1;
   std::int64_t cascade_window_ = -1;
 };
 
