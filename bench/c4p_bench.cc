@@ -14,6 +14,10 @@
 // Failures: "1 failed": uplink 0 of leaf 0; "several failed": one uplink on every fourth leaf
 // (at least 2). "plan" knows the failures when it plans; "plan, live" plans the healthy fabric
 // and then learns the failures through telemetry (weights only, as live connections apply).
+// --spray K,...: planner-free spreading as well, in the pipelined model: every connection opens K
+// subflows on random source ports (a random live path each, equal weights), as transports that
+// rotate traffic over many queue pairs do; a third table sets it beside the plan.
+// --pipelined-only: skip the one-step model (slow at 16,384 NICs and more).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -23,7 +27,9 @@
 #include <map>
 #include <numeric>
 #include <random>
+#include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "bench/c4p_sim.h"
@@ -63,6 +69,9 @@ struct Row {
   Result step;       // one step, no pipelining (conservative for weighted plans)
   double plan_max_load = 0;
   double plan_ms = 0;
+  // --spray: per K, the pipelined share of the ideal with K random subflows per connection
+  // (mean over seeds of the mean over jobs, and the slowest job of the worst seed).
+  std::vector<std::pair<double, double>> spray;
 };
 
 // Built by append: GCC 12 warns (-Wrestrict, a false positive) on "literal" + std::string here.
@@ -197,7 +206,23 @@ double minRatio(const std::vector<double>& busbw, const std::vector<double>& ide
   return m;
 }
 
-Row run(const Scenario& sc, int gpus, int seeds) {
+// Share of the ideal (mean, worst) over `seeds` random route draws in `model`.
+template <typename Model>
+std::pair<double, double> randomRoutes(const LeafSpine& fabric, const std::vector<SimJob>& jobs,
+                                       const std::vector<double>& ideal, int seeds, Model model) {
+  double sum = 0, worst = 1e9;
+  for (int s = 0; s < seeds; ++s) {
+    auto routes = c4::bench::c4psim::ecmpRoutes(fabric, jobs, 1000 + static_cast<std::uint64_t>(s));
+    auto busbw = model(fabric, jobs, routes);
+    double mean = 0;
+    for (std::size_t j = 0; j < jobs.size(); ++j) mean += busbw[j] / ideal[j];
+    sum += mean / static_cast<double>(jobs.size());
+    worst = std::min(worst, minRatio(busbw, ideal));
+  }
+  return {sum / seeds, worst};
+}
+
+Row run(const Scenario& sc, int gpus, int seeds, const std::vector<int>& spray, bool stepModel) {
   LeafSpine f = fabricFor(gpus);
   auto failed = failuresFor(f, sc.failures);
   auto orders = placements(f, sc.jobs, 0xC4C4 + static_cast<std::uint64_t>(gpus));
@@ -219,22 +244,19 @@ Row run(const Scenario& sc, int gpus, int seeds) {
 
   using Model =
       std::vector<double> (*)(const LeafSpine&, const std::vector<SimJob>&, const Routes&);
-  const std::pair<Model, Result*> models[] = {
+  const std::pair<Model, Result*> allModels[] = {
       {&c4::bench::c4psim::ringPipelinedBusbw, &row.pipelined},
       {&c4::bench::c4psim::ringStepBusbw, &row.step}};
+  const std::span models(allModels, stepModel ? 2 : 1);
   for (auto [model, result] : models) {
-    double sum = 0, worst = 1e9;
-    for (int s = 0; s < seeds; ++s) {
-      auto routes =
-          c4::bench::c4psim::ecmpRoutes(failed_fabric, jobs, 1000 + static_cast<std::uint64_t>(s));
-      auto busbw = model(failed_fabric, jobs, routes);
-      double mean = 0;
-      for (std::size_t j = 0; j < jobs.size(); ++j) mean += busbw[j] / ideal[j];
-      sum += mean / static_cast<double>(jobs.size());
-      worst = std::min(worst, minRatio(busbw, ideal));
-    }
-    result->ecmp_mean = sum / seeds;
-    result->ecmp_worst = worst;
+    std::tie(result->ecmp_mean, result->ecmp_worst) =
+        randomRoutes(failed_fabric, jobs, ideal, seeds, model);
+  }
+  for (int k : spray) {
+    std::vector<SimJob> sprayed;
+    for (const auto& o : orders) sprayed.push_back(c4::bench::c4psim::ringJob(o, k));
+    row.spray.push_back(
+        randomRoutes(failed_fabric, sprayed, ideal, seeds, &c4::bench::c4psim::ringPipelinedBusbw));
   }
 
   // Planning time: the median of 3 runs.
@@ -276,23 +298,33 @@ int main(int argc, char** argv) {
   int seeds = 20;
   std::vector<int> sizes = {128, 256, 512, 1024, 2048, 4096, 8192, 16384};
   std::string json_path;
+  std::vector<int> spray;
+  bool stepModel = true;
+  auto intList = [](const std::string& list) {
+    std::vector<int> out;
+    for (std::size_t p = 0; p < list.size();) {
+      std::size_t q = list.find(',', p);
+      out.push_back(std::atoi(list.substr(p, q - p).c_str()));
+      p = q == std::string::npos ? list.size() : q + 1;
+    }
+    return out;
+  };
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--seeds" && i + 1 < argc) {
       seeds = std::atoi(argv[++i]);
     } else if (a == "--sizes" && i + 1 < argc) {
-      sizes.clear();
-      std::string list = argv[++i];
-      for (std::size_t p = 0; p < list.size();) {
-        std::size_t q = list.find(',', p);
-        sizes.push_back(std::atoi(list.substr(p, q - p).c_str()));
-        p = q == std::string::npos ? list.size() : q + 1;
-      }
+      sizes = intList(argv[++i]);
+    } else if (a == "--spray" && i + 1 < argc) {
+      spray = intList(argv[++i]);
+    } else if (a == "--pipelined-only") {
+      stepModel = false;
     } else if (a == "--json" && i + 1 < argc) {
       json_path = argv[++i];
     } else {
       std::fprintf(stderr,
-                   "usage: c4-c4p-bench [--seeds N (20)] [--sizes 128,256,...] [--json FILE]\n");
+                   "usage: c4-c4p-bench [--seeds N (20)] [--sizes 128,256,...] [--spray 4,16,...] "
+                   "[--pipelined-only] [--json FILE]\n");
       return a == "--help" ? 0 : 2;
     }
   }
@@ -304,7 +336,7 @@ int main(int argc, char** argv) {
   std::vector<Row> rows;
   for (const auto& sc : scenarios) {
     for (int gpus : sizes) {
-      rows.push_back(run(sc, gpus, seeds));
+      rows.push_back(run(sc, gpus, seeds, spray, stepModel));
       std::fprintf(stderr, "done: %s, %d GPUs\n", sc.name.c_str(), gpus);
     }
   }
@@ -320,13 +352,34 @@ int main(int argc, char** argv) {
                 pct(r.pipelined.plan).c_str(), pct(r.pipelined.plan_live).c_str(), r.plan_max_load,
                 r.plan_ms);
   }
-  std::printf("\nOne step without pipelining (share of the ideal busbw):\n\n");
-  std::printf("| scenario | GPUs | ECMP mean | ECMP worst | plan | plan, live failure |\n");
-  std::printf("|---|---:|---:|---:|---:|---:|\n");
-  for (const Row& r : rows) {
-    std::printf("| %s | %d | %s | %s | %s | %s |\n", r.scenario.c_str(), r.gpus,
-                pct(r.step.ecmp_mean).c_str(), pct(r.step.ecmp_worst).c_str(),
-                pct(r.step.plan).c_str(), pct(r.step.plan_live).c_str());
+  if (stepModel) {
+    std::printf("\nOne step without pipelining (share of the ideal busbw):\n\n");
+    std::printf("| scenario | GPUs | ECMP mean | ECMP worst | plan | plan, live failure |\n");
+    std::printf("|---|---:|---:|---:|---:|---:|\n");
+    for (const Row& r : rows) {
+      std::printf("| %s | %d | %s | %s | %s | %s |\n", r.scenario.c_str(), r.gpus,
+                  pct(r.step.ecmp_mean).c_str(), pct(r.step.ecmp_worst).c_str(),
+                  pct(r.step.plan).c_str(), pct(r.step.plan_live).c_str());
+    }
+  }
+  if (!spray.empty()) {
+    std::printf(
+        "\nPlanner-free spreading, pipelined model (share of the ideal busbw; mean / worst over "
+        "seeds; one NIC per node, %d GPUs per NIC):\n\n| scenario | NICs | GPUs | plan (%d "
+        "subflows) |",
+        kGpusPerNode, kSubflows);
+    for (int k : spray) std::printf(" %d random subflows |", k);
+    std::printf("\n|---|---:|---:|---:|");
+    for (std::size_t i = 0; i < spray.size(); ++i) std::printf("---:|");
+    std::printf("\n");
+    for (const Row& r : rows) {
+      std::printf("| %s | %d | %d | %s |", r.scenario.c_str(), r.gpus / kGpusPerNode, r.gpus,
+                  pct(r.pipelined.plan).c_str());
+      for (auto [mean, worst] : r.spray) {
+        std::printf(" %s / %s |", pct(mean).c_str(), pct(worst).c_str());
+      }
+      std::printf("\n");
+    }
   }
   if (!json_path.empty()) {
     std::ofstream out(json_path);
