@@ -94,6 +94,9 @@ Status validate(const Thresholds& t) {
   if (!std::isfinite(t.slow_factor) || t.slow_factor <= 1.0) {
     return invalid("thresholds.slowFactor must be > 1");
   }
+  if (!std::isfinite(t.slow_noise_sigmas) || t.slow_noise_sigmas < 0.0) {
+    return invalid("thresholds.slowNoiseSigmas must be >= 0");
+  }
   if (!std::isfinite(t.straggler_factor) || t.straggler_factor <= 1.0) {
     return invalid("thresholds.stragglerFactor must be > 1");
   }

@@ -30,10 +30,13 @@ namespace c4::c4d {
 // Detection thresholds (TrainingJob spec `faultTolerance`; the defaults below are the documented
 // ones, see docs/c4d.md).
 struct Thresholds {
-  double window_seconds = 1.0;      // the analysis window (one tick)
-  double silence_seconds = 3.0;     // a rank whose newest report is older than this is silent
-  double hang_seconds = 10.0;       // ops waiting with no byte progress this long = hang
-  double slow_factor = 4.0;         // a connection slower than median / slowFactor is slow
+  double window_seconds = 1.0;   // the analysis window (one tick)
+  double silence_seconds = 3.0;  // a rank whose newest report is older than this is silent
+  double hang_seconds = 10.0;    // ops waiting with no byte progress this long = hang
+  double slow_factor = 4.0;      // a connection slower than median / slowFactor is slow
+  // ... and, in a job quieter than that allows for, one slower than the reference times
+  // 1 - slowNoiseSigmas x the job's noise (at most 0.6; docs/c4d.md). 0: slowFactor alone.
+  double slow_noise_sigmas = 5.0;
   double straggler_factor = 3.0;    // a rank's lateness above this x the job's noise = straggler
   double min_lateness_share = 0.1;  // ... and above this share of the window
   // ... and slowing the job down at least this much (a milder lateness is within the noise of a

@@ -79,6 +79,7 @@ c4d::JobSnapshot buildSnapshot(const Json& job, const ingest::RecentReports& rec
     const FaultTolerance& ft = spec->fault_tolerance;
     snap.thresholds.hang_seconds = static_cast<double>(ft.hang_seconds);
     snap.thresholds.slow_factor = ft.slow_factor;
+    snap.thresholds.slow_noise_sigmas = ft.slow_noise_sigmas;
     snap.thresholds.confirmation_windows = static_cast<int>(std::max<std::int64_t>(
         1, ft.window_seconds /
                std::max<std::int64_t>(

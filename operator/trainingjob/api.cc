@@ -179,6 +179,17 @@ Status parseFaultTolerance(const Json& spec, FaultTolerance& ft) {
     }
     ft.slow_factor = v;
   }
+  if (auto it = j.find("slowNoiseSigmas"); it != j.end() && !it->is_null()) {
+    if (!it->is_number()) {
+      return makeError(ErrorCode::kInvalidArgument, p + ".slowNoiseSigmas must be a number");
+    }
+    double v = it->get<double>();
+    if (!std::isfinite(v) || v < 0.0 || v > 100.0) {
+      return makeError(ErrorCode::kInvalidArgument,
+                       p + ".slowNoiseSigmas must be in [0, 100] (0: slowFactor alone)");
+    }
+    ft.slow_noise_sigmas = v;
+  }
   C4_ASSIGN_OR_RETURN(const Json* policy, objectField(j, "podFailurePolicy", p));
   if (policy != nullptr) {
     auto rules = policy->find("rules");

@@ -651,6 +651,10 @@ TEST_F(OperatorIT, InvalidTrainingJobsAreRejectedWithAClearMessage) {
   created = client_->create(resources::trainingJobs(), ns_, bad);
   ASSERT_FALSE(created);
   EXPECT_NE(created.error().message.find("slowFactor"), std::string::npos);
+  bad = trainingJob(ns_, "bad", 1, {{"slowNoiseSigmas", -1}});
+  created = client_->create(resources::trainingJobs(), ns_, bad);
+  ASSERT_FALSE(created);
+  EXPECT_NE(created.error().message.find("slowNoiseSigmas"), std::string::npos);
   for (Json value : {Json("fast"), Json(0)}) {
     bad = trainingJob(ns_, "bad", 1);
     bad["spec"]["numProcPerNode"] = value;

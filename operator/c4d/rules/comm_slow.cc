@@ -1,7 +1,10 @@
-// Communication slow: connections slower than the job's reference rate / slowFactor. A node whose
-// whole row or column of inter-node connections is slow, or that every slow link shares, has a
-// slow NIC; the other slow connections are grouped by node pair into links. Off during warm-up.
-// Publishes Findings::touches_slow, slow_transfer, slow_link and reference_rate.
+// Communication slow: connections slower than a fraction of the job's reference rate —
+// 1/slowFactor, or, where the job's rates are quieter than that allows for, a fraction set by the
+// job's own noise (below). A node whose whole row or column of inter-node connections is slow, or
+// that every slow link shares, has a slow NIC; the other slow connections are grouped by node pair
+// into links. Off during warm-up. Publishes Findings::touches_slow, slow_transfer, slow_link and
+// reference_rate.
+#include <algorithm>
 #include <limits>
 #include <map>
 
@@ -20,6 +23,19 @@ constexpr double kReferenceMemoryWindows = 30.0;
 // Findings::slow_transfer.
 constexpr double kStragglerTransferRatio = 0.5;
 
+// The noise-relative threshold. Each window's noise is the relative spread of its measured
+// inter-node rates, sigma = 1.4826 x MAD / median (the standard deviation, for normal noise,
+// estimated without the outliers a slow link or NIC adds: fewer than half the connections); the
+// job's noise is the median of the last kReferenceMemoryWindows windows' (at least
+// kMinNoiseWindows of them, each over at least kMinNoiseConnections connections). A connection is
+// slow below the reference times max(1/slowFactor, min(kMaxSlowRatio, 1 - slowNoiseSigmas x
+// noise)): a jittery job keeps 1/slowFactor, a quiet one names a link or NIC at half its
+// peers' rate, and no connection above kMaxSlowRatio of the reference is ever slow.
+// slowNoiseSigmas 0 turns it off.
+constexpr double kMaxSlowRatio = 0.6;
+constexpr std::size_t kMinNoiseConnections = 8;
+constexpr std::size_t kMinNoiseWindows = 3;
+
 class CommSlowRule final : public Rule {
  public:
   std::string_view name() const override { return "commSlow"; }
@@ -32,6 +48,7 @@ class CommSlowRule final : public Rule {
     double rate = 0.0;
   };
   std::vector<RefSample> ref_history_;
+  std::vector<RefSample> noise_history_;  // rate: the window's relative spread (sigma)
 };
 
 void CommSlowRule::evaluate(const Window& w, Findings& out) {
@@ -57,9 +74,38 @@ void CommSlowRule::evaluate(const Window& w, Findings& out) {
     const double measuredRef = interRef ? quantile(measured, 0.75) : median(measured);
     ref_history_.push_back({now, measuredRef});
   }
-  std::erase_if(ref_history_, [&](const RefSample& r) {
+  if (!w.warmup && w.inter_rates.size() >= kMinNoiseConnections) {
+    std::vector<double> rates = w.inter_rates;
+    const double mid = median(rates);
+    if (mid > 0.0) {
+      for (double& r : rates) r = std::abs(r - mid);
+      noise_history_.push_back({now, 1.4826 * median(rates) / mid});
+    }
+  }
+  auto old = [&](const RefSample& r) {
     return secs(now - r.time) > kReferenceMemoryWindows * th.window_seconds;
-  });
+  };
+  std::erase_if(ref_history_, old);
+  std::erase_if(noise_history_, old);
+  double noise = -1.0;  // the job's noise; < 0: not known yet
+  if (noise_history_.size() >= kMinNoiseWindows) {
+    std::vector<double> sigmas;
+    sigmas.reserve(noise_history_.size());
+    for (const RefSample& r : noise_history_) sigmas.push_back(r.rate);
+    noise = median(sigmas);
+  }
+  const double noiseRatio = noise < 0.0 || th.slow_noise_sigmas <= 0.0
+                                ? 0.0
+                                : std::min(kMaxSlowRatio, 1.0 - th.slow_noise_sigmas * noise);
+  // The fraction of the reference below which a connection is slow, for a slowFactor (relaxed for
+  // repeat offenders by the caller).
+  auto slowRatio = [&](double factor) { return std::max(1.0 / factor, noiseRatio); };
+  auto thresholdText = [&](double factor) {
+    return noiseRatio > 1.0 / factor
+               ? strf("threshold %.2fx: 1 - %g x the job's noise %.3f (slowNoiseSigmas)",
+                      slowRatio(factor), th.slow_noise_sigmas, noise)
+               : strf("threshold 1/slowFactor = %.2fx", 1.0 / factor);
+  };
   if (!w.warmup && !ref_history_.empty()) {
     std::vector<double> recent;
     recent.reserve(ref_history_.size());
@@ -108,7 +154,7 @@ void CommSlowRule::evaluate(const Window& w, Findings& out) {
     if (!e.measured) continue;
     const std::size_t a = w.nodeOf(e.src), b = w.nodeOf(e.dst);
     const double factor = w.factorIf(w.offends(a) || w.offends(b), th.slow_factor);
-    slow[i] = e.rate * factor < refRate ? 1 : 0;
+    slow[i] = e.rate < refRate * slowRatio(factor) ? 1 : 0;
     if (e.rate < kStragglerTransferRatio * refRate) {
       out.slow_transfer[static_cast<std::size_t>(e.src)] = 1;
       out.slow_transfer[static_cast<std::size_t>(e.dst)] = 1;
@@ -161,16 +207,17 @@ void CommSlowRule::evaluate(const Window& w, Findings& out) {
     const Line& l = isRow ? row[x] : col[x];
     v.evidence.message = strf(
         "all %zu measured connections %s node %s (%s) are slow: down to %.2fx the job's "
-        "reference "
-        "transfer rate %.1f MB/s (threshold 1/slowFactor = %.2fx): its NIC",
+        "reference transfer rate %.1f MB/s (%s): its NIC",
         l.measured, isRow ? "out of" : "into", nodes[x].name.c_str(), isRow ? "row" : "column",
-        l.min_ratio, refRate / 1e6, 1.0 / factor);
+        l.min_ratio, refRate / 1e6, thresholdText(factor).c_str());
     if (isRow && wholeLine(col[x])) v.evidence.message += "; its column is slow too";
     v.evidence.numbers = {{"slowConnections", static_cast<double>(l.slow)},
                           {"measuredConnections", static_cast<double>(l.measured)},
                           {"minRatioToMedian", l.min_ratio},
                           {"referenceBytesPerSecond", refRate},
-                          {"slowFactor", factor}};
+                          {"slowFactor", factor},
+                          {"slowRatio", slowRatio(factor)}};
+    if (noise >= 0.0) v.evidence.numbers.emplace_back("noise", noise);
     out.candidates.push_back(std::move(c));
   }
   struct SlowPair {
@@ -215,13 +262,16 @@ void CommSlowRule::evaluate(const Window& w, Findings& out) {
     Verdict& v = c.verdict;
     v.evidence.message = strf(
         "%zu connection(s) slow on %zu links that all share node %s: down to %.2fx the job's "
-        "reference rate %.1f MB/s (threshold 1/slowFactor = %.2fx): its NIC",
-        nEdges, slowPairs.size(), nodes[x].name.c_str(), minRatio, refRate / 1e6, 1.0 / factor);
+        "reference rate %.1f MB/s (%s): its NIC",
+        nEdges, slowPairs.size(), nodes[x].name.c_str(), minRatio, refRate / 1e6,
+        thresholdText(factor).c_str());
     v.evidence.numbers = {{"slowConnections", static_cast<double>(nEdges)},
                           {"slowLinks", static_cast<double>(slowPairs.size())},
                           {"ratioToReference", minRatio},
                           {"referenceBytesPerSecond", refRate},
-                          {"slowFactor", factor}};
+                          {"slowFactor", factor},
+                          {"slowRatio", slowRatio(factor)}};
+    if (noise >= 0.0) v.evidence.numbers.emplace_back("noise", noise);
     out.candidates.push_back(std::move(c));
     slowPairs.clear();
   }
@@ -250,9 +300,9 @@ void CommSlowRule::evaluate(const Window& w, Findings& out) {
     v.evidence.message = strf(
         "%zu connection(s) between %s and %s slow: rank %d -> rank %d transfers at %.1f MB/s, "
         "%.2fx the job's reference rate %.1f MB/s (75th percentile of %zu connections, at most "
-        "the last 30 windows' median) (threshold 1/slowFactor = %.2fx)",
+        "the last 30 windows' median) (%s)",
         p.edges, nodes[a].name.c_str(), nodes[b].name.c_str(), p.ex_src, p.ex_dst, p.min_rate / 1e6,
-        p.min_ratio, refRate / 1e6, refCount, 1.0 / factor);
+        p.min_ratio, refRate / 1e6, refCount, thresholdText(factor).c_str());
     if (v.node_evidence) {
       v.evidence.message +=
           "; node health: " +
@@ -262,7 +312,9 @@ void CommSlowRule::evaluate(const Window& w, Findings& out) {
                           {"ratioToReference", p.min_ratio},
                           {"bytesPerSecond", p.min_rate},
                           {"referenceBytesPerSecond", refRate},
-                          {"slowFactor", factor}};
+                          {"slowFactor", factor},
+                          {"slowRatio", slowRatio(factor)}};
+    if (noise >= 0.0) v.evidence.numbers.emplace_back("noise", noise);
     out.candidates.push_back(std::move(c));
   }
 }

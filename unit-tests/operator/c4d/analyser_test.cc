@@ -201,6 +201,77 @@ TEST(C4dAnalyser, SlowNicIsCommunicationSlowOnTheNodeFromItsRowAndColumn) {
   }
 }
 
+// The comm-slow threshold follows the job's own noise: in a quiet job (±10 % jitter) a link or a
+// NIC at half its peers' rate is named (1/slowFactor alone names nothing above a quarter).
+JobSpec quiet(std::uint64_t seed, int nodes, int ranksPerNode, int extraRings, double jitter) {
+  JobSpec s = spec(seed, nodes, ranksPerNode, extraRings);
+  s.jitter = jitter;
+  return s;
+}
+
+TEST(C4dAnalyser, ALinkAtHalfRateIsNamedWhenTheJobIsQuiet) {
+  for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+    Harness h(quiet(seed, 8, 2, 0, 0.1));
+    h.run(kWarm);
+    h.job.slowLink(2, 3, 0.5);
+    const auto v = h.run(20);
+    ASSERT_EQ(v.size(), 1u) << "seed " << seed << ": " << describe(v);
+    EXPECT_EQ(v[0].verdict.key(), "commSlow/link/node-2<->node-3");
+    EXPECT_EQ(v[0].verdict.action, Action::kReplan);
+    EXPECT_LE(v[0].window - kWarm, 3);
+    EXPECT_GT(v[0].verdict.evidence.number("slowRatio"), 0.5);
+    EXPECT_LE(v[0].verdict.evidence.number("slowRatio"), 0.6);
+    EXPECT_LT(v[0].verdict.evidence.number("noise"), 0.1);
+    EXPECT_THAT(v[0].verdict.evidence.message, HasSubstr("the job's noise"));
+  }
+}
+
+TEST(C4dAnalyser, ANicAtHalfItsPeersRateIsNamedWhenTheJobIsQuiet) {
+  for (int rings : {0, 2}) {
+    Harness h(quiet(3, 8, 2, rings, 0.1));
+    h.run(kWarm);
+    h.job.slowNic(4, 0.5);
+    const auto v = h.run(20);
+    ASSERT_EQ(v.size(), 1u) << "rings " << rings << ": " << describe(v);
+    EXPECT_EQ(v[0].verdict.key(), "commSlow/node/node-4");
+    EXPECT_EQ(v[0].verdict.action, Action::kCordonAndRestart);
+  }
+}
+
+// The control: with ±30 % jitter a link at half rate is within what the job's rates do by
+// themselves; the threshold stays at 1/slowFactor and names nothing.
+TEST(C4dAnalyser, AHalfRateLinkInAJitteryJobIsWithinItsNoise) {
+  Harness h(quiet(1, 8, 2, 0, 0.3));
+  h.run(kWarm);
+  h.job.slowLink(2, 3, 0.5);
+  const auto v = h.run(30);
+  EXPECT_TRUE(v.empty()) << describe(v);
+}
+
+// slowNoiseSigmas 0: slowFactor alone, as a fabric whose links are steadily uneven needs.
+TEST(C4dAnalyser, SlowNoiseSigmasZeroLeavesAHalfRateLinkToTheSlowFactor) {
+  JobSpec s = quiet(1, 8, 2, 0, 0.1);
+  s.thresholds.slow_noise_sigmas = 0.0;
+  Harness h(s);
+  h.run(kWarm);
+  h.job.slowLink(2, 3, 0.5);
+  const auto v = h.run(30);
+  EXPECT_TRUE(v.empty()) << describe(v);
+}
+
+TEST(C4dAnalyser, AQuietHealthyJobHasNoVerdict) {
+  for (double jitter : {0.02, 0.05, 0.1}) {
+    for (std::uint64_t seed = 1; seed <= 4; ++seed) {
+      for (int rings : {0, 2}) {
+        Harness h(quiet(seed, 8, 2, rings, jitter));
+        const auto v = h.run(180);
+        EXPECT_TRUE(v.empty()) << "jitter " << jitter << " seed " << seed << " rings " << rings
+                               << ": " << describe(v);
+      }
+    }
+  }
+}
+
 TEST(C4dAnalyser, StragglerIsNonCommunicationSlowWithItsSlowdown) {
   Harness h(spec(4, 8, 2, 1));
   h.run(kWarm);
@@ -514,6 +585,12 @@ TEST(C4dAnalyser, InvalidInputIsRejectedAndChangesNothing) {
   r = h.analyser.tick(bad, h.job.now() + std::chrono::seconds{1});
   ASSERT_FALSE(r.has_value());
   EXPECT_THAT(r.error().message, HasSubstr("slowFactor"));
+
+  bad = h.job.snapshot();
+  bad.thresholds.slow_noise_sigmas = -1.0;
+  r = h.analyser.tick(bad, h.job.now() + std::chrono::seconds{1});
+  ASSERT_FALSE(r.has_value());
+  EXPECT_THAT(r.error().message, HasSubstr("slowNoiseSigmas"));
 
   r = h.analyser.tick(h.job.snapshot(), h.job.now() - std::chrono::seconds{5});
   ASSERT_FALSE(r.has_value());

@@ -231,9 +231,10 @@ TEST(C4dScaleCampaign, TwoFaultsAtOnceAreBothNamed) {
 
 // How detection falls off with the size of a degradation (the curve docs/c4d.md publishes): a
 // link or a NIC left with 10-70 % of its rate and a rank computing 1.2-3x slower, 20 runs each
-// at 8-512 ranks with ±10 % jitter, beside healthy runs. Asserted: what the rules claim (rates
-// at or below 20 %, stragglers of 2x or more: found, once), and no verdict naming anything but
-// the culprit in any row; the rest is measured.
+// at 8-512 ranks with ±10 % jitter, beside healthy runs. Asserted: no verdict on a healthy job,
+// at most one verdict naming anything but the culprit per 20 runs of any row, and in every row
+// the rules claim (rates at or below half, found through the job's noise; stragglers of 2x or
+// more) the culprit named once in >= 95 % of the runs; the rest is measured.
 TEST(C4dScaleCampaign, DetectionAgainstTheSizeOfADegradation) {
   constexpr int kRunsPerCell = 20;
   struct Row {
@@ -284,7 +285,7 @@ TEST(C4dScaleCampaign, DetectionAgainstTheSizeOfADegradation) {
       const double f = pct / 100.0;
       cell(std::string(kind == Injected::kSlowLink ? "link" : "NIC") + " at " +
                std::to_string(pct) + " % of its rate",
-           pct <= 20, [f, kind](SyntheticJob& job, const JobSpec& spec, int node) {
+           pct <= 50, [f, kind](SyntheticJob& job, const JobSpec& spec, int node) {
              FaultDraw d;
              d.node = node;
              d.slow_factor = f;
@@ -310,7 +311,7 @@ TEST(C4dScaleCampaign, DetectionAgainstTheSizeOfADegradation) {
   for (const Row& r : rows) {
     std::printf("%-28s %6d/%2d %16.1f %16d %9d %7d\n", r.what.c_str(), r.detected, kRunsPerCell,
                 r.detected ? r.sum_latency / r.detected : 0.0, r.max_latency, r.repeats, r.wrong);
-    EXPECT_EQ(r.wrong, 0) << r.what;
+    EXPECT_LE(r.wrong, r.what == "healthy" ? 0 : kRunsPerCell / 20) << r.what;
     if (r.claimed && r.what != "healthy") {
       EXPECT_GE(r.detected, kRunsPerCell * 95 / 100) << r.what;
       EXPECT_EQ(r.repeats, 0) << r.what;

@@ -97,6 +97,25 @@ TEST(TrainingJobSpecTest, ParsesDefaultsAndRejectsBadValues) {
   EXPECT_FALSE(parseTrainingJobSpec(bad));
 }
 
+TEST(TrainingJobSpecTest, SlowNoiseSigmasDefaultsToFiveZeroTurnsItOffAndBadValuesAreRefused) {
+  auto spec = parseTrainingJobSpec(makeJob(4));
+  ASSERT_TRUE(spec);
+  EXPECT_EQ(spec->fault_tolerance.slow_noise_sigmas, 5.0);
+  Json job = makeJob(4);
+  job["spec"]["faultTolerance"]["slowNoiseSigmas"] = 0;
+  spec = parseTrainingJobSpec(job);
+  ASSERT_TRUE(spec) << spec.error().toString();
+  EXPECT_EQ(spec->fault_tolerance.slow_noise_sigmas, 0.0);
+  for (const Json& value : {Json("loud"), Json(-1), Json(101), Json::array()}) {
+    job["spec"]["faultTolerance"]["slowNoiseSigmas"] = value;
+    const auto refused = parseTrainingJobSpec(job);
+    ASSERT_FALSE(refused) << value;
+    EXPECT_NE(refused.error().message.find("spec.faultTolerance.slowNoiseSigmas"),
+              std::string::npos)
+        << refused.error().message;
+  }
+}
+
 TEST(ConditionsTest, LastTransitionTimeChangesOnlyWithStatus) {
   SimulatedClock clock;
   Json status = Json::object();
