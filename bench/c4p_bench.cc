@@ -342,24 +342,26 @@ int main(int argc, char** argv) {
   }
   std::printf("Steady state of a pipelined ring (share of the ideal busbw):\n\n");
   std::printf(
-      "| scenario | GPUs | leaves × uplinks | ideal busbw | ECMP mean | ECMP worst | plan | "
+      "| scenario | NICs | GPUs | leaves × uplinks | ideal busbw | ECMP mean | ECMP worst | plan | "
       "plan, live failure | plan max link load | plan time |\n");
-  std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const Row& r : rows) {
-    std::printf("| %s | %d | %d × %d | %.0f Gbps | %s | %s | %s | %s | %.3f | %.1f ms |\n",
-                r.scenario.c_str(), r.gpus, r.leaves, r.uplinks, r.ideal_gbps,
-                pct(r.pipelined.ecmp_mean).c_str(), pct(r.pipelined.ecmp_worst).c_str(),
-                pct(r.pipelined.plan).c_str(), pct(r.pipelined.plan_live).c_str(), r.plan_max_load,
-                r.plan_ms);
+    std::printf("| %s | %d | %d | %d × %d | %.0f Gbps | %s | %s | %s | %s | %.3f | %.1f ms |\n",
+                r.scenario.c_str(), r.gpus / kGpusPerNode, r.gpus, r.leaves, r.uplinks,
+                r.ideal_gbps, pct(r.pipelined.ecmp_mean).c_str(),
+                pct(r.pipelined.ecmp_worst).c_str(), pct(r.pipelined.plan).c_str(),
+                pct(r.pipelined.plan_live).c_str(), r.plan_max_load, r.plan_ms);
   }
   if (stepModel) {
     std::printf("\nOne step without pipelining (share of the ideal busbw):\n\n");
-    std::printf("| scenario | GPUs | ECMP mean | ECMP worst | plan | plan, live failure |\n");
-    std::printf("|---|---:|---:|---:|---:|---:|\n");
+    std::printf(
+        "| scenario | NICs | GPUs | ECMP mean | ECMP worst | plan | plan, live failure |\n");
+    std::printf("|---|---:|---:|---:|---:|---:|---:|\n");
     for (const Row& r : rows) {
-      std::printf("| %s | %d | %s | %s | %s | %s |\n", r.scenario.c_str(), r.gpus,
-                  pct(r.step.ecmp_mean).c_str(), pct(r.step.ecmp_worst).c_str(),
-                  pct(r.step.plan).c_str(), pct(r.step.plan_live).c_str());
+      std::printf("| %s | %d | %d | %s | %s | %s | %s |\n", r.scenario.c_str(),
+                  r.gpus / kGpusPerNode, r.gpus, pct(r.step.ecmp_mean).c_str(),
+                  pct(r.step.ecmp_worst).c_str(), pct(r.step.plan).c_str(),
+                  pct(r.step.plan_live).c_str());
     }
   }
   if (!spray.empty()) {
