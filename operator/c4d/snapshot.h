@@ -36,7 +36,7 @@ struct Thresholds {
   double slow_factor = 4.0;      // a connection slower than median / slowFactor is slow
   // ... and, in a job quieter than that allows for, one slower than the reference times
   // 1 - slowNoiseSigmas x the job's noise (at most 0.6; docs/c4d.md). 0: slowFactor alone.
-  double slow_noise_sigmas = 5.0;
+  double slow_noise_sigmas = 4.0;
   double straggler_factor = 3.0;    // a rank's lateness above this x the job's noise = straggler
   double min_lateness_share = 0.1;  // ... and above this share of the window
   // ... and slowing the job down at least this much (a milder lateness is within the noise of a

@@ -105,7 +105,7 @@ struct FaultTolerance {
   double slow_factor = 4.0;
   // ... and, in a job whose rates are quieter, one below the reference times 1 - this many
   // standard deviations of the job's own noise (at most 0.6x); 0: slow_factor alone.
-  double slow_noise_sigmas = 5.0;
+  double slow_noise_sigmas = 4.0;
   std::int64_t window_seconds = 2;
   std::vector<FailurePolicyRule> pod_failure_policy;
 };

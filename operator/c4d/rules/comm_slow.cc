@@ -31,8 +31,12 @@ constexpr double kStragglerTransferRatio = 0.5;
 // slow below the reference times max(1/slowFactor, min(kMaxSlowRatio, 1 - slowNoiseSigmas x
 // noise)): a jittery job keeps 1/slowFactor, a quiet one names a link or NIC at half its
 // peers' rate, and no connection above kMaxSlowRatio of the reference is ever slow.
-// slowNoiseSigmas 0 turns it off.
+// slowNoiseSigmas 0 turns it off. A connection slow only by the noise-relative threshold (not
+// below 1/slowFactor) is slow once it has been so in kMildWindows measured windows in a row: a
+// mild slowness is told from a transient dip (a TCP loss recovery, a burst of delay) by lasting,
+// where the jitter a job shows across its connections says nothing of how long a dip lasts.
 constexpr double kMaxSlowRatio = 0.6;
+constexpr int kMildWindows = 5;
 constexpr std::size_t kMinNoiseConnections = 8;
 constexpr std::size_t kMinNoiseWindows = 3;
 
@@ -49,6 +53,9 @@ class CommSlowRule final : public Rule {
   };
   std::vector<RefSample> ref_history_;
   std::vector<RefSample> noise_history_;  // rate: the window's relative spread (sigma)
+  // Edge key -> measured windows in a row it was below the threshold (slow by the
+  // noise-relative threshold once kMildWindows).
+  std::map<std::uint64_t, int> mild_streak_;
 };
 
 void CommSlowRule::evaluate(const Window& w, Findings& out) {
@@ -121,9 +128,15 @@ void CommSlowRule::evaluate(const Window& w, Findings& out) {
     }
   }
   out.reference_rate = refRate;
-  if (refRate <= 0.0) return;
+  if (refRate <= 0.0) {
+    mild_streak_.clear();
+    return;
+  }
 
   const std::vector<Edge>& edges = w.edges;
+  // The streaks go on through windows in which an edge is not measured (no evidence either way)
+  // and end with a measured window in which it is not mildly slow, or with the edge.
+  std::map<std::uint64_t, int> streaks;
   std::vector<char> slow(edges.size(), 0);  // per edge
   struct Line {
     std::size_t measured = 0, slow = 0;
@@ -151,10 +164,22 @@ void CommSlowRule::evaluate(const Window& w, Findings& out) {
       addLine(row[w.nodeOf(e.src)], w.nodeOf(e.dst), false, 1.0);
       addLine(col[w.nodeOf(e.dst)], w.nodeOf(e.src), false, 1.0);
     }
-    if (!e.measured) continue;
+    if (!e.measured) {
+      if (auto prev = mild_streak_.find(e.key); prev != mild_streak_.end()) {
+        streaks[e.key] = prev->second;
+      }
+      continue;
+    }
     const std::size_t a = w.nodeOf(e.src), b = w.nodeOf(e.dst);
     const double factor = w.factorIf(w.offends(a) || w.offends(b), th.slow_factor);
-    slow[i] = e.rate < refRate * slowRatio(factor) ? 1 : 0;
+    const bool severe = e.rate * factor < refRate;
+    int streak = 0;  // windows in a row below the threshold, severe ones included
+    if (severe || e.rate < refRate * slowRatio(factor)) {
+      auto prev = mild_streak_.find(e.key);
+      streak = (prev == mild_streak_.end() ? 0 : prev->second) + 1;
+      streaks[e.key] = streak;
+    }
+    slow[i] = severe || streak >= kMildWindows ? 1 : 0;
     if (e.rate < kStragglerTransferRatio * refRate) {
       out.slow_transfer[static_cast<std::size_t>(e.src)] = 1;
       out.slow_transfer[static_cast<std::size_t>(e.dst)] = 1;
@@ -170,6 +195,7 @@ void CommSlowRule::evaluate(const Window& w, Findings& out) {
       addLine(col[b], a, slow[i] != 0, ratio);
     }
   }
+  mild_streak_ = std::move(streaks);
   auto wholeLine = [](const Line& l) {
     return l.measured >= 2 && l.slow == l.measured && l.many_peers;
   };

@@ -263,6 +263,11 @@ TEST(C4dScaleCampaign, DetectionAgainstTheSizeOfADegradation) {
       const std::string key = f(h.job, spec, node);
       h.run(kWindows - inject);
       bool found = false;
+      const bool named = std::any_of(h.all.begin(), h.all.end(),
+                                     [&](const Emitted& e) { return e.verdict.key() == key; });
+      if (claimed && !named && key != "-") {
+        std::cout << "  missed (" << what << ", " << describeSpec(spec) << "): " << describe(h.all);
+      }
       for (const Emitted& e : h.all) {
         if (e.verdict.key() != key) {
           ++row.wrong;

@@ -97,10 +97,10 @@ TEST(TrainingJobSpecTest, ParsesDefaultsAndRejectsBadValues) {
   EXPECT_FALSE(parseTrainingJobSpec(bad));
 }
 
-TEST(TrainingJobSpecTest, SlowNoiseSigmasDefaultsToFiveZeroTurnsItOffAndBadValuesAreRefused) {
+TEST(TrainingJobSpecTest, SlowNoiseSigmasDefaultsToFourZeroTurnsItOffAndBadValuesAreRefused) {
   auto spec = parseTrainingJobSpec(makeJob(4));
   ASSERT_TRUE(spec);
-  EXPECT_EQ(spec->fault_tolerance.slow_noise_sigmas, 5.0);
+  EXPECT_EQ(spec->fault_tolerance.slow_noise_sigmas, 4.0);
   Json job = makeJob(4);
   job["spec"]["faultTolerance"]["slowNoiseSigmas"] = 0;
   spec = parseTrainingJobSpec(job);
