@@ -127,6 +127,20 @@ inline std::string inject(SyntheticJob& job, Injected fault, const FaultDraw& d,
   return "";
 }
 
+// One run of a situation: `inject` windows of training, the fault, then up to `windows` in all
+// (a pause resumes after them and runs 20 more). Returns the key of the verdict it calls for.
+inline std::string runSituation(Harness& h, Injected fault, const FaultDraw& d, const JobSpec& spec,
+                                int injectAt, int windows) {
+  h.run(injectAt);
+  const std::string key = inject(h.job, fault, d, spec.nodes, spec.ranks_per_node);
+  h.run(windows - injectAt);
+  if (fault == Injected::kPause) {
+    h.job.resume();
+    h.run(20);
+  }
+  return key;
+}
+
 struct ClassStats {
   int runs = 0;
   int detected = 0;  // runs in which every expected verdict came

@@ -46,13 +46,7 @@ TEST(C4dCampaign, PrecisionAndRecallOverSeededFaults) {
     }
 
     Harness h(spec);
-    h.run(inject);
-    const std::string expected = testing::inject(h.job, fault, d, spec.nodes, spec.ranks_per_node);
-    h.run(kWindows - inject);
-    if (fault == Injected::kPause) {
-      h.job.resume();
-      h.run(20);
-    }
+    const std::string expected = runSituation(h, fault, d, spec, inject, kWindows);
 
     ClassStats& cs = stats.row(situationName(fault));
     ++cs.runs;

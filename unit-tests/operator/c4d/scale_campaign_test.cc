@@ -98,13 +98,7 @@ TEST(C4dScaleCampaign, SingleFaultsFrom8To4096Ranks) {
     d.cascade = pick(0, 1) == 1;
 
     Harness h(spec);
-    h.run(inject);
-    const std::string key = testing::inject(h.job, fault, d, spec.nodes, spec.ranks_per_node);
-    h.run(kWindows - inject);
-    if (fault == Injected::kPause) {
-      h.job.resume();
-      h.run(20);
-    }
+    const std::string key = runSituation(h, fault, d, spec, inject, kWindows);
     const std::vector<std::string> expected =
         key.empty() ? std::vector<std::string>{} : std::vector<std::string>{key};
     const auto t = tally(h.all, expected, inject, reportFalse(run, situationName(fault), spec));
