@@ -135,7 +135,7 @@ void CommSlowRule::evaluate(const Window& w, Findings& out) {
 
   const std::vector<Edge>& edges = w.edges;
   // The streaks go on through windows in which an edge is not measured (no evidence either way)
-  // and end with a measured window in which it is not mildly slow, or with the edge.
+  // and end with a measured window in which it is above the threshold, or with the edge.
   std::map<std::uint64_t, int> streaks;
   std::vector<char> slow(edges.size(), 0);  // per edge
   struct Line {
