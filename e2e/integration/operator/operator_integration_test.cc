@@ -416,8 +416,14 @@ TEST_F(OperatorIT, StatusChangesWithinTheBatchPeriodCostOneWriteButARestartIsWri
   // would make this wait fail, as the count never goes back to 1.
   EXPECT_TRUE(waitFor([&] { return counting.statusWrites("batched") == 1; }))
       << counting.statusWrites("batched") << " status writes";
-  auto reasons = eventReasons(*client_, ns_, "batched");
-  EXPECT_EQ(std::count(reasons.begin(), reasons.end(), "Running"), 1);
+  // The Running Event is recorded after the status write that says Running (a CI run read the
+  // Events 10 ms before it landed): wait for it, then there must be exactly one.
+  auto runningEvents = [&] {
+    auto reasons = eventReasons(*client_, ns_, "batched");
+    return std::count(reasons.begin(), reasons.end(), "Running");
+  };
+  EXPECT_TRUE(waitFor([&] { return runningEvents() >= 1; }));
+  EXPECT_EQ(runningEvents(), 1);
 
   // A restart gates pod deletion: its status is written at once, not after 5 s.
   auto failed_at = std::chrono::steady_clock::now();
@@ -835,8 +841,11 @@ TEST_F(OperatorIT, AVanishedPodRestartsTheWholeJobWithoutSpendingTheBudget) {
   ASSERT_EQ(status["faults"].size(), 1u);
   EXPECT_EQ(status["faults"][0]["class"], "disruption");
   EXPECT_EQ(status["faults"][0]["rank"], 1);
-  auto reasons = eventReasons(*client_, ns_, "van");
-  EXPECT_NE(std::find(reasons.begin(), reasons.end(), "PodDisrupted"), reasons.end());
+  // Events are recorded after the status write they follow: wait for it.
+  EXPECT_TRUE(waitFor([&] {
+    auto reasons = eventReasons(*client_, ns_, "van");
+    return std::find(reasons.begin(), reasons.end(), "PodDisrupted") != reasons.end();
+  }));
   op.stop();
 }
 
@@ -861,8 +870,11 @@ TEST_F(OperatorIT, AForeignObjectWithTheChildsNameIsNeverAdopted) {
   auto svc = client_->get(resources::services(), ns_, "taken");
   ASSERT_TRUE(svc);
   EXPECT_FALSE((*svc)["metadata"].contains("ownerReferences")) << "not adopted";
-  auto reasons = eventReasons(*client_, ns_, "taken");
-  EXPECT_NE(std::find(reasons.begin(), reasons.end(), "NameConflict"), reasons.end());
+  // Events are recorded after the status write they follow: wait for it.
+  EXPECT_TRUE(waitFor([&] {
+    auto reasons = eventReasons(*client_, ns_, "taken");
+    return std::find(reasons.begin(), reasons.end(), "NameConflict") != reasons.end();
+  }));
 
   ASSERT_TRUE(client_->remove(resources::services(), ns_, "taken", DeleteOptions{}));
   ASSERT_TRUE(
