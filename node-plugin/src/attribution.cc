@@ -211,8 +211,59 @@ std::string_view dropReasonName(DropReason reason) noexcept {
   return "unknown";
 }
 
-Attributor::Attributor(Config config, const PodDirectory& pods)
-    : config_(std::move(config)), pods_(pods) {}
+Attributor::Attributor(Config config, const PodDirectory& pods, Clock& clock)
+    : config_(std::move(config)), pods_(pods), clock_(clock) {}
+
+std::size_t Attributor::remembered() const {
+  std::lock_guard lock(mu_);
+  return seen_.size();
+}
+
+void Attributor::remember(pid_t pid, const std::optional<std::string>& uid, MonoTime now) const {
+  std::lock_guard lock(mu_);
+  auto it = seen_.find(pid);
+  if (it != seen_.end()) {
+    it->second = Seen{uid, now};
+    return;
+  }
+  if (config_.max_remembered == 0) return;
+  if (seen_.size() >= config_.max_remembered) {
+    // Forget what is past its grace; if nothing is, the oldest read.
+    std::erase_if(seen_,
+                  [&](const auto& e) { return now - e.second.read_at > config_.exited_grace; });
+    if (seen_.size() >= config_.max_remembered) {
+      auto oldest = seen_.begin();
+      for (auto e = seen_.begin(); e != seen_.end(); ++e) {
+        if (e->second.read_at < oldest->second.read_at) oldest = e;
+      }
+      seen_.erase(oldest);
+    }
+  }
+  seen_.emplace(pid, Seen{uid, now});
+}
+
+std::expected<std::optional<std::string>, Drop> Attributor::podUidOf(pid_t pid,
+                                                                     bool& remembered) const {
+  remembered = false;
+  const MonoTime now = clock_.monoNow();
+  const std::string path = config_.proc_root + "/" + std::to_string(pid) + "/cgroup";
+  std::ifstream in(path);
+  std::stringstream buf;
+  if (in) buf << in.rdbuf();
+  if (!in) {
+    std::lock_guard lock(mu_);
+    auto it = seen_.find(pid);
+    if (it == seen_.end() || now - it->second.read_at > config_.exited_grace) {
+      return std::unexpected(Drop{DropReason::kProcessGone, "cannot read " + path});
+    }
+    remembered = true;
+    return it->second.uid;
+  }
+  auto uid = podUidFromCgroup(buf.str());
+  if (!uid) return std::unexpected(Drop{DropReason::kCgroupConflict, uid.error().message});
+  remember(pid, *uid, now);
+  return std::move(*uid);
+}
 
 std::optional<Drop> Attributor::check(const PodInfo& pod, const report::RankIdentity& id) const {
   if (id.ns != pod.ns || id.pod != pod.name) {
@@ -255,20 +306,14 @@ std::expected<Attribution, Drop> Attributor::attribute(pid_t pid,
   if (!pods_.synced()) {
     return std::unexpected(Drop{DropReason::kPodsNotSynced, "pod informer not synced"});
   }
+  bool remembered = false;
   if (config_.mode != AttributionMode::kIdentity) {
     if (pid <= 0) {
       return std::unexpected(
           Drop{DropReason::kPidNotVisible, "sender pid not visible in this pid namespace"});
     }
-    const std::string path = config_.proc_root + "/" + std::to_string(pid) + "/cgroup";
-    std::ifstream in(path);
-    std::stringstream buf;
-    if (in) buf << in.rdbuf();
-    if (!in) {
-      return std::unexpected(Drop{DropReason::kProcessGone, "cannot read " + path});
-    }
-    auto uid = podUidFromCgroup(buf.str());
-    if (!uid) return std::unexpected(Drop{DropReason::kCgroupConflict, uid.error().message});
+    auto uid = podUidOf(pid, remembered);
+    if (!uid) return std::unexpected(std::move(uid.error()));
     if (uid->has_value()) {
       auto pod = pods_.byUid(**uid);
       if (!pod) {
@@ -276,7 +321,7 @@ std::expected<Attribution, Drop> Attributor::attribute(pid_t pid,
             Drop{DropReason::kPodUnknown, "pod uid " + **uid + " is not on this node"});
       }
       if (auto drop = check(*pod, id)) return std::unexpected(std::move(*drop));
-      return Attribution{std::move(*pod), AttributionPath::kCgroup, pid};
+      return Attribution{std::move(*pod), AttributionPath::kCgroup, pid, remembered};
     }
     if (config_.mode == AttributionMode::kCgroup) {
       return std::unexpected(
@@ -289,7 +334,7 @@ std::expected<Attribution, Drop> Attributor::attribute(pid_t pid,
                                 "claimed pod " + id.ns + "/" + id.pod + " is not on this node"});
   }
   if (auto drop = check(*pod, id)) return std::unexpected(std::move(*drop));
-  return Attribution{std::move(*pod), AttributionPath::kIdentity, pid};
+  return Attribution{std::move(*pod), AttributionPath::kIdentity, pid, remembered};
 }
 
 }  // namespace c4::node

@@ -78,7 +78,7 @@ Result<std::unique_ptr<NodePlugin>> NodePlugin::create(const NodePluginOptions& 
                                                    [informer] { return informer->hasSynced(); });
   C4_ASSIGN_OR_RETURN(auto mode, parseAttributionMode(options.attribution));
   impl->attributor = std::make_unique<Attributor>(
-      Attributor::Config{options.node_name, mode, options.proc_root}, *impl->pods);
+      Attributor::Config{options.node_name, mode, options.proc_root}, *impl->pods, clock);
   C4_ASSIGN_OR_RETURN(impl->transport,
                       createCurlTransport({.url = options.operator_url,
                                            .ca_file = options.ca_file,

@@ -75,6 +75,11 @@ Receiver::Receiver(Config config, Clock& clock, const Attributor& attributor,
                                        "Datagrams or messages dropped, by reason.", {"reason"})),
       attributed_metric_(registry.counter("c4_node_plugin_attributions_total",
                                           "Messages attributed to a pod, by path.", {"path"})),
+      after_exit_metric_(registry
+                             .counter("c4_node_plugin_attributions_after_exit_total",
+                                      "Messages read after their sender exited, attributed by "
+                                      "the cgroup its pid named at its previous message.")
+                             .get()),
       reassembly_metric_(registry.counter("c4_node_plugin_reassembly_total",
                                           "Split-report parts and reports by outcome.",
                                           {"outcome"})),
@@ -171,6 +176,7 @@ void Receiver::handle(Datagram& d) {
     }
   }
   attributed_metric_.labels({std::string(attributionPathName(attribution->path))}).inc();
+  if (attribution->remembered) after_exit_metric_.inc();
   const std::string kind(report::messageKind(*message));
   if (!sink_(std::move(*message), *attribution)) {
     drop(DropReason::kQueueFull, "shipper buffer full", pid);

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "test_util.h"
 
 namespace c4::node {
@@ -109,11 +111,15 @@ class AttributorTest : public ::testing::Test {
               "1:cpu:/kubepods/pod" + std::string(kUid) +
                   "/c\n0::/kubepods/pod22222222-2222-2222-2222-222222222222/c\n");
   }
-  Attributor make(AttributionMode mode) {
-    return Attributor({"node-a", mode, proc_.path()}, pods_);
+  Attributor make(AttributionMode mode, std::size_t max_remembered = 4096) {
+    Attributor::Config c{"node-a", mode, proc_.path()};
+    c.max_remembered = max_remembered;
+    return Attributor(c, pods_, clock_);
   }
+  void exits(pid_t pid) { std::filesystem::remove_all(proc_ / std::to_string(pid)); }
   static report::RankIdentity good() { return identityOf("team", "job-1", "node-a", "job", 5, 2); }
 
+  SimulatedClock clock_;
   kube::Store store_;
   bool synced_ = true;
   StorePodDirectory pods_;
@@ -195,6 +201,76 @@ TEST_F(AttributorTest, IdentityFallbackOnlyWhereCgroupNamesNoPod) {
   auto i = make(AttributionMode::kIdentity).attribute(999, good());
   ASSERT_TRUE(i.has_value());
   EXPECT_EQ(i->path, AttributionPath::kIdentity);
+}
+
+// A process's last datagram is often read after it exited: the cgroup its pid named at the
+// newest read still attributes it, for the grace and no longer, and only where no cgroup can be
+// read.
+TEST_F(AttributorTest, AnExitedSendersDatagramIsAttributedByItsRememberedCgroup) {
+  const Attributor a = make(AttributionMode::kCgroup);
+  auto live = a.attribute(100, good());
+  ASSERT_TRUE(live.has_value()) << live.error().detail;
+  EXPECT_FALSE(live->remembered);
+  exits(100);
+  clock_.advance(std::chrono::seconds{9});
+  auto gone = a.attribute(100, good());
+  ASSERT_TRUE(gone.has_value()) << gone.error().detail;
+  EXPECT_TRUE(gone->remembered);
+  EXPECT_EQ(gone->path, AttributionPath::kCgroup);
+  EXPECT_EQ(gone->pod.name, "job-1");
+  // The memory passes the same checks as a read.
+  auto id = good();
+  id.pod = "job-0";
+  EXPECT_EQ(dropOf(a.attribute(100, id)), DropReason::kPodMismatch);
+  id = good();
+  id.rank = 0;
+  EXPECT_EQ(dropOf(a.attribute(100, id)), DropReason::kRankOutOfRange);
+  // A pid never read is not remembered; past the grace the memory is not used.
+  EXPECT_EQ(dropOf(a.attribute(999, good())), DropReason::kProcessGone);
+  clock_.advance(std::chrono::seconds{2});
+  EXPECT_EQ(dropOf(a.attribute(100, good())), DropReason::kProcessGone);
+}
+
+TEST_F(AttributorTest, AReusedPidReadsItsOwnCgroup) {
+  const Attributor a = make(AttributionMode::kCgroup);
+  ASSERT_TRUE(a.attribute(100, good()).has_value());
+  // Pid 100 exits and a process of pod team/plain gets the pid: it cannot speak for job-1.
+  writeFile(proc_ / "100/cgroup", "0::/kubepods/pod22222222-2222-2222-2222-222222222222/c\n");
+  EXPECT_EQ(dropOf(a.attribute(100, good())), DropReason::kPodMismatch);
+  // ... and once it is gone too, what is remembered is its cgroup, not job-1's.
+  exits(100);
+  EXPECT_EQ(dropOf(a.attribute(100, good())), DropReason::kPodMismatch);
+}
+
+TEST_F(AttributorTest, AnExitedHostProcessFallsBackToItsIdentityAsBefore) {
+  const Attributor a = make(AttributionMode::kAuto);
+  ASSERT_TRUE(a.attribute(101, good()).has_value());
+  exits(101);
+  auto gone = a.attribute(101, good());
+  ASSERT_TRUE(gone.has_value()) << gone.error().detail;
+  EXPECT_EQ(gone->path, AttributionPath::kIdentity);
+  EXPECT_TRUE(gone->remembered);
+  // In cgroup mode a remembered "no pod" is still no pod.
+  const Attributor c = make(AttributionMode::kCgroup);
+  writeFile(proc_ / "101/cgroup", "0::/system.slice/sshd.service\n");
+  EXPECT_EQ(dropOf(c.attribute(101, good())), DropReason::kNotAPod);
+  exits(101);
+  EXPECT_EQ(dropOf(c.attribute(101, good())), DropReason::kNotAPod);
+}
+
+TEST_F(AttributorTest, TheMemoryIsBoundedOldestReadFirst) {
+  const Attributor a = make(AttributionMode::kAuto, 2);
+  ASSERT_TRUE(a.attribute(100, good()).has_value());
+  clock_.advance(std::chrono::milliseconds{10});
+  ASSERT_TRUE(a.attribute(101, good()).has_value());
+  clock_.advance(std::chrono::milliseconds{10});
+  auto plain = identityOf("team", "plain", "node-a", "", -1, 0);
+  ASSERT_TRUE(a.attribute(104, plain).has_value());
+  EXPECT_EQ(a.remembered(), 2u);
+  exits(100);
+  exits(104);
+  EXPECT_EQ(dropOf(a.attribute(100, good())), DropReason::kProcessGone);  // forgotten: oldest
+  EXPECT_TRUE(a.attribute(104, plain).has_value());
 }
 
 TEST_F(AttributorTest, PodsWithoutJobLabel) {

@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <filesystem>
 
 #include "test_util.h"
 
@@ -148,6 +151,64 @@ TEST_F(ReceiverTest, ThreadReceivesUntilStopped) {
   for (int i = 0; i < 500 && r->accepted() == 0; ++i) ::usleep(10'000);
   r->stop();
   EXPECT_EQ(r->accepted(), 1u);
+}
+
+// The real race: a process sends its last report and exits before the receiver reads it (the
+// profiler plugin's last report as a rank leaves). Its /proc entry is gone by then; what its cgroup
+// named at its previous datagram attributes it. Real /proc; this test's processes are in no pod
+// cgroup, so they attribute by identity after the cgroup read (kAuto).
+TEST(ReceiverExitTest, TheLastReportOfAnExitedProcessIsAccepted) {
+  SimulatedClock clock;
+  metrics::Registry registry;
+  kube::Store store;
+  StorePodDirectory pods(store, nullptr);
+  StorePodDirectory::addIndexes(store);
+  store.upsert(jobPod("team", "job-1", kUid, "node-a", "job", 0, 0, 2));
+  Attributor attributor({"node-a", AttributionMode::kAuto, "/proc"}, pods, clock);
+  TempDir dir;
+  Receiver::Config c;
+  c.socket_path = dir / "agent.sock";
+  std::vector<report::RankReport> got;
+  auto r = Receiver::create(c, clock, attributor, registry,
+                            [&](report::Message&& m, const Attribution&) {
+                              if (auto* rr = std::get_if<report::RankReport>(&m))
+                                got.push_back(*rr);
+                              return true;
+                            });
+  ASSERT_TRUE(r.has_value()) << r.error().toString();
+  const auto id = identityOf("team", "job-1", "node-a", "job", 1, 0);
+  auto first = report::encodeCbor(report::Message{rankReport(id, 1)});
+  report::RankReport lastReport = rankReport(id, 2);
+  lastReport.last = true;
+  auto last = report::encodeCbor(report::Message{lastReport});
+  ASSERT_TRUE(first.has_value() && last.has_value());
+  int go[2];
+  ASSERT_EQ(::pipe(go), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto s = UnixDatagramSender::create((*r)->path());
+    if (!s || s->send(*first) != SendOutcome::kSent) ::_exit(1);
+    char byte = 0;
+    if (::read(go[0], &byte, 1) != 1) ::_exit(2);
+    ::_exit(s->send(*last) == SendOutcome::kSent ? 0 : 3);
+  }
+  ::close(go[0]);
+  auto handled = (*r)->pollOnce(std::chrono::seconds{5});  // the child is alive
+  ASSERT_TRUE(handled.has_value() && *handled);
+  ASSERT_EQ(::write(go[1], "x", 1), 1);
+  ::close(go[1]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);  // reaped: /proc/<child> is gone
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  ASSERT_FALSE(std::filesystem::exists("/proc/" + std::to_string(child)));
+  handled = (*r)->pollOnce(std::chrono::seconds{5});
+  ASSERT_TRUE(handled.has_value() && *handled);
+  EXPECT_EQ((*r)->dropped(DropReason::kProcessGone), 0u);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_TRUE(got[1].last);
+  EXPECT_NE(registry.expose().find("c4_node_plugin_attributions_after_exit_total 1"),
+            std::string::npos);
 }
 
 TEST(RateLimitedLogTest, OneLinePerKeyPerInterval) {

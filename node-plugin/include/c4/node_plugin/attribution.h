@@ -15,16 +15,26 @@
 // kAuto falls back to the claimed identity: the claimed pod must exist on this node and pass the
 // same checks. kCgroup never falls back; kIdentity never reads cgroups. Anything that fails is a
 // Drop with a reason (metrics label) and a detail (logs).
+//
+// A process's last datagrams (the profiler plugin's last report, sent as it exits) are often read
+// after the process is gone and its /proc entry with it. The attributor remembers what each pid's
+// cgroup named at its newest read, for `exited_grace` after it: a datagram from a pid whose cgroup
+// can no longer be read is attributed by that memory (Attribution::remembered) and passes the same
+// checks. A pid reused within the grace by another process reads its own cgroup (the memory is
+// used only where none can be read). Without a memory such a datagram is dropped (kProcessGone).
 #pragma once
 
 #include <sys/types.h>
 
 #include <cstdint>
 #include <expected>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 
+#include "c4/common/clock.h"
 #include "c4/common/error.h"
 #include "c4/common/report.h"
 #include "kube/cache/informer.h"
@@ -98,7 +108,7 @@ enum class DropReason {
   kNoCredentials,     // the kernel attached no SCM_CREDENTIALS
   kDecode,            // not a valid message (strict decode)
   kPidNotVisible,     // pid 0: the sender is in a pid namespace this process cannot see
-  kProcessGone,       // /proc/<pid>/cgroup unreadable (exited, or no such pid)
+  kProcessGone,       // /proc/<pid>/cgroup unreadable (exited, or no such pid) and not remembered
   kCgroupConflict,    // the cgroup file names more than one pod
   kNotAPod,           // the cgroup names no pod and mode is kCgroup
   kPodsNotSynced,     // the pod informer has not listed yet
@@ -125,6 +135,8 @@ struct Attribution {
   PodInfo pod;
   AttributionPath path = AttributionPath::kCgroup;
   pid_t pid = 0;  // the sender, as the kernel named it to this process
+  // The sender had exited: its cgroup is the one remembered from its newest read.
+  bool remembered = false;
 };
 
 class Attributor {
@@ -133,18 +145,36 @@ class Attributor {
     std::string node;  // this node's name
     AttributionMode mode = AttributionMode::kAuto;
     std::string proc_root = "/proc";
+    // How long after a pid's newest cgroup read its memory attributes datagrams from it once it
+    // is gone, and how many pids are remembered (the oldest reads are forgotten first).
+    Duration exited_grace = std::chrono::seconds{10};
+    std::size_t max_remembered = 4096;
   };
-  Attributor(Config config, const PodDirectory& pods);
+  Attributor(Config config, const PodDirectory& pods, Clock& clock = realClock());
 
   // Attributes a message claiming `id` from the process `pid` (as the kernel names it).
   [[nodiscard]] std::expected<Attribution, Drop> attribute(pid_t pid,
                                                            const report::RankIdentity& id) const;
   // The identity checks alone (exposed for tests).
   [[nodiscard]] std::optional<Drop> check(const PodInfo& pod, const report::RankIdentity& id) const;
+  // Pids whose cgroup is remembered (tests, metrics).
+  [[nodiscard]] std::size_t remembered() const;
 
  private:
+  struct Seen {
+    std::optional<std::string> uid;  // the pod UID the cgroup named (none: no pod cgroup)
+    MonoTime read_at{};
+  };
+  // The pod UID pid's cgroup names; nullopt inside: the cgroup names no pod. An error Drop when
+  // the cgroup is unreadable and not remembered, or names two pods.
+  std::expected<std::optional<std::string>, Drop> podUidOf(pid_t pid, bool& remembered) const;
+  void remember(pid_t pid, const std::optional<std::string>& uid, MonoTime now) const;
+
   Config config_;
   const PodDirectory& pods_;
+  Clock& clock_;
+  mutable std::mutex mu_;  // seen_
+  mutable std::unordered_map<pid_t, Seen> seen_;
 };
 
 }  // namespace c4::node

@@ -108,6 +108,7 @@ class Receiver {
   metrics::Family<metrics::Counter>& accepted_metric_;
   metrics::Family<metrics::Counter>& dropped_metric_;
   metrics::Family<metrics::Counter>& attributed_metric_;
+  metrics::Counter& after_exit_metric_;
   metrics::Family<metrics::Counter>& reassembly_metric_;
   metrics::Gauge& partial_metric_;
   std::atomic<bool> running_{false};
