@@ -1,6 +1,8 @@
 #include "c4/common/unix_socket.h"
 
+#include <linux/sockios.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -90,6 +92,17 @@ SendOutcome UnixDatagramSender::send(std::span<const std::uint8_t> bytes) noexce
   impl_->last_error.store(n < 0 ? errno : EMSGSIZE, std::memory_order_relaxed);
   impl_->dropped.fetch_add(1, std::memory_order_relaxed);
   return SendOutcome::kDropped;
+}
+
+bool UnixDatagramSender::awaitRead(std::chrono::milliseconds timeout) const noexcept {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    int unread = 0;
+    if (::ioctl(impl_->fd.get(), SIOCOUTQ, &unread) != 0) return false;
+    if (unread == 0) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    ::usleep(1000);
+  }
 }
 
 std::uint64_t UnixDatagramSender::sent() const noexcept {

@@ -196,5 +196,8 @@ int main(int argc, char** argv) {
                  std::strerror(sender->lastError()));
     return kNotDelivered;
   }
+  // This process exits next: stay until the node plugin has read the notice (it attributes the
+  // notice by this pid's cgroup), at most half a second.
+  (void)sender->awaitRead(std::chrono::milliseconds{500});
   return 0;
 }

@@ -124,6 +124,10 @@ void Profiler::finish() {
     sendReport(true);
   } catch (...) {  // nothing leaves (bad_alloc while building it)
   }
+  // The process usually exits next: give the node plugin a moment to read the last report while
+  // this pid still names the process (it attributes by the pid's cgroup). The sender is set once,
+  // in create(); awaitRead is thread-safe.
+  if (impl_->sender) (void)impl_->sender->awaitRead(impl_->options.last_report_linger);
 }
 
 Result<Context*> Profiler::addContext(const CommInfo& info) {

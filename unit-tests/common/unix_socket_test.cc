@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <thread>
 
 #include "c4/common/report.h"
 
@@ -67,6 +68,34 @@ TEST(UnixSocketTest, FullReceiverDropsWithoutBlocking) {
   EXPECT_GT(sent, 0);
   EXPECT_GT(dropped, 0);
   EXPECT_EQ(sender->lastError(), EAGAIN);
+}
+
+// A sender about to exit can wait until its datagrams are read (the kernel counts them unread).
+TEST(UnixSocketTest, AwaitReadWaitsForTheReceiverToReadEverything) {
+  const std::string path = tempSocketPath("await");
+  auto server = UnixDatagramServer::bind(path);
+  ASSERT_TRUE(server.has_value());
+  auto sender = UnixDatagramSender::create(path);
+  ASSERT_TRUE(sender.has_value());
+  EXPECT_TRUE(sender->awaitRead(std::chrono::milliseconds{0}));  // nothing sent
+  const std::vector<std::uint8_t> msg(100, 3);
+  ASSERT_EQ(sender->send(msg), SendOutcome::kSent);
+  ASSERT_EQ(sender->send(msg), SendOutcome::kSent);
+  EXPECT_FALSE(sender->awaitRead(std::chrono::milliseconds{20}));  // unread
+  auto first = server->receive(std::chrono::seconds{1});
+  ASSERT_TRUE(first.has_value() && first->has_value());
+  EXPECT_FALSE(sender->awaitRead(std::chrono::milliseconds{20}));  // one still unread
+  std::thread reader([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds{50});
+    (void)server->receive(std::chrono::seconds{1});
+  });
+  EXPECT_TRUE(sender->awaitRead(std::chrono::seconds{5}));
+  reader.join();
+  // Nobody listening: a dropped datagram is not waited for.
+  auto absent = UnixDatagramSender::create(tempSocketPath("await-absent"));
+  ASSERT_TRUE(absent.has_value());
+  EXPECT_EQ(absent->send(msg), SendOutcome::kDropped);
+  EXPECT_TRUE(absent->awaitRead(std::chrono::milliseconds{0}));
 }
 
 TEST(UnixSocketTest, ReceiverRestartIsPickedUp) {

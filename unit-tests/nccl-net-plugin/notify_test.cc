@@ -5,9 +5,11 @@
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <thread>
 
 #include "c4/common/report.h"
 #include "c4/common/unix_socket.h"
@@ -100,6 +102,24 @@ TEST_F(NotifyTest, ProgressAndCheckpointCarryTheRankIdentity) {
   ASSERT_TRUE(m.has_value());
   EXPECT_EQ(std::get<report::ProgressNotice>(*m).id.rank, 5);
   EXPECT_EQ(std::get<report::ProgressNotice>(*m).state, report::ProgressState::kTraining);
+}
+
+// c4-notify exits right after its notice: it stays (at most half a second) until the node plugin
+// has read it, since the node plugin attributes a datagram by its sender's live pid.
+TEST_F(NotifyTest, StaysUntilItsNoticeIsRead) {
+  std::atomic<bool> done{false};
+  Outcome r;
+  std::thread notify([&] {
+    r = run(kIdentity + "C4_AGENT_SOCKET=" + path, "progress --step 7 --state finished");
+    done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds{250});
+  EXPECT_FALSE(done.load()) << "c4-notify exited with its notice unread";
+  auto m = next();
+  notify.join();
+  EXPECT_EQ(r.rc, 0) << r.out;
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(std::get<report::ProgressNotice>(*m).state, report::ProgressState::kFinished);
 }
 
 TEST_F(NotifyTest, BadInputIsRefusedAndSendsNothing) {

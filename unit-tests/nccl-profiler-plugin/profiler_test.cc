@@ -58,6 +58,8 @@ class ProfilerTest : public ::testing::Test {
     o.config.pod = "train-0";
     o.config.node = "node-a";
     o.config.agent_socket = path;
+    // These tests read after the finalize; the linger has a test of its own.
+    o.last_report_linger = 0ms;
     return o;
   }
   // Every RankReport the server holds now (waits briefly for the first).
@@ -771,6 +773,46 @@ TEST_F(ProfilerTest, AProcessThatExitsSendsALastReportAKilledOneNone) {
       EXPECT_EQ(reports.back().id.pid, static_cast<std::uint32_t>(child));
     }
   }
+}
+
+// An exiting process stays until the node plugin has read its last report (the node plugin
+// attributes it by the live pid), and no longer: here the linger is 60 s, the child lives while
+// its last report is unread and exits once it is read.
+TEST_F(ProfilerTest, AnExitingProcessStaysUntilItsLastReportIsRead) {
+  std::string path = "@c4-profiler-linger-" + std::to_string(::getpid());
+  auto server = UnixDatagramServer::bind(path);
+  ASSERT_TRUE(server.has_value()) << server.error().toString();
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ProfilerOptions o = reporting(path);
+    o.last_report_linger = std::chrono::seconds{60};
+    setProcessOptionsForTest(o);
+    initV6();
+    processProfilerForTest()->tickNow();
+    std::exit(0);
+  }
+  auto tick = server->receive(std::chrono::seconds{10});
+  ASSERT_TRUE(tick.has_value() && tick->has_value());
+  // The last report is sent right after; the child must still be there while it is unread.
+  std::this_thread::sleep_for(std::chrono::milliseconds{200});
+  int status = 0;
+  EXPECT_EQ(::waitpid(child, &status, WNOHANG), 0) << "exited with its last report unread";
+  const auto reports = drain(*server);
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_TRUE(reports[0].last);
+  // Read: it exits now, not at the end of the linger.
+  pid_t done = 0;
+  for (int i = 0; i < 1000 && done == 0; ++i) {
+    done = ::waitpid(child, &status, WNOHANG);
+    if (done == 0) std::this_thread::sleep_for(std::chrono::milliseconds{10});
+  }
+  if (done == 0) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, &status, 0);
+  }
+  EXPECT_EQ(done, child) << "still lingering 10 s after its last report was read";
+  EXPECT_TRUE(WIFEXITED(status));
 }
 
 // More communicators than a report holds: the report keeps those with an unfinished operation

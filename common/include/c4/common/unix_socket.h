@@ -64,6 +64,12 @@ class UnixDatagramSender {
   // too large; the reason is kept in lastError().
   SendOutcome send(std::span<const std::uint8_t> bytes) noexcept;
 
+  // Waits at most `timeout` until the receiver has read every datagram sent through this sender
+  // (the kernel charges an unread datagram to its sender's socket: SIOCOUTQ); true when none is
+  // left unread. The one call that blocks, for a process about to exit: the receiver attributes a
+  // datagram by its sender's pid, best while that pid still names the sender.
+  bool awaitRead(std::chrono::milliseconds timeout) const noexcept;
+
   [[nodiscard]] std::uint64_t sent() const noexcept;
   [[nodiscard]] std::uint64_t dropped() const noexcept;
   // errno of the last drop (0 if none).

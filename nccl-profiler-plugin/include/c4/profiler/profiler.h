@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -102,13 +103,16 @@ struct ProfilerOptions {
   ProfilerConfig config;
   Clock* clock = nullptr;      // nullptr: realClock()
   bool start_reporter = true;  // tests drive ticks themselves
+  // How long the last report may wait to be read by the node plugin before the process goes on
+  // (usually to exit): the node plugin attributes a datagram by its sender's live pid.
+  std::chrono::milliseconds last_report_linger{250};
 };
 
 // Process-wide state: the contexts, the sender and the reporter thread. Created with the first
 // context and destroyed (thread joined) with the last one by the C shell (src/shells.cc), or by
 // the process's static destructors when it leaves through exit() with communicators still open;
 // either way its destructor sends one last report (RankReport.last), which a killed process never
-// sends.
+// sends, and waits up to ProfilerOptions::last_report_linger for the node plugin to read it.
 class Profiler {
  public:
   static Result<std::unique_ptr<Profiler>> create(ProfilerOptions options);
