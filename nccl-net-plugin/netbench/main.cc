@@ -44,6 +44,7 @@ struct Options {
   int warmup = 2;
   bool baseline = false;
   bool spin = false;
+  bool acked = false;  // --baseline-acked
   bool json = false;
   std::string plugin;
   std::optional<std::string> profiler;  // unset: $NCCL_PROFILER_PLUGIN
@@ -66,6 +67,8 @@ void usage() {
       "  -n/--iters N (20)  -w/--warmup N (2)  --slice-bytes S (1M)  --window N (8)\n"
       "  --baseline            plain TCP, no plugin (same ring, same streams)\n"
       "  --spin                baseline waits by sched_yield (like NCCL's proxy), not poll\n"
+      "  --baseline-acked      baseline sends complete once the peer acknowledged their bytes\n"
+      "                        (as an RDMA write completes), not once written to the kernel\n"
       "  --streams N           baseline sockets per peer (default $C4_SUBFLOWS or 4)\n"
       "  --plugin NAME|PATH    (default $NCCL_NET_PLUGIN or the built plugin)\n"
       "  --profiler NAME|PATH  NCCL profiler plugin told of every collective and message, as\n"
@@ -115,6 +118,7 @@ int parseArgs(int argc, char** argv, Options& o) {
     kOp,
     kBaseline,
     kSpin,
+    kAcked,
     kJson,
     kPlugin,
     kStreams,
@@ -146,6 +150,7 @@ int parseArgs(int argc, char** argv, Options& o) {
                                  {"warmup", required_argument, nullptr, 'w'},
                                  {"baseline", no_argument, nullptr, kBaseline},
                                  {"spin", no_argument, nullptr, kSpin},
+                                 {"baseline-acked", no_argument, nullptr, kAcked},
                                  {"json", no_argument, nullptr, kJson},
                                  {"plugin", required_argument, nullptr, kPlugin},
                                  {"profiler", required_argument, nullptr, kProfiler},
@@ -206,6 +211,9 @@ int parseArgs(int argc, char** argv, Options& o) {
         break;
       case kSpin:
         o.spin = true;
+        break;
+      case kAcked:
+        o.acked = true;
         break;
       case kJson:
         o.json = true;
@@ -346,7 +354,7 @@ int run(Options& o) {
   }
   std::unique_ptr<Net> net;
   if (o.baseline) {
-    net = makeTcpNet(o.rank, o.world, o.streams, o.spin);
+    net = makeTcpNet(o.rank, o.world, o.streams, o.spin, o.acked);
   } else {
     std::string err;
     net = makePluginNet(o.plugin, o.rank, o.world, &err);

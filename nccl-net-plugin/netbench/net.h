@@ -34,7 +34,11 @@ class Net {
 std::unique_ptr<Net> makePluginNet(const std::string& pluginName, int rank, int worldSize,
                                    std::string* error);
 // spin: idle() yields the CPU (sched_yield, as NCCL's proxy and PluginNet do) instead of blocking
-// in poll() until a socket is ready.
-std::unique_ptr<Net> makeTcpNet(int rank, int worldSize, int streams, bool spin = false);
+// in poll() until a socket is ready. acked: a send completes once the peer's TCP has acknowledged
+// its bytes (SIOCOUTQ), as an RDMA write over InfiniBand/RoCE completes once the remote HCA has
+// acknowledged it, rather than once they are written to the kernel: the send's time then follows
+// the wire, as NCCL's SendWait does over its IB transport.
+std::unique_ptr<Net> makeTcpNet(int rank, int worldSize, int streams, bool spin = false,
+                                bool acked = false);
 
 }  // namespace c4::netbench

@@ -1,13 +1,18 @@
 // The --baseline: the same point-to-point semantics over plain TCP sockets, `streams` sockets per
 // peer and direction (the plugin's C4_SUBFLOWS), each message split evenly across them, progressed
-// with non-blocking I/O on the calling thread. No plugin, no telemetry, no extra threads.
+// with non-blocking I/O on the calling thread. No plugin, no telemetry, no extra threads. With
+// `acked`, a send's share on a socket is done once the peer's TCP has acknowledged its last byte
+// (the socket's unacknowledged bytes, SIOCOUTQ, are fewer than those written after it), as an
+// RDMA write completes once the remote HCA acknowledged it; later sends are written meanwhile.
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <linux/sockios.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sched.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -37,16 +42,20 @@ struct Sock {
   std::deque<Op*> queue;   // ops this socket still has to move its share of
   std::size_t offset = 0;  // progress within the front op's share
   int index = 0;
+  // acked: bytes written to this socket so far, and the sends written but not yet acknowledged,
+  // each with the byte count written up to its end.
+  std::uint64_t written = 0;
+  std::deque<std::pair<Op*, std::uint64_t>> unacked;
 };
 
 class TcpNet final : public Net {
  public:
-  TcpNet(int rank, int world, int streams, bool spin)
-      : rank_(rank), world_(world), streams_(streams), spin_(spin) {}
+  TcpNet(int rank, int world, int streams, bool spin, bool acked)
+      : rank_(rank), world_(world), streams_(streams), spin_(spin), acked_(acked) {}
 
   std::string describe() const override {
     return "baseline plain TCP (" + std::to_string(streams_) + " sockets per peer and direction" +
-           (spin_ ? ", spinning)" : ")");
+           (spin_ ? ", spinning" : "") + (acked_ ? ", sends complete when acknowledged)" : ")");
   }
 
   Status connectAll(Bootstrap& bs) override {
@@ -148,12 +157,17 @@ class TcpNet final : public Net {
       return;
     }
     std::vector<pollfd> pfds;
+    bool awaitingAcks = false;
     for (Sock* s : all_) {
+      awaitingAcks = awaitingAcks || !s->unacked.empty();
       if (s->queue.empty()) continue;
       pfds.push_back(
           {s->fd.get(), static_cast<short>(s->queue.front()->send ? POLLOUT : POLLIN), 0});
     }
-    if (!pfds.empty()) ::poll(pfds.data(), pfds.size(), 100);
+    // No event tells of an acknowledgement: look again within a millisecond.
+    if (!pfds.empty() || awaitingAcks) {
+      ::poll(pfds.data(), pfds.size(), awaitingAcks ? 1 : 100);
+    }
   }
 
   std::size_t maxMessageBytes() const override { return std::size_t{1} << 30; }
@@ -173,8 +187,23 @@ class TcpNet final : public Net {
     return {n * i / s, n * (i + 1) / s};
   }
 
+  static void complete(Op* op) {
+    if (--op->sockets_left == 0) op->done = true;
+  }
+
   Status progress() {
     for (Sock* s : all_) {
+      if (!s->unacked.empty()) {
+        int unackedBytes = 0;
+        if (::ioctl(s->fd.get(), SIOCOUTQ, &unackedBytes) != 0) {
+          return std::unexpected(errnoError("baseline SIOCOUTQ", errno));
+        }
+        const std::uint64_t acked = s->written - static_cast<std::uint64_t>(unackedBytes);
+        while (!s->unacked.empty() && s->unacked.front().second <= acked) {
+          complete(s->unacked.front().first);
+          s->unacked.pop_front();
+        }
+      }
       while (!s->queue.empty()) {
         Op* op = s->queue.front();
         auto [b, e] = share(*op, s->index);
@@ -190,11 +219,16 @@ class TcpNet final : public Net {
           if (n == 0 && !op->send)
             return makeError(ErrorCode::kUnavailable, "baseline: peer closed");
           s->offset += static_cast<std::size_t>(n);
+          if (op->send) s->written += static_cast<std::uint64_t>(n);
           if (s->offset < e - b) break;
         }
         s->offset = 0;
         s->queue.pop_front();
-        if (--op->sockets_left == 0) op->done = true;
+        if (acked_ && op->send) {
+          s->unacked.emplace_back(op, s->written);
+        } else {
+          complete(op);
+        }
       }
     }
     return {};
@@ -202,14 +236,15 @@ class TcpNet final : public Net {
 
   int rank_, world_, streams_;
   bool spin_;
+  bool acked_;
   std::vector<std::vector<std::unique_ptr<Sock>>> send_, recv_;
   std::vector<Sock*> all_;
 };
 
 }  // namespace
 
-std::unique_ptr<Net> makeTcpNet(int rank, int worldSize, int streams, bool spin) {
-  return std::make_unique<TcpNet>(rank, worldSize, streams < 1 ? 1 : streams, spin);
+std::unique_ptr<Net> makeTcpNet(int rank, int worldSize, int streams, bool spin, bool acked) {
+  return std::make_unique<TcpNet>(rank, worldSize, streams < 1 ? 1 : streams, spin, acked);
 }
 
 }  // namespace c4::netbench

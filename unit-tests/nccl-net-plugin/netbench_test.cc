@@ -66,7 +66,7 @@ struct NetbenchTest : ::testing::Test {
 };
 
 TEST_F(NetbenchTest, AllreduceOverPluginAndBaselineVerifies) {
-  for (const char* mode : {"", "--baseline"}) {
+  for (const char* mode : {"", "--baseline", "--baseline --baseline-acked"}) {
     Outcome r = run(std::string("--launch 3 -b 4 -e 4M -f 4 -n 2 -w 1 ") + mode);
     EXPECT_EQ(r.rc, 0) << r.out;
     EXPECT_NE(r.out.find("4194304"), std::string::npos) << r.out;
@@ -80,7 +80,9 @@ TEST_F(NetbenchTest, AllreduceOverPluginAndBaselineVerifies) {
 TEST_F(NetbenchTest, AllreducePipelinedAcrossStepsVerifiesWithSmallSlicesAndWindows) {
   for (const char* opts : {"--launch 5 -b 4 -e 1M -f 7 --slice-bytes 4K --window 1",
                            "--launch 4 -b 12 -e 3M -f 9 --slice-bytes 64K --window 2",
-                           "--launch 2 -b 4 -e 2M -f 8 --slice-bytes 4K --window 16 --baseline"}) {
+                           "--launch 2 -b 4 -e 2M -f 8 --slice-bytes 4K --window 16 --baseline",
+                           "--launch 3 -b 4 -e 2M -f 8 --slice-bytes 4K --window 16 --baseline "
+                           "--baseline-acked"}) {
     Outcome r = run(std::string(opts) + " -n 2 -w 1");
     EXPECT_EQ(r.rc, 0) << opts << "\n" << r.out;
     // Every size's row ends with its count of wrong words: all must be 0.
