@@ -4,6 +4,8 @@
 // `acked`, a send's share on a socket is done once the peer's TCP has acknowledged its last byte
 // (the socket's unacknowledged bytes, SIOCOUTQ, are fewer than those written after it), as an
 // RDMA write completes once the remote HCA acknowledged it; later sends are written meanwhile.
+// The receiving sockets then get a large buffer, the stand-in for the receive buffers NCCL posts
+// before the sender writes (below).
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <linux/sockios.h>
@@ -28,6 +30,9 @@
 
 namespace c4::netbench {
 namespace {
+
+// --baseline-acked: each receiving socket's buffer (the kernel doubles it for its bookkeeping).
+constexpr int kAckedReceiveBuffer = 8 << 20;
 
 struct Op {
   bool send = false;
@@ -70,6 +75,15 @@ class TcpNet final : public Net {
     }
     std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> guard(ai, &::freeaddrinfo);
     UniqueFd lfd(::socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (acked_) {
+      // An RDMA write lands in a buffer the receiver posted; TCP's stand-in for that buffer is the
+      // receive window. Without room in it a send would wait for the receiving process to read,
+      // and its time would be the receiver's, not the wire's. Accepted sockets inherit this.
+      int bytes = kAckedReceiveBuffer;
+      if (::setsockopt(lfd.get(), SOL_SOCKET, SO_RCVBUFFORCE, &bytes, sizeof(bytes)) != 0) {
+        ::setsockopt(lfd.get(), SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));  // capped: rmem_max
+      }
+    }
     if (::bind(lfd.get(), ai->ai_addr, ai->ai_addrlen) != 0 || ::listen(lfd.get(), 4096) != 0) {
       return std::unexpected(errnoError("baseline listen", errno));
     }
