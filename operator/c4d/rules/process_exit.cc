@@ -8,7 +8,7 @@
 // such exits the earliest are the culprits; the later ones died of them, and so did ranks that
 // exited after a candidate of the crash rule. Exits too close to order by time are ordered by the
 // connections between them and by which ranks sent a last report (culpritsOf). Reads and extends
-// Findings::crash_candidate.
+// Findings::crash_candidate; publishes Findings::exited.
 #include <algorithm>
 #include <map>
 #include <optional>
@@ -146,6 +146,10 @@ void ProcessExitRule::evaluate(const Window& w, Findings& out) {
     for (const AnomalySample& a : w.rank(r).anomalies) {
       if (a.kind == report::AnomalyKind::kProcessExited) exited_.try_emplace(r, a.time);
     }
+    if (endedInOrder(w, r)) out.exited[static_cast<std::size_t>(r)] = 1;
+  }
+  for (const auto& [r, at] : exited_) {
+    if (r >= 0 && r < n) out.exited[static_cast<std::size_t>(r)] = 1;
   }
   std::vector<char>& crashCand = out.crash_candidate;
   std::optional<WallTime> first_exit;

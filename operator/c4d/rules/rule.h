@@ -32,6 +32,7 @@ struct Candidate {
 struct Findings {
   explicit Findings(std::size_t ranks)
       : crash_candidate(ranks, 0),
+        exited(ranks, 0),
         hang_root(ranks, 0),
         touches_slow(ranks, 0),
         slow_transfer(ranks, 0) {}
@@ -41,6 +42,9 @@ struct Findings {
 
   // crash, processExit: per rank, a crash candidate (never a hang root or a straggler).
   std::vector<char> crash_candidate;
+  // processExit: per rank, its process exited in this attempt (the node plugin saw it) or ended
+  // its telemetry in order (its newest report is its last): its silence is no missing telemetry.
+  std::vector<char> exited;
   // nonCommHang: per rank, the root of a non-communication hang.
   std::vector<char> hang_root;
   // commSlow: per rank, an end of a slow edge this tick.

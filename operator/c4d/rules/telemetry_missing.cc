@@ -1,7 +1,8 @@
 // Telemetry missing (an observation, never a verdict): ranks silent while their pods run, not
-// crash candidates, not hang roots, and no peer waits on them — e.g. a node plugin down. One
-// observation per node, reported from its confirmationWindows-th consecutive tick on. Reads
-// Findings::crash_candidate and hang_root.
+// crash candidates, not hang roots, not exited (their process gone, or their telemetry ended in
+// order), and no peer waits on them — e.g. a node plugin down. One observation per node, reported
+// from its confirmationWindows-th consecutive tick on. Reads Findings::crash_candidate, hang_root
+// and exited.
 #include <map>
 
 #include "operator/c4d/rules/rule.h"
@@ -33,7 +34,7 @@ void TelemetryMissingRule::evaluate(const Window& w, Findings& out) {
   for (std::int32_t r = 0; r < n; ++r) {
     const auto ur = static_cast<std::size_t>(r);
     if (w.reporting[ur] || !w.alive[ur] || out.crash_candidate[ur] || out.hang_root[ur] ||
-        w.anyone_waits[ur]) {
+        out.exited[ur] || w.anyone_waits[ur]) {
       continue;
     }
     if (w.rank(r).reports.empty() && w.ticks_in_attempt <= th.warmup_windows) continue;

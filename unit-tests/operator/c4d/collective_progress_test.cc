@@ -148,6 +148,7 @@ class CommJob {
       EXPECT_TRUE(result.has_value()) << result.error().toString();
       if (!result) break;
       for (auto& v : result->verdicts) out.push_back(std::move(v));
+      for (auto& o : result->observations) observations_.push_back(std::move(o));
       if (!out.empty() && first_ == 0) first_ = i + 1;
     }
     return out;
@@ -170,6 +171,14 @@ class CommJob {
   };
   Rank& rank(int r) { return ranks_[static_cast<std::size_t>(r)]; }
   int firstVerdictAfter() const { return first_; }
+  // Marks every rank's newest report its last (RankReport.last) without an exit.
+  void markLastReports() {
+    for (Rank& r : ranks_) {
+      if (!r.reports.empty()) r.reports.back().last = true;
+    }
+  }
+  // Every observation of the ticks run so far.
+  const std::vector<Observation>& observations() const { return observations_; }
 
  private:
   std::uint64_t newest() const {
@@ -185,6 +194,7 @@ class CommJob {
   std::vector<Rank> ranks_;
   JobAnalyser analyser_;
   int first_ = 0;
+  std::vector<Observation> observations_;
 };
 
 // Every rank stops and exits: rank 2 first, the others 70 ms later (a cascade over sockets).
@@ -261,14 +271,39 @@ TEST(CollectiveProgress, ARankWhoseProcessExitedWhileItsPeersWaitIsACrash) {
 }
 
 // The control: every rank exits (the job ended, its pods still up): nobody waits, no verdict.
-TEST(CollectiveProgress, EveryRankExitingIsNoVerdict) {
+// ... and no missing telemetry either: the ranks' pods still run (an MPI-style worker stays up),
+// but the node plugin saw their processes exit. The control: the same ranks silent without an
+// exit are telemetry missing.
+TEST(CollectiveProgress, EveryRankExitingIsNoVerdictAndNoMissingTelemetry) {
+  for (const bool exits : {true, false}) {
+    CommJob job(true);
+    ASSERT_TRUE(job.run(10).empty());
+    for (int r = 0; r < 4; ++r) {
+      job.rank(r).frozen = true;
+      job.rank(r).exit_pending = exits;
+    }
+    EXPECT_TRUE(job.run(30).empty());
+    const auto& obs = job.observations();
+    const bool missing = std::any_of(obs.begin(), obs.end(), [](const Observation& o) {
+      return o.kind == ObservationKind::kTelemetryMissing;
+    });
+    EXPECT_EQ(missing, !exits) << (exits ? "exited ranks read as missing telemetry"
+                                         : "the control saw no missing telemetry");
+  }
+}
+
+// A rank that ended its telemetry in order (its last report) and goes on without NCCL is not
+// missing telemetry either, though the node plugin saw no exit.
+TEST(CollectiveProgress, ARankThatEndedItsTelemetryInOrderIsNotMissing) {
   CommJob job(true);
   ASSERT_TRUE(job.run(10).empty());
-  for (int r = 0; r < 4; ++r) {
-    job.rank(r).frozen = true;
-    job.rank(r).exit_pending = true;
-  }
+  for (int r = 0; r < 4; ++r) job.rank(r).frozen = true;
+  // The newest report of each is its last (the profiler's last finalize), no exit.
+  job.markLastReports();
   EXPECT_TRUE(job.run(30).empty());
+  for (const Observation& o : job.observations()) {
+    EXPECT_NE(o.kind, ObservationKind::kTelemetryMissing) << o.message;
+  }
 }
 
 // Over NCCL's socket transport the peers of a killed rank die of its closed connections within
