@@ -105,10 +105,9 @@ echo "Prometheus (Debian's prometheus) scrapes the operator and every node plugi
 if [[ $FAULT == freeze ]]; then
   say "a TrainingJob: 4 ranks of c4-netbench training over their own TCP transport, timed by C4's NCCL profiler plugin"
   # The default telemetry source (Profiler): NCCL keeps its transports, here c4-netbench's plain
-  # TCP (--baseline; a send completes once acknowledged, as an RDMA write does) with c4-netbench
-  # calling the profiler plugin as NCCL does. C4P plans in Advisory mode: Enforce would move the
-  # bytes onto C4's net plugin.
-  TELEMETRY="{source: Profiler}" PLANNING="{mode: Advisory}" TRANSPORT_ARGS="--baseline, --baseline-acked,"
+  # TCP (--baseline) with c4-netbench calling the profiler plugin as NCCL does. C4P plans in
+  # Advisory mode: Enforce would move the bytes onto C4's net plugin.
+  TELEMETRY="{source: Profiler}" PLANNING="{mode: Advisory}" TRANSPORT_ARGS="--baseline,"
 else
   say "a TrainingJob: 4 ranks of c4-netbench training through C4's NCCL net plugin"
   TELEMETRY="{source: NetPlugin}" PLANNING="{mode: Enforce}" TRANSPORT_ARGS=""

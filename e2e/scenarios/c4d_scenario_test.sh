@@ -40,7 +40,9 @@
 #   C4_E2E_PAUSE_SILENT=1 ... pause    the control of the pause: the same pause NOT announced;
 #                                      passes when C4D then gives a verdict naming rank 0's node
 #   C4_E2E_TELEMETRY=Profiler ... <fault>  the job's telemetry from C4's NCCL profiler plugin, its
-#                                      bytes over plain TCP, no net plugin loaded (checked)
+#                                      bytes over plain TCP, no net plugin loaded (checked);
+#                                      with C4_E2E_ACKED=1 a send completes once acknowledged
+#                                      (c4-netbench --baseline-acked), as an RDMA write does
 #   C4_E2E_RANKS (8), C4_E2E_NODES (6), C4_E2E_KEEP=1 (keep the cluster)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)

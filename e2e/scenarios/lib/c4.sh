@@ -63,14 +63,15 @@ c4_mpi_worker_command() {
 # for the container (c4_mpi_worker_command).
 # C4_E2E_TELEMETRY picks the job's telemetry source: NetPlugin (default: c4-netbench moves its
 # bytes and reports them through C4's net plugin) or Profiler (it moves them over plain TCP, the
-# stand-in for NCCL's native transports, and tells C4's profiler plugin of them as NCCL does; a
-# send completes once the peer acknowledged it, as an RDMA write over NCCL's IB transport does).
+# stand-in for NCCL's native transports, and tells C4's profiler plugin of them as NCCL does; with
+# C4_E2E_ACKED=1 a send completes once the peer acknowledged it, as an RDMA write over NCCL's IB
+# transport does, so its time follows the wire).
 c4_apply_train_job() {
   local ranks=$1 steps=$2 state=$3 more=${4:-} command=${5:-}
   local telemetry=${C4_E2E_TELEMETRY:-NetPlugin} transport=""
   case $telemetry in
     NetPlugin) ;;
-    Profiler) transport="--baseline, --baseline-acked, " ;;
+    Profiler) transport="--baseline, ${C4_E2E_ACKED:+--baseline-acked, }" ;;
     *) echo "C4_E2E_TELEMETRY must be NetPlugin or Profiler, not '$telemetry'" >&2; exit 2 ;;
   esac
   kubectl apply -n "$NS" -f - >/dev/null <<YAML
