@@ -19,6 +19,8 @@ constexpr std::size_t kMaxJoinedInSummary = 4;
 // interval between the Events of a fault that keeps coming back after that (allowFaultEvent).
 constexpr std::size_t kFaultEventsPerHour = 3;
 constexpr auto kFlappingEventInterval = std::chrono::minutes{5};
+// A diagnosis the restart budget refused asks for a slot again this often.
+constexpr auto kRestartSlotRetry = std::chrono::seconds{10};
 
 std::string stringAtPath(const Json& j, const char* pointer) {
   const Json::json_pointer p(pointer);
@@ -286,6 +288,8 @@ void Detector::observeAttempt(const Json& job, JobState& state) {
   std::lock_guard lock(mu_);
   state.diagnosis.reset();
   state.diagnosis_published = false;
+  state.restart_retry_at.reset();
+  state.restart_deferred_event = false;
 }
 
 bool Detector::allowFaultEvent(JobState& state, const std::string& verdict_key,
@@ -317,6 +321,37 @@ bool Detector::allowFaultEvent(JobState& state, const std::string& verdict_key,
 }
 
 void Detector::publishDiagnosis(const std::string& key, JobState& state) {
+  std::string summary;
+  {
+    std::lock_guard lock(mu_);
+    if (!state.diagnosis || state.diagnosis_published) return;
+    summary = state.diagnosis->summary;
+  }
+  const MonoTime mono = clock_.monoNow();
+  if (state.restart_retry_at && mono < *state.restart_retry_at) return;
+  std::string why;
+  auto slot = remediator_.takeRestartSlot(key, state.attempt, why);
+  if (!slot || !*slot) {
+    state.restart_retry_at = mono + kRestartSlotRetry;
+    if (!slot) {
+      log_.warn("Restart budget not readable; the restart waits",
+                {{"job", key}, {"error", slot.error().toString()}});
+      return;
+    }
+    log_.warn("Restart deferred: the restart budget is spent", {{"job", key}, {"why", why}});
+    if (!state.restart_deferred_event) {
+      state.restart_deferred_event = true;
+      if (auto job = jobs_.store().get(key)) {
+        events_.record(
+            *job, "Warning", "RestartDeferred",
+            summary + "; not restarted yet: " + why + "; the restart is asked for again every " +
+                std::to_string(
+                    std::chrono::duration_cast<std::chrono::seconds>(kRestartSlotRetry).count()) +
+                " s until the window has room (or restart the job by hand)");
+      }
+    }
+    return;
+  }
   {
     std::lock_guard lock(mu_);
     if (!state.diagnosis || state.diagnosis_published) return;

@@ -26,6 +26,10 @@
 //     verdict of the attempt confirmed until the controller restarts the job joins it (each
 //     with its own Events and history; the restart avoids every culprit and cordons each one
 //     the evidence names) — two independent faults cost one restart, not two;
+//     The restart is asked for only within the cluster-wide restart budget (remediation,
+//     NodeRemediator::takeRestartSlot: at most --restart-max-per-hour job attempts ended by C4D,
+//     all jobs together): beyond it the diagnosis stays held, with a Warning Event
+//     RestartDeferred, and is published once the window has room;
 //   - a slow link (replan) is reported and handed to the traffic planner (TrafficPlanPeer), which
 //     looks at that connection's subflows with a lower bar;
 //   - telemetry missing from a node: a Warning Event `TelemetryMissing`, never an action.
@@ -193,6 +197,10 @@ class Detector {
     bool diagnosis_published = false;
     std::uint64_t windows = 0;           // analysis windows of this attempt (while it runs)
     std::uint64_t diagnosis_window = 0;  // the window that created `diagnosis`
+    // The restart budget (NodeRemediator::takeRestartSlot) refused or could not be read: when to
+    // ask again, and whether the job's RestartDeferred Event is written.
+    std::optional<MonoTime> restart_retry_at;
+    bool restart_deferred_event = false;
     // Slow-link verdicts (by key) C4P was asked to re-plan around, and when.
     // A verdict that clears is kept until it has stayed cleared for replan_grace: a link whose
     // rate hovers around the threshold keeps the clock of its first verdict.
@@ -231,7 +239,9 @@ class Detector {
   // filter's budget of the job's Events (EventCorrelatorOptions::spam_burst), and a later fault's
   // Events are written.
   bool allowFaultEvent(JobState& state, const std::string& verdict_key, std::string& message);
-  // Publishes the held diagnosis (diagnosis() returns it; the controller hears of it).
+  // Publishes the held diagnosis (diagnosis() returns it; the controller hears of it) once the
+  // cluster-wide restart budget has a slot for it; until then it stays held (and joinable), with
+  // a Warning Event RestartDeferred, and the budget is asked again every kRestartSlotRetry.
   void publishDiagnosis(const std::string& key, JobState& state);
   void escalatePersistentSlowLinks(const std::string& key, const Json& job, JobState& state,
                                    const c4d::TickResult& result, const c4d::JobSnapshot& snap,

@@ -127,6 +127,10 @@ const std::vector<Option>& optionTable() {
       {"fault-history-max-per-hour",
        "node fault-history entries written per hour, all nodes together (default 20; 0 = none)",
        C4_INT(node_actions.max_fault_records_per_window, "fault-history-max-per-hour", 0)},
+      {"restart-max-per-hour",
+       "job attempts C4D ends with a restart per hour, all jobs together; beyond it a diagnosis "
+       "waits for room (default 20; 0 = none)",
+       C4_INT(node_actions.max_restarts_per_window, "restart-max-per-hour", 0)},
       {"dry-run", "decide node actions but do not act (default false)",
        C4_BOOL(node_actions.dry_run, "dry-run")},
       {"traffic-planning",

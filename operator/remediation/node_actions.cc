@@ -154,6 +154,40 @@ std::string encodeFaultSlots(const std::vector<FaultSlot>& slots) {
   return list.dump();
 }
 
+// A C4D restart taken within the restart budget's window: which job's which attempt it ends, and
+// when (the window counts from then).
+struct RestartSlot {
+  std::string job;  // "<ns>/<name>"
+  std::int64_t attempt = 0;
+  WallTime taken;
+};
+
+constexpr const char* kRestartSlotsKey = "restarts.json";
+
+std::vector<RestartSlot> parseRestartSlots(const Json& config_map) {
+  std::vector<RestartSlot> out;
+  for (const auto& r : arrayIn(config_map, kRestartSlotsKey)) {
+    if (!r.is_object()) continue;
+    std::string job = stringOf(r, "job");
+    auto attempt = r.find("attempt");
+    auto taken = r.find("takenUnixNs");
+    if (job.empty() || attempt == r.end() || !attempt->is_number_integer() || taken == r.end() ||
+        !taken->is_number_integer()) {
+      continue;
+    }
+    out.push_back({job, attempt->get<std::int64_t>(), fromUnixNanos(taken->get<std::int64_t>())});
+  }
+  return out;
+}
+
+std::string encodeRestartSlots(const std::vector<RestartSlot>& slots) {
+  Json list = Json::array();
+  for (const auto& r : slots) {
+    list.push_back({{"job", r.job}, {"attempt", r.attempt}, {"takenUnixNs", toUnixNanos(r.taken)}});
+  }
+  return list.dump();
+}
+
 // The same entry (the history keeps whole seconds).
 bool sameFault(const NodeFaultRecord& a, const NodeFaultRecord& b) {
   return formatRfc3339(a.time) == formatRfc3339(b.time) && a.fault_class == b.fault_class &&
@@ -250,7 +284,8 @@ std::string_view cordonOutcomeName(CordonOutcome o) {
 struct NodeRemediator::State {
   std::vector<CordonRecord> cordons;
   std::vector<OwedFault> faults;
-  std::vector<FaultSlot> fault_slots;  // the fault-history budget's window
+  std::vector<FaultSlot> fault_slots;      // the fault-history budget's window
+  std::vector<RestartSlot> restart_slots;  // the restart budget's window
 };
 
 NodeRemediator::NodeRemediator(KubeClient& client, Clock& clock, EventRecorder& events,
@@ -264,9 +299,10 @@ NodeRemediator::NodeRemediator(KubeClient& client, Clock& clock, EventRecorder& 
       list_nodes_(std::move(list_nodes)),
       log_("node-actions") {
   if (registry != nullptr) {
-    actions_ =
-        &registry->counter("c4_operator_node_actions_total",
-                           "Node cordon/uncordon decisions by outcome.", {"action", "outcome"});
+    actions_ = &registry->counter("c4_operator_node_actions_total",
+                                  "C4's node actions (cordon, uncordon, fault history) and C4D "
+                                  "restarts by outcome.",
+                                  {"action", "outcome"});
     // Every series from the start at 0, so increase() in alerts sees the first cordon.
     for (auto o : {CordonOutcome::kCordoned, CordonOutcome::kAlreadyOurs, CordonOutcome::kDryRun,
                    CordonOutcome::kBreakerOpen, CordonOutcome::kOwed}) {
@@ -276,6 +312,8 @@ NodeRemediator::NodeRemediator(KubeClient& client, Clock& clock, EventRecorder& 
       actions_->labels({"uncordon", o});
     }
     actions_->labels({"fault_history", "budget_spent"});
+    actions_->labels({"restart", "allowed"});
+    actions_->labels({"restart", "budget_spent"});
   }
 }
 
@@ -384,7 +422,8 @@ Status NodeRemediator::editState(const std::function<bool(State&)>& edit) {
                   {"data", Json::object()}};
     }
     Json& config_map = *read;
-    State state{parseRecords(config_map), parseFaults(config_map), parseFaultSlots(config_map)};
+    State state{parseRecords(config_map), parseFaults(config_map), parseFaultSlots(config_map),
+                parseRestartSlots(config_map)};
     // Done cordons leave with the window; owed ones stay until they are done. So do the slots of
     // the fault-history budget.
     const WallTime now = clock_.wallNow();
@@ -392,6 +431,8 @@ Status NodeRemediator::editState(const std::function<bool(State&)>& edit) {
                   [&](const CordonRecord& r) { return !r.owed && now - r.time >= config_.window; });
     std::erase_if(state.fault_slots,
                   [&](const FaultSlot& f) { return now - f.taken >= config_.window; });
+    std::erase_if(state.restart_slots,
+                  [&](const RestartSlot& r) { return now - r.taken >= config_.window; });
     if (!edit(state)) return okStatus();
     if (!config_map["data"].is_object()) config_map["data"] = Json::object();
     config_map["data"][kStateKey] = encodeRecords(state.cordons);
@@ -404,6 +445,11 @@ Status NodeRemediator::editState(const std::function<bool(State&)>& edit) {
       config_map["data"].erase(kFaultSlotsKey);
     } else {
       config_map["data"][kFaultSlotsKey] = encodeFaultSlots(state.fault_slots);
+    }
+    if (state.restart_slots.empty()) {
+      config_map["data"].erase(kRestartSlotsKey);
+    } else {
+      config_map["data"][kRestartSlotsKey] = encodeRestartSlots(state.restart_slots);
     }
     // The update carries the resourceVersion read above: a concurrent writer gets 409 and
     // applies its change again to the state that includes this one.
@@ -485,6 +531,39 @@ Result<bool> NodeRemediator::takeFaultSlot(const std::string& node, const NodeFa
     return true;
   });
   if (!written) return std::unexpected(written.error().withContext("record fault-history slot"));
+  return allowed;
+}
+
+Result<bool> NodeRemediator::takeRestartSlot(const std::string& job, std::int64_t attempt,
+                                             std::string& why) {
+  bool allowed = false;
+  auto written = editState([&](State& state) {
+    allowed = false;
+    why.clear();
+    // The same restart asked again (a retry, a new leader deciding the same attempt's restart)
+    // takes no second slot.
+    for (const auto& r : state.restart_slots) {
+      if (r.job == job && r.attempt == attempt) {
+        allowed = true;
+        return false;
+      }
+    }
+    if (static_cast<int>(state.restart_slots.size()) >= config_.max_restarts_per_window) {
+      why =
+          "restart budget: C4D restarted " + std::to_string(state.restart_slots.size()) +
+          " job attempt(s) in the last " +
+          std::to_string(std::chrono::duration_cast<std::chrono::seconds>(config_.window).count()) +
+          " s (limit " + std::to_string(config_.max_restarts_per_window) + ")";
+      return false;
+    }
+    allowed = true;
+    state.restart_slots.push_back({job, attempt, clock_.wallNow()});
+    return true;
+  });
+  if (!written) return std::unexpected(written.error().withContext("record restart slot"));
+  if (actions_ != nullptr) {
+    actions_->labels({"restart", allowed ? "allowed" : "budget_spent"}).inc();
+  }
   return allowed;
 }
 

@@ -18,6 +18,12 @@
 // window, another job) makes the patch fail with 409 and the entry is appended again to a fresh
 // read. This room is the only writer of a Node's annotations; C4D asks it (recordFault).
 //
+// C4D's restarts are bounded the same way (takeRestartSlot): at most max_restarts_per_window job
+// attempts ended by a diagnosis per window, all jobs together, each slot recorded in the same
+// ConfigMap before the restart is asked for, so a fault of C4 itself that misreads every job
+// (a bad telemetry release, a clock jump) restarts a bounded number of them, across restarts and
+// failovers alike.
+//
 // Owed actions live in the cluster until they are done. A cordon's breaker record is written
 // "owed" (with its reason) before the Node is patched and marked "done" once the patch landed:
 // a refused patch (403, 5xx) or an operator killed in between leaves the owed record, which holds
@@ -90,6 +96,10 @@ struct NodeActionConfig {
   // Fault-history entries appended per `window`, all nodes together (0 = none), counted in the
   // breaker's ConfigMap like cordons, so the window survives a restart or failover.
   int max_fault_records_per_window = 20;
+  // C4D restarts (job attempts ended by a diagnosis) per `window`, all jobs together (0 = none),
+  // counted in the breaker's ConfigMap like cordons: a C4 fault that misreads every job cannot
+  // restart them all.
+  int max_restarts_per_window = 20;
   // Owed actions: retried after retry_initial, doubling up to retry_max; the loop also reads
   // the ConfigMap again every rescan_interval; a failure's Warning Event on the Node at most
   // once per failure_event_interval per action.
@@ -141,6 +151,13 @@ class NodeRemediator {
   // c4_operator_node_actions_total{action="fault_history",outcome="budget_spent"}). Any other
   // error leaves the entry owed (the error says so) and the loop writes it.
   Status recordFault(const std::string& node, const NodeFaultRecord& record);
+
+  // Takes a slot of the restart budget for attempt `attempt` of `job` ("<ns>/<name>"), or finds
+  // the one it has (idempotent), in one conditional update of the breaker's ConfigMap: false
+  // (and `why`) when max_restarts_per_window restarts were taken in the window; an error when the
+  // state cannot be read or written (nothing taken). Counted as
+  // c4_operator_node_actions_total{action="restart",outcome="allowed"|"budget_spent"}.
+  Result<bool> takeRestartSlot(const std::string& job, std::int64_t attempt, std::string& why);
 
   // The cordons recorded in the breaker's window (node names), owed ones included, read from
   // the cluster.

@@ -196,6 +196,14 @@ TEST_F(BadInputTest, AMalformedFaultHistoryOnARunningJobsNodeIsReportedAndTheDet
   EXPECT_EQ(problem, "") << annotationOf(*stored, kFaultHistoryAnnotation);
   ASSERT_EQ(history.size(), 1u) << annotationOf(*stored, kFaultHistoryAnnotation);
   EXPECT_EQ(history[0].job, ns_ + "/llm");
+  // The restart took its slot of the cluster-wide restart budget, in the breaker's ConfigMap.
+  auto breaker = client_->get(resources::configMaps(), ns_, actions.state_name);
+  ASSERT_TRUE(breaker) << breaker.error().toString();
+  const Json slots =
+      Json::parse(stringAt(fieldsOf(*breaker, "data"), "restarts.json"), nullptr, false);
+  ASSERT_TRUE(slots.is_array() && slots.size() == 1u) << breaker->dump();
+  EXPECT_EQ(slots[0].value("job", std::string{}), ns_ + "/llm");
+  EXPECT_EQ(slots[0].value("attempt", -1), 0);
 }
 
 // A TrainingJob whose pod template has a field of another type where the operator reads it (a

@@ -271,6 +271,43 @@ TEST_F(DetectorTest, AFrozenRankIsDiagnosedOnItsNodeWithEventsAndHistory) {
 // Two independent faults in one attempt (two ranks frozen at once on different nodes): both
 // verdicts join one diagnosis, so the one restart avoids and cordons both nodes — not a restart
 // per fault, the second of which would land on the other culprit again.
+// Issue #27: C4D's restarts are bounded cluster-wide (NodeRemediator::takeRestartSlot, 20 an
+// hour by default). Beyond the budget the diagnosis is held, not lost: a Warning Event
+// RestartDeferred, the budget asked again every 10 s, and the diagnosis published once the hour
+// has room. The control: the same job with the budget free is diagnosed at once (the test above).
+TEST_F(DetectorTest, ADiagnosisBeyondTheRestartBudgetWaitsForRoom) {
+  // C4D restarted 20 other job attempts, the first 40 s short of an hour ago.
+  const WallTime now = clock_.wallNow();
+  clock_.setWall(now - std::chrono::hours{1} + std::chrono::seconds{40});
+  std::string why;
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_EQ(remediator_.takeRestartSlot("other/job-" + std::to_string(i), 0, why), true);
+  }
+  clock_.setWall(now);
+  for (int i = 0; i < 8; ++i) step();
+  synth_->freeze(2);
+  const auto deferred = stepUntilEvent("RestartDeferred", 25);
+  ASSERT_EQ(deferred.size(), 1u) << "no RestartDeferred Event within 25 windows";
+  EXPECT_FALSE(detector_->diagnosis("team/llm"));
+  EXPECT_TRUE(enqueued_.empty()) << "the controller heard of a restart beyond the budget";
+  const std::string message = deferred[0].value("message", std::string{});
+  EXPECT_NE(message.find("nonCommHang"), std::string::npos) << message;
+  EXPECT_NE(message.find("limit 20"), std::string::npos) << message;
+  EXPECT_FALSE(eventsWithReason("FaultDetected").empty()) << "the verdict itself is reported";
+  // The other restarts leave the window: the diagnosis follows within a retry.
+  int windows = 0;
+  while (!detector_->diagnosis("team/llm") && windows < 60) {
+    step();
+    ++windows;
+  }
+  auto d = detector_->diagnosis("team/llm");
+  ASSERT_TRUE(d) << "still held after 60 more windows";
+  EXPECT_EQ(d->fault_class, "nonCommHang");
+  EXPECT_EQ(enqueued_, std::vector<std::string>{"team/llm"});
+  EXPECT_EQ(eventsWithReason("RestartDeferred").size(), 1u) << "one Event per diagnosis";
+  EXPECT_EQ(remediator_.takeRestartSlot("team/llm", 0, why), true) << "its slot is taken";
+}
+
 TEST_F(DetectorTest, FaultsConfirmedTogetherJoinOneRestartThatAvoidsEveryCulprit) {
   for (int i = 0; i < 8; ++i) step();
   synth_->freeze(0);

@@ -25,6 +25,12 @@ TEST(OptionsTest, FlagsParseWithDefaults) {
   ASSERT_TRUE(history) << history.error().toString();
   EXPECT_EQ(history->node_actions.max_fault_records_per_window, 5);
   EXPECT_FALSE(parseOperatorOptions({"--fault-history-max-per-hour=-1"}));
+  EXPECT_EQ(o->node_actions.max_restarts_per_window, 20);
+  auto restarts = parseOperatorOptions({"--restart-max-per-hour=0"});
+  ASSERT_TRUE(restarts) << restarts.error().toString();
+  EXPECT_EQ(restarts->node_actions.max_restarts_per_window, 0);
+  EXPECT_FALSE(parseOperatorOptions({"--restart-max-per-hour=-3"}));
+  EXPECT_FALSE(parseOperatorOptions({"--restart-max-per-hour=many"}));
 }
 
 TEST(OptionsTest, TrafficPlanningIsOffUnlessAskedFor) {

@@ -663,6 +663,48 @@ TEST(NodeFaultHistoryTest, EntriesAreBoundedPerWindowLikeCordons) {
   EXPECT_EQ(faultHistoryOf(f.get("node-1")).size(), 1u);
 }
 
+// Issue #27: C4D's restarts are bounded per window like cordons, all jobs together, in the
+// breaker's ConfigMap: a successor process is bound by the same window, and the same job attempt
+// asked again (a retry, a new leader) takes no second slot. Before, nothing bounded them.
+TEST(NodeRestartBudgetTest, RestartsAreBoundedPerWindowAcrossSuccessors) {
+  Fixture f(1);
+  NodeActionConfig c = permissive();
+  c.max_restarts_per_window = 2;
+  metrics::Registry registry;
+  NodeRemediator r(
+      f.api, f.clock, f.events, c, [&f](const std::string& n) { return f.cached(n); },
+      [&f] { return f.cachedAll(); }, &registry);
+  std::string why;
+  ASSERT_EQ(r.takeRestartSlot("team/a", 0, why), true);
+  ASSERT_EQ(r.takeRestartSlot("team/a", 0, why), true) << "the same attempt again";
+  ASSERT_EQ(r.takeRestartSlot("team/b", 3, why), true);
+  auto over = r.takeRestartSlot("team/c", 0, why);
+  ASSERT_TRUE(over.has_value()) << over.error().toString();
+  EXPECT_FALSE(*over);
+  EXPECT_NE(why.find("limit 2"), std::string::npos) << why;
+  EXPECT_NE(why.find("2 job attempt(s)"), std::string::npos) << why;
+  EXPECT_EQ(r.takeRestartSlot("team/a", 1, why), false) << "a's next attempt is another restart";
+  auto counted = [&](const char* outcome) {
+    return registry.counter("c4_operator_node_actions_total", "", {"action", "outcome"})
+        .labels({"restart", outcome})
+        .value();
+  };
+  EXPECT_EQ(counted("allowed"), 3);
+  EXPECT_EQ(counted("budget_spent"), 2);
+  {
+    auto successor = f.remediator(c);
+    EXPECT_EQ(successor.takeRestartSlot("team/c", 0, why), false);
+    EXPECT_EQ(successor.takeRestartSlot("team/b", 3, why), true) << "its slot is in the cluster";
+  }
+  // Once the window has passed there is room again.
+  f.clock.advance(std::chrono::hours{1});
+  EXPECT_EQ(r.takeRestartSlot("team/c", 0, why), true);
+  // 0: C4D restarts nothing.
+  c.max_restarts_per_window = 0;
+  auto none = f.remediator(c);
+  EXPECT_EQ(none.takeRestartSlot("team/d", 0, why), false);
+}
+
 // An entry whose budget cannot be read (the API server failing) is owed in memory; the loop
 // takes its slot, then writes it, so it counts against the window like any other.
 TEST(OwedNodeActionsTest, AFaultEntryWhoseBudgetCannotBeReadIsOwedAndCountedWhenWritten) {
