@@ -199,8 +199,8 @@ TEST_F(BadInputTest, AMalformedFaultHistoryOnARunningJobsNodeIsReportedAndTheDet
   // The restart took its slot of the cluster-wide restart budget, in the breaker's ConfigMap.
   auto breaker = client_->get(resources::configMaps(), ns_, actions.state_name);
   ASSERT_TRUE(breaker) << breaker.error().toString();
-  const Json slots =
-      Json::parse(stringAt(fieldsOf(*breaker, "data"), "restarts.json"), nullptr, false);
+  const Json slots = Json::parse(stringAt(fieldsOf(*breaker, "data"), "restarts.json").value_or(""),
+                                 nullptr, false);
   ASSERT_TRUE(slots.is_array() && slots.size() == 1u) << breaker->dump();
   EXPECT_EQ(slots[0].value("job", std::string{}), ns_ + "/llm");
   EXPECT_EQ(slots[0].value("attempt", -1), 0);
