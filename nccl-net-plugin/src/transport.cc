@@ -872,6 +872,7 @@ Result<std::vector<NetInterface>> processDevices(const PluginConfig& config) {
 Context::Context(ContextOptions o)
     : config_(std::move(o.config)),
       clock_(o.clock != nullptr ? o.clock : &realClock()),
+      last_words_linger_(o.last_words_linger),
       devices_(std::move(o.devices)),
       plan_(config_.plan_file),
       reporter_(std::make_unique<Reporter>()) {}
@@ -919,6 +920,9 @@ Context::~Context() {
     pending_.clear();
   }
   for (CommBase* c : left) (void)closeComm(c, c->kind);
+  // The process usually exits next: give the node plugin a moment to read the last words while
+  // this pid still names the process (it attributes by the pid's cgroup).
+  if (reporter_->sender) (void)reporter_->sender->awaitRead(last_words_linger_);
 }
 
 void Context::registerComm(CommBase* comm, std::shared_ptr<ConnTelemetry> tel) {

@@ -1,7 +1,13 @@
 // Telemetry: reports with correct counts reach the agent socket, a stalled peer raises an anomaly
 // notice (simulated time), a missing agent costs nothing and is counted.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
+#include <thread>
 
 #include "c4/common/unix_socket.h"
 #include "test_util.h"
@@ -267,6 +273,67 @@ TEST(Telemetry, AFailureIsReportedWhenItsConnectionOrContextEndsBeforeTheNextTic
     f.b.reset();
     EXPECT_TRUE(peerClosed(drain(*f.server)).empty()) << "and only then";
   }
+}
+
+// The last words are read while the process that sent them still exists (the node plugin
+// attributes a datagram by its sender's live pid): a context ending with a failure notice unread
+// waits for the node plugin to read it, and no longer. Here the linger is 60 s: the child lives
+// while the notice is unread and exits once it is read.
+TEST(Telemetry, AnEndingContextWaitsUntilItsLastWordsAreRead) {
+  const std::string path = tempSocket("linger");
+  auto server = UnixDatagramServer::bind(path);
+  ASSERT_TRUE(server.has_value());
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto cfgB = baseConfig("node-b", 1);
+    cfgB.agent_socket = path;
+    cfgB.report_interval_ms = 3600 * 1000;
+    cfgB.stall_ms = 3600 * 1000;
+    auto a = makeContext(baseConfig("node-a", 0));
+    ContextOptions o;
+    o.config = cfgB;
+    o.devices = loopback();
+    o.last_words_linger = std::chrono::seconds{60};
+    auto b = Context::create(std::move(o));
+    if (!b || a == nullptr) std::_Exit(2);
+    Pair p = connectPair(*a, **b);
+    if (p.send == nullptr) std::_Exit(3);
+    char buf[64];
+    void* d[1] = {buf};
+    std::size_t s[1] = {sizeof(buf)};
+    int t[1] = {0};
+    auto r = irecv(p.recv, 1, d, s, t);
+    if (!r || !*r) std::_Exit(4);
+    a.reset();
+    if (waitRequest(*r, nullptr, std::chrono::seconds(5)).empty()) std::_Exit(5);
+    b->reset();  // its failure notice goes now, then it waits
+    std::_Exit(0);
+  }
+  // The child connects, fails and ends its context within a second.
+  std::this_thread::sleep_for(std::chrono::seconds{1});
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, WNOHANG), 0)
+      << "exited (status " << status << ") with its last words unread";
+  auto d = server->receive(std::chrono::seconds(10));
+  ASSERT_TRUE(d.has_value() && d->has_value());
+  auto m = report::decodeMessageCbor((*d)->bytes);
+  ASSERT_TRUE(m.has_value());
+  auto* n = std::get_if<report::AnomalyNotice>(&*m);
+  ASSERT_NE(n, nullptr);
+  EXPECT_EQ(n->kind, report::AnomalyKind::kPeerClosed);
+  // Read: it exits now, not at the end of the linger.
+  pid_t done = 0;
+  for (int i = 0; i < 1000 && done == 0; ++i) {
+    done = ::waitpid(child, &status, WNOHANG);
+    if (done == 0) std::this_thread::sleep_for(std::chrono::milliseconds{10});
+  }
+  if (done == 0) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, &status, 0);
+  }
+  EXPECT_EQ(done, child) << "still lingering 10 s after its last words were read";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
 TEST(Telemetry, HistogramSummaryIsBucketed) {

@@ -80,6 +80,10 @@ struct ContextOptions {
   PluginConfig config;
   Clock* clock = nullptr;  // nullptr: realClock()
   std::vector<NetInterface> devices;
+  // How long the context's end waits for the node plugin to read its last words (failure notices
+  // sent as it ends) before the process goes on, usually to exit: the node plugin attributes a
+  // datagram by its sender's live pid.
+  std::chrono::milliseconds last_words_linger{250};
 };
 
 // Process-wide device table, discovered once from C4_SOCKET_IFNAME (immutable afterwards).
@@ -127,6 +131,7 @@ class Context {
 
   PluginConfig config_;
   Clock* clock_;
+  std::chrono::milliseconds last_words_linger_;
   std::vector<NetInterface> devices_;
 
   mutable std::mutex mu_;  // comms_, pending_, plan_wait_since_
