@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "../support/child_process.h"
 #include "c4/common/unix_socket.h"
 #include "test_util.h"
 
@@ -323,16 +324,8 @@ TEST(Telemetry, AnEndingContextWaitsUntilItsLastWordsAreRead) {
   ASSERT_NE(n, nullptr);
   EXPECT_EQ(n->kind, report::AnomalyKind::kPeerClosed);
   // Read: it exits now, not at the end of the linger.
-  pid_t done = 0;
-  for (int i = 0; i < 1000 && done == 0; ++i) {
-    done = ::waitpid(child, &status, WNOHANG);
-    if (done == 0) std::this_thread::sleep_for(std::chrono::milliseconds{10});
-  }
-  if (done == 0) {
-    ::kill(child, SIGKILL);
-    ::waitpid(child, &status, 0);
-  }
-  EXPECT_EQ(done, child) << "still lingering 10 s after its last words were read";
+  EXPECT_TRUE(c4::testing::exitsWithin(child, std::chrono::seconds{10}, status))
+      << "still lingering 10 s after its last words were read";
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 

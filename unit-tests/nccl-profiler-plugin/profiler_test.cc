@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "../support/child_process.h"
 #include "c4/common/clock.h"
 #include "c4/common/report.h"
 #include "c4/common/unix_socket.h"
@@ -802,16 +803,8 @@ TEST_F(ProfilerTest, AnExitingProcessStaysUntilItsLastReportIsRead) {
   ASSERT_EQ(reports.size(), 1u);
   EXPECT_TRUE(reports[0].last);
   // Read: it exits now, not at the end of the linger.
-  pid_t done = 0;
-  for (int i = 0; i < 1000 && done == 0; ++i) {
-    done = ::waitpid(child, &status, WNOHANG);
-    if (done == 0) std::this_thread::sleep_for(std::chrono::milliseconds{10});
-  }
-  if (done == 0) {
-    ::kill(child, SIGKILL);
-    ::waitpid(child, &status, 0);
-  }
-  EXPECT_EQ(done, child) << "still lingering 10 s after its last report was read";
+  EXPECT_TRUE(c4::testing::exitsWithin(child, std::chrono::seconds{10}, status))
+      << "still lingering 10 s after its last report was read";
   EXPECT_TRUE(WIFEXITED(status));
 }
 
