@@ -338,8 +338,10 @@ void Detector::publishDiagnosis(const std::string& key, JobState& state) {
                 {{"job", key}, {"error", slot.error().toString()}});
       return;
     }
-    log_.warn("Restart deferred: the restart budget is spent", {{"job", key}, {"why", why}});
-    if (!state.restart_deferred_event) {
+    if (state.restart_deferred_event) {  // said once per diagnosis; the retries quietly
+      log_.debug("Restart still deferred", {{"job", key}, {"why", why}});
+    } else {
+      log_.warn("Restart deferred: the restart budget is spent", {{"job", key}, {"why", why}});
       state.restart_deferred_event = true;
       if (auto job = jobs_.store().get(key)) {
         events_.record(
