@@ -1,7 +1,9 @@
 // Node cordon/taint with bookkeeping and a circuit breaker kept in the cluster.
 #include "operator/remediation/node_actions.h"
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <set>
 
 namespace c4::op {
@@ -186,6 +188,34 @@ std::string encodeRestartSlots(const std::vector<RestartSlot>& slots) {
     list.push_back({{"job", r.job}, {"attempt", r.attempt}, {"takenUnixNs", toUnixNanos(r.taken)}});
   }
   return list.dump();
+}
+
+// A slot of a budget kept in the breaker's ConfigMap (`slots`, the window's): the one `same`
+// finds (a retry takes no second slot), or `mine` appended while fewer than `limit` are held.
+// False when the window's budget is spent; `taken` says whether `slots` changed.
+template <typename Slot, typename Same>
+bool budgetSlot(std::vector<Slot>& slots, const Same& same, Slot mine, int limit, bool& taken) {
+  taken = false;
+  if (std::any_of(slots.begin(), slots.end(), same)) return true;
+  if (static_cast<int>(slots.size()) >= limit) return false;
+  slots.push_back(std::move(mine));
+  taken = true;
+  return true;
+}
+
+// A budget's window as its messages say it: "3600 s".
+std::string windowText(Duration window) {
+  return std::to_string(std::chrono::duration_cast<std::chrono::seconds>(window).count()) + " s";
+}
+
+// The ConfigMap key `key` holds `encoded` unless the list is empty (then the key goes).
+void putOrErase(Json& data, const char* key, bool empty,
+                const std::function<std::string()>& encoded) {
+  if (empty) {
+    data.erase(key);
+  } else {
+    data[key] = encoded();
+  }
 }
 
 // The same entry (the history keeps whole seconds).
@@ -435,22 +465,13 @@ Status NodeRemediator::editState(const std::function<bool(State&)>& edit) {
                   [&](const RestartSlot& r) { return now - r.taken >= config_.window; });
     if (!edit(state)) return okStatus();
     if (!config_map["data"].is_object()) config_map["data"] = Json::object();
-    config_map["data"][kStateKey] = encodeRecords(state.cordons);
-    if (state.faults.empty()) {
-      config_map["data"].erase(kFaultsKey);
-    } else {
-      config_map["data"][kFaultsKey] = encodeFaults(state.faults);
-    }
-    if (state.fault_slots.empty()) {
-      config_map["data"].erase(kFaultSlotsKey);
-    } else {
-      config_map["data"][kFaultSlotsKey] = encodeFaultSlots(state.fault_slots);
-    }
-    if (state.restart_slots.empty()) {
-      config_map["data"].erase(kRestartSlotsKey);
-    } else {
-      config_map["data"][kRestartSlotsKey] = encodeRestartSlots(state.restart_slots);
-    }
+    Json& data = config_map["data"];
+    data[kStateKey] = encodeRecords(state.cordons);
+    putOrErase(data, kFaultsKey, state.faults.empty(), [&] { return encodeFaults(state.faults); });
+    putOrErase(data, kFaultSlotsKey, state.fault_slots.empty(),
+               [&] { return encodeFaultSlots(state.fault_slots); });
+    putOrErase(data, kRestartSlotsKey, state.restart_slots.empty(),
+               [&] { return encodeRestartSlots(state.restart_slots); });
     // The update carries the resourceVersion read above: a concurrent writer gets 409 and
     // applies its change again to the state that includes this one.
     auto written =
@@ -508,59 +529,45 @@ Status NodeRemediator::dropFault(const std::string& node, const NodeFaultRecord&
 Result<bool> NodeRemediator::takeFaultSlot(const std::string& node, const NodeFaultRecord& record,
                                            std::string& why) {
   bool allowed = false;
+  std::size_t held = 0;
   auto written = editState([&](State& state) {
-    allowed = false;
-    why.clear();
     // An entry that has its slot (a retry, an owed entry being completed) takes no second one.
-    for (const auto& f : state.fault_slots) {
-      if (f.node == node && sameFault(f.record, record)) {
-        allowed = true;
-        return false;
-      }
-    }
-    if (static_cast<int>(state.fault_slots.size()) >= config_.max_fault_records_per_window) {
-      why =
-          "fault-history budget: " + std::to_string(state.fault_slots.size()) +
-          " entries written in the last " +
-          std::to_string(std::chrono::duration_cast<std::chrono::seconds>(config_.window).count()) +
-          " s (limit " + std::to_string(config_.max_fault_records_per_window) + ")";
-      return false;
-    }
-    allowed = true;
-    state.fault_slots.push_back({node, record, clock_.wallNow()});
-    return true;
+    bool taken = false;
+    allowed = budgetSlot(
+        state.fault_slots,
+        [&](const FaultSlot& f) { return f.node == node && sameFault(f.record, record); },
+        FaultSlot{node, record, clock_.wallNow()}, config_.max_fault_records_per_window, taken);
+    held = state.fault_slots.size();
+    return taken;
   });
   if (!written) return std::unexpected(written.error().withContext("record fault-history slot"));
+  why = allowed ? std::string{}
+                : "fault-history budget: " + std::to_string(held) +
+                      " entries written in the last " + windowText(config_.window) + " (limit " +
+                      std::to_string(config_.max_fault_records_per_window) + ")";
   return allowed;
 }
 
 Result<bool> NodeRemediator::takeRestartSlot(const std::string& job, std::int64_t attempt,
                                              std::string& why) {
   bool allowed = false;
+  std::size_t held = 0;
   auto written = editState([&](State& state) {
-    allowed = false;
-    why.clear();
     // The same restart asked again (a retry, a new leader deciding the same attempt's restart)
     // takes no second slot.
-    for (const auto& r : state.restart_slots) {
-      if (r.job == job && r.attempt == attempt) {
-        allowed = true;
-        return false;
-      }
-    }
-    if (static_cast<int>(state.restart_slots.size()) >= config_.max_restarts_per_window) {
-      why =
-          "restart budget: C4D restarted " + std::to_string(state.restart_slots.size()) +
-          " job attempt(s) in the last " +
-          std::to_string(std::chrono::duration_cast<std::chrono::seconds>(config_.window).count()) +
-          " s (limit " + std::to_string(config_.max_restarts_per_window) + ")";
-      return false;
-    }
-    allowed = true;
-    state.restart_slots.push_back({job, attempt, clock_.wallNow()});
-    return true;
+    bool taken = false;
+    allowed = budgetSlot(
+        state.restart_slots,
+        [&](const RestartSlot& r) { return r.job == job && r.attempt == attempt; },
+        RestartSlot{job, attempt, clock_.wallNow()}, config_.max_restarts_per_window, taken);
+    held = state.restart_slots.size();
+    return taken;
   });
   if (!written) return std::unexpected(written.error().withContext("record restart slot"));
+  why = allowed ? std::string{}
+                : "restart budget: C4D restarted " + std::to_string(held) +
+                      " job attempt(s) in the last " + windowText(config_.window) + " (limit " +
+                      std::to_string(config_.max_restarts_per_window) + ")";
   if (actions_ != nullptr) {
     actions_->labels({"restart", allowed ? "allowed" : "budget_spent"}).inc();
   }
@@ -663,10 +670,9 @@ Result<bool> NodeRemediator::takeSlot(const std::string& node, bool record,
       return false;
     }
     if (static_cast<int>(state.cordons.size()) >= config_.max_cordons_per_window) {
-      why =
-          "circuit breaker: " + std::to_string(state.cordons.size()) + " cordons in the last " +
-          std::to_string(std::chrono::duration_cast<std::chrono::seconds>(config_.window).count()) +
-          " s (limit " + std::to_string(config_.max_cordons_per_window) + ")";
+      why = "circuit breaker: " + std::to_string(state.cordons.size()) + " cordons in the last " +
+            windowText(config_.window) + " (limit " +
+            std::to_string(config_.max_cordons_per_window) + ")";
       return false;
     }
     allowed = true;
