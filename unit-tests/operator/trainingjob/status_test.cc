@@ -11,67 +11,12 @@
 
 #include "c4/common/clock.h"
 #include "operator/trainingjob/planner.h"
+#include "unit-tests/support/trainingjob_status_fixture.h"
 
 namespace c4::op {
 namespace {
 
-// A status with every field the CRD has, as the API server returns it.
-Json fullStatus() {
-  return {{"phase", "Restarting"},
-          {"phaseSince", "2025-03-01T10:00:00Z"},
-          {"observedGeneration", 7},
-          {"restarts", 3},
-          {"attempt", 4},
-          {"restartsCountTowardsMax", 1},
-          {"infrastructureRestarts", 2},
-          {"consecutiveFailures", 1},
-          {"nextAttemptTime", "2025-03-01T10:00:10Z"},
-          {"startedIndexes", "0-3,5"},
-          {"active", 5},
-          {"ready", 4},
-          {"succeeded", 0},
-          {"failed", 1},
-          {"lastRestartTime", "2025-03-01T10:00:00Z"},
-          {"lastFault", "pod llm-1 (rank 1) failed: exit code 3"},
-          {"lastCheckpoint",
-           {{"step", 1200}, {"path", "/ckpt/1200"}, {"time", "2025-03-01T09:59:00Z"}}},
-          {"plan",
-           {{"version", 9},
-            {"mode", "Enforce"},
-            {"maxLinkLoad", "0.750"},
-            {"reason", "link failed"},
-            {"time", "2025-03-01T09:58:00Z"}}},
-          {"avoidNodes", Json::array({"node-a", "node-b"})},
-          {"faults", Json::array({{{"time", "2025-03-01T10:00:00Z"},
-                                   {"class", "commHang"},
-                                   {"attempt", 3},
-                                   {"pod", "llm-1"},
-                                   {"node", "node-a"},
-                                   {"rank", 1},
-                                   {"exitCode", 134},
-                                   {"link", "node-a<->node-b"},
-                                   {"summary", "hang on rank 1"},
-                                   {"action", "restart"},
-                                   {"counted", false},
-                                   {"detectionSeconds", 2.5},
-                                   {"recomputeSeconds", 60},
-                                   {"restartSeconds", 7}}})},
-          {"goodput",
-           {{"productiveSeconds", 3600},
-            {"lostSeconds", 120},
-            {"lastUpdateTime", "2025-03-01T10:00:00Z"}}},
-          {"conditions", Json::array({{{"type", "Restarting"},
-                                       {"status", "True"},
-                                       {"observedGeneration", 7},
-                                       {"lastTransitionTime", "2025-03-01T10:00:00Z"},
-                                       {"reason", "FaultDiagnosed"},
-                                       {"message", "restarting as attempt 4"}},
-                                      {{"type", "Running"},
-                                       {"status", "False"},
-                                       {"lastTransitionTime", "2025-03-01T10:00:00Z"},
-                                       {"reason", "Restarting"},
-                                       {"message", ""}}})}};
-}
+using fixtures::fullStatus;
 
 TEST(TrainingJobStatusTest, EveryFieldRoundTrips) {
   const Json in = fullStatus();
