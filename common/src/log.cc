@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <new>
+#include <nlohmann/json.hpp>
 
 #include "c4/common/clock.h"
 
@@ -21,10 +22,18 @@ LogLevel initialLevel() {
   return LogLevel::kInfo;
 }
 
+LogFormat initialFormat() {
+  if (const char* env = std::getenv("C4_LOG_FORMAT")) {
+    if (auto fmt = parseLogFormat(env)) return *fmt;
+  }
+  return LogFormat::kLogfmt;
+}
+
 struct LogConfig {
   std::mutex mu;
   std::shared_ptr<LogSink> sink;  // empty: the built-in stderr sink
   std::atomic<LogLevel> level{initialLevel()};
+  std::atomic<LogFormat> format{initialFormat()};
   std::atomic<Clock*> clock{nullptr};
 };
 
@@ -86,6 +95,19 @@ void appendValue(std::string& out, std::string_view v) {
   out += '"';
 }
 
+std::string lowered(std::string_view text) {
+  std::string t(text);
+  std::transform(t.begin(), t.end(), t.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return t;
+}
+
+// One JSON string literal, quotes included.
+void appendJsonString(std::string& out, std::string_view v) {
+  out +=
+      nlohmann::json(std::string(v)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 }  // namespace
 
 LogField::LogField(std::string_view k, double v) : key(k) {
@@ -113,9 +135,7 @@ std::string_view logLevelName(LogLevel level) noexcept {
 }
 
 Result<LogLevel> parseLogLevel(std::string_view text) {
-  std::string t(text);
-  std::transform(t.begin(), t.end(), t.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::string t = lowered(text);
   if (t == "trace") return LogLevel::kTrace;
   if (t == "debug") return LogLevel::kDebug;
   if (t == "info") return LogLevel::kInfo;
@@ -125,6 +145,47 @@ Result<LogLevel> parseLogLevel(std::string_view text) {
   return makeError(ErrorCode::kInvalidArgument,
                    "unknown log level \"" + std::string(text) +
                        "\" (want trace, debug, info, warn, error or off)");
+}
+
+std::string_view logFormatName(LogFormat format) noexcept {
+  return format == LogFormat::kJson ? "json" : "logfmt";
+}
+
+Result<LogFormat> parseLogFormat(std::string_view text) {
+  std::string t = lowered(text);
+  if (t == "logfmt") return LogFormat::kLogfmt;
+  if (t == "json") return LogFormat::kJson;
+  return makeError(ErrorCode::kInvalidArgument,
+                   "unknown log format \"" + std::string(text) + "\" (want logfmt or json)");
+}
+
+std::string formatLogRecordJson(const LogRecord& r) {
+  std::string out;
+  out.reserve(160);
+  out += "{\"ts\":";
+  appendJsonString(out, r.timestamp);
+  out += ",\"level\":";
+  appendJsonString(out, logLevelName(r.level));
+  out += ",\"component\":";
+  appendJsonString(out, r.component);
+  out += ",\"msg\":";
+  appendJsonString(out, r.message);
+  for (const auto& f : r.fields) {
+    out += ',';
+    if (f.key == "ts" || f.key == "level" || f.key == "component" || f.key == "msg") {
+      appendJsonString(out, "field_" + f.key);
+    } else {
+      appendJsonString(out, f.key);
+    }
+    out += ':';
+    appendJsonString(out, f.value);
+  }
+  out += '}';
+  return out;
+}
+
+std::string formatLogRecord(const LogRecord& r, LogFormat format) {
+  return format == LogFormat::kJson ? formatLogRecordJson(r) : formatLogRecord(r);
 }
 
 std::string formatLogRecord(const LogRecord& r) {
@@ -149,7 +210,7 @@ std::string formatLogRecord(const LogRecord& r) {
 
 void StderrLogSink::write(const LogRecord& record) noexcept {
   try {
-    std::string line = formatLogRecord(record);
+    std::string line = formatLogRecord(record, logFormat());
     line += '\n';
     const char* p = line.data();
     std::size_t left = line.size();
@@ -201,6 +262,12 @@ void setLogLevel(LogLevel level) {
 }
 LogLevel logLevel() noexcept {
   return config().level.load(std::memory_order_relaxed);
+}
+void setLogFormat(LogFormat format) {
+  config().format.store(format);
+}
+LogFormat logFormat() noexcept {
+  return config().format.load(std::memory_order_relaxed);
 }
 void setLogClock(Clock* clock) {
   config().clock.store(clock);

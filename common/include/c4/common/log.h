@@ -1,6 +1,9 @@
-// Structured logging: one line per record, logfmt style (key=value), with level and component.
+// Structured logging: one line per record, logfmt style (key=value) by default or JSON, with
+// level and component.
 //
 //   ts=2026-12-02T11:00:09.123456Z level=info component=operator msg="job reconciled" job=ns/a
+//   {"ts":"2026-12-02T11:00:09.123456Z","level":"info","component":"operator","msg":"job
+//   reconciled","job":"ns/a"}
 //
 // Loggers are cheap value types; `with()` returns a child carrying extra fields (a job, a
 // reconcile id). The sink and the minimum level are process-wide and thread-safe to change.
@@ -27,6 +30,13 @@ std::string_view logLevelName(LogLevel level) noexcept;
 // Accepts trace|debug|info|warn|warning|error|off (case-insensitive).
 Result<LogLevel> parseLogLevel(std::string_view text);
 
+// How StderrLogSink writes a record: logfmt (the default) or one JSON object per line.
+enum class LogFormat { kLogfmt = 0, kJson = 1 };
+
+std::string_view logFormatName(LogFormat format) noexcept;
+// Accepts logfmt|json (case-insensitive); anything else is kInvalidArgument naming both.
+Result<LogFormat> parseLogFormat(std::string_view text);
+
 struct LogField {
   std::string key;
   std::string value;
@@ -52,6 +62,12 @@ struct LogRecord {
 
 // Renders a record as one logfmt line without the trailing newline.
 std::string formatLogRecord(const LogRecord& record);
+// Renders a record as one JSON object without the trailing newline: "ts", "level", "component",
+// "msg", then every field in order, all values strings. Strings are escaped by nlohmann::json
+// (control characters as \uXXXX, UTF-8 kept as is, invalid UTF-8 replaced by U+FFFD). A field
+// named like one of the four fixed keys is written as "field_<key>" so it cannot hide them.
+std::string formatLogRecordJson(const LogRecord& record);
+std::string formatLogRecord(const LogRecord& record, LogFormat format);
 
 class LogSink {
  public:
@@ -60,7 +76,7 @@ class LogSink {
   virtual void write(const LogRecord& record) noexcept = 0;
 };
 
-// Writes formatted lines to stderr, one write(2) per line.
+// Writes formatted lines (in the process-wide logFormat()) to stderr, one write(2) per line.
 class StderrLogSink final : public LogSink {
  public:
   void write(const LogRecord& record) noexcept override;
@@ -87,6 +103,9 @@ class CaptureLogSink final : public LogSink {
 void setLogSink(std::shared_ptr<LogSink> sink);
 void setLogLevel(LogLevel level);
 LogLevel logLevel() noexcept;
+// Default kLogfmt, or $C4_LOG_FORMAT when it parses.
+void setLogFormat(LogFormat format);
+LogFormat logFormat() noexcept;
 void setLogClock(Clock* clock);  // nullptr = real clock
 
 class Logger {
