@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   c4::setLogLevel(*c4::parseLogLevel(options->log_level));
+  c4::setLogFormat(*c4::parseLogFormat(options->log_format));  // both checked when parsed
   c4::Logger log("node-plugin");
 
   // Signals are taken by sigwait on this thread; every thread started later inherits the mask.

@@ -166,6 +166,13 @@ const std::vector<Option>& optionTable() {
          o.log_level = v;
          return okStatus();
        }},
+      {"log-format",
+       "logfmt|json: one key=value line or one JSON object per record (default logfmt)",
+       [](NodePluginOptions& o, const std::string& v) -> Status {
+         C4_RETURN_IF_ERROR(parseLogFormat(v));  // the flag parser names the flag
+         o.log_format = v;
+         return okStatus();
+       }},
   };
   return table;
 }

@@ -24,6 +24,12 @@ int runOperator(const c4::op::OperatorOptions& options) {
     return 2;
   }
   setLogLevel(*level);
+  auto format = parseLogFormat(options.log_format);  // already checked by the option parser
+  if (!format) {
+    std::fprintf(stderr, "c4-operator: %s\n", format.error().toString().c_str());
+    return 2;
+  }
+  setLogFormat(*format);
   Logger log("main");
 
   sigset_t signals;

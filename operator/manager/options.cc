@@ -6,6 +6,7 @@
 #include <map>
 
 #include "c4/common/flags.h"
+#include "c4/common/log.h"
 #include "kube/client/kube_config.h"
 
 namespace c4::op {
@@ -103,6 +104,13 @@ const std::vector<Option>& optionTable() {
        C4_DBL(renew_deadline_seconds, "renew-deadline", 0.5)},
       {"retry-period", "seconds (default 2)", C4_DBL(retry_period_seconds, "retry-period", 0.1)},
       {"log-level", "trace|debug|info|warn|error (default info)", C4_STR(log_level)},
+      {"log-format",
+       "logfmt|json: one key=value line or one JSON object per record (default logfmt)",
+       [](OperatorOptions& o, const std::string& v) -> Status {
+         C4_RETURN_IF_ERROR(parseLogFormat(v));  // the flag parser names the flag
+         o.log_format = v;
+         return okStatus();
+       }},
       {"status-batch-period",
        "seconds a Pending/Running status change may wait to be written with the next one "
        "(default 1; 0 = write at once)",

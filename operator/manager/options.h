@@ -38,6 +38,7 @@ struct OperatorOptions {
   double renew_deadline_seconds = 10;
   double retry_period_seconds = 2;
   std::string log_level = "info";
+  std::string log_format = "logfmt";  // logfmt | json (checked when parsed)
   double status_batch_seconds = 1;
   PodSettings pod;
   NodeActionConfig node_actions;

@@ -83,6 +83,7 @@ TEST(OptionsTest, RequiredAndInvalidValues) {
                                              {"--metrics-bind-address", "9400"},
                                              {"--metrics-bind-address", ":99999"},
                                              {"--log-level", "loud"},
+                                             {"--log-format", "text"},
                                              {"--max-buffer-bytes", "-1"},
                                              {"--backoff-base", "10", "--backoff-cap", "1"},
                                              {"--unknown", "1"},
@@ -103,6 +104,19 @@ TEST(OptionsTest, RequiredAndInvalidValues) {
                   with({"--plugin-source=", "--profiler-plugin-source=", "--plugin-install-dir="}),
                   env("n"))
                   .has_value());
+}
+
+TEST(OptionsTest, LogFormat) {
+  auto defaults = parseNodePluginOptions(kRequired, env("n"));
+  ASSERT_TRUE(defaults.has_value()) << defaults.error().message;
+  EXPECT_EQ(defaults->log_format, "logfmt");
+  auto json = parseNodePluginOptions(with({"--log-format=json"}), env("n"));
+  ASSERT_TRUE(json.has_value()) << json.error().message;
+  EXPECT_EQ(json->log_format, "json");
+  auto bad = parseNodePluginOptions(with({"--log-format", "text"}), env("n"));
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_NE(bad.error().message.find("log-format"), std::string::npos) << bad.error().message;
+  EXPECT_NE(bad.error().message.find("logfmt or json"), std::string::npos) << bad.error().message;
 }
 
 TEST(OptionsTest, Namespace) {

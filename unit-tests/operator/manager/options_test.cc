@@ -66,6 +66,20 @@ TEST(OptionsTest, BadFlagsGetClearErrors) {
   EXPECT_FALSE(parseOperatorOptions({"--status-batch-period=-1"}));
 }
 
+TEST(OptionsTest, LogFormatIsLogfmtOrJson) {
+  auto defaults = parseOperatorOptions({});
+  ASSERT_TRUE(defaults);
+  EXPECT_EQ(defaults->log_format, "logfmt");
+  auto json = parseOperatorOptions({"--log-format=json"});
+  ASSERT_TRUE(json) << json.error().toString();
+  EXPECT_EQ(json->log_format, "json");
+  auto bad = parseOperatorOptions({"--log-format=text"});
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("log-format"), std::string::npos) << bad.error().message;
+  EXPECT_NE(bad.error().message.find("\"text\""), std::string::npos) << bad.error().message;
+  EXPECT_NE(bad.error().message.find("logfmt or json"), std::string::npos) << bad.error().message;
+}
+
 TEST(OptionsTest, StatusBatchPeriodDefaultsToOneSecondAndZeroDisablesIt) {
   auto defaults = parseOperatorOptions({});
   ASSERT_TRUE(defaults);

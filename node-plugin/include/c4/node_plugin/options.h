@@ -45,6 +45,7 @@ struct NodePluginOptions {
   std::string metrics_bind_address = ":9400";  // "0" = no HTTP server
   double ready_failure_seconds = 30;
   std::string log_level = "info";
+  std::string log_format = "logfmt";  // logfmt | json
   bool show_help = false;
   bool show_version = false;
 };
