@@ -6,7 +6,13 @@
 #      server of the test cluster (schemas of every object, RBAC rules well-formed);
 #   4. the generated serving certificate names the report Service and verifies against its CA;
 #   5. every rule of the ClusterRoles/Roles names a resource and verbs (no wildcards);
-#   6. the rendered manifests repeat no key in a mapping (scripts/check-yaml.py).
+#   6. the rendered manifests repeat no key in a mapping (scripts/check-yaml.py);
+#   7. subchart use (`global`), the operator's PodDisruptionBudget and anti-affinity, the chart's
+#      PriorityClass (outside kube-system; the system classes inside), the log format flag, and
+#      the variants' server-side dry runs;
+#   8. the aggregated ClusterRoles, applied for real: the controller-manager folds them into the
+#      built-in edit/view roles, and SubjectAccessReviews say a user bound to `edit` in a
+#      namespace may create TrainingJobs, one bound to `view` may only read them.
 #
 #   chart_test.sh   (needs $C4_TESTENV_DIR: a cluster from `testenv.sh up`)
 set -euo pipefail
@@ -32,7 +38,10 @@ H lint --strict "$CHART" --set reports.tls.mode=secret --set reports.tls.secretN
 H lint --strict "$CHART" --set metrics.serviceMonitor.enabled=true \
   --set metrics.prometheusRule.enabled=true --set metrics.grafanaDashboards.enabled=true \
   >/dev/null || fail "lint: monitoring enabled"
-echo "lint: ok (default, certManager, secret, monitoring)"
+H lint --strict "$CHART" --set global.foo=bar --set global.image.registry=r.example \
+  >/dev/null || fail "lint: global values (subchart use)"
+H template t "$CHART" --set global.foo=bar >/dev/null || fail "render: global values"
+echo "lint: ok (default, certManager, secret, monitoring, global)"
 
 # 2. bad values are refused, naming the field
 refused() {  # refused <text expected in the error> <helm --set args...>
@@ -48,7 +57,14 @@ refused "bogus" --set operator.bogus=1
 refused "tokenExpirationSeconds" --set nodePlugin.tokenExpirationSeconds=60
 refused "reports.tls.secretName is required" --set reports.tls.mode=secret
 refused "issuerRef.name is required" --set reports.tls.mode=certManager
-echo "schema: 7 bad values refused with their field"
+refused "logging/format" --set logging.format=text
+refused "priorityClass/value" --set priorityClass.value=2000000000
+refused "priorityClass/name" --set priorityClass.name=system-c4
+refused "priorityClass/preemptionPolicy" --set priorityClass.preemptionPolicy=Sometimes
+refused "podDisruptionBudget/maxUnavailable" --set operator.podDisruptionBudget.maxUnavailable=one
+refused "podAntiAffinity" --set operator.podAntiAffinity=strict
+refused "aggregateToDefaultRoles" --set rbac.aggregateToDefaultRoles=yes
+echo "schema: 14 bad values refused with their field"
 
 # 3. server-side dry run of everything the chart installs
 kubectl create namespace "$NS" >/dev/null
@@ -59,6 +75,153 @@ echo "dry run: $(wc -l <"$WORK/dry.txt") objects accepted by the API server"
 python3 "$ROOT/scripts/check-yaml.py" "$ROOT" - <"$WORK/all.yaml" >/dev/null ||
   fail "the rendered chart repeats a key (YAML keeps the last one silently)"
 echo "rendered: no duplicate keys"
+
+# 7. the chart's variants: objects rendered, and each accepted by the API server
+variant() {  # variant <name> <namespace> <helm args...>: renders to $WORK/<name>.yaml, dry-runs it
+  local name=$1 ns=$2
+  shift 2
+  H template c4 "$CHART" -n "$ns" "$@" >"$WORK/$name.yaml" || fail "render: $name"
+  kubectl apply --dry-run=server -n "$ns" -f "$WORK/$name.yaml" >/dev/null \
+    || fail "server-side dry run refused variant $name"
+}
+variant pdb1 "$NS" --set operator.replicas=1
+variant pdbmin "$NS" --set operator.podDisruptionBudget.minAvailable=1 \
+  --set operator.podAntiAffinity=hard --set logging.format=json
+variant own "$NS" --set operator.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key=pool \
+  --set operator.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator=Exists \
+  --set operator.podDisruptionBudget.enabled=true --set operator.replicas=1 \
+  --set priorityClass.create=false --set rbac.aggregateToDefaultRoles=false
+variant named "$NS" --set nodePlugin.priorityClassName=mine --set operator.priorityClassName=ours \
+  --set priorityClass.preemptionPolicy=Never --set priorityClass.value=1000
+# kube-system: only rendered (installing there is not this test's business).
+H template c4 "$CHART" -n kube-system >"$WORK/kube-system.yaml" || fail "render: kube-system"
+python3 - "$WORK" "$NS" <<'PY'
+import sys, yaml
+work, ns = sys.argv[1], sys.argv[2]
+def load(name):
+    return [d for d in yaml.safe_load_all(open(f"{work}/{name}.yaml")) if d]
+def one(docs, kind, name=None):
+    got = [d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
+    assert len(got) <= 1, (kind, name, len(got))
+    return got[0] if got else None
+def pod(docs, kind):
+    return one(docs, kind)["spec"]["template"]["spec"]
+def args(docs, kind):
+    return pod(docs, kind)["containers"][0]["args"]
+sel = {"app.kubernetes.io/name": "c4", "app.kubernetes.io/instance": "c4",
+       "app.kubernetes.io/component": "operator"}
+d = load("all")
+# Default: 2 replicas -> PDB maxUnavailable 1; soft anti-affinity by hostname on the replicas.
+pdb = one(d, "PodDisruptionBudget")
+assert pdb and pdb["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": sel}}, pdb
+aff = pod(d, "Deployment")["affinity"]["podAntiAffinity"]
+term = aff["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
+assert term == {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": sel}}, aff
+assert "requiredDuringSchedulingIgnoredDuringExecution" not in aff, aff
+# The chart's PriorityClass outside kube-system, used by both workloads.
+pc = one(d, "PriorityClass")
+assert pc and pc["metadata"]["name"] == "c4-node-critical" and pc["value"] == 999999000 \
+    and pc["preemptionPolicy"] == "PreemptLowerPriority" and pc["globalDefault"] is False, pc
+for kind in ("DaemonSet", "Deployment"):
+    assert pod(d, kind)["priorityClassName"] == "c4-node-critical", kind
+    assert "--log-format=logfmt" in args(d, kind), kind
+# Aggregated roles: labels and rules.
+view, edit = one(d, "ClusterRole", "c4-trainingjob-view"), one(d, "ClusterRole", "c4-trainingjob-edit")
+agg = "rbac.authorization.k8s.io/aggregate-to-"
+assert all(view["metadata"]["labels"].get(agg + r) == "true" for r in ("view", "edit", "admin")), view
+assert all(edit["metadata"]["labels"].get(agg + r) == "true" for r in ("edit", "admin")), edit
+assert agg + "view" not in edit["metadata"]["labels"], "view must not gain write rights"
+assert view["rules"] == [{"apiGroups": ["c4.dev"], "resources": ["trainingjobs", "trainingjobs/status"],
+                          "verbs": ["get", "list", "watch"]}], view["rules"]
+assert edit["rules"] == [{"apiGroups": ["c4.dev"], "resources": ["trainingjobs"],
+                          "verbs": ["create", "update", "patch", "delete", "deletecollection"]}], edit["rules"]
+# One replica: no PDB unless enabled.
+assert one(load("pdb1"), "PodDisruptionBudget") is None
+d = load("pdbmin")
+assert one(d, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
+assert "maxUnavailable" not in one(d, "PodDisruptionBudget")["spec"]
+hard = pod(d, "Deployment")["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+assert hard == [{"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": sel}}], hard
+for kind in ("DaemonSet", "Deployment"):
+    assert "--log-format=json" in args(d, kind), kind
+# Own affinity replaces the anti-affinity; PDB forced for one replica; no class, no roles.
+d = load("own")
+assert list(pod(d, "Deployment")["affinity"]) == ["nodeAffinity"], pod(d, "Deployment")["affinity"]
+assert one(d, "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
+assert one(d, "PriorityClass") is None
+for kind in ("DaemonSet", "Deployment"):
+    assert "priorityClassName" not in pod(d, kind), kind
+assert one(d, "ClusterRole", "c4-trainingjob-view") is None and one(d, "ClusterRole", "c4-trainingjob-edit") is None
+# Names given are used as is.
+d = load("named")
+assert pod(d, "DaemonSet")["priorityClassName"] == "mine" and pod(d, "Deployment")["priorityClassName"] == "ours"
+assert one(d, "PriorityClass")["preemptionPolicy"] == "Never" and one(d, "PriorityClass")["value"] == 1000
+# kube-system: the system classes, no class of the chart's.
+d = load("kube-system")
+assert one(d, "PriorityClass") is None
+assert pod(d, "DaemonSet")["priorityClassName"] == "system-node-critical"
+assert pod(d, "Deployment")["priorityClassName"] == "system-cluster-critical"
+print("variants: PDB (default, 1 replica, minAvailable, forced), anti-affinity (soft, hard, own),"
+      " PriorityClass (chart's, named, kube-system), log format, aggregated roles: as rendered;"
+      " every variant accepted by the API server")
+PY
+
+# 8. the aggregated roles on the real API server (RBAC authorizer + the controller-manager's
+# clusterrole-aggregation controller). A release name of its own, so the ClusterRoles do not
+# collide with anything else on the shared cluster; removed on exit.
+REL=c4agg$RANDOM
+AGG_ROLES="clusterrole/$REL-trainingjob-view clusterrole/$REL-trainingjob-edit"
+cleanup() {
+  # shellcheck disable=SC2086
+  kubectl delete $AGG_ROLES --ignore-not-found >/dev/null 2>&1 || true
+  kubectl delete ns "$NS" --wait=false >/dev/null 2>&1 || true
+  rm -rf "$WORK"
+}
+H template "$REL" "$CHART" -n "$NS" --show-only templates/rbac.yaml >"$WORK/rbac.yaml"
+python3 - "$WORK/rbac.yaml" "$REL" >"$WORK/agg.yaml" <<'PY'
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+agg = [d for d in docs if d["kind"] == "ClusterRole" and "-trainingjob-" in d["metadata"]["name"]]
+assert len(agg) == 2, [d["metadata"]["name"] for d in docs]
+yaml.safe_dump_all(agg, sys.stdout)
+PY
+kubectl apply -f "$WORK/agg.yaml" >/dev/null || fail "cannot apply the aggregated ClusterRoles"
+kubectl create rolebinding alice-edit -n "$NS" --clusterrole=edit --user=c4-test-alice >/dev/null
+kubectl create rolebinding bob-view -n "$NS" --clusterrole=view --user=c4-test-bob >/dev/null
+# can <user> <verb> <resource>[/<subresource>] [namespace] -> yes/no: a SubjectAccessReview, i.e.
+# the API server's authorizer itself (`kubectl auth can-i` would first look the resource up in
+# discovery, which fails while the CRDs are not installed).
+can() {
+  local user=$1 verb=$2 res=${3%%/*} sub="" ns=${4:-$NS} out
+  [[ $3 == */* ]] && sub=${3#*/}
+  out=$(kubectl create -o jsonpath='{.status.allowed}' -f - <<EOF
+apiVersion: authorization.k8s.io/v1
+kind: SubjectAccessReview
+spec:
+  user: $user
+  resourceAttributes: {namespace: $ns, verb: $verb, group: c4.dev, resource: $res, subresource: "$sub"}
+EOF
+  ) || fail "SubjectAccessReview failed"
+  if [[ $out == true ]]; then echo yes; else echo no; fi
+}
+ok=""
+for _ in $(seq 1 60); do  # the aggregation controller is asynchronous
+  if [[ $(can c4-test-alice create trainingjobs) == yes &&
+        $(can c4-test-bob list trainingjobs) == yes ]]; then ok=1; break; fi
+  sleep 0.5
+done
+[[ -n $ok ]] || fail "edit/view did not gain the TrainingJob rules (aggregation): alice create=$(can c4-test-alice create trainingjobs) bob list=$(can c4-test-bob list trainingjobs)"
+[[ $(can c4-test-alice delete trainingjobs) == yes ]] || fail "edit cannot delete TrainingJobs"
+[[ $(can c4-test-alice get trainingjobs/status) == yes ]] || fail "edit cannot read the status"
+[[ $(can c4-test-alice update trainingjobs/status) == no ]] || fail "edit may write the status"
+[[ $(can c4-test-bob create trainingjobs) == no ]] || fail "view may create TrainingJobs"
+[[ $(can c4-test-bob get trainingjobs/status) == yes ]] || fail "view cannot read the status"
+[[ $(can c4-test-alice list fabrics) == no && $(can c4-test-bob get fabrics) == no ]] ||
+  fail "edit or view may read Fabrics"
+[[ $(can c4-test-alice create trainingjobs default) == no ]] \
+  || fail "alice may create TrainingJobs outside her namespace"
+echo "aggregation: edit in $NS may create/delete TrainingJobs and read their status, not write it;" \
+  "view may only read; neither sees Fabrics; nothing outside $NS"
 
 # 4. the generated certificate
 python3 - "$WORK/all.yaml" "$WORK" <<'PY'

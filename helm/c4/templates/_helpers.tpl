@@ -56,3 +56,24 @@ app.kubernetes.io/component: node-plugin
 - {{ include "c4.reports.name" . }}.{{ .Release.Namespace }}.svc
 - {{ include "c4.reports.name" . }}.{{ .Release.Namespace }}.svc.cluster.local
 {{- end -}}
+
+{{/* The chart's own PriorityClass: created (priorityClass.create) outside kube-system only. */}}
+{{- define "c4.priorityClass.create" -}}
+{{- if and .Values.priorityClass.create (ne .Release.Namespace "kube-system") -}}true{{- end -}}
+{{- end -}}
+{{- define "c4.priorityClass.name" -}}
+{{- default (printf "%s-node-critical" (include "c4.fullname" .)) .Values.priorityClass.name -}}
+{{- end -}}
+{{/* priorityClassName (list . <explicit name> <system class for kube-system>): the explicit name;
+else the system class in kube-system; else the chart's class when it creates one; else "". */}}
+{{- define "c4.priorityClassName" -}}
+{{- $root := index . 0 -}}
+{{- $explicit := index . 1 -}}
+{{- if $explicit -}}
+{{ $explicit }}
+{{- else if eq $root.Release.Namespace "kube-system" -}}
+{{ index . 2 }}
+{{- else if include "c4.priorityClass.create" $root -}}
+{{ include "c4.priorityClass.name" $root }}
+{{- end -}}
+{{- end -}}
