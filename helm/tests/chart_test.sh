@@ -12,7 +12,14 @@
 #      the variants' server-side dry runs;
 #   8. the aggregated ClusterRoles, applied for real: the controller-manager folds them into the
 #      built-in edit/view roles, and SubjectAccessReviews say a user bound to `edit` in a
-#      namespace may create TrainingJobs, one bound to `view` may only read them.
+#      namespace may create TrainingJobs, one bound to `view` may only read them;
+#   9. Pod Security: the chart's ValidatingAdmissionPolicy, applied for real with the CRD, refuses
+#      a TrainingJob (create, spec update) in namespaces labelled enforce=baseline or restricted
+#      with its message, accepts it in unlabelled, privileged and exempt namespaces and lets
+#      metadata updates and deletion through; the control: PodSecurity admission itself refuses a
+#      pod with the trainer pods' hostPath volumes in the baseline and restricted namespaces (so
+#      the policy refuses what could never run); admission.podSecurityCheck.enabled=false renders
+#      nothing.
 #
 #   chart_test.sh   (needs $C4_TESTENV_DIR: a cluster from `testenv.sh up`)
 set -euo pipefail
@@ -64,7 +71,9 @@ refused "priorityClass/preemptionPolicy" --set priorityClass.preemptionPolicy=So
 refused "podDisruptionBudget/maxUnavailable" --set operator.podDisruptionBudget.maxUnavailable=one
 refused "podAntiAffinity" --set operator.podAntiAffinity=strict
 refused "aggregateToDefaultRoles" --set rbac.aggregateToDefaultRoles=yes
-echo "schema: 14 bad values refused with their field"
+refused "podSecurityCheck/enabled" --set admission.podSecurityCheck.enabled=yes
+refused "exemptNamespaces" --set 'admission.podSecurityCheck.exemptNamespaces[0]=Not_A_Namespace'
+echo "schema: 16 bad values refused with their field"
 
 # 3. server-side dry run of everything the chart installs
 kubectl create namespace "$NS" >/dev/null
@@ -222,6 +231,163 @@ done
   || fail "alice may create TrainingJobs outside her namespace"
 echo "aggregation: edit in $NS may create/delete TrainingJobs and read their status, not write it;" \
   "view may only read; neither sees Fabrics; nothing outside $NS"
+
+# 9. Pod Security: the admission policy on the real API server. A release name of its own (the
+# policy and binding are cluster-scoped), namespaces labelled with this run's id; the binding is
+# narrowed to those namespaces so TrainingJobs of other tests on the shared cluster are never
+# judged by it. The CRD stays installed, as other tests leave it.
+PSA_REL=c4psa$RANDOM
+PSA_ID=$PSA_REL$RANDOM
+PSA_OBJS="validatingadmissionpolicy/$PSA_REL-pod-security validatingadmissionpolicybinding/$PSA_REL-pod-security"
+declare -A PSA_NS=([baseline]=$NS-base [restricted]=$NS-restr [privileged]=$NS-priv
+                   [none]=$NS-none [exempt]=$NS-exempt)
+cleanup() {
+  # shellcheck disable=SC2086
+  kubectl delete $AGG_ROLES $PSA_OBJS --ignore-not-found >/dev/null 2>&1 || true
+  kubectl delete ns "$NS" "${PSA_NS[@]}" --wait=false >/dev/null 2>&1 || true
+  rm -rf "$WORK"
+}
+for level in "${!PSA_NS[@]}"; do
+  ns=${PSA_NS[$level]}
+  kubectl create namespace "$ns" >/dev/null
+  kubectl label namespace "$ns" "c4.dev/chart-test=$PSA_ID" >/dev/null
+  case $level in
+    none) ;;
+    exempt) kubectl label namespace "$ns" pod-security.kubernetes.io/enforce=baseline >/dev/null ;;
+    *) kubectl label namespace "$ns" "pod-security.kubernetes.io/enforce=$level" >/dev/null ;;
+  esac
+done
+H template "$PSA_REL" "$CHART" -n "$NS" --show-only templates/admission-policy.yaml \
+  --set "admission.podSecurityCheck.exemptNamespaces[0]=${PSA_NS[exempt]}" >"$WORK/psa-rendered.yaml" \
+  || fail "render: admission policy"
+H template c4 "$CHART" -n "$NS" --set operator.watchNamespace=team >"$WORK/psa-watch.yaml" \
+  || fail "render: admission policy with watchNamespace"
+H template c4 "$CHART" -n "$NS" --set admission.podSecurityCheck.enabled=false >"$WORK/psa-off.yaml" \
+  || fail "render: admission policy off"
+python3 - "$WORK" "$PSA_REL" "$PSA_ID" "${PSA_NS[exempt]}" >"$WORK/psa.yaml" <<'PY'
+import sys, yaml
+work, rel, run_id, exempt = sys.argv[1:]
+def load(name):
+    return [d for d in yaml.safe_load_all(open(f"{work}/{name}.yaml")) if d]
+def of(docs, kind):
+    return [d for d in docs if d["kind"] == kind]
+VAP, BINDING = "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"
+# Default: one policy, bound cluster-wide, denying.
+d = load("all")
+assert len(of(d, VAP)) == 1 and len(of(d, BINDING)) == 1, [x["kind"] for x in d]
+b = of(d, BINDING)[0]
+assert b["spec"] == {"policyName": "c4-pod-security", "validationActions": ["Deny"]}, b["spec"]
+p = of(d, VAP)[0]["spec"]
+assert p["matchConstraints"]["resourceRules"] == [{"apiGroups": ["c4.dev"], "apiVersions": ["*"],
+    "operations": ["CREATE", "UPDATE"], "resources": ["trainingjobs"]}], p["matchConstraints"]
+# watchNamespace: only that namespace's jobs are this release's.
+b = of(load("psa-watch"), BINDING)[0]
+assert b["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"] == [
+    {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["team"]}], b["spec"]
+# Off: nothing of it.
+assert not of(load("psa-off"), VAP) and not of(load("psa-off"), BINDING)
+# The objects applied for real: the exempt namespace rendered into the binding, which this test
+# narrows further to its own namespaces.
+d = load("psa-rendered")
+assert [x["kind"] for x in d] == [VAP, BINDING], [x["kind"] for x in d]
+sel = d[1]["spec"]["matchResources"]["namespaceSelector"]
+assert sel["matchExpressions"] == [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                                    "values": [exempt]}], sel
+sel["matchLabels"] = {"c4.dev/chart-test": run_id}
+yaml.safe_dump_all(d, sys.stdout)
+PY
+kubectl get crd trainingjobs.c4.dev >/dev/null 2>&1 ||
+  kubectl create -f "$ROOT/crds/trainingjob.yaml" >/dev/null 2>&1 || true
+kubectl wait --for=condition=Established crd/trainingjobs.c4.dev --timeout=60s >/dev/null ||
+  fail "TrainingJob CRD not established"
+kubectl apply -f "$WORK/psa.yaml" >/dev/null || fail "cannot apply the admission policy"
+tj() {  # tj <namespace> [name]: a minimal TrainingJob
+  cat <<EOF
+apiVersion: c4.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: ${2:-psa}, namespace: $1}
+spec:
+  replicas: 2
+  template:
+    spec:
+      containers: [{name: trainer, image: busybox}]
+EOF
+}
+POLICY_SAYS="ValidatingAdmissionPolicy '$PSA_REL-pod-security' with binding '$PSA_REL-pod-security' denied request"
+refused_by_policy() {  # refused_by_policy <level> <output>
+  local level=$1 out=$2
+  [[ $out == *"$POLICY_SAYS"* ]] || fail "$level: not refused by the policy: $out"
+  for want in "namespace ${PSA_NS[$level]}" "Pod Security level is $level" "hostPath volumes" \
+    "agent socket directory /var/run/c4" "NCCL plugin directory /opt/c4/lib" \
+    "pod-security.kubernetes.io/enforce=privileged" "docs/operations.md#pod-security"; do
+    [[ $out == *"$want"* ]] || fail "$level: the refusal does not say '$want': $out"
+  done
+}
+# The API server loads policies asynchronously: wait until the baseline namespace is refused.
+out=""
+for _ in $(seq 1 60); do
+  if out=$(tj "${PSA_NS[baseline]}" | kubectl create --dry-run=server -f - 2>&1); then
+    sleep 0.5; continue
+  fi
+  break
+done
+refused_by_policy baseline "$out"
+out=$(tj "${PSA_NS[restricted]}" | kubectl create --dry-run=server -f - 2>&1) &&
+  fail "restricted: TrainingJob accepted"
+refused_by_policy restricted "$out"
+for level in none privileged exempt; do
+  out=$(tj "${PSA_NS[$level]}" | kubectl create --dry-run=server -f - 2>&1) ||
+    fail "$level: TrainingJob refused: $out"
+done
+# Updates: a job created while its namespace was privileged, then the namespace labelled
+# baseline: metadata updates and deletion pass, a spec change is refused.
+ns=${PSA_NS[privileged]}
+tj "$ns" early | kubectl create -f - >/dev/null || fail "cannot create a TrainingJob in $ns"
+kubectl label namespace "$ns" pod-security.kubernetes.io/enforce=baseline --overwrite >/dev/null
+kubectl annotate -n "$ns" trainingjob early c4.dev/chart-test=1 >/dev/null 2>"$WORK/err" ||
+  fail "metadata update refused: $(cat "$WORK/err")"
+out=$(kubectl patch -n "$ns" trainingjob early --type=merge -p '{"spec":{"suspend":true}}' 2>&1) &&
+  fail "spec update accepted in a baseline namespace"
+[[ $out == *"$POLICY_SAYS"* && $out == *"Pod Security level is baseline"* ]] ||
+  fail "spec update not refused by the policy: $out"
+kubectl delete -n "$ns" trainingjob early --wait=true --timeout=30s >/dev/null ||
+  fail "cannot delete a TrainingJob in a baseline namespace"
+# The control: what the policy foresees is real. A pod with the trainer pods' hostPath volumes
+# (operator/trainingjob/children.cc: the agent socket and NCCL plugin directories, mounted
+# read-only) is refused by PodSecurity admission in the baseline and restricted namespaces and
+# accepted in an unlabelled one; were PSA to stop refusing it, the policy would refuse jobs that
+# could run.
+trainer_pod() {
+  cat <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: psa-control, namespace: $1}
+spec:
+  containers:
+    - name: trainer
+      image: busybox
+      volumeMounts:
+        - {name: c4-agent, mountPath: /var/run/c4, readOnly: true}
+        - {name: c4-plugin, mountPath: /opt/c4/lib, readOnly: true}
+  volumes:
+    - {name: c4-agent, hostPath: {path: /var/run/c4, type: DirectoryOrCreate}}
+    - {name: c4-plugin, hostPath: {path: /opt/c4/lib, type: DirectoryOrCreate}}
+EOF
+}
+for level in baseline restricted; do
+  out=$(trainer_pod "${PSA_NS[$level]}" | kubectl create --dry-run=server -f - 2>&1) &&
+    fail "$level: PodSecurity admitted a pod with hostPath volumes"
+  [[ $out == *"violates PodSecurity \"$level:latest\""* && $out == *'"c4-agent", "c4-plugin"'* ]] ||
+    fail "$level: the pod was not refused by PodSecurity for its hostPath volumes: $out"
+done
+out=$(trainer_pod "${PSA_NS[none]}" | kubectl create --dry-run=server -f - 2>&1) ||
+  fail "unlabelled namespace: the trainer pod was refused: $out"
+# shellcheck disable=SC2086
+kubectl delete $PSA_OBJS >/dev/null || fail "cannot delete the admission policy"
+echo "pod security: TrainingJobs refused by the policy in baseline and restricted namespaces" \
+  "(and a spec update after relabelling), accepted unlabelled, privileged and exempt; metadata" \
+  "updates and deletion pass; PodSecurity refuses the trainer pods' hostPath volumes there;" \
+  "nothing rendered when off"
 
 # 4. the generated certificate
 python3 - "$WORK/all.yaml" "$WORK" <<'PY'
