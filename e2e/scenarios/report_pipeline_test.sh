@@ -12,7 +12,9 @@
 #   3. killing the node plugin pod of a node mid-run blocks no rank: training goes on, the
 #      DaemonSet's new pod takes over and that node's ranks report again;
 #   4. the job completes, and C4D, watching the whole run, finds no fault (a node plugin outage
-#      is missing telemetry, not a fault) and cordons nothing.
+#      is missing telemetry, not a fault) and cordons nothing;
+#   5. a Python trainer announces its checkpoint with the c4 package (python/, docs/python.md):
+#      the notice reaches status.lastCheckpoint, and its `finished` notice ends it without a verdict.
 #
 #   report_pipeline_test.sh <build dir> <work dir>     (C4_E2E_KEEP=1: leave it all running)
 set -euo pipefail
@@ -110,4 +112,43 @@ false_verdicts=$(kubectl get events -n "$NS" --field-selector reason=FaultDetect
 [[ $(kubectl get nodes -o jsonpath='{.items[*].spec.unschedulable}') != *true* ]] \
   || fail "a node was cordoned in a healthy run"
 echo "C4D: no verdict in the healthy run (telemetry notes: $(kubectl get events -n "$NS" --field-selector reason=TelemetryMissing -o name | wc -l))"
-echo "PASS: report pipeline (plugin -> node plugin -> operator, lastCheckpoint, node plugin restart)"
+
+# ---- 5. a Python trainer's notices (the c4 package) ---------------------------------------------
+kubectl apply -n "$NS" -f - >/dev/null <<YAML
+apiVersion: c4.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: pyhelper}
+spec:
+  replicas: 1
+  checkpoint: {dir: $WORK/ckpt}
+  template:
+    metadata:
+      annotations: {c4.dev/runner: process}
+    spec:
+      containers:
+      - name: trainer
+        image: python
+        command:
+        - python3
+        - -c
+        - |
+          import c4
+          start = c4.resume_step() or 0
+          assert c4.progress(start + 1), "progress not delivered"
+          with c4.phase("checkpointing", expect_seconds=30):
+              pass  # a real trainer writes its checkpoint here
+          assert c4.checkpoint_saved(start + 7, "$WORK/ckpt/py-7"), "checkpoint not delivered"
+          assert c4.finished(start + 8), "finished not delivered"
+        env:
+        - {name: PYTHONPATH, value: $ROOT/python}
+YAML
+wait_until 60 "pyhelper's checkpoint in status.lastCheckpoint" bash -c \
+  "[[ \$(kubectl get tj -n $NS pyhelper -o jsonpath='{.status.lastCheckpoint.step}') == 7 ]]"
+[[ $(kubectl get tj -n "$NS" pyhelper -o jsonpath='{.status.lastCheckpoint.path}') == "$WORK/ckpt/py-7" ]] \
+  || fail "pyhelper: status.lastCheckpoint is $(kubectl get tj -n "$NS" pyhelper -o jsonpath='{.status.lastCheckpoint}')"
+wait_until 60 "pyhelper Succeeded" bash -c \
+  "[[ \$(kubectl get tj -n $NS pyhelper -o jsonpath='{.status.phase}') == Succeeded ]]"
+[[ $(kubectl get events -n "$NS" --field-selector reason=FaultDetected,involvedObject.name=pyhelper -o name | wc -l) == 0 ]] \
+  || fail "C4D found a fault in the Python trainer's run"
+echo "Python trainer: checkpoint step 7 announced by the c4 package reached status.lastCheckpoint"
+echo "PASS: report pipeline (plugin -> node plugin -> operator, lastCheckpoint, node plugin restart, Python helper)"
