@@ -109,6 +109,12 @@ std::uint64_t randomU64() {
 
 std::atomic<std::uint64_t> gNextConnId{1};
 std::atomic<std::uint64_t> gNextReportSeq{0};
+// Contexts alive in this process (one per communicator from ABI v11): the one that ends last
+// sends the process's last report (RankReport::last).
+std::atomic<int> gLiveContexts{0};
+// Connections closed since the last report that still owe it their final counters; beyond this
+// many the oldest are reported no more (bounded memory whatever NCCL opens and closes).
+constexpr std::size_t kMaxClosedOwed = 4096;
 
 std::int64_t nanos(Clock& c) {
   return c.monoNow().time_since_epoch().count();
@@ -875,7 +881,9 @@ Context::Context(ContextOptions o)
       last_words_linger_(o.last_words_linger),
       devices_(std::move(o.devices)),
       plan_(config_.plan_file),
-      reporter_(std::make_unique<Reporter>()) {}
+      reporter_(std::make_unique<Reporter>()) {
+  gLiveContexts.fetch_add(1, std::memory_order_relaxed);
+}
 
 Result<std::unique_ptr<Context>> Context::create(ContextOptions options) {
   if (options.devices.empty()) {
@@ -920,6 +928,18 @@ Context::~Context() {
     pending_.clear();
   }
   for (CommBase* c : left) (void)closeComm(c, c->kind);
+  // The last report: what every connection moved since the last tick, those NCCL closed before
+  // this finalize included; from the process's last context, the word that its telemetry ended
+  // in order (a killed or crashed process sends none: C4D tells the rank that died from the
+  // peers that exited after it by that).
+  const bool last_of_process = gLiveContexts.fetch_sub(1, std::memory_order_acq_rel) == 1;
+  {
+    std::lock_guard tickLock(report_mu_);
+    try {
+      tick(true, false, last_of_process);
+    } catch (...) {  // nothing leaves a destructor (bad_alloc while building the report)
+    }
+  }
   // The process usually exits next: give the node plugin a moment to read the last words while
   // this pid still names the process (it attributes by the pid's cgroup).
   if (reporter_->sender) (void)reporter_->sender->awaitRead(last_words_linger_);
@@ -938,6 +958,12 @@ void Context::unregisterComm(CommBase* comm) {
     if (it == comms_.end()) return;
     tel = std::move(it->second);
     comms_.erase(it);
+    // Its counters since the last report go into the next one (the bytes of its last
+    // operations would be lost otherwise: NCCL closes its connections right before it ends).
+    if (tel) {
+      if (closed_.size() >= kMaxClosedOwed) closed_.erase(closed_.begin());
+      closed_.push_back(tel);
+    }
   }
   // A failed connection closed before the reporter's next tick (a rank closes its comms and
   // exits right after an error): its notice goes now or never.
@@ -1321,7 +1347,7 @@ void Context::applyPlanToLiveConnections() {
   }
 }
 
-void Context::tick(bool forceReport, bool planDue) {
+void Context::tick(bool forceReport, bool planDue, bool last) {
   if (planDue && !config_.plan_file.empty() && plan_.poll()) applyPlanToLiveConnections();
   std::int64_t now = nanos(*clock_);
   std::int64_t wallNs = toUnixNanos(clock_->wallNow());
@@ -1355,8 +1381,16 @@ void Context::tick(bool forceReport, bool planDue) {
     reportFailureOnce(*t, wallNs);
   }
   if (!forceReport) return;
+  {
+    // Connections closed since the last report: reported once more, with their final counters.
+    std::lock_guard lock(mu_);
+    conns.insert(conns.end(), closed_.begin(), closed_.end());
+    closed_.clear();
+  }
+  std::sort(conns.begin(), conns.end(), [](auto& a, auto& b) { return a->id < b->id; });
   report::RankReport r;
   r.id = identity();
+  r.last = last;
   r.seq = gNextReportSeq.fetch_add(1) + 1;  // process-wide: contexts share the pid
   r.time_unix_ns = wallNs;
   r.interval_ms = config_.report_interval_ms;

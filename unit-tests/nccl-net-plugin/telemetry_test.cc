@@ -316,6 +316,7 @@ TEST(Telemetry, AnEndingContextWaitsUntilItsLastWordsAreRead) {
   int status = 0;
   ASSERT_EQ(::waitpid(child, &status, WNOHANG), 0)
       << "exited (status " << status << ") with its last words unread";
+  // Its last words: the failure notice, then its last report.
   auto d = server->receive(std::chrono::seconds(10));
   ASSERT_TRUE(d.has_value() && d->has_value());
   auto m = report::decodeMessageCbor((*d)->bytes);
@@ -323,10 +324,91 @@ TEST(Telemetry, AnEndingContextWaitsUntilItsLastWordsAreRead) {
   auto* n = std::get_if<report::AnomalyNotice>(&*m);
   ASSERT_NE(n, nullptr);
   EXPECT_EQ(n->kind, report::AnomalyKind::kPeerClosed);
+  std::this_thread::sleep_for(std::chrono::seconds{1});
+  ASSERT_EQ(::waitpid(child, &status, WNOHANG), 0)
+      << "exited (status " << status << ") with its last report unread";
+  d = server->receive(std::chrono::seconds(10));
+  ASSERT_TRUE(d.has_value() && d->has_value());
+  m = report::decodeMessageCbor((*d)->bytes);
+  ASSERT_TRUE(m.has_value());
+  auto* last = std::get_if<report::RankReport>(&*m);
+  ASSERT_NE(last, nullptr);
+  EXPECT_TRUE(last->last);
   // Read: it exits now, not at the end of the linger.
   EXPECT_TRUE(c4::testing::exitsWithin(child, std::chrono::seconds{10}, status))
       << "still lingering 10 s after its last words were read";
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+// A context that ends reports what its connections moved since the last report, those NCCL
+// closed before it included (NCCL closes its connections right before the finalize), and the
+// process's last context says that its telemetry ended in order (RankReport::last); an earlier
+// context of the same process does not.
+TEST(Telemetry, AnEndingContextReportsItsClosedConnectionsFinalBytesAndTheLastOneSaysSo) {
+  auto path = tempSocket("final");
+  auto server = UnixDatagramServer::bind(path);
+  ASSERT_TRUE(server.has_value());
+  SimulatedClock clock;
+  auto send_n = [](Pair& p, std::size_t n) {
+    std::vector<unsigned char> src(n), dst(n);
+    void* d[1] = {dst.data()};
+    std::size_t s[1] = {dst.size()};
+    int t[1] = {0};
+    auto r = irecv(p.recv, 1, d, s, t);
+    auto w = isend(p.send, src.data(), n, 0);
+    ASSERT_TRUE(r && *r && w && *w);
+    ASSERT_EQ(waitAll({{*w, nullptr}, {*r, nullptr}}), "");
+  };
+  auto cfgA = baseConfig("node-a", 0);
+  cfgA.agent_socket = path;
+  cfgA.report_interval_ms = 3600 * 1000;  // only explicit ticks and the end
+  cfgA.stall_ms = 3600 * 1000;
+  auto a = makeContext(cfgA, &clock);
+  auto b = makeContext(baseConfig("node-b", 1), &clock);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  Pair p = connectPair(*a, *b);
+  ASSERT_NE(p.send, nullptr);
+  ASSERT_NO_FATAL_FAILURE(send_n(p, 3000));
+  a->tickNow(true);
+  auto msgs = drain(*server);
+  ASSERT_EQ(msgs.size(), 1u);
+  ASSERT_NE(std::get_if<report::RankReport>(&msgs[0]), nullptr);
+  // After the last periodic report: more bytes, then NCCL closes the connection and ends.
+  ASSERT_NO_FATAL_FAILURE(send_n(p, 5000));
+  ASSERT_TRUE(closeComm(p.send, CommKind::kSend));
+  ASSERT_TRUE(closeComm(p.recv, CommKind::kRecv));
+  ASSERT_TRUE(closeComm(p.listen, CommKind::kListen));
+  // `b` still lives: `a` is not the process's last context.
+  a.reset();
+  msgs = drain(*server);
+  ASSERT_EQ(msgs.size(), 1u);
+  auto* rep = std::get_if<report::RankReport>(&msgs[0]);
+  ASSERT_NE(rep, nullptr);
+  EXPECT_FALSE(rep->last) << "another context of the process still runs";
+  ASSERT_EQ(rep->connections.size(), 1u) << "the closed connection's final counters";
+  EXPECT_EQ(rep->connections[0].bytes, 8000u);
+  EXPECT_EQ(rep->connections[0].ops, 2u);
+  EXPECT_EQ(rep->connections[0].inflight, 0u);
+  std::uint64_t sum = 0;
+  for (const auto& sf : rep->connections[0].subflows) sum += sf.bytes;
+  EXPECT_EQ(sum, 8000u);
+
+  // The process's last context: its last report says so.
+  auto cfgC = baseConfig("node-a", 0);
+  cfgC.agent_socket = path;
+  cfgC.report_interval_ms = 3600 * 1000;
+  cfgC.stall_ms = 3600 * 1000;
+  auto c = makeContext(cfgC, &clock);
+  ASSERT_NE(c, nullptr);
+  b.reset();
+  c.reset();
+  msgs = drain(*server);
+  ASSERT_EQ(msgs.size(), 1u);
+  rep = std::get_if<report::RankReport>(&msgs[0]);
+  ASSERT_NE(rep, nullptr);
+  EXPECT_TRUE(rep->last);
+  EXPECT_TRUE(rep->connections.empty());
 }
 
 TEST(Telemetry, HistogramSummaryIsBucketed) {

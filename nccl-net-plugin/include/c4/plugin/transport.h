@@ -122,7 +122,8 @@ class Context {
  private:
   explicit Context(ContextOptions options);
   void reporterLoop();
-  void tick(bool forceReport, bool planDue);
+  // `last`: the process's last report (RankReport::last).
+  void tick(bool forceReport, bool planDue, bool last = false);
   void applyPlanToLiveConnections();
   void sendMessage(const report::Message& m);
   // Sends the failure notice of a failed connection unless it was sent already.
@@ -134,8 +135,10 @@ class Context {
   std::chrono::milliseconds last_words_linger_;
   std::vector<NetInterface> devices_;
 
-  mutable std::mutex mu_;  // comms_, pending_, plan_wait_since_
+  mutable std::mutex mu_;  // comms_, closed_, pending_, plan_wait_since_
   std::map<CommBase*, std::shared_ptr<ConnTelemetry>> comms_;
+  // Closed since the last report; reported once more (bounded, kMaxClosedOwed in transport.cc).
+  std::vector<std::shared_ptr<ConnTelemetry>> closed_;
   struct PendingConnect;
   std::map<void*, std::unique_ptr<PendingConnect>> pending_;
   std::map<void*, std::int64_t> plan_wait_since_;  // handle -> first connect call (clock ns)
