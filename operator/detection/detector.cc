@@ -151,7 +151,7 @@ c4d::JobSnapshot buildSnapshot(const Json& job, const ingest::RecentReports& rec
       if (node.empty()) node = rr.identity.node;
       const std::size_t n = std::min(config.report_samples, rr.reports.size());
       for (std::size_t i = rr.reports.size() - n; i < rr.reports.size(); ++i) {
-        const ingest::StoredReport& report = rr.reports[i];
+        const ingest::StoredReport& report = *rr.reports[i];
         c4d::ReportSample sample;
         sample.time = report.header.received;  // operator clock: silence is measured to `now`
         sample.interval_ms = report.header.interval_ms;

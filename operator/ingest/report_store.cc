@@ -83,24 +83,79 @@ void ReportStore::addRankReport(JobRecord& job, const report::RankReport& r, Wal
   ++rank.reports_total;
   ++job.reports_total;
   job.last_report = std::max(job.last_report, received);
-  rank.reports.push_back(RankHeader{
-      r.seq, r.time_unix_ns, r.interval_ms, r.plan_version, r.dropped_messages,
-      static_cast<std::uint32_t>(r.connections.size()), received, r.communicators, r.last});
+  auto whole = std::make_shared<StoredReport>();
+  whole->header = RankHeader{
+      r.seq,          r.time_unix_ns,     r.interval_ms,
+      r.plan_version, r.dropped_messages, static_cast<std::uint32_t>(r.connections.size()),
+      received,       r.communicators,    r.last};
+  rank.reports.push_back(whole->header);
   while (rank.reports.size() > config_.history) rank.reports.pop_front();
-  std::uint64_t now = rank.reports_total;
+  const std::uint64_t now = rank.reports_total;
+  // The tracked connections of this report, in the report's order: the first of each id goes
+  // into the stored report (by id), a repeated one only into its history (as its own copy).
+  auto& tracked = tracked_;
+  tracked.clear();
+  std::size_t firsts = 0;
   for (const auto& c : r.connections) {
     auto it = rank.connections.find(c.id);
     if (it == rank.connections.end()) {
       if (rank.connections.size() >= config_.max_connections_per_rank) continue;
       it = rank.connections.emplace(c.id, ConnectionHistory{}).first;
     }
-    it->second.samples.push_back(ConnectionSample{r.seq, r.time_unix_ns, c});
-    while (it->second.samples.size() > config_.history) it->second.samples.pop_front();
+    const bool first = it->second.last_seen_report != now;
     it->second.last_seen_report = now;
+    tracked.push_back({&c, &it->second, first});
+    if (first) ++firsts;
+  }
+  std::stable_sort(tracked.begin(), tracked.end(),
+                   [](const TrackedConnection& a, const TrackedConnection& b) {
+                     return a.first != b.first ? a.first : a.first && a.stats->id < b.stats->id;
+                   });
+  whole->connections.reserve(firsts);
+  for (std::size_t i = 0; i < firsts; ++i) whole->connections.push_back(*tracked[i].stats);
+  const StoredReportPtr shared = std::move(whole);
+  for (std::size_t i = 0; i < tracked.size(); ++i) {
+    std::shared_ptr<const report::ConnectionStats> stats =
+        i < firsts ? std::shared_ptr<const report::ConnectionStats>(shared, &shared->connections[i])
+                   : std::make_shared<const report::ConnectionStats>(*tracked[i].stats);
+    auto& samples = tracked[i].history->samples;
+    samples.emplace_back(r.seq, r.time_unix_ns, std::move(stats));
+    while (samples.size() > config_.history) samples.pop_front();
   }
   std::erase_if(rank.connections, [&](const auto& entry) {
     return now - entry.second.last_seen_report >= config_.history;
   });
+  rank.whole_reports.push_back(shared);
+  while (rank.whole_reports.size() > config_.history) {
+    StoredReportPtr gone = std::move(rank.whole_reports.front());
+    rank.whole_reports.pop_front();
+    // A connection absent from the reports since keeps its sample of the report that leaves: it
+    // gets its own copy, so a report outlives its place in the history only while a reader
+    // holds it. (Not the common case: a connection in every report has dropped that sample.)
+    if (gone.use_count() > 1) keepSamplesOf(rank, gone);
+  }
+}
+
+void ReportStore::keepSamplesOf(RankRecord& rank, const StoredReportPtr& gone) {
+  auto points_into = [&](const ConnectionSample& s) {
+    return !s.shared.owner_before(gone) && !gone.owner_before(s.shared);
+  };
+  for (const auto& c : gone->connections) {
+    auto it = rank.connections.find(c.id);
+    if (it == rank.connections.end()) continue;
+    auto& samples = it->second.samples;
+    if (std::none_of(samples.begin(), samples.end(), points_into)) continue;
+    std::deque<ConnectionSample> kept;
+    for (const auto& s : samples) {
+      if (points_into(s)) {
+        kept.emplace_back(s.report_seq, s.time_unix_ns,
+                          std::make_shared<const report::ConnectionStats>(s.stats));
+      } else {
+        kept.push_back(s);
+      }
+    }
+    samples.swap(kept);
+  }
 }
 
 bool ReportStore::markCheckpoint(JobRecord& job, const report::CheckpointNotice& notice) {
@@ -312,30 +367,22 @@ std::optional<RecentReports> ReportStore::recentReports(std::string_view ns, std
   out.ns = job.ns;
   out.name = job.name;
   out.facts = job.facts;
+  const std::string* last_node = nullptr;  // consecutive ranks mostly share a node
+  auto hint = out.ranks.end();
   for (const auto& [r, rank] : job.ranks) {
-    RecentRank& view = out.ranks[r];
+    RecentRank& view = out.ranks.emplace_hint(hint, r, RecentRank{})->second;
     view.identity = rank.identity;
     view.progress = rank.progress;
-    const std::size_t n = std::min(query.reports, rank.reports.size());
-    view.reports.reserve(n);
-    for (std::size_t i = rank.reports.size() - n; i < rank.reports.size(); ++i) {
-      const RankHeader& h = rank.reports[i];
-      StoredReport report{h, {}};
-      // A report's connections are kept per connection, tagged with the report's seq.
-      for (const auto& [id, history] : rank.connections) {
-        for (const auto& sample : history.samples) {
-          if (sample.report_seq == h.seq) {
-            report.connections.push_back(sample.stats);
-            break;
-          }
-        }
-      }
-      view.reports.push_back(std::move(report));
-    }
+    const std::size_t n = std::min(query.reports, rank.whole_reports.size());
+    view.reports.assign(rank.whole_reports.end() - static_cast<std::ptrdiff_t>(n),
+                        rank.whole_reports.end());
     if (rank.reports_total > 0 && !rank.identity.node.empty() &&
-        !out.nodes.contains(rank.identity.node)) {
-      if (auto node = nodes_.find(rank.identity.node); node != nodes_.end()) {
-        out.nodes.emplace(node->first, node->second);
+        (last_node == nullptr || *last_node != rank.identity.node)) {
+      last_node = &rank.identity.node;
+      if (!out.nodes.contains(rank.identity.node)) {
+        if (auto node = nodes_.find(rank.identity.node); node != nodes_.end()) {
+          out.nodes.emplace(node->first, node->second);
+        }
       }
     }
   }

@@ -14,6 +14,9 @@
 //                           latency summaries, subflows) with the report seq and sender time;
 //                           a connection absent from the last `history` reports is forgotten;
 //                           at most `max_connections_per_rank`
+//       whole_reports       the same reports whole (StoredReport: header and the tracked
+//                           connections that came with it), immutable, shared: a connection's
+//                           sample points into the report it came with
 //       progress            the last ProgressNotice received, its time the operator's receive
 //                           time (arrival orders notices: sender clocks order nothing)
 //     anomalies             the last `max_anomalies_per_job` AnomalyNotices, oldest first, each
@@ -25,11 +28,15 @@
 //                           messages the node plugin dropped/rejected and of reports the operator
 //                           dropped; at most `max_nodes` (the longest silent goes first)
 //
-// Memory bound per rank: history × (sizeof(RankHeader) + M × sizeof(CommunicatorProgress) +
-// C × (sizeof(ConnectionSample) + S × sizeof(SubflowStats) + peer names)) for M communicators
-// (at most 256, 64 bytes each) and C connections of S subflows, plus one ProgressNotice and the
-// checkpoint marks (max_checkpoint_steps bits). With the defaults (history 8) and 8 connections
-// of 4 subflows a rank costs about 25 KiB, and each communicator 512 bytes more.
+// Memory bound per rank: history × (2 × (sizeof(RankHeader) + M × sizeof(CommunicatorProgress))
+// + sizeof(StoredReport) + C × (sizeof(ConnectionStats) + sizeof(ConnectionSample) + S ×
+// sizeof(SubflowStats) + peer names)) for M communicators (at most 256, 64 bytes each) and C
+// connections of S subflows, plus one ProgressNotice and the checkpoint marks
+// (max_checkpoint_steps bits). A report leaves the rank's history whole: a connection absent from
+// the reports since that still holds its sample gets its own copy of it (the same bound). With
+// the defaults (history 8) and 8 connections of 4 subflows a rank costs about 25 KiB, and each
+// communicator 1 KiB more. Readers holding reports (recentReports) keep them alive after they
+// leave the history.
 //
 // Attempts: a job's data belongs to one (uid, attempt). Data of a newer attempt (or of a job
 // recreated under the same name) replaces everything held for the job, checkpoint marks
@@ -54,8 +61,9 @@
 //
 // Readers that analyse a job (C4D) ask for its recent whole reports (recentReports): each
 // RankReport as it arrived, header and connections together, with the ranks' identities, the
-// job's newer anomalies and the reporting nodes' records, copied out under the lock; the layout
-// above stays the store's own.
+// job's newer anomalies and the reporting nodes' records. The reports are the store's immutable
+// StoredReports, handed out by pointer (under the shared lock a window copies a few pointers per
+// rank, not the samples); the rest is copied.
 //
 // Thread-safety: one shared_mutex. apply() and the other writers hold it exclusively for the
 // time it takes to copy a batch in; readers hold it shared while their callback runs (the
@@ -67,6 +75,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <shared_mutex>
 #include <string>
@@ -112,10 +121,16 @@ struct RankHeader {
   bool last = false;  // the process's last report (RankReport.last)
 };
 
+// A connection's sample: the ConnectionStats it came with, immutable and shared with the stored
+// report it arrived in (StoredReport), so readers copy pointers, not samples.
 struct ConnectionSample {
+  ConnectionSample(std::uint64_t seq, std::int64_t time,
+                   std::shared_ptr<const report::ConnectionStats> shared_stats)
+      : report_seq(seq), time_unix_ns(time), shared(std::move(shared_stats)), stats(*shared) {}
   std::uint64_t report_seq = 0;
   std::int64_t time_unix_ns = 0;
-  report::ConnectionStats stats;
+  std::shared_ptr<const report::ConnectionStats> shared;  // owns `stats` (never null)
+  const report::ConnectionStats& stats;
 };
 
 struct ConnectionHistory {
@@ -130,11 +145,23 @@ struct StoredAnomaly {
   report::AnomalyNotice notice;
 };
 
+// One RankReport as the store holds it: its header and the samples of the connections the store
+// tracks that came with it (by connection id; the first of a connection id given twice).
+// Immutable once stored and shared: the store and the readers that asked for it (recentReports)
+// hold the same object, and the connections' histories point into it.
+struct StoredReport {
+  RankHeader header;
+  std::vector<report::ConnectionStats> connections;
+};
+using StoredReportPtr = std::shared_ptr<const StoredReport>;
+
 struct RankRecord {
   report::RankIdentity identity;
   WallTime last_report{};
   std::deque<RankHeader> reports;                          // oldest first, at most `history`
   std::map<std::uint64_t, ConnectionHistory> connections;  // by connection id
+  // The same reports as `reports`, whole (what recentReports hands out), oldest first.
+  std::deque<StoredReportPtr> whole_reports;
   std::optional<report::ProgressNotice> progress;
   std::uint64_t reports_total = 0;  // RankReports stored for this rank (this attempt)
 };
@@ -178,17 +205,12 @@ struct NodeRecord {
   std::deque<std::pair<WallTime, std::int64_t>> offset_samples;
 };
 
-// One RankReport as the store holds it: its header and the samples of the connections the store
-// tracks (by connection id) that came with it.
-struct StoredReport {
-  RankHeader header;
-  std::vector<report::ConnectionStats> connections;
-};
-
 // What recentReports() returns for one rank.
 struct RecentRank {
-  report::RankIdentity identity;      // as last reported (pod, node, pid, attempt)
-  std::vector<StoredReport> reports;  // the newest `reports` RankReports, oldest first
+  report::RankIdentity identity;  // as last reported (pod, node, pid, attempt)
+  // The newest `reports` RankReports, oldest first: the store's own immutable objects (never
+  // null), which stay valid however long the reader keeps them.
+  std::vector<StoredReportPtr> reports;
   std::optional<report::ProgressNotice> progress;
 };
 
@@ -281,11 +303,21 @@ class ReportStore {
   // Returns true when the job's checkpoint advanced.
   bool markCheckpoint(JobRecord& job, const report::CheckpointNotice& notice);
   void addRankReport(JobRecord& job, const report::RankReport& r, WallTime received);
+  // The samples that point into `gone` (a report leaving the rank's history) get their own copy.
+  static void keepSamplesOf(RankRecord& rank, const StoredReportPtr& gone);
   // Takes a batch's stamp as a sample of the node's clock offset (see "Clocks").
   void observeClock(NodeRecord& node, std::int64_t stamp_ns, WallTime received) const;
   // A stamp of the node's clock on the operator's, never after `received`.
   static std::int64_t onOperatorClock(const NodeRecord& node, std::int64_t stamp_ns,
                                       WallTime received);
+
+  // addRankReport's scratch (under the exclusive lock): a report's tracked connections.
+  struct TrackedConnection {
+    const report::ConnectionStats* stats;
+    ConnectionHistory* history;
+    bool first;  // the first of its id in the report
+  };
+  std::vector<TrackedConnection> tracked_;
 
   ReportStoreConfig config_;
   mutable std::shared_mutex mu_;

@@ -407,15 +407,15 @@ TEST_F(DetectorTest, TheSnapshotCarriesTheReportsCommunicators) {
   record.ns = "team";
   record.name = "llm";
   record.facts = facts();
-  ingest::StoredReport stored;
-  stored.header.seq = 1;
-  stored.header.received = clock_.wallNow();
-  stored.header.communicators = {{0x5eed, 4, 1, 12, 11, 0, 0, 12, 2'500'000}};
+  auto stored = std::make_shared<ingest::StoredReport>();
+  stored->header.seq = 1;
+  stored->header.received = clock_.wallNow();
+  stored->header.communicators = {{0x5eed, 4, 1, 12, 11, 0, 0, 12, 2'500'000}};
   record.ranks[1].reports.push_back(stored);
   const c4d::JobSnapshot snap = buildSnapshot(job_, record, {}, DetectorConfig{}, clock_.wallNow());
   ASSERT_EQ(snap.ranks.size(), 4u);
   ASSERT_EQ(snap.ranks[1].reports.size(), 1u);
-  EXPECT_EQ(snap.ranks[1].reports[0].communicators, stored.header.communicators);
+  EXPECT_EQ(snap.ranks[1].reports[0].communicators, stored->header.communicators);
   EXPECT_TRUE(snap.ranks[0].reports.empty());
 }
 

@@ -97,6 +97,34 @@ TEST_F(ReportStoreTest, ForgetsConnectionsAbsentForTheHistoryAndCapsTheirNumber)
   });
 }
 
+// The store shares its reports with readers instead of copying them: a report that leaves the
+// history stays whole for a reader still holding it, and a connection absent from the reports
+// since keeps its sample of it.
+TEST_F(ReportStoreTest, AReportLeavesTheHistoryWholeAndStaysValidWhereHeld) {
+  applyReports(1, 2);
+  auto held = store_.recentReports("ns1", "job", {});
+  ASSERT_TRUE(held);
+  const StoredReportPtr first = held->ranks.at(0).reports.back();
+  held.reset();
+  applyReports(2, 1);
+  applyReports(3, 2);
+  applyReports(4, 1);  // report 1 leaves the history of 3; connection 2 was in reports 1 and 3
+  store_.readJob("ns1", "job", [](const JobRecord& job) {
+    const RankRecord& rank = job.ranks.at(0);
+    ASSERT_EQ(rank.whole_reports.size(), 3u);
+    EXPECT_EQ(rank.whole_reports.front()->header.seq, 2u);
+    const auto& samples = rank.connections.at(2).samples;
+    ASSERT_EQ(samples.size(), 2u);
+    EXPECT_EQ(samples.front().report_seq, 1u);
+    EXPECT_EQ(samples.front().stats.bytes, 1000u);
+    EXPECT_EQ(samples.back().stats.bytes, 3000u);
+  });
+  EXPECT_EQ(first->header.seq, 1u);
+  ASSERT_EQ(first->connections.size(), 2u);
+  EXPECT_EQ(first->connections[1].id, 2u);
+  EXPECT_EQ(first->connections[1].bytes, 1000u);
+}
+
 TEST_F(ReportStoreTest, AResentReportIsStoredOnce) {
   applyReports(1);
   applyReports(1);
@@ -142,22 +170,22 @@ TEST_F(ReportStoreTest, RecentReportsAreWholeReportsWithTheirNodes) {
   EXPECT_EQ(rank.identity.pod, "job-1");
   EXPECT_EQ(rank.identity.node, "node-a");
   ASSERT_EQ(rank.reports.size(), 2u);
-  EXPECT_EQ(rank.reports[0].header.seq, 3u);
-  EXPECT_EQ(rank.reports[1].header.seq, 4u);
-  EXPECT_EQ(rank.reports[1].header.received, now() - std::chrono::seconds{1});
-  ASSERT_EQ(rank.reports[0].connections.size(), 2u);
-  EXPECT_EQ(rank.reports[0].connections[0].id, 1u);
-  EXPECT_EQ(rank.reports[0].connections[1].bytes, 3000u);
-  ASSERT_EQ(rank.reports[1].connections.size(), 1u) << "connection 2 was not in report 4";
-  EXPECT_EQ(rank.reports[1].connections[0].bytes, 4000u);
-  ASSERT_EQ(rank.reports[1].header.communicators.size(), 1u);
-  EXPECT_EQ(rank.reports[1].header.communicators[0].coll_entered, 4u);
-  EXPECT_EQ(rank.reports[1].header.communicators[0].rank, 1);
-  EXPECT_FALSE(rank.reports[0].header.last);
-  EXPECT_TRUE(rank.reports[1].header.last);
-  EXPECT_FALSE(recent->ranks.at(0).reports[1].header.last);
+  EXPECT_EQ(rank.reports[0]->header.seq, 3u);
+  EXPECT_EQ(rank.reports[1]->header.seq, 4u);
+  EXPECT_EQ(rank.reports[1]->header.received, now() - std::chrono::seconds{1});
+  ASSERT_EQ(rank.reports[0]->connections.size(), 2u);
+  EXPECT_EQ(rank.reports[0]->connections[0].id, 1u);
+  EXPECT_EQ(rank.reports[0]->connections[1].bytes, 3000u);
+  ASSERT_EQ(rank.reports[1]->connections.size(), 1u) << "connection 2 was not in report 4";
+  EXPECT_EQ(rank.reports[1]->connections[0].bytes, 4000u);
+  ASSERT_EQ(rank.reports[1]->header.communicators.size(), 1u);
+  EXPECT_EQ(rank.reports[1]->header.communicators[0].coll_entered, 4u);
+  EXPECT_EQ(rank.reports[1]->header.communicators[0].rank, 1);
+  EXPECT_FALSE(rank.reports[0]->header.last);
+  EXPECT_TRUE(rank.reports[1]->header.last);
+  EXPECT_FALSE(recent->ranks.at(0).reports[1]->header.last);
   ASSERT_EQ(recent->ranks.at(0).reports.size(), 2u);
-  EXPECT_EQ(recent->ranks.at(0).reports[1].connections.size(), 2u);
+  EXPECT_EQ(recent->ranks.at(0).reports[1]->connections.size(), 2u);
   ASSERT_EQ(recent->anomalies.size(), 1u);
   EXPECT_EQ(recent->anomalies[0].detail, "a4");
   EXPECT_EQ(recent->anomaly_seq, 2u);
