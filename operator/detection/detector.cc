@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <set>
+#include <unordered_map>
 #include <utility>
 
 #include "operator/trainingjob/api.h"
@@ -29,10 +30,18 @@ std::string stringAtPath(const Json& j, const char* pointer) {
   return v.is_string() ? v.get<std::string>() : std::string{};
 }
 
+// A string field of an object ("" when absent or not a string), read in place.
+const std::string& stringIn(const Json& object, const char* key) {
+  static const std::string none;
+  if (!object.is_object()) return none;
+  auto it = object.find(key);
+  return it != object.end() && it->is_string() ? it->get_ref<const std::string&>() : none;
+}
+
 // Direct field reads (a window reads every pod of the job).
-c4d::PodState podStateOf(const Json& pod) {
-  if (fieldsOf(pod, "metadata").contains("deletionTimestamp")) return c4d::PodState::kGone;
-  const std::string phase = stringAt(fieldsOf(pod, "status"), "phase").value_or("");
+c4d::PodState podStateOf(const Json& metadata, const Json& status) {
+  if (metadata.contains("deletionTimestamp")) return c4d::PodState::kGone;
+  const std::string& phase = stringIn(status, "phase");
   if (phase == "Running") return c4d::PodState::kRunning;
   if (phase == "Succeeded") return c4d::PodState::kSucceeded;
   if (phase == "Failed") return c4d::PodState::kFailed;
@@ -60,9 +69,10 @@ std::string describeCulprit(const c4d::Culprit& c) {
 }  // namespace
 
 PodFacts podFactsOf(const Json& pod) {
-  static const std::string restart_attempt = labels::kRestartAttempt;
-  return PodFacts{objectName(pod), stringAt(fieldsOf(pod, "spec"), "nodeName").value_or(""),
-                  labelOf(pod, restart_attempt), podStateOf(pod)};
+  const Json& metadata = fieldsOf(pod, "metadata");
+  return PodFacts{stringIn(metadata, "name"), stringIn(fieldsOf(pod, "spec"), "nodeName"),
+                  stringIn(fieldsOf(metadata, "labels"), labels::kRestartAttempt),
+                  podStateOf(metadata, fieldsOf(pod, "status"))};
 }
 
 c4d::JobSnapshot buildSnapshot(const Json& job, const ingest::RecentReports& record,
@@ -90,10 +100,16 @@ c4d::JobSnapshot buildSnapshot(const Json& job, const ingest::RecentReports& rec
   }
   snap.thresholds.window_seconds = std::chrono::duration<double>(config.window).count();
 
-  std::map<std::string, std::int32_t> node_index;
+  std::unordered_map<std::string, std::int32_t> node_index;
+  // Consecutive ranks mostly share a node: the last one looked up is asked first.
+  const std::string* last_node = nullptr;
+  std::int32_t last_node_index = -1;
   auto nodeIndex = [&](const std::string& name) -> std::int32_t {
     if (name.empty()) return -1;
+    if (last_node != nullptr && *last_node == name) return last_node_index;
     auto [it, added] = node_index.emplace(name, static_cast<std::int32_t>(snap.nodes.size()));
+    last_node = &it->first;
+    last_node_index = it->second;
     if (added) {
       c4d::NodeSnapshot n;
       n.name = name;
@@ -128,31 +144,40 @@ c4d::JobSnapshot buildSnapshot(const Json& job, const ingest::RecentReports& rec
 
   const std::string job_name = objectName(job);
   const std::string attempt = std::to_string(record.facts.attempt);
-  std::map<std::int64_t, std::optional<PodFacts>> pods;  // replica index -> pod
+  // Ranks are visited in order, so a pod's ranks (replica index r / procs) come together: its
+  // facts are read once, and the ranks' records are walked alongside.
+  std::string pod_key = record.ns + "/" + job_name + "-";
+  const std::size_t pod_key_prefix = pod_key.size();
+  std::int64_t pod_index = -1;
+  std::optional<PodFacts> pod;
+  std::string pod_name;  // the rank's pod: its name, or the name it would have
+  auto rec = record.ranks.begin();
   for (std::int32_t r = 0; r < snap.world_size; ++r) {
     c4d::RankSnapshot& rank = snap.ranks[static_cast<std::size_t>(r)];
     const std::int64_t index = r / procs;
-    auto pod_it = pods.find(index);
-    if (pod_it == pods.end()) {
-      std::optional<PodFacts> pod;
-      if (sources.pod) pod = sources.pod(record.ns + "/" + job_name + "-" + std::to_string(index));
+    if (index != pod_index) {
+      pod_index = index;
+      pod.reset();
+      pod_key.resize(pod_key_prefix);
+      pod_key += std::to_string(index);
+      if (sources.pod) pod = sources.pod(pod_key);
       // Only the current attempt's pod is this rank's.
       if (pod && pod->restart_attempt != attempt) pod.reset();
-      pod_it = pods.emplace(index, std::move(pod)).first;
+      pod_name = pod ? pod->name : pod_key.substr(record.ns.size() + 1);
     }
-    const std::optional<PodFacts>& pod = pod_it->second;
     rank.pod_state = pod ? pod->state : c4d::PodState::kGone;
-    rank.pod = pod ? pod->name : job_name + "-" + std::to_string(index);
-    std::string node = pod ? pod->node : std::string{};
+    rank.pod = pod_name;
+    const std::string* node = pod ? &pod->node : nullptr;
 
-    auto rec = record.ranks.find(r);
-    if (rec != record.ranks.end()) {
+    while (rec != record.ranks.end() && rec->first < r) ++rec;
+    if (rec != record.ranks.end() && rec->first == r) {
       const ingest::RecentRank& rr = rec->second;
-      if (node.empty()) node = rr.identity.node;
+      if (node == nullptr || node->empty()) node = &rr.identity.node;
       const std::size_t n = std::min(config.report_samples, rr.reports.size());
+      rank.reports.reserve(n);
       for (std::size_t i = rr.reports.size() - n; i < rr.reports.size(); ++i) {
         const ingest::StoredReport& report = *rr.reports[i];
-        c4d::ReportSample sample;
+        c4d::ReportSample& sample = rank.reports.emplace_back();
         sample.time = report.header.received;  // operator clock: silence is measured to `now`
         sample.interval_ms = report.header.interval_ms;
         sample.communicators = report.header.communicators;
@@ -161,7 +186,6 @@ c4d::JobSnapshot buildSnapshot(const Json& job, const ingest::RecentReports& rec
         for (const auto& c : report.connections) {
           sample.connections.push_back(c4d::ConnSample::from(c));
         }
-        rank.reports.push_back(std::move(sample));
       }
       if (rr.progress) {
         rank.progress = c4d::ProgressSample{rr.progress->state, rr.progress->step,
@@ -169,7 +193,7 @@ c4d::JobSnapshot buildSnapshot(const Json& job, const ingest::RecentReports& rec
                                             static_cast<double>(rr.progress->expected_seconds)};
       }
     }
-    rank.node = nodeIndex(node);
+    rank.node = node != nullptr ? nodeIndex(*node) : -1;
   }
 
   for (const auto& a : record.anomalies) {
