@@ -560,6 +560,10 @@ __attribute__((destructor)) void unloadLegacyContext() {
     c = std::move(g.legacy);
   }
   c.reset();
+  // At exit() with communicators NCCL never finalized (v11, v12: one context each): their last
+  // reports go now, as the profiler plugin's does. Nothing is left at a dlclose after the last
+  // finalize.
+  Context::endOfProcess();
   // Nothing of the plugin may outlive dlclose: NCCL unloads it when its last communicator goes
   // and loads it again for the next one. The log configuration lives on in static storage of
   // this library; drop our sink from it.

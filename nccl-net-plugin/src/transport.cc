@@ -17,6 +17,7 @@
 #include <optional>
 #include <random>
 #include <thread>
+#include <type_traits>
 #include <unordered_map>
 
 #include "c4/common/hash.h"
@@ -109,9 +110,19 @@ std::uint64_t randomU64() {
 
 std::atomic<std::uint64_t> gNextConnId{1};
 std::atomic<std::uint64_t> gNextReportSeq{0};
-// Contexts alive in this process (one per communicator from ABI v11): the one that ends last
-// sends the process's last report (RankReport::last).
-std::atomic<int> gLiveContexts{0};
+// Contexts alive in this process (one per communicator from ABI v11), in creation order: the
+// one that ends last sends the process's last report (RankReport::last), and at exit() the live
+// ones send theirs (Context::endOfProcess). A context leaves the list first thing in its
+// destructor, so whoever holds the mutex sees only whole contexts. An intrusive list in static
+// storage with no destructor: the library's destructor reads it after the C++ static destructors
+// ran (__cxa_finalize precedes the ELF fini functions), and a dlopen/dlclose cycle leaves nothing.
+struct LiveContexts {
+  std::mutex mu;
+  Context* head = nullptr;
+  Context* tail = nullptr;
+};
+constinit LiveContexts gLiveContexts;
+static_assert(std::is_trivially_destructible_v<LiveContexts>);
 // Connections closed since the last report that still owe it their final counters; beyond this
 // many the oldest are reported no more (bounded memory whatever NCCL opens and closes).
 constexpr std::size_t kMaxClosedOwed = 4096;
@@ -882,7 +893,10 @@ Context::Context(ContextOptions o)
       devices_(std::move(o.devices)),
       plan_(config_.plan_file),
       reporter_(std::make_unique<Reporter>()) {
-  gLiveContexts.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard lock(gLiveContexts.mu);
+  live_prev_ = gLiveContexts.tail;
+  (live_prev_ != nullptr ? live_prev_->live_next_ : gLiveContexts.head) = this;
+  gLiveContexts.tail = this;
 }
 
 Result<std::unique_ptr<Context>> Context::create(ContextOptions options) {
@@ -908,6 +922,15 @@ Result<std::unique_ptr<Context>> Context::create(ContextOptions options) {
 }
 
 Context::~Context() {
+  bool last_of_process = false;
+  bool reported_at_exit = false;
+  {
+    std::lock_guard lock(gLiveContexts.mu);
+    (live_prev_ != nullptr ? live_prev_->live_next_ : gLiveContexts.head) = live_next_;
+    (live_next_ != nullptr ? live_next_->live_prev_ : gLiveContexts.tail) = live_prev_;
+    last_of_process = gLiveContexts.head == nullptr;
+    reported_at_exit = reported_at_exit_;
+  }
   {
     std::lock_guard lock(stop_mu_);
     stop_ = true;
@@ -932,8 +955,8 @@ Context::~Context() {
   // this finalize included; from the process's last context, the word that its telemetry ended
   // in order (a killed or crashed process sends none: C4D tells the rank that died from the
   // peers that exited after it by that).
-  const bool last_of_process = gLiveContexts.fetch_sub(1, std::memory_order_acq_rel) == 1;
-  {
+  // (Once endOfProcess sent this context's last report, it is not sent twice.)
+  if (!reported_at_exit) {
     std::lock_guard tickLock(report_mu_);
     try {
       tick(true, false, last_of_process);
@@ -943,6 +966,23 @@ Context::~Context() {
   // The process usually exits next: give the node plugin a moment to read the last words while
   // this pid still names the process (it attributes by the pid's cgroup).
   if (reporter_->sender) (void)reporter_->sender->awaitRead(last_words_linger_);
+}
+
+void Context::endOfProcess() noexcept {
+  // Held throughout: a context being destroyed meanwhile waits at its first line, and none is
+  // freed while its report is built.
+  std::lock_guard lock(gLiveContexts.mu);
+  for (Context* c = gLiveContexts.head; c != nullptr; c = c->live_next_) {
+    std::lock_guard tickLock(c->report_mu_);
+    c->reported_at_exit_ = true;
+    try {
+      c->tick(true, false, c->live_next_ == nullptr);
+    } catch (...) {  // nothing leaves (bad_alloc while building the report)
+    }
+  }
+  for (Context* c = gLiveContexts.head; c != nullptr; c = c->live_next_) {
+    if (c->reporter_->sender) (void)c->reporter_->sender->awaitRead(c->last_words_linger_);
+  }
 }
 
 void Context::registerComm(CommBase* comm, std::shared_ptr<ConnTelemetry> tel) {

@@ -1,5 +1,6 @@
 // Telemetry: reports with correct counts reach the agent socket, a stalled peer raises an anomaly
 // notice (simulated time), a missing agent costs nothing and is counted.
+#include <dlfcn.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -7,10 +8,12 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <thread>
 
 #include "../support/child_process.h"
 #include "c4/common/unix_socket.h"
+#include "c4/plugin/nccl_net_abi.h"
 #include "test_util.h"
 
 namespace c4::plugin {
@@ -409,6 +412,93 @@ TEST(Telemetry, AnEndingContextReportsItsClosedConnectionsFinalBytesAndTheLastOn
   ASSERT_NE(rep, nullptr);
   EXPECT_TRUE(rep->last);
   EXPECT_TRUE(rep->connections.empty());
+}
+
+// The process leaves through exit() with contexts NCCL never finalized (v11/v12 finalize a
+// context only when its communicator is destroyed): each live context sends its last report then,
+// the one created last marked RankReport::last, and their destructors send no second one.
+TEST(Telemetry, AtExitEveryLiveContextSendsItsLastReportOnceTheLastOneMarked) {
+  auto path = tempSocket("exit");
+  auto server = UnixDatagramServer::bind(path);
+  ASSERT_TRUE(server.has_value());
+  SimulatedClock clock;
+  auto withSocket = [&](const char* node, int rank) {
+    auto cfg = baseConfig(node, rank);
+    cfg.agent_socket = path;
+    cfg.report_interval_ms = 3600 * 1000;
+    cfg.stall_ms = 3600 * 1000;
+    return makeContext(cfg, &clock);
+  };
+  auto first = withSocket("node-a", 0);
+  auto b = makeContext(baseConfig("node-b", 1), &clock);
+  auto a = withSocket("node-a", 0);
+  ASSERT_TRUE(first && a && b);
+  Pair p = connectPair(*a, *b);
+  ASSERT_NE(p.send, nullptr);
+  std::vector<unsigned char> src(6000), dst(6000);
+  void* d[1] = {dst.data()};
+  std::size_t sz[1] = {dst.size()};
+  int t[1] = {0};
+  auto r = irecv(p.recv, 1, d, sz, t);
+  auto w = isend(p.send, src.data(), src.size(), 0);
+  ASSERT_TRUE(r && *r && w && *w);
+  ASSERT_EQ(waitAll({{*w, nullptr}, {*r, nullptr}}), "");
+
+  Context::endOfProcess();
+  std::vector<report::RankReport> reps;
+  for (const auto& m : drain(*server)) {
+    if (const auto* rep = std::get_if<report::RankReport>(&m)) reps.push_back(*rep);
+  }
+  ASSERT_EQ(reps.size(), 2u);
+  EXPECT_FALSE(reps.front().last) << "another context was created after it";
+  EXPECT_TRUE(reps.front().connections.empty());
+  EXPECT_TRUE(reps.back().last);
+  ASSERT_EQ(reps.back().connections.size(), 1u);
+  EXPECT_EQ(reps.back().connections.front().bytes, 6000u);
+
+  a.reset();
+  b.reset();
+  first.reset();
+  EXPECT_TRUE(drain(*server).empty()) << "a second last report from a destructor";
+}
+
+// The same through the built module as NCCL loads it: a process that initialised a v12 context
+// and leaves through exit() without finalizing it sends its last report.
+TEST(Telemetry, TheModuleSendsTheLastReportWhenTheProcessExitsWithoutFinalize) {
+  const std::string path = tempSocket("module-exit");
+  auto server = UnixDatagramServer::bind(path);
+  ASSERT_TRUE(server.has_value());
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::setenv("C4_AGENT_SOCKET", path.c_str(), 1);
+    ::setenv("C4_SOCKET_IFNAME", "lo", 1);
+    ::setenv("C4_NODE_NAME", "node-x", 1);
+    ::setenv("C4_RANK", "3", 1);
+    ::setenv("C4_REPORT_INTERVAL_MS", "3600000", 1);
+    void* lib = ::dlopen(C4_NET_PLUGIN_SO, RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) std::_Exit(2);
+    auto* v12 = static_cast<const C4NcclNetV12*>(::dlsym(lib, "ncclNetPlugin_v12"));
+    if (v12 == nullptr) std::_Exit(3);
+    void* ctx = nullptr;
+    C4NcclCommConfig cfg = {C4_NCCL_NET_TRAFFIC_CLASS_UNDEF};
+    if (v12->init(&ctx, 0x1234, &cfg, nullptr, nullptr) != C4_NCCL_SUCCESS) std::_Exit(4);
+    std::exit(0);  // no finalize: the library's destructor runs
+  }
+  int status = 0;
+  ASSERT_TRUE(c4::testing::exitsWithin(child, std::chrono::seconds{20}, status));
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  std::optional<report::RankReport> last;
+  std::size_t messages = 0;
+  for (const auto& m : drain(*server)) {
+    ++messages;
+    if (const auto* rep = std::get_if<report::RankReport>(&m); rep != nullptr && rep->last) {
+      last = *rep;
+    }
+  }
+  ASSERT_TRUE(last.has_value()) << messages << " messages, none the last report";
+  EXPECT_EQ(last->id.rank, 3);
+  EXPECT_EQ(last->id.node, "node-x");
 }
 
 TEST(Telemetry, HistogramSummaryIsBucketed) {

@@ -114,6 +114,13 @@ class Context {
   [[nodiscard]] std::uint64_t droppedMessages() const;
   [[nodiscard]] std::uint64_t sentMessages() const;
 
+  // The process leaves through exit() with contexts still alive (NCCL finalizes a context only
+  // when its communicator is destroyed): each live context sends its last report now, the last
+  // of them marked RankReport::last, and waits (at most its last_words_linger) until the node
+  // plugin read it. The contexts stay usable; their destructors send no second last report.
+  // Called by the library's destructor (abi.cc).
+  static void endOfProcess() noexcept;
+
   // Internal (comms register/unregister themselves).
   void registerComm(CommBase* comm, std::shared_ptr<ConnTelemetry> tel);
   void unregisterComm(CommBase* comm);
@@ -145,6 +152,10 @@ class Context {
 
   PlanWatcher plan_;
   std::mutex report_mu_;  // one tick at a time (reporter thread vs tickNow)
+  // The process's list of live contexts (transport.cc), under its mutex.
+  Context* live_prev_ = nullptr;
+  Context* live_next_ = nullptr;
+  bool reported_at_exit_ = false;  // endOfProcess sent this context's last report
   struct Reporter;
   std::unique_ptr<Reporter> reporter_;
   std::atomic<std::uint64_t> encode_failures_{0};
