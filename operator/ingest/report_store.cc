@@ -107,10 +107,13 @@ void ReportStore::addRankReport(JobRecord& job, const report::RankReport& r, Wal
     tracked.push_back({&c, &it->second, first});
     if (first) ++firsts;
   }
-  std::stable_sort(tracked.begin(), tracked.end(),
-                   [](const TrackedConnection& a, const TrackedConnection& b) {
-                     return a.first != b.first ? a.first : a.first && a.stats->id < b.stats->id;
-                   });
+  // Connections that come by id, each once (the usual report), need no sorting.
+  auto by_id = [](const TrackedConnection& a, const TrackedConnection& b) {
+    return a.first != b.first ? a.first : a.first && a.stats->id < b.stats->id;
+  };
+  if (firsts != tracked.size() || !std::is_sorted(tracked.begin(), tracked.end(), by_id)) {
+    std::stable_sort(tracked.begin(), tracked.end(), by_id);
+  }
   whole->connections.reserve(firsts);
   for (std::size_t i = 0; i < firsts; ++i) whole->connections.push_back(*tracked[i].stats);
   const StoredReportPtr shared = std::move(whole);
