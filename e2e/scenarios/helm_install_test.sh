@@ -143,6 +143,16 @@ echo "node plugins: 4 Running; on every node's host directories: the NCCL net an
   "plugins of the node plugin image (/opt/c4/lib) and the agent socket (/var/run/c4)"
 c4_expect_node_plugin_unprivileged
 echo "node plugins: every process runs as uid 65532 with no capability (CapBnd 0), no_new_privs"
+# The node's NICs, read from the node's /sys the chart mounts at /host/sys (--sysfs-root): every
+# node plugin sees its node's fabric interface, eth0, up with carrier.
+for ((i = 0; i < 4; i++)); do
+  np_ip=$(kubectl get pods -n "$SYS" -l app.kubernetes.io/component=node-plugin \
+    --field-selector "spec.nodeName=node-$i" -o jsonpath='{.items[0].status.podIP}')
+  wait_until 30 "node-$i's node plugin: eth0 up (c4_node_plugin_nic_up)" bash -c \
+    "'$FABRIC' exec --dir '$CLUSTER' node-$i curl -sf http://$np_ip:9400/metrics | \
+       grep -qx 'c4_node_plugin_nic_up{interface=\"eth0\"} 1'"
+done
+echo "node plugins: each reads its node's NICs from the node's /sys (eth0 up on all 4)"
 
 # The operator's own endpoints, reached inside the leader's node (its pod address).
 op_curl() {  # op_curl <path>: GET on the leader's metrics port

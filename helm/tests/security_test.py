@@ -7,8 +7,10 @@
 1. The node plugin DaemonSet: pod seccompProfile RuntimeDefault; the node plugin container runs as
    a non-root uid (runAsNonRoot), drops ALL capabilities and adds none (no SYS_PTRACE, no
    DAC_READ_SEARCH), allowPrivilegeEscalation false, a read-only root filesystem with an emptyDir
-   at /tmp; the one init container that owns the host directories runs as root with CHOWN alone
-   and mounts nothing but those two directories; nodePlugin.runAsUser is used for both.
+   at /tmp; the node's /sys mounted read-only and passed as --sysfs-root (its own network
+   namespace's would show only the pod's interface); the one init container that owns the host
+   directories runs as root with CHOWN alone and mounts nothing but those two directories;
+   nodePlugin.runAsUser is used for both.
 2. Operator RBAC with operator.watchNamespace "" (every namespace): pods, Services, ConfigMaps,
    TrainingJobs and Events in its ClusterRole; nothing namespaced in another Role but its own
    namespace's.
@@ -102,6 +104,15 @@ def node_plugin(docs):
     tmp = [m for m in c["volumeMounts"] if m["mountPath"] == "/tmp"]
     check(len(tmp) == 1 and "emptyDir" in vols.get(tmp[0]["name"], {}),
           "node plugin: no emptyDir at /tmp under its read-only root")
+    # The node's NICs: its own network namespace's sysfs would list only the pod's interface, so
+    # the node's /sys is mounted (read-only: nothing else of the host's sysfs is written) and is
+    # the node plugin's --sysfs-root.
+    host_sys = [m for m in c["volumeMounts"]
+                if (vols.get(m["name"], {}).get("hostPath") or {}).get("path") == "/sys"]
+    check(len(host_sys) == 1 and host_sys[0].get("readOnly") is True,
+          f"node plugin: the node's /sys is not mounted read-only once: {host_sys}")
+    check(bool(host_sys) and f"--sysfs-root={host_sys[0]['mountPath']}" in c["args"],
+          f"node plugin: --sysfs-root is not the node's /sys: {c['args']}")
     inits = spec.get("initContainers") or []
     check(len(inits) == 1, f"one init container expected, got {len(inits)}")
     for i in inits:

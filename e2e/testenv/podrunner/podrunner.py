@@ -559,7 +559,13 @@ class PodWorker:
 
     def _materialise_volumes(self):
         for vol in self.pod.spec.volumes or []:
-            if vol.host_path:
+            if vol.host_path and os.path.normpath(vol.host_path.path) == "/sys":
+                # The node's sysfs is the one its containers see: `ip netns exec` mounts the
+                # node's network namespace's sysfs over /sys (its NICs), and podexec binds it where
+                # the container asks (the node plugin reads the node's NICs there, as on a real
+                # node). Without a fabric the pods run in the host's namespaces: the host's /sys.
+                path = "/sys"
+            elif vol.host_path:
                 path = os.path.join(self.r.dir, "nodes", self.node, "root",
                                     vol.host_path.path.lstrip("/"))
                 if vol.host_path.type in ("File", "FileOrCreate"):
