@@ -62,7 +62,9 @@ tr '\0' '\n' <"/proc/$(cat "$CLUSTER/pids/kube-apiserver.pid")/cmdline" \
 #  - the annotation c4.dev/runner=process on both pod templates: the pod runner runs them;
 #  - required operator anti-affinity per node: pods of a node share its one address, so two
 #    operator replicas on one node would collide on their ports;
-#  - the operator watches $NS only: its rules on the jobs' objects are a Role there.
+#  - the operator watches $NS only: its rules on the jobs' objects are a Role there;
+#  - the node plugin watches eth0: the emulated nodes' NIC is a veth, which is not watched unless
+#    named.
 cat >"$WORK/values.yaml" <<YAML
 image:
   registry: ""
@@ -78,6 +80,7 @@ operator:
             matchLabels: {app.kubernetes.io/name: c4, app.kubernetes.io/component: operator}
 nodePlugin:
   podAnnotations: {c4.dev/runner: process}
+  interfaces: eth0  # the emulated node's NIC is a veth (no device): named
 YAML
 helm install "$REL" "$CHART" -n "$SYS" --create-namespace -f "$WORK/values.yaml" \
   2> >(grep -v 'found symbolic link' >&2) >"$WORK/helm-install.txt" || fail "helm install"

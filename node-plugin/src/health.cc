@@ -129,8 +129,15 @@ SysfsReadings readSysfs(const std::string& sysfs_root, const std::optional<std::
   }
   for (const auto& name : listDir(net)) {
     if (name == "lo" || name.empty() || name.size() > report::kMaxNameBytes) continue;
-    if (filter && !std::regex_match(name, *filter)) continue;
     const fs::path d = net / name;
+    if (filter) {
+      if (!std::regex_match(name, *filter)) continue;
+    } else if (!fs::exists(d / "device", ec)) {
+      // Without a filter, the node's NICs: an interface with a device (PCI, SR-IOV, IPoIB), not
+      // the virtual ones (veths of every pod, bridges, tunnels, bonds) that come and go with
+      // the pods and would crowd the NICs out of the report.
+      continue;
+    }
     report::NicHealth n;
     n.name = name;
     n.operstate = readText(d / "operstate").value_or("unknown").substr(0, 32);
@@ -150,7 +157,8 @@ SysfsReadings readSysfs(const std::string& sysfs_root, const std::optional<std::
   }
   if (out.nics.empty()) {
     out.nics_reason = filter ? "no interface matches the interface filter"
-                             : "no network interface besides loopback";
+                             : "no network interface with a device (a NIC) under " + net.string() +
+                                   " (--interfaces selects virtual ones)";
   } else {
     out.nics_available = true;
   }

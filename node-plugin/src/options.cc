@@ -91,7 +91,9 @@ const std::vector<Option>& optionTable() {
        }},
       {"proc-root", "procfs of the host pid namespace (default /proc)", C4_STR(proc_root)},
       {"sysfs-root", "sysfs root for NIC and RDMA health (default /sys)", C4_STR(sysfs_root)},
-      {"interfaces", "regex of the network interfaces to watch (default: all but loopback)",
+      {"interfaces",
+       "regex of the network interfaces to watch (default: every interface with a device, the "
+       "NICs)",
        [](NodePluginOptions& o, const std::string& v) -> Status {
          try {
            std::regex re(v, std::regex::ECMAScript);

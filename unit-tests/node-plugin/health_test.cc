@@ -11,9 +11,12 @@ namespace {
 using testing::TempDir;
 using testing::writeFile;
 
+// A NIC (with a device, as PCI, SR-IOV and IPoIB interfaces have), or a virtual interface.
 void addNic(const TempDir& root, const std::string& name, const std::string& operstate,
-            const std::string& carrier, int speed, int rx_errors, int carrier_changes = 1) {
+            const std::string& carrier, int speed, int rx_errors, int carrier_changes = 1,
+            bool device = true) {
   const std::string d = root / ("class/net/" + name);
+  if (device) writeFile(d + "/device/vendor", "0x15b3\n");
   writeFile(d + "/operstate", operstate + "\n");
   if (!carrier.empty()) writeFile(d + "/carrier", carrier + "\n");
   writeFile(d + "/carrier_changes", std::to_string(carrier_changes) + "\n");
@@ -41,11 +44,14 @@ TEST(SysfsTest, ReadsInterfacesAndRdmaPorts) {
   addNic(root, "lo", "unknown", "1", -1, 0);
   addNic(root, "eth0", "up", "1", 100000, 7, 3);
   addNic(root, "eth1", "down", "", -1, 0);  // carrier unreadable when down
+  // Virtual interfaces (a pod's veth, a bridge): not NICs, not watched without a filter.
+  addNic(root, "veth1a2b3c", "down", "", -1, 0, 5, false);
+  addNic(root, "cni0", "up", "1", -1, 0, 1, false);
   addPort(root, "mlx5_0", 1, "4: ACTIVE", "5: LinkUp", "eth0");
   addPort(root, "mlx5_1", 1, "1: DOWN", "3: Disabled", "");
   auto s = readSysfs(root.path(), std::nullopt);
   ASSERT_TRUE(s.nics_available) << s.nics_reason;
-  ASSERT_EQ(s.nics.size(), 2u);  // loopback is never watched
+  ASSERT_EQ(s.nics.size(), 2u);  // loopback is never watched, virtual interfaces not by default
   const auto& eth0 = s.nics[0];
   EXPECT_EQ(eth0.name, "eth0");
   EXPECT_TRUE(eth0.up);
@@ -83,6 +89,10 @@ TEST(SysfsTest, ReadsInterfacesAndRdmaPorts) {
   auto only = readSysfs(root.path(), std::regex("eth1"));
   ASSERT_EQ(only.nics.size(), 1u);
   EXPECT_EQ(only.nics[0].name, "eth1");
+  // A filter selects by name, virtual interfaces included (the test cluster's nodes have veths).
+  auto virt = readSysfs(root.path(), std::regex("veth.*"));
+  ASSERT_EQ(virt.nics.size(), 1u);
+  EXPECT_EQ(virt.nics[0].name, "veth1a2b3c");
   auto none = readSysfs(root.path(), std::regex("ib.*"));
   EXPECT_FALSE(none.nics_available);
   EXPECT_FALSE(none.nics_reason.empty());
@@ -99,6 +109,10 @@ TEST(SysfsTest, AbsentHardwareIsUnavailable) {
   addNic(root, "lo", "unknown", "1", -1, 0);
   s = readSysfs(root.path(), std::nullopt);
   EXPECT_FALSE(s.nics_available);  // loopback only
+  addNic(root, "veth0", "up", "1", -1, 0, 1, false);
+  s = readSysfs(root.path(), std::nullopt);
+  EXPECT_FALSE(s.nics_available) << "a virtual interface is not a NIC";
+  EXPECT_NE(s.nics_reason.find("--interfaces"), std::string::npos) << s.nics_reason;
 }
 
 TEST(NvmlTest, NoLibraryMeansUnavailable) {

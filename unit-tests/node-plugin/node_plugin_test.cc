@@ -50,6 +50,7 @@ class NodePluginTest : public ::testing::Test {
               "0::/kubepods/pod" + std::string(kUid) + "/ctr\n");
     writeFile(dir_ / "sys/class/net/eth0/operstate", "up\n");
     writeFile(dir_ / "sys/class/net/eth0/carrier", "1\n");
+    writeFile(dir_ / "sys/class/net/eth0/device/vendor", "0x15b3\n");  // a NIC, not a veth
   }
   void TearDown() override {
     server_->stop();

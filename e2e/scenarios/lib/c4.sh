@@ -190,7 +190,9 @@ yaml.safe_dump({
                  "podAnnotations": {"c4.dev/runner": "process"}},
     # app=c4-node-plugin: the label the scenarios select node plugin pods by (as in host mode)
     "nodePlugin": {"podAnnotations": {"c4.dev/runner": "process"},
-                   "podLabels": {"app": "c4-node-plugin"}},
+                   "podLabels": {"app": "c4-node-plugin"},
+                   # the emulated node's NIC is a veth (no device): named
+                   "interfaces": "eth0"},
 }, open(path, "w"), default_flow_style=False)
 PY
   helm install c4 "$ROOT/helm/c4" -n "$SYS" --create-namespace -f "$values" \
@@ -352,6 +354,8 @@ spec:
         - --profiler-plugin-source=$PROFILER_SO
         - --plugin-install-dir=/opt/c4/lib
         - --metrics-bind-address=127.0.0.1:9400
+        # The emulated node's NIC is a veth (no device): named, as on a node with virtual NICs.
+        - --interfaces=eth0
         env:
         - name: NODE_NAME
           valueFrom: {fieldRef: {fieldPath: spec.nodeName}}

@@ -10,8 +10,10 @@
 //   /sys/class/infiniband/<dev>/ports/<n>/gid_attrs/ndevs/0, else /sys/class/infiniband/<dev>/
 //       device/net/<if>: the network interface of the port
 //
-// Loopback is never watched; `interface_regex` (ECMAScript, full match; "" = all) narrows the
-// interfaces. At most report::kMaxDevicesPerNode of each kind are kept (sorted by name).
+// Loopback is never watched. Without a filter the interfaces with a device
+// (/sys/class/net/<if>/device: PCI, SR-IOV, IPoIB) are watched, not the virtual ones (pods'
+// veths, bridges, tunnels, bonds); a filter (ECMAScript, full match) selects by name instead,
+// virtual ones included. At most report::kMaxDevicesPerNode of each kind are kept (sorted by name).
 #pragma once
 
 #include <atomic>

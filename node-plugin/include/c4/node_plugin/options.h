@@ -23,7 +23,7 @@ struct NodePluginOptions {
   std::string attribution = "auto";  // cgroup | identity | auto
   std::string proc_root = "/proc";
   std::string sysfs_root = "/sys";
-  std::string interfaces;                          // regex; "" = every non-loopback interface
+  std::string interfaces;                          // regex; "" = every interface with a device
   std::string nvml_library = "libnvidia-ml.so.1";  // "" = no GPU monitoring
   double interval_seconds = 1;
   double health_interval_seconds = 1;
