@@ -140,37 +140,50 @@ Json restoreService(Json existing, const Json& desired) {
 
 namespace {
 
-// Adds `metadata.name NotIn [node]` for each node to every required node selector term of
-// `pod_spec` (a term is an AND of its expressions; the terms are ORed), or makes them the only
-// term. One expression per node: the API server takes a single value for a field selector.
-void avoidNodes(Json& pod_spec, const std::vector<std::string>& nodes) {
-  if (nodes.empty()) return;
+// `metadata.name NotIn [node]` for each node. One expression per node: the API server takes a
+// single value for a field selector.
+Json notOnNodes(const std::vector<std::string>& nodes) {
   Json exprs = Json::array();
   for (const auto& n : nodes) {
-    Json expr = Json::object();
-    expr["key"] = "metadata.name";
-    expr["operator"] = "NotIn";
-    expr["values"] = Json::array({n});
-    exprs.push_back(std::move(expr));
+    exprs.push_back(
+        {{"key", "metadata.name"}, {"operator", "NotIn"}, {"values", Json::array({n})}});
   }
+  return exprs;
+}
 
+// Adds the required nodes' expressions to every required node selector term of `pod_spec` (a
+// term is an AND of its expressions; the terms are ORed), or makes them the only term; and one
+// preferred term, weight 100 (the most a term may weigh), that every node but the preferred ones
+// matches, after the template's own.
+void avoidNodes(Json& pod_spec, const NodeAvoidance& avoid) {
+  if (avoid.required.empty() && avoid.preferred.empty()) return;
   Json affinity = fieldsOf(pod_spec, "affinity");
   Json node_affinity = fieldsOf(affinity, "nodeAffinity");
-  Json required = fieldsOf(node_affinity, "requiredDuringSchedulingIgnoredDuringExecution");
-  const Json* listed = arrayAt(required, "nodeSelectorTerms");
-  Json terms = listed != nullptr ? *listed : Json::array();
-  if (terms.empty()) terms = Json::array({Json::object()});
-  Json out_terms = Json::array();
-  for (const auto& term : terms) {
-    Json t = term.is_object() ? term : Json::object();
-    const Json* matched = arrayAt(t, "matchFields");
-    Json fields = matched != nullptr ? *matched : Json::array();
-    for (const auto& e : exprs) fields.push_back(e);
-    t["matchFields"] = std::move(fields);
-    out_terms.push_back(std::move(t));
+  if (!avoid.required.empty()) {
+    const Json exprs = notOnNodes(avoid.required);
+    Json required = fieldsOf(node_affinity, "requiredDuringSchedulingIgnoredDuringExecution");
+    const Json* listed = arrayAt(required, "nodeSelectorTerms");
+    Json terms = listed != nullptr ? *listed : Json::array();
+    if (terms.empty()) terms = Json::array({Json::object()});
+    Json out_terms = Json::array();
+    for (const auto& term : terms) {
+      Json t = term.is_object() ? term : Json::object();
+      const Json* matched = arrayAt(t, "matchFields");
+      Json fields = matched != nullptr ? *matched : Json::array();
+      for (const auto& e : exprs) fields.push_back(e);
+      t["matchFields"] = std::move(fields);
+      out_terms.push_back(std::move(t));
+    }
+    required["nodeSelectorTerms"] = std::move(out_terms);
+    node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = std::move(required);
   }
-  required["nodeSelectorTerms"] = std::move(out_terms);
-  node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = std::move(required);
+  if (!avoid.preferred.empty()) {
+    const Json* listed = arrayAt(node_affinity, "preferredDuringSchedulingIgnoredDuringExecution");
+    Json preferred = listed != nullptr ? *listed : Json::array();
+    preferred.push_back(
+        {{"weight", 100}, {"preference", {{"matchFields", notOnNodes(avoid.preferred)}}}});
+    node_affinity["preferredDuringSchedulingIgnoredDuringExecution"] = std::move(preferred);
+  }
   affinity["nodeAffinity"] = std::move(node_affinity);
   pod_spec["affinity"] = std::move(affinity);
 }
@@ -210,7 +223,7 @@ void reservePlannedPorts(Json& pod_spec, const PodSettings& settings) {
 
 Json buildPod(const Json& job, const TrainingJobSpec& spec, std::int64_t index,
               std::int64_t attempt, const std::optional<std::int64_t>& resume_step,
-              const PodSettings& settings, const std::vector<std::string>& avoid_nodes) {
+              const PodSettings& settings, const NodeAvoidance& avoid) {
   std::string job_name = objectName(job);
   std::string ns = objectNamespace(job);
   Json tmpl = spec.pod_template;
@@ -302,7 +315,7 @@ Json buildPod(const Json& job, const TrainingJobSpec& spec, std::int64_t index,
   if (spec.traffic_mode == c4p::Mode::kEnforce && usesC4NetPlugin(spec)) {
     reservePlannedPorts(pod_spec, settings);
   }
-  avoidNodes(pod_spec, avoid_nodes);
+  avoidNodes(pod_spec, avoid);
   return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta}, {"spec", pod_spec}};
 }
 

@@ -37,12 +37,22 @@ struct PodSettings {
   std::uint16_t planned_port_last = c4p::PlannerOptions{}.port_last;
 };
 
-// The pod of replica `index` of `attempt`. `avoid_nodes`: nodes that failed the job (status
-// avoidNodes); the pod gets a required node affinity `metadata.name NotIn avoid_nodes`, added to
-// every node selector term of the template (or as the only term).
+// The nodes a pod keeps away from (status.avoidNodes, split by the planner).
+struct NodeAvoidance {
+  // Never: a required node affinity `metadata.name NotIn` each, added to every node selector
+  // term of the template (or as the only term). The nodes C4 (or anyone) cordoned or tainted
+  // c4.dev/faulty, which a pod tolerating every taint could otherwise still land on.
+  std::vector<std::string> required;
+  // Only where the cluster has no room elsewhere: one preferred term (weight 100) that matches
+  // every node but these. The culprits nobody cordoned (a link's ends, policy without cordon): a
+  // job whose avoided nodes leave too few others runs on them rather than never.
+  std::vector<std::string> preferred;
+};
+
+// The pod of replica `index` of `attempt`, kept away from `avoid`.
 Json buildPod(const Json& job, const TrainingJobSpec& spec, std::int64_t index,
               std::int64_t attempt, const std::optional<std::int64_t>& resume_step,
-              const PodSettings& settings, const std::vector<std::string>& avoid_nodes = {});
+              const PodSettings& settings, const NodeAvoidance& avoid = {});
 Json buildHeadlessService(const Json& job, const PodSettings& settings);
 // What of the job's headless Service `existing` differs from `desired` (buildHeadlessService) in
 // the fields the operator owns: the label c4.dev/job-name, spec.selector, spec.ports (name, port,

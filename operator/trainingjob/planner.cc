@@ -862,11 +862,18 @@ JobPlan planReconcile(const Json& job, const std::vector<Json>& all_pods, const 
 
   if (!context.child_problem || !context.child_problem->blocks_pods) {
     auto resume = lastCheckpointStep(status);
-    const std::vector<std::string>& avoid_nodes = status.avoid_nodes;
+    // The culprits cordoned or tainted faulty are never used again by this job; the others
+    // (a link's ends, a policy without cordon) only where the cluster has no room elsewhere,
+    // so a job whose avoided nodes leave too few others runs rather than waits for ever.
+    NodeAvoidance avoid;
+    for (const auto& n : status.avoid_nodes) {
+      const NodeFacts facts = nodes(n);
+      (facts.unschedulable || facts.faulty_taint ? avoid.required : avoid.preferred).push_back(n);
+    }
     for (std::int64_t i = 0; i < spec.replicas; ++i) {
       if (!current.contains(i)) {
         plan.pods_to_create.push_back(
-            buildPod(job, spec, i, attempt, resume, context.settings, avoid_nodes));
+            buildPod(job, spec, i, attempt, resume, context.settings, avoid));
       }
     }
   }

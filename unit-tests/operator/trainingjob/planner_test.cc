@@ -1206,10 +1206,13 @@ TEST(PlannerDiagnosisTest, AConfirmedVerdictRestartsAwayFromTheCulpritWithoutSpe
   EXPECT_EQ(fault["detectionSeconds"], 0.0);
   EXPECT_EQ(fault["recomputeSeconds"], 42) << "work since the checkpoint is computed again";
 
-  // The next attempt's pods avoid node-b and resume from the checkpoint.
+  // The next attempt's pods avoid node-b (cordoned by then) and resume from the checkpoint.
   Json restarted = withStatus(job, plan);
   restarted["status"]["nextAttemptTime"] = formatRfc3339(clock.wallNow());
-  JobPlan next = planReconcile(restarted, {}, healthyNode, clock.wallNow(), PlanContext{});
+  auto cordonedB = [](const std::string& n) {
+    return NodeFacts{true, true, n == "node-b", n == "node-b"};
+  };
+  JobPlan next = planReconcile(restarted, {}, cordonedB, clock.wallNow(), PlanContext{});
   // ... and once they run, the fault records how long the restart took.
   clock.advance(seconds{7});
   Json running = withStatus(restarted, next);
@@ -1225,7 +1228,53 @@ TEST(PlannerDiagnosisTest, AConfirmedVerdictRestartsAwayFromTheCulpritWithoutSpe
   ASSERT_EQ(terms.size(), 1u);
   EXPECT_EQ(terms[0]["matchFields"][0],
             Json({{"key", "metadata.name"}, {"operator", "NotIn"}, {"values", {"node-b"}}}));
+  EXPECT_FALSE(next.pods_to_create[0]["spec"]["affinity"]["nodeAffinity"].contains(
+      "preferredDuringSchedulingIgnoredDuringExecution"));
   EXPECT_EQ(envOf(next.pods_to_create[0], "C4_RESUME_STEP"), "300");
+}
+
+// The avoided nodes nobody cordoned (a dead link's ends, a policy without cordon) are avoided
+// only where the cluster has room elsewhere: two link verdicts on a four-node job name every
+// node, and required affinity would leave its pods Pending for ever. A cordoned or faulty-tainted
+// one stays required (a pod tolerating every taint would otherwise land on it).
+TEST(PlannerDiagnosisTest, OnlyCordonedCulpritsAreRequiredToBeAvoidedTheOthersArePreferred) {
+  SimulatedClock clock;
+  Json job = makeJob(4);
+  job["status"] = {{"phase", "Restarting"},
+                   {"attempt", 1},
+                   {"nextAttemptTime", formatRfc3339(clock.wallNow())},
+                   {"avoidNodes", {"node-a", "node-b", "node-c", "node-d"}}};
+  auto facts = [](const std::string& n) {
+    return NodeFacts{true, true, n == "node-b", n == "node-d"};  // b cordoned, d tainted
+  };
+  JobPlan plan = planReconcile(job, {}, facts, clock.wallNow(), PlanContext{});
+  ASSERT_EQ(plan.pods_to_create.size(), 4u);
+  for (const Json& pod : plan.pods_to_create) {
+    const Json& node_affinity = pod["spec"]["affinity"]["nodeAffinity"];
+    const Json& terms =
+        node_affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"];
+    ASSERT_EQ(terms.size(), 1u);
+    EXPECT_EQ(
+        terms[0]["matchFields"],
+        Json::array({{{"key", "metadata.name"}, {"operator", "NotIn"}, {"values", {"node-b"}}},
+                     {{"key", "metadata.name"}, {"operator", "NotIn"}, {"values", {"node-d"}}}}));
+    const Json& preferred = node_affinity["preferredDuringSchedulingIgnoredDuringExecution"];
+    ASSERT_EQ(preferred.size(), 1u);
+    EXPECT_EQ(preferred[0]["weight"], 100);
+    EXPECT_EQ(
+        preferred[0]["preference"]["matchFields"],
+        Json::array({{{"key", "metadata.name"}, {"operator", "NotIn"}, {"values", {"node-a"}}},
+                     {{"key", "metadata.name"}, {"operator", "NotIn"}, {"values", {"node-c"}}}}));
+  }
+  // Nothing cordoned: no required term at all, so the pods can be placed.
+  JobPlan soft = planReconcile(job, {}, healthyNode, clock.wallNow(), PlanContext{});
+  ASSERT_EQ(soft.pods_to_create.size(), 4u);
+  const Json& node_affinity = soft.pods_to_create[0]["spec"]["affinity"]["nodeAffinity"];
+  EXPECT_FALSE(node_affinity.contains("requiredDuringSchedulingIgnoredDuringExecution"));
+  EXPECT_EQ(node_affinity["preferredDuringSchedulingIgnoredDuringExecution"][0]["preference"]
+                         ["matchFields"]
+                             .size(),
+            4u);
 }
 
 // Two faults joined in one diagnosis (a frozen rank on node-b, a dead link node-c<->node-d): one
@@ -1283,17 +1332,31 @@ TEST(PlannerDiagnosisTest, StaleDryRunAndNoCordonPolicyAreRespected) {
 TEST(BuildPodTest, AvoidedNodesJoinEveryNodeSelectorTermOfTheTemplate) {
   Json job = makeJob(1);
   job["spec"]["template"]["spec"]["affinity"] = {
-      {"nodeAffinity",
-       {{"requiredDuringSchedulingIgnoredDuringExecution",
-         {{"nodeSelectorTerms",
-           Json::array(
-               {{{"matchExpressions",
-                  Json::array({{{"key", "gpu"}, {"operator", "In"}, {"values", {"h100"}}}})}},
-                {{"matchExpressions",
-                  Json::array(
-                      {{{"key", "gpu"}, {"operator", "In"}, {"values", {"h200"}}}})}}})}}}}}};
+    {"nodeAffinity",
+     {{"requiredDuringSchedulingIgnoredDuringExecution",
+       {{"nodeSelectorTerms",
+         Json::array(
+             {{{"matchExpressions",
+                Json::array({{{"key", "gpu"}, {"operator", "In"}, {"values", {"h100"}}}})}},
+              {{"matchExpressions",
+                Json::array({{{"key", "gpu"}, {"operator", "In"}, {"values", {"h200"}}}})}}})}}},
+       {"preferredDuringSchedulingIgnoredDuringExecution",
+        Json::array(
+            {{{"weight", 7},
+              {"preference",
+               {{"matchExpressions",
+                 Json::array({{{"key", "zone"}, {"operator", "In"}, {"values", {"a"}}}})}}}}})}}}};
   Json pod = buildPod(job, *parseTrainingJobSpec(job), 0, 1, std::nullopt, PodSettings{},
-                      {"bad-1", "bad-2"});
+                      NodeAvoidance{{"bad-1", "bad-2"}, {"meh"}});
+  const Json& preferred =
+      pod["spec"]["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"];
+  ASSERT_EQ(preferred.size(), 2u);
+  EXPECT_EQ(preferred[0]["weight"], 7) << "the user's preferences are kept";
+  EXPECT_EQ(preferred[1], Json({{"weight", 100},
+                                {"preference",
+                                 {{"matchFields", Json::array({{{"key", "metadata.name"},
+                                                                {"operator", "NotIn"},
+                                                                {"values", {"meh"}}}})}}}}));
   const Json& terms = pod["spec"]["affinity"]["nodeAffinity"]
                          ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"];
   ASSERT_EQ(terms.size(), 2u);
