@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <tuple>
 
 #include "operator/trainingjob/api.h"
 #include "operator/trainingjob/children.h"
@@ -376,32 +377,80 @@ void TrafficPlanController::publishExplanations() {
       }
       return "C4P suspects " + name + " (" + s->second + ")";
     };
+    // Why C4P answers for a link direction that drops what it carries (failed, or a stalled
+    // subflow's suspect), or "": a connection whose acknowledgements cross it stalls too.
+    auto droppingWhy = [&](const c4p::LinkRef& link, c4p::Direction dir) -> std::string {
+      if (fabric.capacityFraction(link, dir) > 0 && !suspects.contains({link, dir})) return {};
+      return linkWhy(link, dir);
+    };
+    bool drops = !suspects.empty();
+    for (const auto& d : fabric.degradedLinks()) drops = drops || d.capacity_fraction <= 0;
+    // The first dropping direction on the paths from one location to another (the answer is
+    // the same for every pair of nodes there): its why and path, or "" and -1.
+    using Leaves = std::tuple<int, std::string, std::string, int, std::string, std::string>;
+    std::map<Leaves, std::pair<std::string, int>> back_cache;
+    auto firstDroppingBack = [&](const c4p::NodeLocation& from, const c4p::NodeLocation& to) {
+      const Leaves leaves{from.plane, from.leaf, from.pod, to.plane, to.leaf, to.pod};
+      auto cached = back_cache.find(leaves);
+      if (cached != back_cache.end()) return cached->second;
+      std::pair<std::string, int> found{std::string(), -1};
+      const int paths = fabric.pathCount(from, to);
+      for (int path = 0; path < paths && found.second < 0; ++path) {
+        auto links = fabric.pathLinks(from, to, path);
+        if (!links) continue;
+        for (const auto& [link, dir] : *links) {
+          std::string why = droppingWhy(link, dir);
+          if (why.empty()) continue;
+          found = {std::move(why), path};
+          break;
+        }
+      }
+      back_cache.emplace(leaves, found);
+      return found;
+    };
     for (const auto& [key, state] : jobs_) {
       if (state.mode != c4p::Mode::kEnforce) continue;
       const c4p::JobPlan* plan = planner_->plan(key);
       if (plan == nullptr) continue;
-      for (const auto& pair : plan->pairs) {
-        auto src = nodes_.find(pair.local_node);
-        auto dst = nodes_.find(pair.peer_node);
-        if (src == nodes_.end() || dst == nodes_.end()) continue;
-        const std::pair<std::string, std::string> nodes{std::min(pair.local_node, pair.peer_node),
-                                                        std::max(pair.local_node, pair.peer_node)};
-        if (out[key].contains(nodes)) continue;
-        for (const auto& sf : pair.subflows) {
-          if (sf.path < 0) continue;
-          auto links = fabric.pathLinks(src->second, dst->second, sf.path);
-          if (!links) continue;
-          std::string why;
-          for (const auto& [link, dir] : *links) {
-            why = linkWhy(link, dir);
-            if (!why.empty()) break;
+      auto& job_out = out[key];
+      // First the directions the pairs' planned paths send on, in both directions of a node
+      // pair; then, for a pair none of them explains, the directions its acknowledgements may
+      // come back on (any path back: the return path follows the fabric's hash of the reverse
+      // flow, which no plan sets), and only where they drop packets — a degraded return
+      // direction carries acknowledgements well enough.
+      for (int pass = 0; pass < (drops ? 2 : 1); ++pass) {
+        for (const auto& pair : plan->pairs) {
+          auto src = nodes_.find(pair.local_node);
+          auto dst = nodes_.find(pair.peer_node);
+          if (src == nodes_.end() || dst == nodes_.end()) continue;
+          const std::pair<std::string, std::string> nodes{
+              std::min(pair.local_node, pair.peer_node), std::max(pair.local_node, pair.peer_node)};
+          if (job_out.contains(nodes)) continue;
+          if (pass == 0) {
+            for (const auto& sf : pair.subflows) {
+              if (sf.path < 0) continue;
+              auto links = fabric.pathLinks(src->second, dst->second, sf.path);
+              if (!links) continue;
+              std::string why;
+              for (const auto& [link, dir] : *links) {
+                why = linkWhy(link, dir);
+                if (!why.empty()) break;
+              }
+              if (why.empty()) continue;
+              job_out[nodes] = why + " on the path of " + pair.local_node + " -> " +
+                               pair.peer_node + " (path " + std::to_string(sf.path) + ")";
+              break;
+            }
+            continue;
           }
-          if (why.empty()) continue;
-          out[key][nodes] = why + " on the path of " + pair.local_node + " -> " + pair.peer_node +
-                            " (path " + std::to_string(sf.path) + ")";
-          break;
+          auto [why, path] = firstDroppingBack(dst->second, src->second);
+          if (path < 0) continue;
+          job_out[nodes] = why + " on a path back of " + pair.local_node + " -> " + pair.peer_node +
+                           " (path " + std::to_string(path) + " of " + pair.peer_node + " -> " +
+                           pair.local_node + ", which its acknowledgements may take)";
         }
       }
+      if (job_out.empty()) out.erase(key);
     }
   }
   std::lock_guard lock(explain_mu_);

@@ -720,8 +720,14 @@ TEST_F(TelemetryTest, ConnectionsOnSuspectAndFailedLinksAreExplainedToC4D) {
             std::string::npos)
       << *why;
   EXPECT_EQ(controller->explainConnection("team/llm", "n1", "n2"), why);
-  EXPECT_FALSE(controller->explainConnection("team/llm", "n3", "n0"))
-      << "n3 -> n0 uses leaf-b up and leaf-a down, which carry healthy traffic";
+  why = controller->explainConnection("team/llm", "n3", "n0");
+  ASSERT_TRUE(why) << "n3 -> n0 sends on leaf-b up and leaf-a down, but its acknowledgements may "
+                      "come back on leaf-a up, which drops what it carries";
+  EXPECT_NE(why->find("C4P suspects link plane0/leaf-a/uplink0 Up"), std::string::npos) << *why;
+  EXPECT_NE(why->find("on a path back of n3 -> n0 (path 0 of n0 -> n3, which its "
+                      "acknowledgements may take)"),
+            std::string::npos)
+      << *why;
   EXPECT_FALSE(controller->explainConnection("team/llm", "n0", "n1")) << "inside a leaf";
   EXPECT_FALSE(controller->explainConnection("team/other", "n1", "n2"));
   report(4, p0, p1, true);  // confirmed: failed
@@ -733,6 +739,49 @@ TEST_F(TelemetryTest, ConnectionsOnSuspectAndFailedLinksAreExplainedToC4D) {
                       "(path 0)"),
             std::string::npos)
       << *why;
+}
+
+// A hang on a connection whose data paths are healthy but whose acknowledgements cross a failed
+// link direction (the gray failure of e2e.c4p_fabric: the monitor confirmed the direction the
+// stalled subflow sent on; the connections the other way stalled for want of acknowledgements,
+// and C4D restarted the job at once instead of leaving it to C4P). A degraded return direction
+// explains nothing: acknowledgements need little of it.
+TEST_F(TrafficPlanTest, AFailedLinkOnAReturnPathExplainsTheHangsOfThePairsItAcknowledges) {
+  api_.put(
+      fabrics(),
+      fabricObject(
+          2,
+          {{"links",
+            {{{"leaf", "leaf-a"}, {"uplink", 0}, {"direction", "Down"}, {"capacityFraction", 0.0}},
+             {{"leaf", "leaf-b"},
+              {"uplink", 1},
+              {"direction", "Up"},
+              {"capacityFraction", 0.5}}}}}));
+  auto controller = makeController();
+  placeJob("Enforce", 0, {"n0", "n1", "n2", "n3"});
+  controller->sync();
+  ASSERT_TRUE(configMap());
+  // The ring sends n1 -> n2 on leaf-a up and leaf-b down; n2 -> n1 comes back on leaf-b up and
+  // leaf-a down, whose path 0 is dead.
+  auto why = controller->explainConnection("team/llm", "n1", "n2");
+  ASSERT_TRUE(why);
+  EXPECT_EQ(*why,
+            "C4P holds link plane0/leaf-a/uplink0 Down failed on a path back of n1 -> n2 (path 0 "
+            "of n2 -> n1, which its acknowledgements may take)");
+  // n3 -> n0 sends on leaf-a down: its own path explains it first.
+  why = controller->explainConnection("team/llm", "n0", "n3");
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("on the path of n3 -> n0"), std::string::npos) << *why;
+
+  // Only the degraded direction left: n1 -> n2's acknowledgements (leaf-b up) are not explained.
+  api_.put(fabrics(), fabricObject(3, {{"links",
+                                        {{{"leaf", "leaf-b"},
+                                          {"uplink", 1},
+                                          {"direction", "Up"},
+                                          {"capacityFraction", 0.5}}}}}));
+  controller->sync();
+  EXPECT_FALSE(controller->explainConnection("team/llm", "n1", "n2"));
+  EXPECT_TRUE(controller->explainConnection("team/llm", "n0", "n3"));
 }
 
 TEST_F(TrafficPlanTest, ADegradedLinkInTheDescriptionExplainsOnlyEnforceJobs) {
@@ -824,7 +873,13 @@ TEST_F(TrafficPlanTest, ARestartedControllerKeepsATelemetryStateOfASpineCoreLink
   ASSERT_TRUE(why);
   EXPECT_NE(why->find("C4P holds link plane0/pod-x/spine1/core0 Up failed"), std::string::npos)
       << *why;
-  EXPECT_FALSE(controller->explainConnection("team/llm", "n2", "n1"));
+  // y -> x sends on pod-x's core down, healthy; its acknowledgements may come back up it.
+  why = controller->explainConnection("team/llm", "n2", "n1");
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("C4P holds link plane0/pod-x/spine1/core0 Up failed on a path back of "
+                      "n2 -> n1"),
+            std::string::npos)
+      << *why;
 }
 
 // Between full syncs (period) the thread runs the telemetry pass alone every telemetry_period:
