@@ -297,7 +297,7 @@ if [[ $MODE == slowlink && $detected == *"action replan"* ]]; then
   # Unless the node's other connections are measured slow in the next windows: then the link
   # verdict grows into one on the node's NIC (cordonAndRestart).
   sleep 5
-  nic=$(verdicts | grep "^commSlow of node $node_a:" | sed -n 1p)
+  nic=$(verdicts | grep "^commSlow of node $node_a:" | sed -n 1p || true)
   if [[ -n $nic ]]; then
     echo "then: $nic"
     [[ $nic == *"action cordonAndRestart"* ]] || fail "the NIC verdict does not cordon and restart"
@@ -311,7 +311,7 @@ if [[ $MODE == slowlink && $detected == *"action replan"* ]]; then
     wait_until 60 "the slow link escalated after the re-plan grace" bash -c \
       "kubectl get events -n $NS --field-selector involvedObject.name=train,reason=FaultDetected -o jsonpath='{.items[*].message}' | grep -q 'after C4P was asked to re-plan'"
     T_ESCALATED=$(now_s)
-    escalated=$(verdicts | grep 'after C4P was asked to re-plan' | sed -n 1p)
+    escalated=$(verdicts | grep 'after C4P was asked to re-plan' | sed -n 1p || true)
     echo "escalated: $escalated"
     [[ $escalated == *"action restartOnly"* ]] || fail "the escalation is not a restart without cordon"
     for n in "${culprit_nodes[@]}"; do
