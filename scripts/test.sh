@@ -6,22 +6,26 @@
 #   scripts/test.sh --tsan      also a ThreadSanitizer build of the unit tests
 #   scripts/test.sh --fuzz-long each fuzzer runs C4_FUZZ_SECONDS (default 600) instead of 20 s
 #   scripts/test.sh --quick     Release build and unit tests only (no sanitizers, no fuzzers)
+#   scripts/test.sh --long      also the long e2e runs (CTest label `long`), which the default
+#                               leaves out
 #
 # C4_FUZZ_SECONDS=N sets the fuzzers' time (either mode). Build trees: build/ (Release), build-asan/,
 # build-fuzz/ (clang-16, libFuzzer + ASan/UBSan), build-tsan/. The last line is CTest's summary of
-# the Release run, which covers every registered test (unit, integration, e2e).
+# the Release run, which covers every registered test (unit, integration, e2e) but the long ones.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 TSAN=0
 QUICK=0
+LONG=0
 FUZZ_SECONDS=${C4_FUZZ_SECONDS:-20}
 for arg in "$@"; do
   case "$arg" in
     --tsan) TSAN=1 ;;
     --quick) QUICK=1 ;;
+    --long) LONG=1 ;;
     --fuzz-long) FUZZ_SECONDS=${C4_FUZZ_SECONDS:-600} ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "test.sh: unknown option '$arg' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -71,5 +75,7 @@ if ((QUICK == 1)); then
 else
   echo "== Test control plane: build from Go modules or reuse the cache (e2e/testenv)"
   e2e/testenv/testenv.sh build
-  ctest --test-dir build --output-on-failure -j "$JOBS"
+  long=(-LE long)
+  ((LONG == 1)) && long=()
+  ctest --test-dir build --output-on-failure -j "$JOBS" "${long[@]}"
 fi
