@@ -23,7 +23,9 @@
 # the end it must show the job's goodput, its restart, the verdict, its detection latency, the
 # cordon and the chart's alert C4NodeCordoned firing (crash: no cordon); every query of the
 # chart's Grafana dashboard must evaluate (its job, fault and cordon panels with data); and
-# `promtool check metrics` must pass on every component's /metrics.
+# `promtool check metrics` must pass on every component's /metrics. Then (freeze) the node is
+# released as after a repair: `kubectl annotate node <node> c4.dev/release=true` must uncordon
+# and untaint it, remove C4's bookkeeping and the annotation, and keep its fault history.
 #
 #   c4d_fault_test.sh <build dir> <work dir> [freeze|crash]   (C4_E2E_KEEP=1 keeps it running;
 #                                                              C4_E2E_RANKS, default 8)
@@ -207,6 +209,24 @@ panels=("Job goodput" "Productive and lost seconds" "Restarts and budget" "Repor
 [[ $FAULT == freeze ]] && panels+=("Faults by class" "Detection latency" "Cordons")
 c4_prom_dashboard_check "$ROOT/helm/c4/files/dashboards/c4-overview.json" "${panels[@]}"
 echo "prometheus checks: $((SECONDS - T_PROM)) s"
+if [[ $FAULT == freeze ]]; then
+  # The node repaired: one annotation returns it to service. C4 removes its cordon, taint,
+  # bookkeeping and the annotation, and keeps the fault history.
+  kubectl annotate node "$victim_node" c4.dev/release=true >/dev/null
+  wait_until 20 "$victim_node released" bash -c \
+    "[[ \$(kubectl get node $victim_node -o jsonpath='{.spec.unschedulable}') != true && -z \$(kubectl get node $victim_node -o jsonpath='{.metadata.annotations.c4\.dev/release}') ]]"
+  taints=$(kubectl get node "$victim_node" -o jsonpath='{.spec.taints[*].key}')
+  [[ $taints != *c4.dev/faulty* ]] || fail "$victim_node released but still tainted ($taints)"
+  [[ -z $(kubectl get node "$victim_node" -o jsonpath='{.metadata.annotations.c4\.dev/cordoned-by}') ]] \
+    || fail "$victim_node released but still carries c4.dev/cordoned-by"
+  history=$(kubectl get node "$victim_node" -o jsonpath='{.metadata.annotations.c4\.dev/fault-history}')
+  [[ $history == *nonCommHang* ]] || fail "the release lost $victim_node's fault history: $history"
+  wait_until 10 "Event NodeUncordoned on $victim_node" bash -c \
+    "kubectl get events -A --field-selector involvedObject.name=$victim_node,reason=NodeUncordoned -o name | grep -q ."
+  wait_until 10 "prometheus: one release" equals \
+    'c4_operator_node_actions_total{action="uncordon",outcome="uncordoned"}' 1
+  echo "node $victim_node: released by c4.dev/release=true (uncordoned, taint and bookkeeping removed, fault history kept)"
+fi
 python3 - "$T_START" "$T_FAULT" "$T_RESTART" "$T_RUNNING" "$T_DONE" "$FAULT" <<'PY'
 import sys
 start, fault, restart, running, done = map(float, sys.argv[1:6])

@@ -121,6 +121,15 @@ Status Manager::build(const KubeConfig& kube_config) {
       *client_, clock_, *node_events_, node_actions,
       [&nodes](const std::string& name) { return nodes.store().get(name); },
       [&nodes] { return nodes.store().list(); }, &registry_);
+  // A person's c4.dev/release on a repaired node: the remediator's loop (running while this
+  // process leads) returns it to service.
+  nodes.addHandler([r = remediator_.get()](InformerEvent event, const Json*, const Json& node) {
+    if (event == InformerEvent::kDelete) return;
+    const Json& annotations = fieldsOf(fieldsOf(node, "metadata"), "annotations");
+    if (annotations.is_object() && annotations.contains(node_annotations::kRelease)) {
+      r->requestRelease(objectName(node));
+    }
+  });
 
   // Report ingest: its informers are the controller's (shared), its TokenReviews go through a
   // client of their own (a review creates nothing, so it is not fenced).

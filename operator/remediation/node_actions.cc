@@ -50,12 +50,15 @@ Json arrayIn(const Json& config_map, const char* key) {
 }
 
 // One recorded cordon in the breaker's state: done (the node was patched) or owed (its slot is
-// taken, the patch has not landed yet). Records written before owed ones existed are done.
+// taken, the patch has not landed yet). Records written before owed ones existed are done. A
+// released one (c4.dev/release returned the node to service) still counts against the cordons
+// per window, no longer against the fraction of nodes cordoned.
 struct CordonRecord {
   std::string node;
   WallTime time;
   bool owed = false;
   std::string reason;  // an owed cordon's reason (the Node's c4.dev/cordon-reason once done)
+  bool released = false;
 };
 
 // A fault-history entry owed to a node.
@@ -77,8 +80,9 @@ std::vector<CordonRecord> parseRecords(const Json& config_map) {
         !r["unixNs"].is_number_integer()) {
       continue;
     }
+    const std::string state = stringOf(r, "state");
     out.push_back({r["node"].get<std::string>(), fromUnixNanos(r["unixNs"].get<std::int64_t>()),
-                   stringOf(r, "state") == "owed", stringOf(r, "reason")});
+                   state == "owed", stringOf(r, "reason"), state == "released"});
   }
   return out;
 }
@@ -89,7 +93,7 @@ std::string encodeRecords(const std::vector<CordonRecord>& records) {
     Json entry = {{"node", r.node},
                   {"unixNs", toUnixNanos(r.time)},
                   {"time", formatRfc3339(r.time)},
-                  {"state", r.owed ? "owed" : "done"}};
+                  {"state", r.owed ? "owed" : (r.released ? "released" : "done")}};
     if (r.owed) entry["reason"] = r.reason;
     list.push_back(std::move(entry));
   }
@@ -648,7 +652,9 @@ Result<bool> NodeRemediator::takeSlot(const std::string& node, bool record,
       ++total;
       if (cordonedByUs(n)) ours.insert(objectName(n));
     }
-    for (const auto& r : state.cordons) ours.insert(r.node);
+    for (const auto& r : state.cordons) {
+      if (!r.released) ours.insert(r.node);
+    }
     // A node already recorded (a retry after a lost race or a failed patch, an owed cordon being
     // completed) takes no second slot; a done record is owed again until this patch lands.
     for (auto& r : state.cordons) {
@@ -656,6 +662,7 @@ Result<bool> NodeRemediator::takeSlot(const std::string& node, bool record,
       allowed = true;
       if (!record || r.owed) return false;
       r.owed = true;
+      r.released = false;
       r.reason = reason;
       return true;
     }
@@ -832,6 +839,11 @@ Result<CordonOutcome> NodeRemediator::patchCordon(const std::string& node_name,
 }
 
 Result<UncordonOutcome> NodeRemediator::uncordon(const std::string& node_name) {
+  return uncordonImpl(node_name, false, false);
+}
+
+Result<UncordonOutcome> NodeRemediator::uncordonImpl(const std::string& node_name, bool release,
+                                                     bool forget_history) {
   auto count = [&](UncordonOutcome o, const char* name) {
     if (actions_ != nullptr) actions_->labels({"uncordon", name}).inc();
     return o;
@@ -839,6 +851,16 @@ Result<UncordonOutcome> NodeRemediator::uncordon(const std::string& node_name) {
   return retryOnConflict([&](int attempt) -> Result<UncordonOutcome> {
     C4_ASSIGN_OR_RETURN(Json node, readNode(node_name, attempt > 1));
     if (annotationOf(node, node_annotations::kCordonedBy) != config_.identity) {
+      if (release && !config_.dry_run) {
+        Json patch = {{"metadata",
+                       {{"resourceVersion", resourceVersionOf(node)},
+                        {"annotations", {{node_annotations::kRelease, nullptr}}}}}};
+        C4_ASSIGN_OR_RETURN(Json updated, client_.patch(resources::nodes(), "", node_name,
+                                                        PatchType::kMerge, patch));
+        events_.record(updated, "Warning", "NodeReleaseIgnored",
+                       "c4.dev/release: C4 did not cordon this node (it carries no "
+                       "c4.dev/cordoned-by of C4's); only the annotation was removed");
+      }
       return count(UncordonOutcome::kNotOurs, "not_ours");
     }
     if (config_.dry_run) {
@@ -857,19 +879,109 @@ Result<UncordonOutcome> NodeRemediator::uncordon(const std::string& node_name) {
                             node_annotations::kCordonTime, node_annotations::kWasCordoned}) {
       annotations[key] = nullptr;  // merge patch: remove
     }
+    if (release) annotations[node_annotations::kRelease] = nullptr;
+    if (forget_history) annotations[kFaultHistoryAnnotation] = nullptr;
     Json patch = {
         {"metadata", {{"resourceVersion", resourceVersionOf(node)}, {"annotations", annotations}}},
         {"spec", {{"taints", kept}}}};
     if (!keep_cordon) patch["spec"]["unschedulable"] = false;
     C4_ASSIGN_OR_RETURN(Json updated,
                         client_.patch(resources::nodes(), "", node_name, PatchType::kMerge, patch));
-    events_.record(updated, "Normal", "NodeUncordoned",
-                   keep_cordon ? "Removed the c4 taint; the node stays cordoned (it was cordoned "
-                                 "before c4 acted)"
-                               : "Removed the c4 cordon and taint");
+    std::string message = keep_cordon ? "Removed the c4 taint; the node stays cordoned (it was "
+                                        "cordoned before c4 acted)"
+                                      : "Removed the c4 cordon and taint";
+    if (release) {
+      message += forget_history ? " (released: c4.dev/release=forget-history; its fault history "
+                                  "removed)"
+                                : " (released: c4.dev/release; its fault history kept)";
+    }
+    events_.record(updated, "Normal", "NodeUncordoned", message);
+    // Its breaker record no longer counts against the fraction of nodes cordoned (it still
+    // counts against the cordons per window); without it that frees itself with the window.
+    if (auto marked = editState([&](State& state) {
+          bool changed = false;
+          for (auto& r : state.cordons) {
+            if (r.node != node_name || r.owed || r.released) continue;
+            r.released = true;
+            changed = true;
+          }
+          return changed;
+        });
+        !marked) {
+      log_.warn("Released cordon not marked in the breaker's state",
+                {{"node", node_name}, {"error", marked.error()}});
+    }
     return keep_cordon ? count(UncordonOutcome::kTaintRemovedKeptCordon, "taint_removed")
                        : count(UncordonOutcome::kUncordoned, "uncordoned");
   });
+}
+
+namespace {
+
+bool hasReleaseAnnotation(const Json& node) {
+  const Json& annotations = fieldsOf(fieldsOf(node, "metadata"), "annotations");
+  return annotations.is_object() && annotations.contains(node_annotations::kRelease);
+}
+
+}  // namespace
+
+void NodeRemediator::requestRelease(const std::string& node) {
+  std::lock_guard lock(mu_);
+  releases_.try_emplace(node, Release{clock_.monoNow(), 0});
+  cv_.notify_all();
+}
+
+Result<std::optional<UncordonOutcome>> NodeRemediator::release(const std::string& node_name) {
+  C4_ASSIGN_OR_RETURN(Json node, readNode(node_name, false));
+  if (!hasReleaseAnnotation(node)) return std::optional<UncordonOutcome>{};
+  const std::string value = annotationOf(node, node_annotations::kRelease);
+  if (value != kReleaseTrue && value != kReleaseForgetHistory) {
+    const std::string message =
+        std::string("c4.dev/release=\"") + value +
+        "\": the value must be \"true\" (return the node to service) or "
+        "\"forget-history\" (and remove its fault history); nothing changed";
+    events_.record(node, "Warning", "NodeReleaseIgnored", message);
+    return makeError(ErrorCode::kInvalidArgument, message);
+  }
+  C4_ASSIGN_OR_RETURN(UncordonOutcome outcome,
+                      uncordonImpl(node_name, true, value == kReleaseForgetHistory));
+  log_.info("Node released", {{"node", node_name}, {"value", value}});
+  return std::optional<UncordonOutcome>{outcome};
+}
+
+void NodeRemediator::completeReleases(bool rescan) {
+  const MonoTime now = clock_.monoNow();
+  if (rescan) {
+    for (const auto& node : list_nodes_()) {
+      if (!hasReleaseAnnotation(node)) continue;
+      std::lock_guard lock(mu_);
+      releases_.try_emplace(objectName(node), Release{now, 0});
+    }
+  }
+  std::vector<std::string> due;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [node, r] : releases_) {
+      if (r.next <= now) due.push_back(node);
+    }
+  }
+  for (const auto& node : due) {
+    auto released = release(node);
+    std::lock_guard lock(mu_);
+    auto it = releases_.find(node);
+    if (it == releases_.end()) continue;
+    if (released || released.error().code == ErrorCode::kNotFound ||
+        released.error().code == ErrorCode::kInvalidArgument) {
+      releases_.erase(it);
+      continue;
+    }
+    // Retried with the owed actions' backoff until it lands or the annotation is gone.
+    Duration wait = config_.retry_initial;
+    for (int i = 0; i < it->second.failures && wait < config_.retry_max; ++i) wait *= 2;
+    it->second = Release{now + std::min(wait, config_.retry_max), it->second.failures + 1};
+    log_.warn("Node release failed; retried",
+              {{"node", node}, {"error", released.error()}, {"failures", it->second.failures}});
+  }
 }
 
 void NodeRemediator::completeCordon(const std::string& node_name, const std::string& reason) {
@@ -973,7 +1085,6 @@ void NodeRemediator::completeOwed() {
 }
 
 void NodeRemediator::completeOwedPass() {
-  if (config_.dry_run) return;  // an operator-wide dry run acts on nothing, owed or not
   const MonoTime now = clock_.monoNow();
   bool rescan = false;
   std::vector<Retry> due;
@@ -992,6 +1103,9 @@ void NodeRemediator::completeOwedPass() {
       r.next = now + config_.retry_initial;
     }
   }
+  // Releases a person asked for (in a dry run: their UncordonDryRun Events).
+  completeReleases(rescan);
+  if (config_.dry_run) return;  // an operator-wide dry run acts on nothing, owed or not
   // What this process knows of is retried on its own schedule (above); the ConfigMap is read
   // for what it does not know: a predecessor's owed actions, or ones whose retry state is lost.
   if (rescan) {
@@ -1050,6 +1164,7 @@ void NodeRemediator::loop() {
     auto next = [&] {
       MonoTime at = rescan_ ? clock_.monoNow() : next_rescan_;
       for (const auto& [key, r] : retries_) at = std::min(at, r.next);
+      for (const auto& [node, r] : releases_) at = std::min(at, r.next);
       return at;
     };
     const MonoTime deadline = next();

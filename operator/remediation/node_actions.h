@@ -61,7 +61,13 @@ inline constexpr const char* kCordonedBy = "c4.dev/cordoned-by";
 inline constexpr const char* kCordonReason = "c4.dev/cordon-reason";
 inline constexpr const char* kCordonTime = "c4.dev/cordon-time";
 inline constexpr const char* kWasCordoned = "c4.dev/was-already-cordoned";
+// Set by a person on a node C4 cordoned, once it is repaired: "true" returns it to service
+// (NodeRemediator::requestRelease); "forget-history" also removes its fault history (the repair
+// removed the cause: a replaced NIC or GPU).
+inline constexpr const char* kRelease = "c4.dev/release";
 }  // namespace node_annotations
+inline constexpr const char* kReleaseTrue = "true";
+inline constexpr const char* kReleaseForgetHistory = "forget-history";
 inline constexpr const char* kFaultyTaintKey = "c4.dev/faulty";
 // The failpoint between an owed cordon's record (its breaker slot) and the Node patch
 // (NodeActionConfig::fault_hook; manager/failpoints.h arms it in the binary).
@@ -140,6 +146,20 @@ class NodeRemediator {
   // Removes our taint and bookkeeping; uncordons only if the node was not cordoned before us.
   Result<UncordonOutcome> uncordon(const std::string& node);
 
+  // The node carries c4.dev/release (the informer saw it): the loop returns it to service —
+  // uncordon() with the annotation removed in the same patch (and the fault history too for
+  // "forget-history"), Event NodeUncordoned "... (released: c4.dev/release)". A node C4 did not
+  // cordon: only the annotation is removed, Warning Event NodeReleaseIgnored. Another value: a
+  // Warning Event NodeReleaseIgnored naming the values allowed, nothing changed. A failed patch
+  // is retried by the loop (as owed actions are); a pass that reads the breaker's ConfigMap again
+  // (the first after start(), then every rescan_interval) also lists the nodes that carry it, so
+  // one set while no operator led is released by the next. Never throws.
+  void requestRelease(const std::string& node);
+  // One release, now (the loop's step; exposed for tests): kNotFound when the node is gone;
+  // kInvalidArgument for a value other than "true" or "forget-history"; nullopt when the node no
+  // longer carries the annotation.
+  Result<std::optional<UncordonOutcome>> release(const std::string& node);
+
   // Appends `record` to the node's c4.dev/fault-history (bounded by max_fault_history) with
   // optimistic concurrency (see the top of this header). The history makes a node a repeat
   // offender, so it is an action: nothing is written in an operator-wide dry run (and C4D asks
@@ -213,6 +233,9 @@ class NodeRemediator {
   Status releaseFaultSlot(const std::string& node, const NodeFaultRecord& record);
   // An entry refused by the budget: counted, logged, a Warning Event FaultHistorySkipped.
   void faultSkipped(const std::string& node, const NodeFaultRecord& record, const std::string& why);
+  // uncordon(); `release`: also removes c4.dev/release, and with `forget_history` the history.
+  Result<UncordonOutcome> uncordonImpl(const std::string& node, bool release, bool forget_history);
+  void completeReleases(bool rescan);
   Result<CordonOutcome> cordonImpl(const std::string& node, const std::string& reason, bool dry_run,
                                    const std::string& note);
   void completeCordon(const std::string& node, const std::string& reason);
@@ -241,6 +264,11 @@ class NodeRemediator {
   std::mutex mu_;  // retries_, the loop's state
   std::condition_variable_any cv_;
   std::map<std::string, Retry> retries_;  // "cordon/<node>", "fault/<node>/<time>/<class>/<job>"
+  struct Release {
+    MonoTime next{};  // when it is due
+    int failures = 0;
+  };
+  std::map<std::string, Release> releases_;  // by node
   bool stopping_ = false;
   bool rescan_ = true;  // read the ConfigMap on the next pass
   MonoTime next_rescan_{};

@@ -751,5 +751,138 @@ TEST(OwedNodeActionsTest, TheLoopCompletesOwedActionsOnItsOwn) {
   r.stop();
 }
 
+// c4.dev/release on a repaired node C4 cordoned returns it to service in one step: cordon, taint
+// and bookkeeping removed with the annotation, the fault history kept ("true") or removed
+// ("forget-history"); an admin's earlier cordon stays; a node C4 did not cordon loses only the
+// annotation; another value changes nothing and says which values are allowed.
+TEST(NodeReleaseTest, AReleaseAnnotationReturnsANodeC4CordonedToService) {
+  Fixture f(10);  // the breaker allows 5 cordons
+  f.api.put(resources::nodes(), node("node-2", /*unschedulable=*/true));  // an admin's cordon
+  auto r = f.remediator(permissive());
+  for (const char* n : {"node-0", "node-1", "node-2"}) ASSERT_TRUE(r.cordon(n, "nic down"));
+  ASSERT_TRUE(r.recordFault("node-0", {f.clock.wallNow(), "commSlow", "team/llm"}));
+  ASSERT_TRUE(r.recordFault("node-1", {f.clock.wallNow(), "commSlow", "team/llm"}));
+  auto annotate = [&](const char* n, const char* value) {
+    Json obj = f.get(n);
+    obj["metadata"]["annotations"]["c4.dev/release"] = value;
+    f.api.put(resources::nodes(), obj);
+  };
+  annotate("node-0", "true");
+  annotate("node-1", "forget-history");
+  annotate("node-2", "true");
+  annotate("node-3", "true");  // never cordoned by C4
+  annotate("node-4", "yes");   // not a value C4 knows
+
+  auto released = r.release("node-0");
+  ASSERT_TRUE(released) << released.error().toString();
+  EXPECT_EQ(**released, UncordonOutcome::kUncordoned);
+  Json n0 = f.get("node-0");
+  EXPECT_EQ(n0["spec"]["unschedulable"], false);
+  EXPECT_TRUE(n0["spec"]["taints"].empty());
+  EXPECT_FALSE(n0["metadata"]["annotations"].contains("c4.dev/release"));
+  EXPECT_FALSE(n0["metadata"]["annotations"].contains("c4.dev/cordoned-by"));
+  EXPECT_NE(annotationOf(n0, kFaultHistoryAnnotation).find("commSlow"), std::string::npos)
+      << "\"true\" keeps the fault history: the node stays a repeat offender";
+  EXPECT_EQ(f.eventReasons().back(), "NodeUncordoned");
+  EXPECT_FALSE(*r.release("node-0")) << "done: the annotation is gone";
+
+  ASSERT_EQ(**r.release("node-1"), UncordonOutcome::kUncordoned);
+  Json n1 = f.get("node-1");
+  EXPECT_FALSE(n1["metadata"]["annotations"].contains(kFaultHistoryAnnotation));
+  EXPECT_FALSE(n1["metadata"]["annotations"].contains("c4.dev/release"));
+
+  ASSERT_EQ(**r.release("node-2"), UncordonOutcome::kTaintRemovedKeptCordon);
+  EXPECT_EQ(f.get("node-2")["spec"]["unschedulable"], true) << "the admin's cordon stays";
+
+  ASSERT_EQ(**r.release("node-3"), UncordonOutcome::kNotOurs);
+  Json n3 = f.get("node-3");
+  EXPECT_FALSE(n3["metadata"]["annotations"].contains("c4.dev/release"));
+  EXPECT_EQ(n3["spec"]["unschedulable"], false);
+  EXPECT_EQ(f.eventReasons().back(), "NodeReleaseIgnored");
+
+  const Json before = f.get("node-4");
+  auto bad = r.release("node-4");
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(bad.error().message.find("\"true\""), std::string::npos) << bad.error().message;
+  EXPECT_EQ(f.get("node-4"), before) << "nothing changed";
+  EXPECT_EQ(f.eventReasons().back(), "NodeReleaseIgnored");
+  EXPECT_EQ(r.release("node-99").error().code, ErrorCode::kNotFound);
+}
+
+// The loop releases what the informer asked for, also a node annotated while no operator led
+// (the first pass lists the nodes), and retries a refused patch with backoff.
+TEST(NodeReleaseTest, TheLoopReleasesRequestedAndListedNodesAndRetriesRefusals) {
+  Fixture f(10);
+  {
+    auto first = f.remediator(permissive());
+    ASSERT_TRUE(first.cordon("node-0", "x"));
+    ASSERT_TRUE(first.cordon("node-1", "x"));
+  }
+  for (const char* n : {"node-0", "node-1"}) {
+    Json obj = f.get(n);
+    obj["metadata"]["annotations"]["c4.dev/release"] = "true";
+    f.api.put(resources::nodes(), obj);
+  }
+  RefusingClient refusing(f.api, 1, Error{ErrorCode::kUnavailable, "etcd leader changed"});
+  NodeActionConfig c = permissive();
+  c.retry_initial = std::chrono::seconds{2};
+  auto r = remediatorVia(f, refusing, c);
+  auto cordoned = [&](const char* n) { return f.get(n)["spec"]["unschedulable"] == true; };
+  r.completeOwed();  // the first pass lists the nodes: one release refused, the other lands
+  EXPECT_EQ(refusing.node_patches, 2);
+  EXPECT_NE(cordoned("node-0"), cordoned("node-1"));
+  r.completeOwed();
+  EXPECT_EQ(refusing.node_patches, 2) << "the refused one waits for its backoff";
+  f.clock.advance(std::chrono::seconds{2});
+  r.completeOwed();
+  EXPECT_FALSE(cordoned("node-0"));
+  EXPECT_FALSE(cordoned("node-1"));
+
+  // Asked for by the informer after the first pass: released by the next one.
+  ASSERT_TRUE(r.cordon("node-2", "x"));
+  Json obj = f.get("node-2");
+  obj["metadata"]["annotations"]["c4.dev/release"] = "true";
+  f.api.put(resources::nodes(), obj);
+  r.completeOwed();
+  EXPECT_TRUE(cordoned("node-2")) << "not listed again before the rescan, not requested";
+  r.requestRelease("node-2");
+  r.completeOwed();
+  EXPECT_FALSE(cordoned("node-2"));
+}
+
+// A node released through c4.dev/release no longer counts against the fraction of nodes C4 may
+// hold cordoned (its record still counts against the cordons per window); one returned to
+// service by hand counts until the window passes.
+TEST(NodeReleaseTest, AReleasedNodeFreesItsShareOfTheBreakerNotItsCordonPerWindow) {
+  Fixture f(4);
+  NodeActionConfig c = permissive();  // 2 of 4 nodes, 10 cordons per window
+  c.max_cordons_per_window = 3;
+  auto r = f.remediator(c);
+  ASSERT_EQ(*r.cordon("node-0", "x"), CordonOutcome::kCordoned);
+  ASSERT_EQ(*r.cordon("node-1", "x"), CordonOutcome::kCordoned);
+  ASSERT_EQ(*r.cordon("node-2", "x"), CordonOutcome::kBreakerOpen) << "2 of 4 held";
+  Json n0 = f.get("node-0");
+  n0["metadata"]["annotations"]["c4.dev/release"] = "true";
+  f.api.put(resources::nodes(), n0);
+  ASSERT_EQ(**r.release("node-0"), UncordonOutcome::kUncordoned);
+  EXPECT_EQ(*r.cordon("node-2", "x"), CordonOutcome::kCordoned) << "node-0's share is free";
+  // By hand (uncordon and untaint, no annotation): node-1 still holds its share.
+  Json n1 = f.get("node-1");
+  n1["spec"]["unschedulable"] = false;
+  n1["spec"]["taints"] = Json::array();
+  f.api.put(resources::nodes(), n1);
+  EXPECT_EQ(*r.cordon("node-3", "x"), CordonOutcome::kBreakerOpen);
+  // The released node cordoned again takes its old record, not a new one.
+  EXPECT_EQ(*r.uncordon("node-2"), UncordonOutcome::kUncordoned);
+  EXPECT_EQ(*r.cordon("node-0", "again"), CordonOutcome::kCordoned);
+  EXPECT_EQ(r.recentCordons()->size(), 3u);
+  ASSERT_TRUE(r.uncordon("node-1"));  // its bookkeeping was left: released now
+  EXPECT_EQ(*r.cordon("node-3", "x"), CordonOutcome::kBreakerOpen);
+  const std::string why = f.api.createdOfKind("Event").back()["message"];
+  EXPECT_NE(why.find("3 cordons in the last"), std::string::npos)
+      << "the per-window limit holds whatever was released: " << why;
+}
+
 }  // namespace
 }  // namespace c4::op
