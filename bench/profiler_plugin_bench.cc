@@ -8,7 +8,11 @@
 // clock once per phase change and once at stop (four reads). ProxyOp start/stop happen once per
 // up to nSteps steps and are measured separately (BM_ProxyOpEvent).
 #include <benchmark/benchmark.h>
+#include <time.h>
 #include <unistd.h>
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
 
 #include "c4/profiler/shells.h"
 
@@ -101,6 +105,26 @@ void BM_ProxyOpEvent(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 BENCHMARK(BM_ProxyOpEvent);
+
+// The two step clocks' reads alone (the plugin's StepClock): clock_gettime(CLOCK_MONOTONIC)
+// through the vDSO, and the TSC where the plugin uses it.
+void BM_ClockGettimeRead(benchmark::State& state) {
+  timespec t{};
+  for (auto _ : state) {
+    ::clock_gettime(CLOCK_MONOTONIC, &t);
+    benchmark::DoNotOptimize(t);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_ClockGettimeRead);
+
+#if defined(__x86_64__)
+void BM_TscRead(benchmark::State& state) {
+  for (auto _ : state) benchmark::DoNotOptimize(__rdtsc());
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_TscRead);
+#endif
 
 }  // namespace
 }  // namespace c4::profiler

@@ -4,6 +4,9 @@
 
 #include <atomic>
 #include <cstdint>
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
 #include <limits>
 #include <memory>
 
@@ -74,8 +77,8 @@ struct StepSlot {
   std::uint8_t phase = kNone;
   std::uint8_t seen = 0;  // bit per phase
   OpSlot* op = nullptr;
-  std::int64_t phase_start_ns = 0;
-  std::int64_t phase_ns[4] = {};
+  std::int64_t phase_start = 0;  // Context::stepTicks()
+  std::int64_t phase_ticks[4] = {};
   std::size_t trans_size = 0;
 };
 
@@ -119,6 +122,19 @@ class Context {
 
   [[nodiscard]] std::int64_t nowNs() const noexcept {
     return clock->monoNow().time_since_epoch().count();
+  }
+  // The proxy-step phases' clock (StepClock): TSC ticks, or nowNs() where the TSC is not used.
+  bool step_tsc = false;
+  double step_ns_per_tick = 1.0;
+  [[nodiscard]] std::int64_t stepTicks() const noexcept {
+#if defined(__x86_64__)
+    if (step_tsc) return static_cast<std::int64_t>(__rdtsc());
+#endif
+    return nowNs();
+  }
+  [[nodiscard]] std::int64_t ticksToNs(std::int64_t ticks) const noexcept {
+    return step_tsc ? static_cast<std::int64_t>(static_cast<double>(ticks) * step_ns_per_tick)
+                    : ticks;
   }
 };
 

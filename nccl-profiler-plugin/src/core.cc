@@ -1,9 +1,15 @@
 // The event path: what each NCCL profiler event does to a communicator's aggregates.
 // Every function here is noexcept, allocation-free and lock-free (README "Threads").
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <bit>
+#include <cstdio>
+#include <cstdlib>
+#include <initializer_list>
+#include <string>
+#include <string_view>
 #include <tuple>
 
 #include "context.h"
@@ -157,7 +163,7 @@ StepSlot::Phase phaseOf(int state) {
 void stopStep(StepSlot& s) noexcept {
   OpSlot& op = *s.op;
   Context& c = *op.ctx;
-  if (s.phase != StepSlot::kNone) s.phase_ns[s.phase] += c.nowNs() - s.phase_start_ns;
+  if (s.phase != StepSlot::kNone) s.phase_ticks[s.phase] += c.stepTicks() - s.phase_start;
   std::uint64_t bytes = s.trans_size;
   op.step_bytes += bytes;
   LinkEntry* link = op.link.load(std::memory_order_relaxed);
@@ -165,7 +171,8 @@ void stopStep(StepSlot& s) noexcept {
     bump(link->bytes, bytes);
     bump(link->steps, 1);
     auto us = [&](int p) {
-      return static_cast<std::uint64_t>(std::max<std::int64_t>(0, s.phase_ns[p])) / 1000;
+      return static_cast<std::uint64_t>(std::max<std::int64_t>(0, c.ticksToNs(s.phase_ticks[p]))) /
+             1000;
     };
     if (s.seen & (1u << StepSlot::kNet)) link->net_wait.record(us(StepSlot::kNet));
     if (s.seen & (1u << StepSlot::kTransfer)) link->transfer.record(us(StepSlot::kTransfer));
@@ -217,11 +224,111 @@ Context::Context(const CommInfo& i, Clock& c, std::uint32_t contextId)
       links(new LinkEntry[link_cap]),
       chan_cap(std::min(kMaxChannels, link_cap * 8)),
       chans(new ChannelEntry[chan_cap]) {
+  // The TSC only with the real clock: a test's injected clock times the steps too.
+  if (clock == &realClock()) {
+    const StepClock& sc = processStepClock();
+    step_tsc = sc.tsc;
+    step_ns_per_tick = sc.ns_per_tick;
+  }
   for (std::size_t i2 = 0; i2 < kTaskPool; ++i2) tasks[i2].ctx = this;
   for (std::size_t o = 0; o < kProxyOpPool; ++o) {
     ops[o].ctx = this;
     for (auto& s : ops[o].steps) s.op = &ops[o];
   }
+}
+
+// ---- Step clock
+// ----------------------------------------------------------------------------------
+
+namespace {
+
+// The first line of `path` without its newline, or "" when it cannot be read.
+std::string firstLine(const char* path) {
+  std::FILE* f = std::fopen(path, "re");
+  if (f == nullptr) return {};
+  char buf[128] = {};
+  std::string out = std::fgets(buf, sizeof buf, f) != nullptr ? buf : "";
+  std::fclose(f);
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return out;
+}
+
+// Whether the first "flags" line of a /proc/cpuinfo lists every one of `flags` (whole words).
+bool cpuHasFlags(const char* path, std::initializer_list<std::string_view> flags) {
+  std::FILE* f = std::fopen(path, "re");
+  if (f == nullptr) return false;
+  char* line = nullptr;
+  std::size_t cap = 0;
+  bool ok = false;
+  while (::getline(&line, &cap, f) > 0) {
+    std::string_view l(line);
+    if (!l.starts_with("flags")) continue;
+    const auto colon = l.find(':');
+    if (colon == std::string_view::npos) break;
+    l.remove_prefix(colon + 1);
+    ok = true;
+    for (std::string_view flag : flags) {
+      bool found = false;
+      for (std::size_t at = l.find(flag); at != std::string_view::npos && !found;
+           at = l.find(flag, at + 1)) {
+        const std::size_t end = at + flag.size();
+        found =
+            (at == 0 || l[at - 1] == ' ') && (end == l.size() || l[end] == ' ' || l[end] == '\n');
+      }
+      ok = ok && found;
+    }
+    break;
+  }
+  std::free(line);
+  std::fclose(f);
+  return ok;
+}
+
+}  // namespace
+
+StepClock calibrateStepClock(const char* clocksource_path, const char* cpuinfo_path,
+                             const char* env_value) {
+#if defined(__x86_64__)
+  if (env_value != nullptr && std::string_view(env_value) == "0") return {};
+  if (firstLine(clocksource_path) != "tsc") return {};
+  if (!cpuHasFlags(cpuinfo_path, {"constant_tsc", "nonstop_tsc"})) return {};
+  // The hardware clock against the kernel's, over 2 ms (a read's jitter is ~25 ppm of that).
+  // CLOCK_MONOTONIC directly: this measures the TSC, which only the real clock stands for.
+  auto monoNs = [](std::int64_t* out) {
+    timespec t{};
+    if (::clock_gettime(CLOCK_MONOTONIC, &t) != 0) return false;
+    *out = static_cast<std::int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
+    return true;
+  };
+  std::int64_t a = 0, b = 0;
+  if (!monoNs(&a)) return {};
+  const std::uint64_t t0 = __rdtsc();
+  b = a;
+  while (b - a < 2'000'000) {
+    if (!monoNs(&b)) return {};
+  }
+  const std::uint64_t t1 = __rdtsc();
+  if (t1 <= t0) return {};
+  const double ns_per_tick = static_cast<double>(b - a) / static_cast<double>(t1 - t0);
+  if (!(ns_per_tick > 0.01 && ns_per_tick < 10.0)) return {};  // a TSC of 100 MHz..100 GHz
+  return {true, ns_per_tick};
+#else
+  (void)clocksource_path;
+  (void)cpuinfo_path;
+  (void)env_value;
+  return {};
+#endif
+}
+
+const StepClock& processStepClock() {
+  static const StepClock clock =
+      calibrateStepClock("/sys/devices/system/clocksource/clocksource0/current_clocksource",
+                         "/proc/cpuinfo", std::getenv("C4_PROFILER_TSC"));
+  return clock;
+}
+
+bool stepsUseTsc(const Context& ctx) {
+  return ctx.step_tsc;
 }
 
 // ---- Event path
@@ -335,7 +442,7 @@ void* startProxyStep(void* parentOp, int step) noexcept {
   s.phase = StepSlot::kNone;
   s.seen = 0;
   s.trans_size = 0;
-  s.phase_ns[1] = s.phase_ns[2] = s.phase_ns[3] = 0;
+  s.phase_ticks[1] = s.phase_ticks[2] = s.phase_ticks[3] = 0;
   return &s;
 }
 
@@ -367,11 +474,11 @@ void recordState(void* handle, int state, const std::size_t* transSize) noexcept
     if (p == StepSlot::kNone) return;
     if (transSize != nullptr) s.trans_size = *transSize;
     if (p == s.phase) return;  // SendPeerWait is recorded on every poll (net.cc l.1407)
-    std::int64_t now = s.op->ctx->nowNs();
-    if (s.phase != StepSlot::kNone) s.phase_ns[s.phase] += now - s.phase_start_ns;
+    std::int64_t now = s.op->ctx->stepTicks();
+    if (s.phase != StepSlot::kNone) s.phase_ticks[s.phase] += now - s.phase_start;
     s.phase = p;
     s.seen = static_cast<std::uint8_t>(s.seen | (1u << p));
-    s.phase_start_ns = now;
+    s.phase_start = now;
   } else if (magic == kOpMagic) {
     // ProxyOp states 0..7 (NCCL < 2.27): args.proxyOp.transSize is the op's cumulative size.
     auto& op = *static_cast<OpSlot*>(handle);

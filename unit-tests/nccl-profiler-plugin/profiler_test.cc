@@ -864,5 +864,87 @@ TEST(ProfilerConfig, ReadsTheNetPluginsVariables) {
   EXPECT_EQ(cfg.warnings.size(), 2u);
 }
 
+// The step clock: the TSC only where the kernel keeps time with it (clocksource tsc, constant
+// and nonstop TSC, whole flag words), not when C4_PROFILER_TSC=0; its factor measured against
+// CLOCK_MONOTONIC.
+TEST(StepClockTest, TheTscIsUsedOnlyWhereTheKernelTrustsIt) {
+  char dir[] = "/tmp/c4-stepclock-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string source = std::string(dir) + "/clocksource";
+  const std::string cpu = std::string(dir) + "/cpuinfo";
+  auto write = [](const std::string& path, const std::string& text) {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+  };
+  const std::string head = "processor\t: 0\nvendor_id\t: GenuineIntel\n";
+  write(cpu, head + "flags\t\t: fpu tsc constant_tsc rep_good nonstop_tsc cpuid\nbugs\t\t:\n");
+  write(source, "hpet\n");
+  EXPECT_FALSE(calibrateStepClock(source.c_str(), cpu.c_str(), nullptr).tsc) << "hpet";
+  write(source, "tsc\n");
+#if defined(__x86_64__)
+  const StepClock on = calibrateStepClock(source.c_str(), cpu.c_str(), nullptr);
+  EXPECT_TRUE(on.tsc);
+  EXPECT_GT(on.ns_per_tick, 0.01);
+  EXPECT_LT(on.ns_per_tick, 10.0);
+  EXPECT_TRUE(calibrateStepClock(source.c_str(), cpu.c_str(), "1").tsc);
+#endif
+  EXPECT_FALSE(calibrateStepClock(source.c_str(), cpu.c_str(), "0").tsc) << "turned off";
+  write(cpu, head + "flags\t\t: fpu tsc constant_tsc rep_good nonstop_tsc_x cpuid\n");
+  EXPECT_FALSE(calibrateStepClock(source.c_str(), cpu.c_str(), nullptr).tsc) << "a longer word";
+  write(cpu, head + "flags\t\t: fpu tsc constant_tsc\n");
+  EXPECT_FALSE(calibrateStepClock(source.c_str(), cpu.c_str(), nullptr).tsc) << "not nonstop";
+  EXPECT_FALSE(calibrateStepClock((source + ".missing").c_str(), cpu.c_str(), nullptr).tsc);
+  std::remove(source.c_str());
+  std::remove(cpu.c_str());
+  ::rmdir(dir);
+}
+
+// With the real clock the steps are timed by the step clock (the TSC here when the kernel uses
+// it): a SendWait of 3 ms reads as 3 ms, not as ticks.
+TEST(StepClockTest, RealStepsAreTimedInMicroseconds) {
+  ProfilerOptions o;  // the real clock
+  o.start_reporter = false;
+  o.config.rank = 0;
+  o.config.world_size = 2;
+  setProcessOptionsForTest(o);
+  int mask = 0;
+  void* ctx = nullptr;
+  ASSERT_EQ(tableV6().init(&ctx, 1, &mask, "world", 1, 2, 0, nullptr), C4_NCCL_PROF_SUCCESS);
+  EXPECT_EQ(stepsUseTsc(*static_cast<Context*>(ctx)), processStepClock().tsc);
+  C4NcclProfilerEventDescr_v6_t d{};
+  d.type = C4_NCCL_PROFILE_PROXY_OP;
+  d.proxyOp.pid = ::getpid();
+  d.proxyOp.peer = 1;
+  d.proxyOp.nSteps = 1;
+  d.proxyOp.isSend = 1;
+  void* op = nullptr;
+  ASSERT_EQ(tableV6().startEvent(ctx, &op, &d), C4_NCCL_PROF_SUCCESS);
+  C4NcclProfilerEventDescr_v6_t sd{};
+  sd.type = C4_NCCL_PROFILE_PROXY_STEP;
+  sd.parentObj = op;
+  void* step = nullptr;
+  ASSERT_EQ(tableV6().startEvent(ctx, &step, &sd), C4_NCCL_PROF_SUCCESS);
+  C4NcclProfilerEventStateArgs_v6_t a{};
+  a.proxyStep.transSize = 4096;
+  tableV6().recordEventState(step, static_cast<C4NcclProfState>(kSendWait), &a);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(3ms);
+  tableV6().stopEvent(step);
+  const auto slept =
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
+  tableV6().stopEvent(op);
+  auto links =
+      linkStats(*static_cast<Context*>(ctx), realClock().monoNow().time_since_epoch().count());
+  ASSERT_EQ(links.size(), 1u);
+  EXPECT_EQ(links[0].transfer.count, 1u);
+  EXPECT_GE(links[0].transfer.sum, 2900u) << "3 ms asleep";
+  EXPECT_LE(links[0].transfer.sum, static_cast<std::uint64_t>(slept) + 100) << "at most the sleep";
+  EXPECT_EQ(tableV6().finalize(ctx), C4_NCCL_PROF_SUCCESS);
+  setProcessOptionsForTest(std::nullopt);
+}
+
 }  // namespace
 }  // namespace c4::profiler
