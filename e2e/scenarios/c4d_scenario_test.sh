@@ -14,6 +14,9 @@
 #              (fabric.sh link ... set --rate): commSlow naming that node (its NIC: cordon and
 #              restart) or a link with it at one end (a re-plan request, no restart at once; the
 #              link still slow 30 s later, the job restarts away from both ends, no cordon)
+#   gradual    the same link at half its rate (a gradually degraded NIC): the same verdicts (the
+#              emulated link's queueing makes the ranks' transfers slower than half: 0.2x of the
+#              job's reference in the runs so far)
 #   compound   two independent faults at once: the blackhole above on train-3 -> train-4 (nodes A
 #              and B) and a frozen rank (SIGSTOP) on a third node X, on 7 nodes: both verdicts
 #              join ONE restart that avoids A, B and X (X cordoned, A and B not), still 8 ranks on
@@ -37,7 +40,7 @@
 # training state is a function of the steps only). Prints the figures: injection -> verdict ->
 # cordon -> running again, and the goodput lost.
 #
-#   c4d_scenario_test.sh <build dir> <work dir> blackhole|slowlink|straggler|compound|pause|healthy
+#   c4d_scenario_test.sh <build dir> <work dir> blackhole|slowlink|gradual|straggler|compound|pause|healthy
 #   C4_E2E_NO_DETECTION=1 ... <fault>  the control: the same fault with the report endpoint and
 #                                      C4D off; passes when the scenario's checks fail for want
 #                                      of C4D (no verdict, no restart after 30 s)
@@ -54,8 +57,8 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 source "$ROOT/e2e/scenarios/lib/c4.sh"
 MODE=${3:-}
 case $MODE in
-  blackhole | slowlink | straggler | compound | pause | healthy) ;;
-  *) echo "usage: $0 <build dir> <work dir> blackhole|slowlink|straggler|compound|pause|healthy" >&2; exit 2 ;;
+  blackhole | slowlink | gradual | straggler | compound | pause | healthy) ;;
+  *) echo "usage: $0 <build dir> <work dir> blackhole|slowlink|gradual|straggler|compound|pause|healthy" >&2; exit 2 ;;
 esac
 RANKS=${C4_E2E_RANKS:-8}
 NODES=${C4_E2E_NODES:-6}
@@ -65,7 +68,7 @@ STEPS=${C4_E2E_STEPS:-450}
 STATE=256K
 # The slow link needs traffic that fills a 10% link: 2 MiB of state (3.5 MiB per ring edge and
 # step, 256 KiB frames, above the shaper's 128 KiB burst) instead of 256 KiB.
-[[ $MODE == slowlink ]] && STATE=2M STEPS=${C4_E2E_STEPS:-250}
+[[ $MODE == slowlink || $MODE == gradual ]] && STATE=2M STEPS=${C4_E2E_STEPS:-250}
 [[ $MODE == healthy ]] && STEPS=${C4_E2E_STEPS:-1800}
 CONTROL=""
 [[ -n ${C4_E2E_NO_DETECTION:-} ]] && CONTROL=nodetect
@@ -237,13 +240,15 @@ case $MODE in
     blackhole "$node_a" "$node_b"
     expect_class=commHang expect_culprit="link $(link_name "$node_a" "$node_b")"
     ;;
-  slowlink)
+  slowlink | gradual)
+    divisor=10
+    [[ $MODE == gradual ]] && divisor=2
     rate=$(grep -o 'RATE=[^ ]*' "$CLUSTER/fabric/plan.env" | head -1 | cut -d= -f2 | tr -d '"')
     [[ $rate =~ ^([0-9]+)(gbit|mbit)$ ]] || fail "fabric link rate '$rate'"
     mbit=${BASH_REMATCH[1]}
     [[ ${BASH_REMATCH[2]} == gbit ]] && mbit=$((mbit * 1000))
-    "$FABRIC" link --dir "$CLUSTER" "$node_a" set --rate "$((mbit / 10))mbit"
-    echo "link $node_a (host <-> leaf): $rate -> $((mbit / 10))mbit"
+    "$FABRIC" link --dir "$CLUSTER" "$node_a" set --rate "$((mbit / divisor))mbit"
+    echo "link $node_a (host <-> leaf): $rate -> $((mbit / divisor))mbit"
     expect_class=commSlow expect_culprit=$node_a
     ;;
   straggler)
@@ -302,7 +307,7 @@ else
       [[ $detected == "$expect_class of $expect_culprit:"* ]] || fail "the verdict does not name $expect_culprit"
       culprit_nodes=("$node_a" "$node_b")
       ;;
-    slowlink)
+    slowlink | gradual)
       # The slow node link is that node's NIC (a whole row/column) or a link with it at one end.
       if [[ $detected == "commSlow of node $node_a:"* ]]; then
         culprit_nodes=("$node_a")
@@ -341,7 +346,7 @@ else
     echo "no cordon (action: ${detected##*action })"
   fi
 
-  if [[ $MODE == slowlink && $detected == *"action replan"* ]]; then
+  if [[ $MODE == slowlink || $MODE == gradual ]] && [[ $detected == *"action replan"* ]]; then
     # A link verdict asks C4P to re-plan around the link and restarts nothing. The job plans no
     # traffic here, so the link stays slow: after the detector's replan_grace (30 s) the fault is at
     # one of its ends, a NIC. No end has node-level evidence, so the job restarts away from both
@@ -355,6 +360,7 @@ else
       [[ $nic == *"action cordonAndRestart"* ]] || fail "the NIC verdict does not cordon and restart"
       wait_until 20 "$node_a cordoned" bash -c \
         "[[ \$(kubectl get node $node_a -o jsonpath='{.spec.unschedulable}') == true ]]"
+      T_CORDON=$(now_s)
       culprit_nodes=("$node_a")
       echo "node $node_a: cordoned once its NIC was named"
     else
