@@ -1332,20 +1332,20 @@ TEST(PlannerDiagnosisTest, StaleDryRunAndNoCordonPolicyAreRespected) {
 TEST(BuildPodTest, AvoidedNodesJoinEveryNodeSelectorTermOfTheTemplate) {
   Json job = makeJob(1);
   job["spec"]["template"]["spec"]["affinity"] = {
-    {"nodeAffinity",
-     {{"requiredDuringSchedulingIgnoredDuringExecution",
-       {{"nodeSelectorTerms",
+      {"nodeAffinity",
+       {{"requiredDuringSchedulingIgnoredDuringExecution",
+         {{"nodeSelectorTerms",
+           Json::array(
+               {{{"matchExpressions",
+                  Json::array({{{"key", "gpu"}, {"operator", "In"}, {"values", {"h100"}}}})}},
+                {{"matchExpressions",
+                  Json::array({{{"key", "gpu"}, {"operator", "In"}, {"values", {"h200"}}}})}}})}}},
+        {"preferredDuringSchedulingIgnoredDuringExecution",
          Json::array(
-             {{{"matchExpressions",
-                Json::array({{{"key", "gpu"}, {"operator", "In"}, {"values", {"h100"}}}})}},
-              {{"matchExpressions",
-                Json::array({{{"key", "gpu"}, {"operator", "In"}, {"values", {"h200"}}}})}}})}}},
-       {"preferredDuringSchedulingIgnoredDuringExecution",
-        Json::array(
-            {{{"weight", 7},
-              {"preference",
-               {{"matchExpressions",
-                 Json::array({{{"key", "zone"}, {"operator", "In"}, {"values", {"a"}}}})}}}}})}}}};
+             {{{"weight", 7},
+               {"preference",
+                {{"matchExpressions",
+                  Json::array({{{"key", "zone"}, {"operator", "In"}, {"values", {"a"}}}})}}}}})}}}};
   Json pod = buildPod(job, *parseTrainingJobSpec(job), 0, 1, std::nullopt, PodSettings{},
                       NodeAvoidance{{"bad-1", "bad-2"}, {"meh"}});
   const Json& preferred =
