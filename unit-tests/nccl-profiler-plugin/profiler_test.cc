@@ -903,47 +903,30 @@ TEST(StepClockTest, TheTscIsUsedOnlyWhereTheKernelTrustsIt) {
 
 // With the real clock the steps are timed by the step clock (the TSC here when the kernel uses
 // it): a SendWait of 3 ms reads as 3 ms, not as ticks.
-TEST(StepClockTest, RealStepsAreTimedInMicroseconds) {
+TEST_F(ProfilerTest, RealStepsAreTimedInMicroseconds) {
   ProfilerOptions o;  // the real clock
   o.start_reporter = false;
   o.config.rank = 0;
   o.config.world_size = 2;
   setProcessOptionsForTest(o);
-  int mask = 0;
-  void* ctx = nullptr;
-  ASSERT_EQ(tableV6().init(&ctx, 1, &mask, "world", 1, 2, 0, nullptr), C4_NCCL_PROF_SUCCESS);
-  EXPECT_EQ(stepsUseTsc(*static_cast<Context*>(ctx)), processStepClock().tsc);
-  C4NcclProfilerEventDescr_v6_t d{};
-  d.type = C4_NCCL_PROFILE_PROXY_OP;
-  d.proxyOp.pid = ::getpid();
-  d.proxyOp.peer = 1;
-  d.proxyOp.nSteps = 1;
-  d.proxyOp.isSend = 1;
-  void* op = nullptr;
-  ASSERT_EQ(tableV6().startEvent(ctx, &op, &d), C4_NCCL_PROF_SUCCESS);
-  C4NcclProfilerEventDescr_v6_t sd{};
-  sd.type = C4_NCCL_PROFILE_PROXY_STEP;
-  sd.parentObj = op;
-  void* step = nullptr;
-  ASSERT_EQ(tableV6().startEvent(ctx, &step, &sd), C4_NCCL_PROF_SUCCESS);
-  C4NcclProfilerEventStateArgs_v6_t a{};
-  a.proxyStep.transSize = 4096;
-  tableV6().recordEventState(step, static_cast<C4NcclProfState>(kSendWait), &a);
+  void* ctx = initV6();
+  EXPECT_EQ(stepsUseTsc(context(ctx)), processStepClock().tsc);
+  void* op = proxyOp(ctx, nullptr, 1, true);
+  void* step = proxyStep(ctx, op, 0);
+  record(step, kSendWait, 4096);
   const auto t0 = std::chrono::steady_clock::now();
   std::this_thread::sleep_for(3ms);
-  tableV6().stopEvent(step);
+  stop(step);
   const auto slept =
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
           .count();
-  tableV6().stopEvent(op);
-  auto links =
-      linkStats(*static_cast<Context*>(ctx), realClock().monoNow().time_since_epoch().count());
+  stop(op);
+  auto links = linkStats(context(ctx), realClock().monoNow().time_since_epoch().count());
   ASSERT_EQ(links.size(), 1u);
   EXPECT_EQ(links[0].transfer.count, 1u);
   EXPECT_GE(links[0].transfer.sum, 2900u) << "3 ms asleep";
   EXPECT_LE(links[0].transfer.sum, static_cast<std::uint64_t>(slept) + 100) << "at most the sleep";
   EXPECT_EQ(tableV6().finalize(ctx), C4_NCCL_PROF_SUCCESS);
-  setProcessOptionsForTest(std::nullopt);
 }
 
 }  // namespace
