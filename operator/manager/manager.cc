@@ -124,9 +124,7 @@ Status Manager::build(const KubeConfig& kube_config) {
   // A person's c4.dev/release on a repaired node: the remediator's loop (running while this
   // process leads) returns it to service.
   nodes.addHandler([r = remediator_.get()](InformerEvent event, const Json*, const Json& node) {
-    if (event == InformerEvent::kDelete) return;
-    const Json& annotations = fieldsOf(fieldsOf(node, "metadata"), "annotations");
-    if (annotations.is_object() && annotations.contains(node_annotations::kRelease)) {
+    if (event != InformerEvent::kDelete && hasReleaseAnnotation(node)) {
       r->requestRelease(objectName(node));
     }
   });

@@ -916,14 +916,10 @@ Result<UncordonOutcome> NodeRemediator::uncordonImpl(const std::string& node_nam
   });
 }
 
-namespace {
-
 bool hasReleaseAnnotation(const Json& node) {
   const Json& annotations = fieldsOf(fieldsOf(node, "metadata"), "annotations");
   return annotations.is_object() && annotations.contains(node_annotations::kRelease);
 }
-
-}  // namespace
 
 void NodeRemediator::requestRelease(const std::string& node) {
   std::lock_guard lock(mu_);
