@@ -67,9 +67,9 @@ inline constexpr const char* kWasCordoned = "c4.dev/was-already-cordoned";
 inline constexpr const char* kRelease = "c4.dev/release";
 }  // namespace node_annotations
 inline constexpr const char* kReleaseTrue = "true";
+inline constexpr const char* kReleaseForgetHistory = "forget-history";
 // Whether `node` carries c4.dev/release (whatever its value).
 bool hasReleaseAnnotation(const Json& node);
-inline constexpr const char* kReleaseForgetHistory = "forget-history";
 inline constexpr const char* kFaultyTaintKey = "c4.dev/faulty";
 // The failpoint between an owed cordon's record (its breaker slot) and the Node patch
 // (NodeActionConfig::fault_hook; manager/failpoints.h arms it in the binary).

@@ -413,42 +413,58 @@ void TrafficPlanController::publishExplanations() {
       const c4p::JobPlan* plan = planner_->plan(key);
       if (plan == nullptr) continue;
       auto& job_out = out[key];
+      // A pair's two nodes' locations and its key (both directions of a node pair share it),
+      // or nullopt when a node is unknown or the pair is explained already.
+      struct PairAt {
+        const c4p::NodeLocation& src;
+        const c4p::NodeLocation& dst;
+        std::pair<std::string, std::string> nodes;
+      };
+      auto unexplained = [&](const c4p::PlannedPair& pair) -> std::optional<PairAt> {
+        auto src = nodes_.find(pair.local_node);
+        auto dst = nodes_.find(pair.peer_node);
+        if (src == nodes_.end() || dst == nodes_.end()) return std::nullopt;
+        PairAt at{
+            src->second,
+            dst->second,
+            {std::min(pair.local_node, pair.peer_node), std::max(pair.local_node, pair.peer_node)}};
+        if (job_out.contains(at.nodes)) return std::nullopt;
+        return at;
+      };
       // First the directions the pairs' planned paths send on, in both directions of a node
-      // pair; then, for a pair none of them explains, the directions its acknowledgements may
-      // come back on (any path back: the return path follows the fabric's hash of the reverse
-      // flow, which no plan sets), and only where they drop packets — a degraded return
-      // direction carries acknowledgements well enough.
-      for (int pass = 0; pass < (drops ? 2 : 1); ++pass) {
-        for (const auto& pair : plan->pairs) {
-          auto src = nodes_.find(pair.local_node);
-          auto dst = nodes_.find(pair.peer_node);
-          if (src == nodes_.end() || dst == nodes_.end()) continue;
-          const std::pair<std::string, std::string> nodes{
-              std::min(pair.local_node, pair.peer_node), std::max(pair.local_node, pair.peer_node)};
-          if (job_out.contains(nodes)) continue;
-          if (pass == 0) {
-            for (const auto& sf : pair.subflows) {
-              if (sf.path < 0) continue;
-              auto links = fabric.pathLinks(src->second, dst->second, sf.path);
-              if (!links) continue;
-              std::string why;
-              for (const auto& [link, dir] : *links) {
-                why = linkWhy(link, dir);
-                if (!why.empty()) break;
-              }
-              if (why.empty()) continue;
-              job_out[nodes] = why + " on the path of " + pair.local_node + " -> " +
-                               pair.peer_node + " (path " + std::to_string(sf.path) + ")";
-              break;
-            }
-            continue;
+      // pair.
+      for (const auto& pair : plan->pairs) {
+        auto at = unexplained(pair);
+        if (!at) continue;
+        for (const auto& sf : pair.subflows) {
+          if (sf.path < 0) continue;
+          auto links = fabric.pathLinks(at->src, at->dst, sf.path);
+          if (!links) continue;
+          std::string why;
+          for (const auto& [link, dir] : *links) {
+            why = linkWhy(link, dir);
+            if (!why.empty()) break;
           }
-          auto [why, path] = firstDroppingBack(dst->second, src->second);
-          if (path < 0) continue;
-          job_out[nodes] = why + " on a path back of " + pair.local_node + " -> " + pair.peer_node +
-                           " (path " + std::to_string(path) + " of " + pair.peer_node + " -> " +
-                           pair.local_node + ", which its acknowledgements may take)";
+          if (why.empty()) continue;
+          job_out[at->nodes] = why + " on the path of " + pair.local_node + " -> " +
+                               pair.peer_node + " (path " + std::to_string(sf.path) + ")";
+          break;
         }
+      }
+      // Then, for a pair none of them explains, the directions its acknowledgements may come
+      // back on (any path back: the return path follows the fabric's hash of the reverse flow,
+      // which no plan sets), and only where they drop packets — a degraded return direction
+      // carries acknowledgements well enough.
+      for (const auto& pair : plan->pairs) {
+        if (!drops) break;
+        auto at = unexplained(pair);
+        if (!at) continue;
+        auto [why, path] = firstDroppingBack(at->dst, at->src);
+        if (path < 0) continue;
+        job_out[at->nodes] = why + " on a path back of " + pair.local_node + " -> " +
+                             pair.peer_node + " (path " + std::to_string(path) + " of " +
+                             pair.peer_node + " -> " + pair.local_node +
+                             ", which its acknowledgements may take)";
       }
       if (job_out.empty()) out.erase(key);
     }
