@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <deque>
 #include <limits>
 #include <numeric>
 #include <optional>
@@ -698,45 +699,96 @@ double maxNorm(const Index& ix, const std::vector<double>& used) {
   return m;
 }
 
-// Weights: equal over live paths (a path is dead when any of its link directions has capacity
-// 0), then, for pairs with a path loaded above 1, pairwise moves from the pair's most loaded path
-// to its least loaded one (a path's load: the largest over its link directions); the best state
-// seen is kept. Weights are rounded to 1e-4.
-void balanceWeights(const Index& ix, std::vector<Item>& items, int rounds) {
-  // Group the items of each pair (they are consecutive).
-  std::vector<std::pair<std::size_t, std::size_t>> groups;
+// The items of one pair: [begin, end) in the item vector (a pair's items are consecutive).
+using Group = std::pair<std::size_t, std::size_t>;
+
+std::vector<Group> pairGroups(const std::vector<Item>& items) {
+  std::vector<Group> groups;
   for (std::size_t i = 0; i < items.size();) {
     std::size_t j = i;
     while (j < items.size() && items[j].pair == items[i].pair) ++j;
-    groups.push_back({i, j});
+    groups.emplace_back(i, j);
     i = j;
   }
-  // Per item: the link directions of its path, and whether they all have capacity.
-  std::vector<PathLinks> path_of(items.size());
-  std::vector<bool> alive(items.size());
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    const auto links = ix.links(
-        items[i].route, items[i].pair->subflows[static_cast<std::size_t>(items[i].sub)].path);
-    path_of[i] = links;
-    alive[i] =
-        std::all_of(links.begin(), links.end(), [&](std::size_t l) { return ix.cap[l] > 0; });
-  }
+  return groups;
+}
+
+PlannedSubflow& subflowOf(const Item& it) {
+  return it.pair->subflows[it.sub];
+}
+
+// Weights of the pairs `groups`, every other pair's weights fixed: equal over live paths (a path
+// is dead when any of its link directions has capacity 0), then, for pairs with a path loaded
+// above 1, pairwise moves from the pair's most loaded path to its least loaded one (a path's
+// load: the largest over its link directions); the best state seen (the lowest maximum over the
+// link directions these pairs' paths use) is kept. Weights are rounded to 1e-4. `used` holds
+// every item's weighted load on entry; on return it is stale (weightedUse gives it again).
+void balanceWeights(const Index& ix, std::vector<Item>& items, const std::vector<Group>& groups,
+                    std::vector<double>& used, int rounds) {
+  // Per item of the groups (in group order): the link directions of its path, and whether they
+  // all have capacity.
+  std::size_t n = 0;
+  for (auto [b, e] : groups) n += e - b;
+  std::vector<PathLinks> path_of;
+  std::vector<char> alive;
+  std::vector<std::size_t> touched;  // link directions the groups' paths use
+  std::vector<char> seen(used.size(), 0);
+  path_of.reserve(n);
+  alive.reserve(n);
   for (auto [b, e] : groups) {
-    std::size_t live = 0;
-    for (std::size_t i = b; i < e; ++i) live += alive[i] ? 1U : 0U;
     for (std::size_t i = b; i < e; ++i) {
-      auto& s = items[i].pair->subflows[static_cast<std::size_t>(items[i].sub)];
-      s.weight = live == 0 ? 1.0 / static_cast<double>(e - b)
-                           : (alive[i] ? 1.0 / static_cast<double>(live) : 0.0);
+      const auto links = ix.links(items[i].route, subflowOf(items[i]).path);
+      path_of.push_back(links);
+      alive.push_back(
+          std::all_of(links.begin(), links.end(), [&](std::size_t l) { return ix.cap[l] > 0; })
+              ? 1
+              : 0);
+      for (std::size_t l : links) {
+        if (seen[l] == 0) touched.push_back(l);
+        seen[l] = 1;
+      }
     }
   }
-  std::vector<double> used = weightedUse(ix, items);
+  std::sort(touched.begin(), touched.end());
+  auto addAll = [&](double sign) {
+    std::size_t k = 0;
+    for (auto [b, e] : groups) {
+      for (std::size_t i = b; i < e; ++i, ++k) {
+        const double c = sign * items[i].pair->demand_gbps * subflowOf(items[i]).weight;
+        for (std::size_t l : path_of[k]) used[l] += c;
+      }
+    }
+  };
+  addAll(-1);
+  {
+    std::size_t k = 0;
+    for (auto [b, e] : groups) {
+      std::size_t live = 0;
+      for (std::size_t i = b; i < e; ++i) live += alive[k + i - b] != 0 ? 1U : 0U;
+      for (std::size_t i = b; i < e; ++i, ++k) {
+        subflowOf(items[i]).weight = live == 0
+                                         ? 1.0 / static_cast<double>(e - b)
+                                         : (alive[k] != 0 ? 1.0 / static_cast<double>(live) : 0.0);
+      }
+    }
+  }
+  if (n == items.size()) {
+    used = weightedUse(ix, items);  // every pair: the loads afresh, as when nothing was fixed
+  } else {
+    addAll(1);
+  }
   auto snapshot = [&] {
     std::vector<double> w;
-    w.reserve(items.size());
-    for (const auto& it : items)
-      w.push_back(it.pair->subflows[static_cast<std::size_t>(it.sub)].weight);
+    w.reserve(n);
+    for (auto [b, e] : groups) {
+      for (std::size_t i = b; i < e; ++i) w.push_back(subflowOf(items[i]).weight);
+    }
     return w;
+  };
+  auto maxTouched = [&] {
+    double m = 0;
+    for (std::size_t l : touched) m = std::max(m, norm(used[l], ix.cap[l]));
+    return m;
   };
   auto minCap = [&](PathLinks links) {
     double c = kInf;
@@ -744,19 +796,22 @@ void balanceWeights(const Index& ix, std::vector<Item>& items, int rounds) {
     return c;
   };
   std::vector<double> best = snapshot();
-  double best_max = maxNorm(ix, used);
+  double best_max = maxTouched();
   for (int r = 0; r < rounds; ++r) {
     bool moved = false;
+    std::size_t k = 0;
     for (auto [b, e] : groups) {
+      const std::size_t k0 = k;
+      k += e - b;
       if (e - b < 2) continue;
       double demand = items[b].pair->demand_gbps;
       std::size_t hi = e, lo = e;
       double chi = -1, clo = kInf;
       for (std::size_t i = b; i < e; ++i) {
-        if (!alive[i]) continue;
-        const auto& s = items[i].pair->subflows[static_cast<std::size_t>(items[i].sub)];
+        if (alive[k0 + i - b] == 0) continue;
+        const auto& s = subflowOf(items[i]);
         double c = -kInf;
-        for (std::size_t l : path_of[i]) c = std::max(c, norm(used[l], ix.cap[l]));
+        for (std::size_t l : path_of[k0 + i - b]) c = std::max(c, norm(used[l], ix.cap[l]));
         if (s.weight > 1e-12 && c > chi) {
           chi = c;
           hi = i;
@@ -769,10 +824,10 @@ void balanceWeights(const Index& ix, std::vector<Item>& items, int rounds) {
       // Below 1 a link is not what limits the connection (its host link is) and equal weights
       // are best: the transport shares a host link equally among the subflows.
       if (hi == e || lo == e || hi == lo || chi <= 1.0 + 1e-9 || chi - clo <= 1e-6) continue;
-      auto& sh = items[hi].pair->subflows[static_cast<std::size_t>(items[hi].sub)];
-      auto& sl = items[lo].pair->subflows[static_cast<std::size_t>(items[lo].sub)];
-      const auto hl = path_of[hi];
-      const auto ll = path_of[lo];
+      auto& sh = subflowOf(items[hi]);
+      auto& sl = subflowOf(items[lo]);
+      const auto hl = path_of[k0 + hi - b];
+      const auto ll = path_of[k0 + lo - b];
       double a = demand / minCap(hl);
       double c = demand / minCap(ll);
       double delta = std::min(sh.weight, 0.5 * (chi - clo) / (a + c));
@@ -783,29 +838,31 @@ void balanceWeights(const Index& ix, std::vector<Item>& items, int rounds) {
       for (std::size_t l : ll) used[l] += demand * delta;
       moved = true;
     }
-    double m = maxNorm(ix, used);
+    double m = maxTouched();
     if (m < best_max - 1e-12) {
       best_max = m;
       best = snapshot();
     }
     if (!moved) break;
   }
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    items[i].pair->subflows[static_cast<std::size_t>(items[i].sub)].weight = best[i];
+  // Back to the best state, rounded to 1e-4; the largest weight of a pair takes the remainder so
+  // the pair sums to 1.
+  {
+    std::size_t k = 0;
+    for (auto [b, e] : groups) {
+      for (std::size_t i = b; i < e; ++i, ++k) subflowOf(items[i]).weight = best[k];
+    }
   }
-  // Round to 1e-4; the largest weight of a pair takes the remainder so the pair sums to 1.
   for (auto [b, e] : groups) {
     std::size_t big = b;
     double sum = 0;
     for (std::size_t i = b; i < e; ++i) {
-      auto& s = items[i].pair->subflows[static_cast<std::size_t>(items[i].sub)];
+      auto& s = subflowOf(items[i]);
       s.weight = std::round(s.weight * 1e4) / 1e4;
       sum += s.weight;
-      if (s.weight > items[big].pair->subflows[static_cast<std::size_t>(items[big].sub)].weight) {
-        big = i;
-      }
+      if (s.weight > subflowOf(items[big]).weight) big = i;
     }
-    auto& sb = items[big].pair->subflows[static_cast<std::size_t>(items[big].sub)];
+    auto& sb = subflowOf(items[big]);
     sb.weight = std::round((sb.weight + 1.0 - sum) * 1e4) / 1e4;
   }
 }
@@ -855,34 +912,181 @@ std::map<std::string, std::set<std::uint16_t>> portsInUse(const JobMap& jobs,
 
 }  // namespace
 
-// Recomputes weights, ports of subflows whose path changed, plans and loads; reports changes.
-PlanOutcome Planner::finish(JobMap& jobs) {
-  Index ix(fabric_, jobs);
-  std::vector<Item> items = collectItems(jobs, ix, nullptr);
-  balanceWeights(ix, items, options_.weight_rounds);
-  std::vector<double> used = weightedUse(ix, items);
-  PlanOutcome out;
-  out.max_link_load = maxNorm(ix, used);
-  std::size_t next = 0;  // the items are the jobs' subflows in this order
+namespace {
+
+// Brings the jobs' plans up to date with their pairs and the loads `used`: every pair, or only the
+// pairs `only` marks (one flag per pair ordinal, Item::ordinal - 1) in jobs whose plan has every
+// pair already. Returns the jobs whose plan changed.
+std::vector<std::string> refreshPlans(JobMap& jobs, const Index& ix, const std::vector<Item>& items,
+                                      const std::vector<double>& used,
+                                      const std::vector<char>* only) {
+  std::vector<std::string> changed;
+  std::size_t next = 0;     // the items are the jobs' subflows in this order
+  std::size_t ordinal = 0;  // of the pair, over all jobs
   for (auto& [name, js] : jobs) {
-    JobPlan plan;
-    plan.job = name;
-    plan.subflows_per_connection = js.placement.subflows_per_connection;
-    plan.planes = js.planes;
+    double max_load = 0;
     for (const auto& p : js.pairs) {
-      plan.pairs.push_back({p.conn.src, p.conn.dst, p.plane, p.subflows});
       for (const auto& s : p.subflows) {
         for (std::size_t l : ix.links(items[next].route, s.path)) {
-          plan.max_link_load = std::max(plan.max_link_load, norm(used[l], ix.cap[l]));
+          max_load = std::max(max_load, norm(used[l], ix.cap[l]));
         }
         ++next;
       }
     }
-    if (!(plan == js.plan)) {
-      out.changed.push_back(name);
-      js.plan = std::move(plan);
+    JobPlan& plan = js.plan;
+    if (only == nullptr || plan.job != name || plan.pairs.size() != js.pairs.size()) {
+      JobPlan fresh;
+      fresh.job = name;
+      fresh.subflows_per_connection = js.placement.subflows_per_connection;
+      fresh.planes = js.planes;
+      fresh.max_link_load = max_load;
+      for (const auto& p : js.pairs) {
+        fresh.pairs.push_back({p.conn.src, p.conn.dst, p.plane, p.subflows});
+      }
+      ordinal += js.pairs.size();
+      if (!(fresh == plan)) {
+        changed.push_back(name);
+        plan = std::move(fresh);
+      }
+      continue;
+    }
+    bool differs = max_load != plan.max_link_load;
+    plan.max_link_load = max_load;
+    for (std::size_t k = 0; k < js.pairs.size(); ++k, ++ordinal) {
+      if ((*only)[ordinal] == 0 || plan.pairs[k].subflows == js.pairs[k].subflows) continue;
+      plan.pairs[k].subflows = js.pairs[k].subflows;
+      differs = true;
+    }
+    if (differs) changed.push_back(name);
+  }
+  return changed;
+}
+
+// Incremental re-weighting after a change that leaves every path in place (a link's capacity, a
+// job gone). The pairs `in` marks (one flag per pair ordinal) are re-weighted, and with them,
+// transitively, every pair with a subflow on a hot link direction of their paths: one loaded above
+// 1 now, before the change (`hot_before`: one flag per link direction, or empty), or once the
+// re-weighted pairs' weights are equal over their live paths; such a pair may have leant away from
+// that link, or must now. After the weights are balanced, a link direction of their paths still
+// above 1 brings in the pairs on it that were left out, and the weights are balanced again (at
+// most 8 times). Every other pair keeps its weights: nothing on its paths is hot. `used` holds the
+// loads on entry (current weights and capacities) and on return; `in` marks, on return, every
+// pair re-weighted. Returns how many there were.
+// A link direction this far above a load of 1 is hot: below it the difference is the 1e-4
+// rounding of the weights (a few subflows' worth on one link), which no re-weighting removes.
+constexpr double kHot = 1.0 + 1e-3;
+
+std::size_t reweightAround(const Index& ix, std::vector<Item>& items, std::vector<double>& used,
+                           std::vector<char>& in, const std::vector<char>& hot_before, int rounds,
+                           int max_depth) {
+  const std::vector<Group> all = pairGroups(items);
+  auto ordinalOf = [&](std::size_t g) {
+    return static_cast<std::size_t>(items[all[g].first].ordinal - 1);
+  };
+  auto pathOf = [&](std::size_t i) { return ix.links(items[i].route, subflowOf(items[i]).path); };
+  auto alive = [&](std::size_t i) {
+    const auto links = pathOf(i);
+    return std::all_of(links.begin(), links.end(), [&](std::size_t l) { return ix.cap[l] > 0; });
+  };
+  // The pairs on each link direction (group indices, ascending).
+  std::vector<std::vector<std::uint32_t>> on_link(ix.cap.size());
+  for (std::size_t g = 0; g < all.size(); ++g) {
+    for (std::size_t i = all[g].first; i < all[g].second; ++i) {
+      for (std::size_t l : pathOf(i)) {
+        if (on_link[l].empty() || on_link[l].back() != g) {
+          on_link[l].push_back(static_cast<std::uint32_t>(g));
+        }
+      }
     }
   }
+  // `level`: the loads with every taken pair's weights equal over its live paths.
+  std::vector<double> level = used;
+  std::vector<char> taken(all.size(), 0);
+  std::vector<char> visited(ix.cap.size(), 0);  // link directions judged hot and expanded
+  std::deque<std::size_t> queue;                // breadth first: the nearest pairs are taken first
+  std::vector<int> depth(all.size(), 0);        // hot link directions between the pair and a seed
+  auto take = [&](std::size_t g, int hops) {
+    taken[g] = 1;
+    depth[g] = hops;
+    in[ordinalOf(g)] = 1;
+    queue.push_back(g);
+    const auto [b, e] = all[g];
+    std::size_t live = 0;
+    for (std::size_t i = b; i < e; ++i) live += alive(i) ? 1U : 0U;
+    for (std::size_t i = b; i < e; ++i) {
+      const double w = live == 0 ? 1.0 / static_cast<double>(e - b)
+                                 : (alive(i) ? 1.0 / static_cast<double>(live) : 0.0);
+      const double d = items[i].pair->demand_gbps * (w - subflowOf(items[i]).weight);
+      for (std::size_t l : pathOf(i)) level[l] += d;
+    }
+  };
+  auto hot = [&](std::size_t l) {
+    return (!hot_before.empty() && hot_before[l] != 0) || norm(used[l], ix.cap[l]) > kHot ||
+           norm(level[l], ix.cap[l]) > kHot;
+  };
+  auto closure = [&] {
+    while (!queue.empty()) {
+      const std::size_t g = queue.front();
+      queue.pop_front();
+      if (max_depth > 0 && depth[g] >= max_depth) continue;
+      for (std::size_t i = all[g].first; i < all[g].second; ++i) {
+        for (std::size_t l : pathOf(i)) {
+          if (visited[l] != 0 || !hot(l)) continue;
+          visited[l] = 1;
+          for (std::uint32_t h : on_link[l]) {
+            if (taken[h] == 0) take(h, depth[g] + 1);
+          }
+        }
+      }
+    }
+  };
+  for (std::size_t g = 0; g < all.size(); ++g) {
+    if (in[ordinalOf(g)] != 0) take(g, 0);
+  }
+  closure();
+  std::size_t count = 0;
+  for (int pass = 0; pass < 8; ++pass) {
+    std::vector<Group> groups;
+    for (std::size_t g = 0; g < all.size(); ++g) {
+      if (taken[g] != 0) groups.push_back(all[g]);
+    }
+    count = groups.size();
+    if (groups.empty()) break;
+    balanceWeights(ix, items, groups, used, rounds);
+    used = weightedUse(ix, items);
+    level = used;
+    // A link direction of the taken pairs' paths above 1 with pairs left out: take them too.
+    for (std::size_t g = 0; g < all.size(); ++g) {
+      if (taken[g] == 0 || (max_depth > 0 && depth[g] >= max_depth)) continue;
+      for (std::size_t i = all[g].first; i < all[g].second; ++i) {
+        for (std::size_t l : pathOf(i)) {
+          if (norm(used[l], ix.cap[l]) <= kHot) continue;
+          for (std::uint32_t h : on_link[l]) {
+            if (taken[h] == 0) take(h, depth[g] + 1);
+          }
+        }
+      }
+    }
+    if (queue.empty()) break;
+    closure();
+  }
+  return count;
+}
+
+}  // namespace
+
+// Recomputes weights, ports of subflows whose path changed, plans and loads; reports changes.
+PlanOutcome Planner::finish(JobMap& jobs) {
+  Index ix(fabric_, jobs);
+  std::vector<Item> items = collectItems(jobs, ix, nullptr);
+  std::vector<double> used = weightedUse(ix, items);
+  const std::vector<Group> groups = pairGroups(items);
+  balanceWeights(ix, items, groups, used, options_.weight_rounds);
+  used = weightedUse(ix, items);
+  PlanOutcome out;
+  out.max_link_load = maxNorm(ix, used);
+  out.changed = refreshPlans(jobs, ix, items, used, nullptr);
+  out.pairs_reweighted = groups.size();
   max_load_ = out.max_link_load;
   return out;
 }
@@ -1021,8 +1225,56 @@ Result<PlanOutcome> Planner::planJob(const JobPlacement& placement) {
 }
 
 PlanOutcome Planner::removeJob(const std::string& job) {
-  jobs_.erase(job);
-  return finish(jobs_);
+  auto gone = jobs_.find(job);
+  if (gone == jobs_.end()) return {max_load_, {}, 0, 0};
+  // The job's pairs are the ordinals [first, last) over all jobs.
+  std::size_t first = 0;
+  for (auto it = jobs_.begin(); it != gone; ++it) first += it->second.pairs.size();
+  const std::size_t last = first + gone->second.pairs.size();
+  // Pairs of other jobs that shared a link direction loaded above 1 with the job had leant away
+  // from it: they are re-weighted, with their hot neighbours; every other pair keeps its weights.
+  std::set<std::pair<std::string, std::size_t>> seeds;  // (job, pair index)
+  {
+    Index ix(fabric_, jobs_);
+    const std::vector<Item> items = collectItems(jobs_, ix, nullptr);
+    const std::vector<double> used = weightedUse(ix, items);
+    auto ordinal = [](const Item& it) { return static_cast<std::size_t>(it.ordinal - 1); };
+    std::vector<char> hot(ix.cap.size(), 0);
+    for (const Item& it : items) {
+      if (ordinal(it) < first || ordinal(it) >= last) continue;
+      for (std::size_t l : ix.links(it.route, subflowOf(it).path)) {
+        if (norm(used[l], ix.cap[l]) > kHot) hot[l] = 1;
+      }
+    }
+    std::vector<std::pair<const std::string*, std::size_t>> names;  // per ordinal
+    for (const auto& [name, js] : jobs_) {
+      for (std::size_t k = 0; k < js.pairs.size(); ++k) names.emplace_back(&name, k);
+    }
+    for (const Item& it : items) {
+      if (ordinal(it) >= first && ordinal(it) < last) continue;
+      const auto links = ix.links(it.route, subflowOf(it).path);
+      if (std::any_of(links.begin(), links.end(), [&](std::size_t l) { return hot[l] != 0; })) {
+        seeds.emplace(*names[ordinal(it)].first, names[ordinal(it)].second);
+      }
+    }
+  }
+  jobs_.erase(gone);
+  Index ix(fabric_, jobs_);
+  std::vector<Item> items = collectItems(jobs_, ix, nullptr);
+  std::vector<double> used = weightedUse(ix, items);
+  std::vector<char> in;
+  for (const auto& [name, js] : jobs_) {
+    for (std::size_t k = 0; k < js.pairs.size(); ++k) {
+      in.push_back(seeds.contains({name, k}) ? 1 : 0);
+    }
+  }
+  PlanOutcome out;
+  out.pairs_reweighted =
+      reweightAround(ix, items, used, in, {}, options_.weight_rounds, options_.reweight_depth);
+  out.max_link_load = maxNorm(ix, used);
+  out.changed = refreshPlans(jobs_, ix, items, used, &in);
+  max_load_ = out.max_link_load;
+  return out;
 }
 
 PlanOutcome Planner::rebalance() {
@@ -1095,8 +1347,48 @@ Result<PlanOutcome> Planner::setFabric(Fabric fabric) {
 
 Result<PlanOutcome> Planner::setLinkState(const LinkRef& link, double capacity_fraction,
                                           Direction direction) {
+  Index ix(fabric_, jobs_);  // capacities before the change
   C4_RETURN_IF_ERROR(fabric_.setLinkState(link, capacity_fraction, direction));
-  return finish(jobs_);
+  // The link directions of the index whose capacity changed: none when no pair uses the link.
+  std::vector<std::pair<std::size_t, Direction>> changed;
+  for (Direction d : {Direction::kUp, Direction::kDown}) {
+    if (direction != Direction::kBoth && direction != d) continue;
+    const int dir = d == Direction::kDown ? 1 : 0;
+    if (link.isSpineTier()) {
+      if (auto k = ix.pod.find({link.plane, link.pod}); k != ix.pod.end()) {
+        changed.emplace_back(ix.spineLink(k->second, link.spine, link.uplink, dir), d);
+      }
+    } else if (auto g = ix.leaf.find({link.plane, link.leaf}); g != ix.leaf.end()) {
+      changed.emplace_back(ix.link(g->second, link.uplink, dir), d);
+    }
+  }
+  std::vector<Item> items = collectItems(jobs_, ix, nullptr);
+  std::vector<double> used = weightedUse(ix, items);
+  std::vector<char> hot_before(ix.cap.size(), 0);
+  std::vector<char> on_link(ix.cap.size(), 0);
+  for (auto [l, d] : changed) {
+    hot_before[l] = norm(used[l], ix.cap[l]) > kHot ? 1 : 0;
+    ix.cap[l] = fabric_.capacityGbps(link, d);
+    on_link[l] = 1;
+  }
+  // Every pair with a subflow on a changed link direction is re-weighted (with its hot
+  // neighbours); the others keep their weights.
+  std::size_t pairs = 0;
+  for (const auto& [_, js] : jobs_) pairs += js.pairs.size();
+  std::vector<char> in(pairs, 0);
+  for (const Item& it : items) {
+    const auto links = ix.links(it.route, subflowOf(it).path);
+    if (std::any_of(links.begin(), links.end(), [&](std::size_t l) { return on_link[l] != 0; })) {
+      in[static_cast<std::size_t>(it.ordinal - 1)] = 1;
+    }
+  }
+  PlanOutcome out;
+  out.pairs_reweighted = reweightAround(ix, items, used, in, hot_before, options_.weight_rounds,
+                                        options_.reweight_depth);
+  out.max_link_load = maxNorm(ix, used);
+  out.changed = refreshPlans(jobs_, ix, items, used, &in);
+  max_load_ = out.max_link_load;
+  return out;
 }
 
 std::vector<LinkLoad> Planner::linkLoads() const {

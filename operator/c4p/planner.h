@@ -37,8 +37,12 @@
 // Incremental: planJob plans one job around the others, whose paths and ports never move (their
 // live connections stay bound to their ports and apply new weights by subflow index); removeJob,
 // setLinkState, setFabric and rebalance() change only weights (what live connections can apply
-// without reconnecting). replanAll() alone moves running jobs' paths. Equal inputs give equal plans
-// (no randomness, no hash-order iteration). Not thread-safe: one reconciler owns it.
+// without reconnecting); setLinkState and removeJob re-weight only the pairs near the change (the
+// pairs on the changed link, or that shared a hot link with the job that left, and the pairs on
+// hot links of their paths, up to PlannerOptions::reweight_depth links away); planJob, setFabric
+// and rebalance() re-weight every pair. replanAll() alone moves running jobs' paths. Equal inputs
+// give equal plans (no randomness, no hash-order iteration). Not thread-safe: one reconciler owns
+// it.
 #pragma once
 
 #include <cstdint>
@@ -60,6 +64,10 @@ struct PlannerOptions {
   std::uint16_t port_last = 59999;
   int local_search_moves = 200000;  // upper bound on improving moves per solve
   int weight_rounds = 400;          // rounds of weight rebalancing
+  // A live change (a link's state, a job gone) re-weights the pairs it touches and the pairs
+  // sharing a hot link with them, transitively, up to this many hot link directions away from
+  // the change (0: the whole hot component).
+  int reweight_depth = 2;
 };
 
 struct PlannedSubflow {
@@ -100,6 +108,7 @@ struct PlanOutcome {
   double max_link_load = 0;          // after the operation, whole fabric
   std::vector<std::string> changed;  // jobs whose plan changed (write their documents)
   int tier1_planes = 0;              // planes solved by edge colouring in this operation
+  std::size_t pairs_reweighted = 0;  // pairs whose weights this operation recomputed
 };
 
 // The planner's record of one job (internal; exposed for the implementation's helpers).
