@@ -18,6 +18,7 @@
 // subflows on random source ports (a random live path each, equal weights), as transports that
 // rotate traffic over many queue pairs do; a third table sets it beside the plan.
 // --pipelined-only: skip the one-step model (slow at 16,384 NICs and more).
+// --reweight-depth D: PlannerOptions::reweight_depth for the live changes (0: unbounded).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -44,6 +45,7 @@ namespace c4p = c4::op::c4p;
 
 constexpr int kGpusPerNode = 8;
 constexpr int kSubflows = 4;
+c4p::PlannerOptions g_options;  // --reweight-depth sets reweight_depth
 
 struct Scenario {
   std::string name;
@@ -158,7 +160,7 @@ c4p::Fabric plannerFabric(const LeafSpine& f, const std::vector<std::pair<int, i
 std::pair<c4p::Planner, double> plan(const LeafSpine& f,
                                      const std::vector<std::pair<int, int>>& failed,
                                      const std::vector<std::vector<int>>& orders) {
-  c4p::Planner planner(plannerFabric(f, failed));
+  c4p::Planner planner(plannerFabric(f, failed), g_options);
   for (int n = 0; n < f.nodes(); ++n) {
     auto st = planner.setNode(nodeName(n), {{"c4.dev/leaf", leafName(f.leafOf(n))}});
     if (!st) std::exit(1);
@@ -317,6 +319,8 @@ int main(int argc, char** argv) {
       sizes = intList(argv[++i]);
     } else if (a == "--spray" && i + 1 < argc) {
       spray = intList(argv[++i]);
+    } else if (a == "--reweight-depth" && i + 1 < argc) {
+      g_options.reweight_depth = std::atoi(argv[++i]);
     } else if (a == "--pipelined-only") {
       stepModel = false;
     } else if (a == "--json" && i + 1 < argc) {
@@ -324,7 +328,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: c4-c4p-bench [--seeds N (20)] [--sizes 128,256,...] [--spray 4,16,...] "
-                   "[--pipelined-only] [--json FILE]\n");
+                   "[--pipelined-only] [--reweight-depth D (2)] [--json FILE]\n");
       return a == "--help" ? 0 : 2;
     }
   }
