@@ -18,7 +18,7 @@
 // subflows on random source ports (a random live path each, equal weights), as transports that
 // rotate traffic over many queue pairs do; a third table sets it beside the plan.
 // --pipelined-only: skip the one-step model (slow at 16,384 NICs and more).
-// --reweight-depth D: PlannerOptions::reweight_depth for the live changes (0: unbounded).
+// --reweight-max-pairs N: PlannerOptions::reweight_max_pairs for the live changes (0: no bound).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -45,7 +45,7 @@ namespace c4p = c4::op::c4p;
 
 constexpr int kGpusPerNode = 8;
 constexpr int kSubflows = 4;
-c4p::PlannerOptions g_options;  // --reweight-depth sets reweight_depth
+c4p::PlannerOptions g_options;  // --reweight-max-pairs sets reweight_max_pairs
 
 struct Scenario {
   std::string name;
@@ -319,8 +319,8 @@ int main(int argc, char** argv) {
       sizes = intList(argv[++i]);
     } else if (a == "--spray" && i + 1 < argc) {
       spray = intList(argv[++i]);
-    } else if (a == "--reweight-depth" && i + 1 < argc) {
-      g_options.reweight_depth = std::atoi(argv[++i]);
+    } else if (a == "--reweight-max-pairs" && i + 1 < argc) {
+      g_options.reweight_max_pairs = std::strtoul(argv[++i], nullptr, 10);
     } else if (a == "--pipelined-only") {
       stepModel = false;
     } else if (a == "--json" && i + 1 < argc) {
@@ -328,7 +328,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: c4-c4p-bench [--seeds N (20)] [--sizes 128,256,...] [--spray 4,16,...] "
-                   "[--pipelined-only] [--reweight-depth D (2)] [--json FILE]\n");
+                   "[--pipelined-only] [--reweight-max-pairs N (1024)] [--json FILE]\n");
       return a == "--help" ? 0 : 2;
     }
   }

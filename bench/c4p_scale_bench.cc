@@ -12,7 +12,7 @@
 //                re-weighting of every pair (rebalance(), what setLinkState did before it touched
 //                only the affected pairs). Prints how many pairs each change touched.
 // Usage: c4-c4p-scale-bench [--nics 16384,131072] [--hosts-per-leaf 8] [--uplinks 8]
-//                           [--reps 3] [--jobs 1,4] [--reweight-depth D]
+//                           [--reps 3] [--jobs 1,4] [--reweight-max-pairs N]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -29,7 +29,7 @@ namespace {
 namespace c4p = c4::op::c4p;
 
 constexpr int kSubflows = 4;
-c4p::PlannerOptions g_options;  // --reweight-depth sets reweight_depth
+c4p::PlannerOptions g_options;  // --reweight-max-pairs sets reweight_max_pairs
 
 std::string named(const char* prefix, int i) {
   std::string s = prefix;
@@ -192,8 +192,8 @@ int main(int argc, char** argv) {
       base.hosts_per_leaf = std::atoi(argv[i + 1]);
     } else if (a == "--uplinks") {
       base.uplinks = std::atoi(argv[i + 1]);
-    } else if (a == "--reweight-depth") {
-      g_options.reweight_depth = std::atoi(argv[i + 1]);
+    } else if (a == "--reweight-max-pairs") {
+      g_options.reweight_max_pairs = std::strtoul(argv[i + 1], nullptr, 10);
     } else if (a == "--reps") {
       reps = std::max(1, std::atoi(argv[i + 1]));
     } else {

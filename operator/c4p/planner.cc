@@ -962,32 +962,56 @@ std::vector<std::string> refreshPlans(JobMap& jobs, const Index& ix, const std::
   return changed;
 }
 
-// Incremental re-weighting after a change that leaves every path in place (a link's capacity, a
-// job gone). The pairs `in` marks (one flag per pair ordinal) are re-weighted, and with them,
-// transitively, every pair with a subflow on a hot link direction of their paths: one loaded above
-// 1 now, before the change (`hot_before`: one flag per link direction, or empty), or once the
-// re-weighted pairs' weights are equal over their live paths; such a pair may have leant away from
-// that link, or must now. After the weights are balanced, a link direction of their paths still
-// above 1 brings in the pairs on it that were left out, and the weights are balanced again (at
-// most 8 times). Every other pair keeps its weights: nothing on its paths is hot. `used` holds the
-// loads on entry (current weights and capacities) and on return; `in` marks, on return, every
-// pair re-weighted. Returns how many there were.
+// Whether every link direction of item i's path has capacity.
+bool aliveItem(const Index& ix, const Item& item) {
+  const auto links = ix.links(item.route, subflowOf(item).path);
+  return std::all_of(links.begin(), links.end(), [&](std::size_t l) { return ix.cap[l] > 0; });
+}
+
+// Item i's weight when its pair leans nowhere: equal over the pair's live paths (over all of them
+// when none lives).
+double levelWeight(const Index& ix, const std::vector<Item>& items, Group g, std::size_t i) {
+  std::size_t live = 0;
+  for (std::size_t j = g.first; j < g.second; ++j) live += aliveItem(ix, items[j]) ? 1U : 0U;
+  if (live == 0) return 1.0 / static_cast<double>(g.second - g.first);
+  return aliveItem(ix, items[i]) ? 1.0 / static_cast<double>(live) : 0.0;
+}
+
+// Whether a pair's weights lean: differ from levelWeight by more than the rounding allows.
+bool leaning(const Index& ix, const std::vector<Item>& items, Group g) {
+  for (std::size_t i = g.first; i < g.second; ++i) {
+    if (std::fabs(subflowOf(items[i]).weight - levelWeight(ix, items, g, i)) > 1e-3) return true;
+  }
+  return false;
+}
+
 // A link direction this far above a load of 1 is hot: below it the difference is the 1e-4
 // rounding of the weights (a few subflows' worth on one link), which no re-weighting removes.
 constexpr double kHot = 1.0 + 1e-3;
 
+// Incremental re-weighting after a change (a link's capacity, a job arriving or leaving; paths of
+// running pairs stay). The pairs `in` marks (one flag per pair ordinal) are re-weighted, and with
+// them, breadth first, the pairs their paths lead to:
+//   - every pair with a subflow on a *hot* link direction of their paths: loaded above kHot now,
+//     before the change (`hot_before`: one flag per link direction, or empty), or once the
+//     re-weighted pairs' weights are equal over their live paths. Such a pair may have leant away
+//     from that link, or must now;
+//   - every *leaning* pair (weights not equal over its live paths) on a link direction of their
+//     paths whose load fell: what it leant away from may be gone. Left alone, it would keep a
+//     lean nothing justifies, and the host link, shared equally by its subflows, would pace the
+//     connection by its heaviest subflow.
+// After the weights are balanced, the same two rules run on the loads reached (at most 8 passes).
+// At most `max_pairs` pairs are re-weighted (0: no bound); the nearest are taken first. Every
+// other pair keeps its weights. `used` holds the loads on entry (current weights and capacities)
+// and on return; `in` marks, on return, every pair re-weighted. Returns how many there were.
 std::size_t reweightAround(const Index& ix, std::vector<Item>& items, std::vector<double>& used,
                            std::vector<char>& in, const std::vector<char>& hot_before, int rounds,
-                           int max_depth) {
+                           std::size_t max_pairs) {
   const std::vector<Group> all = pairGroups(items);
   auto ordinalOf = [&](std::size_t g) {
     return static_cast<std::size_t>(items[all[g].first].ordinal - 1);
   };
   auto pathOf = [&](std::size_t i) { return ix.links(items[i].route, subflowOf(items[i]).path); };
-  auto alive = [&](std::size_t i) {
-    const auto links = pathOf(i);
-    return std::all_of(links.begin(), links.end(), [&](std::size_t l) { return ix.cap[l] > 0; });
-  };
   // The pairs on each link direction (group indices, ascending).
   std::vector<std::vector<std::uint32_t>> on_link(ix.cap.size());
   for (std::size_t g = 0; g < all.size(); ++g) {
@@ -999,24 +1023,22 @@ std::size_t reweightAround(const Index& ix, std::vector<Item>& items, std::vecto
       }
     }
   }
+  const std::vector<double> start = used;
   // `level`: the loads with every taken pair's weights equal over its live paths.
   std::vector<double> level = used;
   std::vector<char> taken(all.size(), 0);
-  std::vector<char> visited(ix.cap.size(), 0);  // link directions judged hot and expanded
-  std::deque<std::size_t> queue;                // breadth first: the nearest pairs are taken first
-  std::vector<int> depth(all.size(), 0);        // hot link directions between the pair and a seed
-  auto take = [&](std::size_t g, int hops) {
+  std::size_t count = 0;
+  std::vector<char> expanded(ix.cap.size(), 0);  // bit 1: as hot, bit 2: as cooled
+  std::deque<std::size_t> queue;                 // breadth first: the nearest pairs are taken first
+  auto take = [&](std::size_t g) {
+    if (taken[g] != 0 || (max_pairs > 0 && count >= max_pairs)) return;
     taken[g] = 1;
-    depth[g] = hops;
+    ++count;
     in[ordinalOf(g)] = 1;
     queue.push_back(g);
-    const auto [b, e] = all[g];
-    std::size_t live = 0;
-    for (std::size_t i = b; i < e; ++i) live += alive(i) ? 1U : 0U;
-    for (std::size_t i = b; i < e; ++i) {
-      const double w = live == 0 ? 1.0 / static_cast<double>(e - b)
-                                 : (alive(i) ? 1.0 / static_cast<double>(live) : 0.0);
-      const double d = items[i].pair->demand_gbps * (w - subflowOf(items[i]).weight);
+    for (std::size_t i = all[g].first; i < all[g].second; ++i) {
+      const double d = items[i].pair->demand_gbps *
+                       (levelWeight(ix, items, all[g], i) - subflowOf(items[i]).weight);
       for (std::size_t l : pathOf(i)) level[l] += d;
     }
   };
@@ -1024,53 +1046,117 @@ std::size_t reweightAround(const Index& ix, std::vector<Item>& items, std::vecto
     return (!hot_before.empty() && hot_before[l] != 0) || norm(used[l], ix.cap[l]) > kHot ||
            norm(level[l], ix.cap[l]) > kHot;
   };
+  // The two rules on link direction l, with `load` the loads reached.
+  auto expand = [&](std::size_t l, bool is_hot, bool cooled) {
+    if (is_hot && (expanded[l] & 1) == 0) {
+      expanded[l] |= 1;
+      for (std::uint32_t h : on_link[l]) take(h);
+    } else if (cooled && (expanded[l] & 3) == 0) {
+      expanded[l] |= 2;
+      for (std::uint32_t h : on_link[l]) {
+        if (taken[h] == 0 && leaning(ix, items, all[h])) take(h);
+      }
+    }
+  };
   auto closure = [&] {
     while (!queue.empty()) {
       const std::size_t g = queue.front();
       queue.pop_front();
-      if (max_depth > 0 && depth[g] >= max_depth) continue;
       for (std::size_t i = all[g].first; i < all[g].second; ++i) {
-        for (std::size_t l : pathOf(i)) {
-          if (visited[l] != 0 || !hot(l)) continue;
-          visited[l] = 1;
-          for (std::uint32_t h : on_link[l]) {
-            if (taken[h] == 0) take(h, depth[g] + 1);
-          }
-        }
+        for (std::size_t l : pathOf(i)) expand(l, hot(l), level[l] < start[l] - 1e-9);
       }
     }
   };
   for (std::size_t g = 0; g < all.size(); ++g) {
-    if (in[ordinalOf(g)] != 0) take(g, 0);
+    if (in[ordinalOf(g)] != 0) take(g);
   }
   closure();
-  std::size_t count = 0;
+  std::size_t done = 0;
   for (int pass = 0; pass < 8; ++pass) {
     std::vector<Group> groups;
     for (std::size_t g = 0; g < all.size(); ++g) {
       if (taken[g] != 0) groups.push_back(all[g]);
     }
-    count = groups.size();
+    done = groups.size();
     if (groups.empty()) break;
     balanceWeights(ix, items, groups, used, rounds);
     used = weightedUse(ix, items);
     level = used;
-    // A link direction of the taken pairs' paths above 1 with pairs left out: take them too.
+    std::fill(expanded.begin(), expanded.end(), 0);
     for (std::size_t g = 0; g < all.size(); ++g) {
-      if (taken[g] == 0 || (max_depth > 0 && depth[g] >= max_depth)) continue;
+      if (taken[g] == 0) continue;
       for (std::size_t i = all[g].first; i < all[g].second; ++i) {
         for (std::size_t l : pathOf(i)) {
-          if (norm(used[l], ix.cap[l]) <= kHot) continue;
-          for (std::uint32_t h : on_link[l]) {
-            if (taken[h] == 0) take(h, depth[g] + 1);
-          }
+          expand(l, norm(used[l], ix.cap[l]) > kHot, used[l] < start[l] - 1e-9);
         }
       }
     }
     if (queue.empty()) break;
     closure();
   }
-  return count;
+  return done;
+}
+
+// (job, pair index) of every pair of the other jobs that may have leant away from `job`: with a
+// subflow on a link direction that one of the job's subflows loads above kHot, or leaning with a
+// subflow on any link direction the job uses (its load leaves them).
+std::set<std::pair<std::string, std::size_t>> hotPartners(const Fabric& fabric, JobMap& jobs,
+                                                          const std::string& job) {
+  std::set<std::pair<std::string, std::size_t>> out;
+  auto it = jobs.find(job);
+  if (it == jobs.end()) return out;
+  std::size_t first = 0;  // the job's pairs are the ordinals [first, last)
+  for (auto j = jobs.begin(); j != it; ++j) first += j->second.pairs.size();
+  const std::size_t last = first + it->second.pairs.size();
+  Index ix(fabric, jobs);
+  const std::vector<Item> items = collectItems(jobs, ix, nullptr);
+  const std::vector<double> used = weightedUse(ix, items);
+  auto ordinal = [](const Item& item) { return static_cast<std::size_t>(item.ordinal - 1); };
+  std::vector<char> mark(ix.cap.size(), 0);  // 1: the job uses it, 2: and loads it above kHot
+  for (const Item& item : items) {
+    if (ordinal(item) < first || ordinal(item) >= last) continue;
+    for (std::size_t l : ix.links(item.route, subflowOf(item).path)) {
+      mark[l] = norm(used[l], ix.cap[l]) > kHot ? 2 : 1;
+    }
+  }
+  std::vector<std::pair<const std::string*, std::size_t>> names;  // per ordinal
+  for (const auto& [name, js] : jobs) {
+    for (std::size_t k = 0; k < js.pairs.size(); ++k) names.emplace_back(&name, k);
+  }
+  for (const Group& g : pairGroups(items)) {
+    const std::size_t o = ordinal(items[g.first]);
+    if (o >= first && o < last) continue;
+    char m = 0;
+    for (std::size_t i = g.first; i < g.second; ++i) {
+      for (std::size_t l : ix.links(items[i].route, subflowOf(items[i]).path)) {
+        m = std::max(m, mark[l]);
+      }
+    }
+    if (m == 2 || (m == 1 && leaning(ix, items, g))) out.emplace(*names[o].first, names[o].second);
+  }
+  return out;
+}
+
+// Re-weights the pairs `seeds` names and every pair of `seed_job` (none when empty), with their
+// hot neighbours (reweightAround), then the jobs' plans; the outcome's loads are the fabric's.
+PlanOutcome reweightFrom(const Fabric& fabric, JobMap& jobs,
+                         const std::set<std::pair<std::string, std::size_t>>& seeds,
+                         const std::string& seed_job, const PlannerOptions& options,
+                         std::size_t max_pairs) {
+  Index ix(fabric, jobs);
+  std::vector<Item> items = collectItems(jobs, ix, nullptr);
+  std::vector<double> used = weightedUse(ix, items);
+  std::vector<char> in;
+  for (const auto& [name, js] : jobs) {
+    for (std::size_t k = 0; k < js.pairs.size(); ++k) {
+      in.push_back(name == seed_job || seeds.contains({name, k}) ? 1 : 0);
+    }
+  }
+  PlanOutcome out;
+  out.pairs_reweighted = reweightAround(ix, items, used, in, {}, options.weight_rounds, max_pairs);
+  out.max_link_load = maxNorm(ix, used);
+  out.changed = refreshPlans(jobs, ix, items, used, &in);
+  return out;
 }
 
 }  // namespace
@@ -1207,6 +1293,8 @@ Result<PlanOutcome> Planner::planJob(const JobPlacement& placement) {
   // Every other job is pinned: live connections stay bound to their ports and apply new weights
   // by subflow index, so only this job's paths are free (a fresh plan of everything would move
   // them onto paths nobody uses).
+  // A re-placed job's old pairs leave: the pairs that leant away from them are re-weighted.
+  const auto partners = hotPartners(fabric_, jobs_, placement.job);
   JobMap next = jobs_;
   next[placement.job] = std::move(fresh);  // a re-placed job's old plan goes
   int tier1 = 0;
@@ -1218,61 +1306,23 @@ Result<PlanOutcome> Planner::planJob(const JobPlacement& placement) {
     tier1 = solver.solve();
   }
   C4_RETURN_IF_ERROR(assignPorts(next, fabric_, options_));
-  PlanOutcome out = finish(next);
+  // The new job's pairs are weighted, and with them the running pairs on the hot links they
+  // share (reweightAround); every other pair keeps its weights.
+  PlanOutcome out = reweightFrom(fabric_, next, partners, placement.job, options_, 0);
   jobs_ = std::move(next);
+  max_load_ = out.max_link_load;
   out.tier1_planes = tier1;
   return out;
 }
 
 PlanOutcome Planner::removeJob(const std::string& job) {
-  auto gone = jobs_.find(job);
-  if (gone == jobs_.end()) return {max_load_, {}, 0, 0};
-  // The job's pairs are the ordinals [first, last) over all jobs.
-  std::size_t first = 0;
-  for (auto it = jobs_.begin(); it != gone; ++it) first += it->second.pairs.size();
-  const std::size_t last = first + gone->second.pairs.size();
+  if (!jobs_.contains(job)) return {max_load_, {}, 0, 0};
   // Pairs of other jobs that shared a link direction loaded above 1 with the job had leant away
   // from it: they are re-weighted, with their hot neighbours; every other pair keeps its weights.
-  std::set<std::pair<std::string, std::size_t>> seeds;  // (job, pair index)
-  {
-    Index ix(fabric_, jobs_);
-    const std::vector<Item> items = collectItems(jobs_, ix, nullptr);
-    const std::vector<double> used = weightedUse(ix, items);
-    auto ordinal = [](const Item& it) { return static_cast<std::size_t>(it.ordinal - 1); };
-    std::vector<char> hot(ix.cap.size(), 0);
-    for (const Item& it : items) {
-      if (ordinal(it) < first || ordinal(it) >= last) continue;
-      for (std::size_t l : ix.links(it.route, subflowOf(it).path)) {
-        if (norm(used[l], ix.cap[l]) > kHot) hot[l] = 1;
-      }
-    }
-    std::vector<std::pair<const std::string*, std::size_t>> names;  // per ordinal
-    for (const auto& [name, js] : jobs_) {
-      for (std::size_t k = 0; k < js.pairs.size(); ++k) names.emplace_back(&name, k);
-    }
-    for (const Item& it : items) {
-      if (ordinal(it) >= first && ordinal(it) < last) continue;
-      const auto links = ix.links(it.route, subflowOf(it).path);
-      if (std::any_of(links.begin(), links.end(), [&](std::size_t l) { return hot[l] != 0; })) {
-        seeds.emplace(*names[ordinal(it)].first, names[ordinal(it)].second);
-      }
-    }
-  }
-  jobs_.erase(gone);
-  Index ix(fabric_, jobs_);
-  std::vector<Item> items = collectItems(jobs_, ix, nullptr);
-  std::vector<double> used = weightedUse(ix, items);
-  std::vector<char> in;
-  for (const auto& [name, js] : jobs_) {
-    for (std::size_t k = 0; k < js.pairs.size(); ++k) {
-      in.push_back(seeds.contains({name, k}) ? 1 : 0);
-    }
-  }
-  PlanOutcome out;
-  out.pairs_reweighted =
-      reweightAround(ix, items, used, in, {}, options_.weight_rounds, options_.reweight_depth);
-  out.max_link_load = maxNorm(ix, used);
-  out.changed = refreshPlans(jobs_, ix, items, used, &in);
+  const auto partners = hotPartners(fabric_, jobs_, job);
+  jobs_.erase(job);
+  PlanOutcome out =
+      reweightFrom(fabric_, jobs_, partners, "", options_, options_.reweight_max_pairs);
   max_load_ = out.max_link_load;
   return out;
 }
@@ -1384,7 +1434,7 @@ Result<PlanOutcome> Planner::setLinkState(const LinkRef& link, double capacity_f
   }
   PlanOutcome out;
   out.pairs_reweighted = reweightAround(ix, items, used, in, hot_before, options_.weight_rounds,
-                                        options_.reweight_depth);
+                                        options_.reweight_max_pairs);
   out.max_link_load = maxNorm(ix, used);
   out.changed = refreshPlans(jobs_, ix, items, used, &in);
   max_load_ = out.max_link_load;

@@ -39,10 +39,11 @@
 // setLinkState, setFabric and rebalance() change only weights (what live connections can apply
 // without reconnecting); setLinkState and removeJob re-weight only the pairs near the change (the
 // pairs on the changed link, or that shared a hot link with the job that left, and the pairs on
-// hot links of their paths, up to PlannerOptions::reweight_depth links away); planJob, setFabric
-// and rebalance() re-weight every pair. replanAll() alone moves running jobs' paths. Equal inputs
-// give equal plans (no randomness, no hash-order iteration). Not thread-safe: one reconciler owns
-// it.
+// hot links of their paths or leaning off links that cooled, at most
+// PlannerOptions::reweight_max_pairs); planJob re-weights the new job and such neighbours;
+// setFabric and rebalance() re-weight every pair. replanAll() alone moves running jobs' paths.
+// Equal inputs give equal plans (no randomness, no hash-order iteration). Not thread-safe: one
+// reconciler owns it.
 #pragma once
 
 #include <cstdint>
@@ -64,10 +65,10 @@ struct PlannerOptions {
   std::uint16_t port_last = 59999;
   int local_search_moves = 200000;  // upper bound on improving moves per solve
   int weight_rounds = 400;          // rounds of weight rebalancing
-  // A live change (a link's state, a job gone) re-weights the pairs it touches and the pairs
-  // sharing a hot link with them, transitively, up to this many hot link directions away from
-  // the change (0: the whole hot component).
-  int reweight_depth = 2;
+  // A live change (a link's state, a job leaving) re-weights the pairs it touches and, nearest
+  // first, the pairs sharing a hot link with them or leaning off a link that cooled: at most this
+  // many pairs (0: no bound). An arrival has no bound (planning has a larger budget).
+  std::size_t reweight_max_pairs = 1024;
 };
 
 struct PlannedSubflow {

@@ -712,15 +712,15 @@ TEST(PlannerTest, ALinkChangeReweightsOnlyThePairsNearIt) {
   EXPECT_EQ(*p.plan("ns/b"), b_before);
 }
 
-// Live changes (links failing and coming back, jobs leaving) re-weight only the pairs near them
-// (PlannerOptions::reweight_depth), yet end at the maximum link load a re-weighting of every pair
-// reaches: over a random sequence, within 1e-3 of it in at least 95 % of the changes and never
-// more than 5 % above it; and, summed over the changes, they touch fewer pairs than there are.
-TEST(PlannerTest, LiveChangesReweightNearbyPairsAndReachTheLoadOfAFullReweighting) {
+// Changes (jobs arriving and leaving, links failing, halving and coming back) re-weight only the
+// pairs near them, yet end at the maximum link load a re-weighting of every pair reaches: over a
+// random sequence, within 1e-3 of it after every change (the rounding of the weights); summed over
+// the changes, they touch fewer pairs than there are. (Seeds 1-16 and 2593 pass as well.)
+TEST(PlannerTest, ChangesReweightNearbyPairsAndReachTheLoadOfAFullReweighting) {
   constexpr int kLeaves = 8, kPerLeaf = 8, kUplinks = 4;
   Planner p(makeFabric(kUplinks));
   addNodes(p, kLeaves, kPerLeaf);
-  std::mt19937_64 rng(2593);
+  std::mt19937_64 rng(6);
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   std::vector<std::string> free_nodes;
   for (int l = 0; l < kLeaves; ++l) {
@@ -728,7 +728,7 @@ TEST(PlannerTest, LiveChangesReweightNearbyPairsAndReachTheLoadOfAFullReweightin
   }
   std::map<std::string, JobPlacement> running;
   std::set<std::pair<int, int>> dead;
-  int next_job = 0, changes = 0, close = 0;
+  int next_job = 0, changes = 0;
   std::size_t touched = 0, pairs_then = 0;
   for (int event = 0; event < 300; ++event) {
     const int kind = pick(0, 9);
@@ -741,13 +741,11 @@ TEST(PlannerTest, LiveChangesReweightNearbyPairsAndReachTheLoadOfAFullReweightin
                        1,
                        pick(1, 4)};
       free_nodes.resize(free_nodes.size() - static_cast<std::size_t>(n));
-      ASSERT_TRUE(p.planJob(job));
+      auto r = p.planJob(job);
+      ASSERT_TRUE(r);
+      out = *r;
       running[job.job] = job;
-      continue;
-    }
-    std::size_t pairs = 0;
-    for (const auto& name : p.jobs()) pairs += p.plan(name)->pairs.size();
-    if (kind < 8) {
+    } else if (kind < 8) {
       const std::pair<int, int> link{pick(0, kLeaves - 1), pick(0, kUplinks - 1)};
       const bool revive = dead.contains(link);
       if (!revive && dead.size() >= 4) continue;
@@ -769,16 +767,16 @@ TEST(PlannerTest, LiveChangesReweightNearbyPairsAndReachTheLoadOfAFullReweightin
     } else {
       continue;
     }
+    std::size_t pairs = 0;
+    for (const auto& name : p.jobs()) pairs += p.plan(name)->pairs.size();
     Planner every = p;
     every.rebalance();
     ++changes;
     touched += out->pairs_reweighted;
     pairs_then += pairs;
-    EXPECT_LE(p.maxLinkLoad(), every.maxLinkLoad() * 1.05 + 1e-9) << "event " << event;
-    close += p.maxLinkLoad() <= every.maxLinkLoad() + 1e-3 ? 1 : 0;
+    EXPECT_LE(p.maxLinkLoad(), every.maxLinkLoad() + 1e-3) << "event " << event;
   }
-  ASSERT_GT(changes, 60);
-  EXPECT_GE(close, changes * 95 / 100) << close << " of " << changes;
+  ASSERT_GT(changes, 100);
   EXPECT_LT(touched, pairs_then) << "every change re-weighted every pair";
 }
 
