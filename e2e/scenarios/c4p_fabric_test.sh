@@ -231,6 +231,24 @@ wait_replan() {  # wait_replan <job> <version before> <t0>: sets REPLAN_S, fails
   python3 -c "import sys; sys.exit(0 if $t_plan - $3 <= 5 else 1)" \
     || fail "$1: re-plan took ${REPLAN_S}s (> 5 s)"
 }
+# wait_applied <job> <version> <t0>: sets APPLIED_S once status.plan.appliedVersion (the oldest
+# version in the ranks' latest reports: what their plugins applied) reaches <version>; fails after
+# 15 s (the kubelet-free pod runner refreshes the mounted ConfigMap within 1 s, the plugin reads it
+# at its next message, the node plugin ships the next report within 1 s).
+wait_applied() {
+  local v i
+  for ((i = 0; i < 150; i++)); do
+    v=$(kubectl get tj -n "$NS" "$1" -o jsonpath='{.status.plan.appliedVersion}' 2>/dev/null || true)
+    [[ -n $v && $v -ge $2 ]] && break
+    sleep 0.1
+  done
+  local t_applied
+  t_applied=$(date +%s.%N)
+  [[ -n $v && $v -ge $2 ]] || fail "$1: the ranks did not report plan version $2 within 15 s (status.plan: $(kubectl get tj -n "$NS" "$1" -o jsonpath='{.status.plan}'))"
+  APPLIED_S=$(python3 -c "print(f'{$t_applied - $3:.1f}')")
+  echo "$1: every reporting rank applied version $2 ${APPLIED_S}s after the failure" \
+    "($(kubectl get tj -n "$NS" "$1" -o jsonpath='{.status.plan.ranksApplied}/{.status.plan.ranksReporting}') ranks)"
+}
 print_sizes() {
   python3 - "$1" <<'PY'
 import json, sys
@@ -260,6 +278,8 @@ UP_PID=$!
 echo "gray failure of $link (every packet dropped) at plan version $v0"
 wait_replan gray "$v0" "$t_cut"
 GRAY_REPLAN_S=$REPLAN_S
+wait_applied gray "$(plan_version gray)" "$t_cut"
+GRAY_APPLIED_S=$APPLIED_S
 wait "$UP_PID"
 finish_job gray 300
 echo "gray-failure run (size, busbw GB/s):"
@@ -284,6 +304,8 @@ kubectl patch fabric e2e --type merge -p "{\"spec\":{\"links\":[{\"leaf\":\"$lea
 echo "$link down for good at plan version $v0; the Fabric's spec.links says so"
 wait_replan down "$v0" "$t_cut"
 DOWN_REPLAN_S=$REPLAN_S
+wait_applied down "$(plan_version down)" "$t_cut"
+DOWN_APPLIED_S=$APPLIED_S
 finish_job down 300
 echo "link-down run (size, busbw GB/s), the link still down at the end:"
 print_sizes "$WORK/down.json"
@@ -302,4 +324,4 @@ PY
 "$FABRIC" link --dir "$CLUSTER" "$link" up
 kubectl get fabric e2e
 [[ $COMPARE_OK == ok ]] || fail "planned vs unplanned below target: $(head -1 "$WORK/compare.txt")"
-echo "PASS: C4P on the emulated fabric (plan ConfigMaps, planned vs unplanned, re-plan ${GRAY_REPLAN_S}s after a gray failure and ${DOWN_REPLAN_S}s after a link went down, no restart with C4D acting)"
+echo "PASS: C4P on the emulated fabric (plan ConfigMaps, planned vs unplanned, re-plan ${GRAY_REPLAN_S}s after a gray failure and ${DOWN_REPLAN_S}s after a link went down, applied by every rank after ${GRAY_APPLIED_S}s and ${DOWN_APPLIED_S}s, no restart with C4D acting)"

@@ -198,6 +198,9 @@ TrafficPlanController::TrafficPlanController(KubeClient& client, Clock& clock,
           registry.counter("c4_trafficplan_fabric_rejected_total", "Fabric descriptions refused.")),
       max_link_load_(registry.gauge("c4_trafficplan_max_link_load",
                                     "Load of the most loaded planned link direction.")),
+      ranks_behind_(registry.gauge("c4_trafficplan_ranks_behind",
+                                   "Ranks whose latest report carries an older plan version than "
+                                   "the one written (every planned job).")),
       plan_seconds_(registry.histogram("c4_trafficplan_plan_seconds",
                                        "Time to plan one job (planner only).")),
       queue_(clock, defaultControllerRateLimiter(clock), &registry, "trafficplan") {}
@@ -328,6 +331,7 @@ void TrafficPlanController::sync() {
   syncTelemetry();
   repairPlans();
   flushWrites();
+  syncApplied();
   syncFabricStatus();
   publishExplanations();
 }
@@ -336,6 +340,7 @@ void TrafficPlanController::syncTelemetryOnly() {
   if (!planner_) return;
   syncTelemetry();
   flushWrites();
+  syncApplied();
   syncFabricStatus();
   publishExplanations();
 }
@@ -793,11 +798,12 @@ void TrafficPlanController::commitPlan(const std::string& key, JobState& state,
   state.written = doc;
   plans_written_.labels({reason.substr(0, reason.find(' '))}).inc();
   TrainingJobStatus plan_status;  // status.plan alone: a merge patch leaves the rest
-  plan_status.plan = PlanStatus{.version = doc.version,
-                                .mode = state.mode,
-                                .max_link_load = loadText(plan.max_link_load),
-                                .reason = reason,
-                                .time = formatRfc3339(clock_.wallNow())};
+  plan_status.plan.emplace();
+  plan_status.plan->version = doc.version;
+  plan_status.plan->mode = state.mode;
+  plan_status.plan->max_link_load = loadText(plan.max_link_load);
+  plan_status.plan->reason = reason;
+  plan_status.plan->time = formatRfc3339(clock_.wallNow());
   auto patched = client_.patch(
       resources::trainingJobs(), objectNamespace(state.object), objectName(state.object),
       PatchType::kMerge, Json{{"status", trainingJobStatusJson(plan_status)}},
@@ -993,6 +999,65 @@ void TrafficPlanController::syncTelemetry() {
     events_.record(fabric_object_, "Warning", "LinkFailed", what);
     writeChanged(out->changed, what);
   }
+}
+
+void TrafficPlanController::syncApplied() {
+  if (!store_) return;
+  std::int64_t behind = 0;
+  const MonoTime now = clock_.monoNow();
+  for (auto& [key, state] : jobs_) {
+    if (!state.version) continue;
+    JobState::Applied seen;
+    seen.version = *state.version;
+    const auto slash = key.find('/');
+    store_->readJob(key.substr(0, slash), key.substr(slash + 1),
+                    [&](const ingest::JobRecord& record) {
+                      if (record.facts.uid != state.uid) return;
+                      for (const auto& [rank, r] : record.ranks) {
+                        // A rank whose telemetry ended in order applies nothing any more.
+                        if (r.reports.empty() || r.reports.back().last) continue;
+                        const std::int64_t v = r.reports.back().plan_version;
+                        ++seen.ranks_reporting;
+                        seen.ranks_applied += v >= *state.version ? 1 : 0;
+                        seen.oldest = seen.oldest ? std::min(*seen.oldest, v) : v;
+                      }
+                    });
+    behind += seen.ranks_reporting - seen.ranks_applied;
+    if (state.applied_written ? *state.applied_written == seen : seen.ranks_reporting == 0) {
+      continue;
+    }
+    // Counts move as ranks start or pick a version up: one write per job and second at most,
+    // but at once when a version was written or the oldest applied one moved.
+    if (state.applied_written && state.applied_written->oldest == seen.oldest &&
+        state.applied_written->version == seen.version &&
+        now - state.applied_at < std::chrono::seconds{1}) {
+      continue;
+    }
+    TrainingJobStatus applied;  // status.plan's applied fields alone: a merge patch leaves the rest
+    applied.plan.emplace();
+    applied.plan->applied_version = seen.oldest;
+    applied.plan->ranks_applied = seen.ranks_applied;
+    applied.plan->ranks_reporting = seen.ranks_reporting;
+    auto patched = client_.patch(
+        resources::trainingJobs(), objectNamespace(state.object), objectName(state.object),
+        PatchType::kMerge, Json{{"status", trainingJobStatusJson(applied)}},
+        PatchOptions{.subresource = "status", .field_manager = "", .force = false});
+    if (!patched) {
+      log_.warn("status.plan applied fields not written",
+                {{"job", key}, {"error", patched.error()}});
+      continue;  // tried again at the next pass
+    }
+    if (!state.applied_written || state.applied_written->oldest != seen.oldest) {
+      log_.info("Plan applied by the ranks", {{"job", key},
+                                              {"appliedVersion", seen.oldest.value_or(-1)},
+                                              {"version", *state.version},
+                                              {"ranksApplied", seen.ranks_applied},
+                                              {"ranksReporting", seen.ranks_reporting}});
+    }
+    state.applied_written = seen;
+    state.applied_at = now;
+  }
+  ranks_behind_.get().set(static_cast<double>(behind));
 }
 
 void TrafficPlanController::syncFabricStatus() {

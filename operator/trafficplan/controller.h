@@ -213,6 +213,17 @@ class TrafficPlanController {
     Json object;  // the TrainingJob, for Events and ownerReferences
     std::map<std::pair<std::int32_t, std::uint64_t>, std::uint64_t> seen;  // telemetry
     std::string conflict_uid;  // the foreign ConfigMap last reported (PlanConflict)
+    // What the ranks' reports say they applied (status.plan.appliedVersion, ranksApplied,
+    // ranksReporting), as last written, and when.
+    struct Applied {
+      std::int64_t version = 0;  // the version written when these were counted
+      std::optional<std::int64_t> oldest;
+      std::int64_t ranks_applied = 0;
+      std::int64_t ranks_reporting = 0;
+      friend bool operator==(const Applied&, const Applied&) = default;
+    };
+    std::optional<Applied> applied_written;
+    MonoTime applied_at{};
   };
   struct TelemetryLink {
     c4p::LinkRef link;
@@ -224,6 +235,8 @@ class TrafficPlanController {
   void syncNodes();
   void syncJobs();
   void syncTelemetry();
+  // status.plan's applied fields and c4_trafficplan_ranks_behind, from the ranks' reports.
+  void syncApplied();
   void syncFabricStatus();
   // Recomputes what explainConnection answers.
   void publishExplanations();
@@ -285,6 +298,7 @@ class TrafficPlanController {
   metrics::Family<metrics::Counter>& link_verdicts_;
   metrics::Family<metrics::Counter>& fabric_rejects_;
   metrics::Family<metrics::Gauge>& max_link_load_;
+  metrics::Family<metrics::Gauge>& ranks_behind_;
   metrics::Family<metrics::Histogram>& plan_seconds_;
 
   void worker();

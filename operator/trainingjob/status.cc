@@ -200,7 +200,11 @@ Result<PlanStatus> decodePlan(const Json& j, const std::string& path) {
   C4_RETURN_IF_ERROR(r.string("maxLinkLoad", p.max_link_load));
   C4_RETURN_IF_ERROR(r.string("reason", p.reason));
   C4_RETURN_IF_ERROR(r.string("time", p.time));
-  p.unknown = r.unknown({"version", "mode", "maxLinkLoad", "reason", "time"});
+  C4_RETURN_IF_ERROR(r.integer("appliedVersion", p.applied_version));
+  C4_RETURN_IF_ERROR(r.integer("ranksApplied", p.ranks_applied));
+  C4_RETURN_IF_ERROR(r.integer("ranksReporting", p.ranks_reporting));
+  p.unknown = r.unknown({"version", "mode", "maxLinkLoad", "reason", "time", "appliedVersion",
+                         "ranksApplied", "ranksReporting"});
   return p;
 }
 
@@ -263,6 +267,9 @@ Json encodePlan(const PlanStatus& p) {
   put(out, "maxLinkLoad", p.max_link_load);
   put(out, "reason", p.reason);
   put(out, "time", p.time);
+  put(out, "appliedVersion", p.applied_version);
+  put(out, "ranksApplied", p.ranks_applied);
+  put(out, "ranksReporting", p.ranks_reporting);
   return out;
 }
 

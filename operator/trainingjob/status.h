@@ -84,6 +84,11 @@ struct PlanStatus {
   std::optional<std::string> max_link_load;  // three decimals
   std::optional<std::string> reason;
   std::optional<std::string> time;
+  // From the ranks' reports (the plan version each rank's plugin applied, in its latest report):
+  // the oldest version among them, how many carry the version written, how many report.
+  std::optional<std::int64_t> applied_version;
+  std::optional<std::int64_t> ranks_applied;
+  std::optional<std::int64_t> ranks_reporting;
   Json unknown = Json::object();
   friend bool operator==(const PlanStatus&, const PlanStatus&) = default;
 };

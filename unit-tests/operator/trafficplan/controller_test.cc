@@ -917,6 +917,79 @@ TEST_F(TelemetryTest, ATelemetryPassJudgesNewReportsWithoutAFullSync) {
   EXPECT_EQ(api_.peek(fabrics(), "", "default")->at("status").value("degradedLinks", 0), 3);
 }
 
+// The plan version each rank's plugin applied (its reports' planVersion) reaches status.plan:
+// the oldest among the ranks' latest reports, how many carry the version written, how many
+// report; and the metric counts the ranks behind. A rank whose telemetry ended is not counted.
+TEST_F(TelemetryTest, TheVersionTheRanksAppliedIsInStatusAndTheMetric) {
+  auto controller = makeController();
+  placeJob("Advisory", 0, {"n0", "n1", "n2", "n3"});
+  controller->sync();
+  ASSERT_EQ(planDocument().version, 1);
+  auto rankReport = [&](std::int32_t rank, const std::string& node, std::uint64_t seq,
+                        std::int64_t version, bool last = false) {
+    report::NodeReport batch;
+    batch.node = node;
+    batch.seq = seq;
+    batch.time_unix_ns = toUnixNanos(clock_.wallNow());
+    report::RankReport r;
+    r.id = {"team", "llm", "llm-" + std::to_string(rank),         node, rank,
+            4,      0,     static_cast<std::uint32_t>(100 + rank)};
+    r.seq = seq;
+    r.time_unix_ns = batch.time_unix_ns;
+    r.plan_version = version;
+    r.last = last;
+    batch.reports.push_back(r);
+    store_.apply(batch, {{"team/llm", ingest::JobFacts{"job-uid", 0, 4}}}, clock_.wallNow(), 0);
+  };
+  auto plan = [&] {
+    return (*api_.peek(resources::trainingJobs(), "team", "llm"))["status"]["plan"];
+  };
+  auto behind = [&] {
+    const std::string text = registry_.expose();
+    const auto at = text.find("\nc4_trafficplan_ranks_behind ");
+    return at == std::string::npos ? std::string("missing")
+                                   : text.substr(at + 29, text.find('\n', at + 1) - at - 29);
+  };
+  controller->syncTelemetryOnly();
+  EXPECT_FALSE(plan().contains("appliedVersion")) << "nothing reports yet: nothing written";
+
+  rankReport(0, "n0", 1, 1);
+  rankReport(1, "n1", 1, -1);  // started before the plan was mounted
+  controller->syncTelemetryOnly();
+  EXPECT_EQ(plan()["appliedVersion"], -1);
+  EXPECT_EQ(plan()["ranksApplied"], 1);
+  EXPECT_EQ(plan()["ranksReporting"], 2);
+  EXPECT_EQ(plan()["version"], 1) << "the merge patch leaves the written fields";
+  EXPECT_EQ(behind(), "1");
+
+  rankReport(1, "n1", 2, 1);
+  controller->syncTelemetryOnly();
+  EXPECT_EQ(plan()["appliedVersion"], 1);
+  EXPECT_EQ(plan()["ranksApplied"], 2);
+  EXPECT_EQ(behind(), "0");
+
+  // A new version: the ranks are behind until their reports carry it.
+  api_.put(
+      fabrics(),
+      fabricObject(
+          2, {{"links",
+               Json::array({{{"leaf", "leaf-a"}, {"uplink", 0}, {"capacityFraction", 0.5}}})}}));
+  placeJob("Enforce", 0, {"n0", "n1", "n2", "n3"});
+  controller->sync();
+  ASSERT_EQ(planDocument().version, 2);
+  EXPECT_EQ(plan()["ranksApplied"], 0);
+  EXPECT_EQ(plan()["appliedVersion"], 1);
+  EXPECT_EQ(behind(), "2");
+  rankReport(0, "n0", 2, 2);
+  rankReport(1, "n1", 3, 1, /*last=*/true);  // rank 1's telemetry ends: not counted
+  clock_.advance(std::chrono::seconds{1});
+  controller->syncTelemetryOnly();
+  EXPECT_EQ(plan()["appliedVersion"], 2);
+  EXPECT_EQ(plan()["ranksApplied"], 1);
+  EXPECT_EQ(plan()["ranksReporting"], 1);
+  EXPECT_EQ(behind(), "0");
+}
+
 // Wrong-typed fields (issue #27): a Fabric whose spec has a field of another type is refused
 // with an Event; a telemetry link state in its status with one is not restored (the rest is);
 // a Pod whose nodeName is not a string leaves its job unplaced. Nothing throws.

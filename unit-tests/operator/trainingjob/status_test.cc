@@ -49,6 +49,9 @@ TEST(TrainingJobStatusTest, EveryFieldRoundTrips) {
   EXPECT_EQ(s.plan->max_link_load, "0.750");
   EXPECT_EQ(s.plan->reason, "link failed");
   EXPECT_EQ(s.plan->time, "2025-03-01T09:58:00Z");
+  EXPECT_EQ(s.plan->applied_version, 8);
+  EXPECT_EQ(s.plan->ranks_applied, 6);
+  EXPECT_EQ(s.plan->ranks_reporting, 8);
   EXPECT_EQ(s.avoid_nodes, (std::vector<std::string>{"node-a", "node-b"}));
   ASSERT_EQ(s.faults.size(), 1u);
   const FaultRecord& f = s.faults[0];
