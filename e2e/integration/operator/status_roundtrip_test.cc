@@ -105,7 +105,10 @@ TEST_F(StatusRoundTripIT, EveryTrainingJobStatusFieldTheOperatorWritesComesBackU
                               .mode = c4p::Mode::kAdvisory,
                               .max_link_load = std::string{"1.250"},
                               .reason = std::string{"link plane0/leaf-1/uplink2 failed"},
-                              .time = std::string{"2025-03-01T10:05:00Z"}};
+                              .time = std::string{"2025-03-01T10:05:00Z"},
+                              .applied_version = 9,
+                              .ranks_applied = 0,
+                              .ranks_reporting = 8};
   const Json plan_json = trainingJobStatusJson(plan_only);
   auto patched = client_->patch(resources::trainingJobs(), ns_, "llm", PatchType::kMerge,
                                 {{"status", plan_json}}, statusSubresource());
@@ -119,6 +122,25 @@ TEST_F(StatusRoundTripIT, EveryTrainingJobStatusFieldTheOperatorWritesComesBackU
   ASSERT_TRUE(reread) << reread.error().toString();
   ASSERT_TRUE(reread->plan);
   EXPECT_EQ(*reread->plan, *plan_only.plan);
+
+  // The applied fields are written alone the same way (what the ranks report): the rest of
+  // status.plan stays.
+  TrainingJobStatus applied;
+  applied.plan.emplace();
+  applied.plan->applied_version = 10;
+  applied.plan->ranks_applied = 8;
+  applied.plan->ranks_reporting = 8;
+  patched = client_->patch(resources::trainingJobs(), ns_, "llm", PatchType::kMerge,
+                           {{"status", trainingJobStatusJson(applied)}}, statusSubresource());
+  ASSERT_TRUE(patched) << patched.error().toString();
+  back = client_->get(resources::trainingJobs(), ns_, "llm");
+  ASSERT_TRUE(back) << back.error().toString();
+  reread = parseTrainingJobStatus(*back);
+  ASSERT_TRUE(reread && reread->plan);
+  PlanStatus want = *plan_only.plan;
+  want.applied_version = 10;
+  want.ranks_applied = 8;
+  EXPECT_EQ(*reread->plan, want);
 }
 
 TEST_F(StatusRoundTripIT, EveryFabricStatusFieldTheOperatorWritesComesBackUnchanged) {
