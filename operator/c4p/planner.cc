@@ -1001,7 +1001,8 @@ constexpr double kHot = 1.0 + 1e-3;
 //     lean nothing justifies, and the host link, shared equally by its subflows, would pace the
 //     connection by its heaviest subflow.
 // After the weights are balanced, the same two rules run on the loads reached (at most 8 passes).
-// At most `max_pairs` pairs are re-weighted (0: no bound); the nearest are taken first. Every
+// At most `max_pairs` pairs are re-weighted (0: no bound, and past half of the pairs all of them
+// in one balance); the nearest are taken first. Every
 // other pair keeps its weights. `used` holds the loads on entry (current weights and capacities)
 // and on return; `in` marks, on return, every pair re-weighted. Returns how many there were.
 std::size_t reweightAround(const Index& ix, std::vector<Item>& items, std::vector<double>& used,
@@ -1073,6 +1074,12 @@ std::size_t reweightAround(const Index& ix, std::vector<Item>& items, std::vecto
   closure();
   std::size_t done = 0;
   for (int pass = 0; pass < 8; ++pass) {
+    // Unbounded and past half of the pairs: every pair, in one balance, rather than passes over
+    // a growing set that each cost about as much.
+    if (max_pairs == 0 && 2 * count >= all.size()) {
+      for (std::size_t g = 0; g < all.size(); ++g) take(g);
+      queue.clear();
+    }
     std::vector<Group> groups;
     for (std::size_t g = 0; g < all.size(); ++g) {
       if (taken[g] != 0) groups.push_back(all[g]);
@@ -1137,23 +1144,23 @@ std::set<std::pair<std::string, std::size_t>> hotPartners(const Fabric& fabric, 
   return out;
 }
 
-// Re-weights the pairs `seeds` names and every pair of `seed_job` (none when empty), with their
-// hot neighbours (reweightAround), then the jobs' plans; the outcome's loads are the fabric's.
+// Re-weights the pairs `seeds` names, with their neighbours (reweightAround), then the jobs'
+// plans; the outcome's loads are the fabric's.
 PlanOutcome reweightFrom(const Fabric& fabric, JobMap& jobs,
                          const std::set<std::pair<std::string, std::size_t>>& seeds,
-                         const std::string& seed_job, const PlannerOptions& options,
-                         std::size_t max_pairs) {
+                         const PlannerOptions& options) {
   Index ix(fabric, jobs);
   std::vector<Item> items = collectItems(jobs, ix, nullptr);
   std::vector<double> used = weightedUse(ix, items);
   std::vector<char> in;
   for (const auto& [name, js] : jobs) {
     for (std::size_t k = 0; k < js.pairs.size(); ++k) {
-      in.push_back(name == seed_job || seeds.contains({name, k}) ? 1 : 0);
+      in.push_back(seeds.contains({name, k}) ? 1 : 0);
     }
   }
   PlanOutcome out;
-  out.pairs_reweighted = reweightAround(ix, items, used, in, {}, options.weight_rounds, max_pairs);
+  out.pairs_reweighted =
+      reweightAround(ix, items, used, in, {}, options.weight_rounds, options.reweight_max_pairs);
   out.max_link_load = maxNorm(ix, used);
   out.changed = refreshPlans(jobs, ix, items, used, &in);
   return out;
@@ -1306,9 +1313,16 @@ Result<PlanOutcome> Planner::planJob(const JobPlacement& placement) {
     tier1 = solver.solve();
   }
   C4_RETURN_IF_ERROR(assignPorts(next, fabric_, options_));
-  // The new job's pairs are weighted, and with them the running pairs on the hot links they
-  // share (reweightAround); every other pair keeps its weights.
-  PlanOutcome out = reweightFrom(fabric_, next, partners, placement.job, options_, 0);
+  // The new job's pairs are weighted, and with them the running pairs that leant away from the
+  // job's old placement or share a hot link with it (reweightAround, no bound: past half of the
+  // pairs, all of them in one balance); every other pair keeps its weights.
+  std::set<std::pair<std::string, std::size_t>> seeds = partners;
+  for (std::size_t k = 0; k < next.at(placement.job).pairs.size(); ++k) {
+    seeds.emplace(placement.job, k);
+  }
+  PlannerOptions unbounded = options_;
+  unbounded.reweight_max_pairs = 0;
+  PlanOutcome out = reweightFrom(fabric_, next, seeds, unbounded);
   jobs_ = std::move(next);
   max_load_ = out.max_link_load;
   out.tier1_planes = tier1;
@@ -1321,8 +1335,7 @@ PlanOutcome Planner::removeJob(const std::string& job) {
   // from it: they are re-weighted, with their hot neighbours; every other pair keeps its weights.
   const auto partners = hotPartners(fabric_, jobs_, job);
   jobs_.erase(job);
-  PlanOutcome out =
-      reweightFrom(fabric_, jobs_, partners, "", options_, options_.reweight_max_pairs);
+  PlanOutcome out = reweightFrom(fabric_, jobs_, partners, options_);
   max_load_ = out.max_link_load;
   return out;
 }

@@ -40,10 +40,10 @@
 // without reconnecting); setLinkState and removeJob re-weight only the pairs near the change (the
 // pairs on the changed link, or that shared a hot link with the job that left, and the pairs on
 // hot links of their paths or leaning off links that cooled, at most
-// PlannerOptions::reweight_max_pairs); planJob re-weights the new job and such neighbours;
-// setFabric and rebalance() re-weight every pair. replanAll() alone moves running jobs' paths.
-// Equal inputs give equal plans (no randomness, no hash-order iteration). Not thread-safe: one
-// reconciler owns it.
+// PlannerOptions::reweight_max_pairs); planJob re-weights the new job and such neighbours with no
+// bound (past half of the pairs, every pair); setFabric and rebalance() re-weight every pair.
+// replanAll() alone moves running jobs' paths. Equal inputs give equal plans (no randomness, no
+// hash-order iteration). Not thread-safe: one reconciler owns it.
 #pragma once
 
 #include <cstdint>
@@ -67,7 +67,7 @@ struct PlannerOptions {
   int weight_rounds = 400;          // rounds of weight rebalancing
   // A live change (a link's state, a job leaving) re-weights the pairs it touches and, nearest
   // first, the pairs sharing a hot link with them or leaning off a link that cooled: at most this
-  // many pairs (0: no bound). An arrival has no bound (planning has a larger budget).
+  // many pairs (0: no bound). An arrival has no bound: planning has a second, not 100 ms.
   std::size_t reweight_max_pairs = 1024;
 };
 

@@ -774,7 +774,9 @@ TEST(PlannerTest, ChangesReweightNearbyPairsAndReachTheLoadOfAFullReweighting) {
     ++changes;
     touched += out->pairs_reweighted;
     pairs_then += pairs;
-    EXPECT_LE(p.maxLinkLoad(), every.maxLinkLoad() + 1e-3) << "event " << event;
+    EXPECT_LE(p.maxLinkLoad(), every.maxLinkLoad() + 1e-3)
+        << "event " << event << " kind " << kind << " reweighted " << out->pairs_reweighted
+        << " of " << pairs;
   }
   ASSERT_GT(changes, 100);
   EXPECT_LT(touched, pairs_then) << "every change re-weighted every pair";
