@@ -33,6 +33,7 @@
 #include <tuple>
 #include <vector>
 
+#include "bench/c4p_fabric.h"
 #include "bench/c4p_sim.h"
 #include "operator/c4p/planner.h"
 
@@ -136,24 +137,9 @@ std::vector<std::vector<int>> placements(const LeafSpine& f, int jobs, std::uint
 }
 
 c4p::Fabric plannerFabric(const LeafSpine& f, const std::vector<std::pair<int, int>>& failed) {
-  c4p::FabricSpec spec;
-  spec.spines = f.uplinks;
-  spec.uplinks_per_leaf = f.uplinks;
-  spec.uplink_speed_gbps = f.uplink_gbps;
-  spec.host_link_speed_gbps = f.host_gbps;
-  for (auto [leaf, uplink] : failed) {
-    c4p::LinkState st;
-    st.link.leaf = leafName(leaf);
-    st.link.uplink = uplink;
-    st.capacity_fraction = 0;
-    spec.links.push_back(st);
-  }
-  auto fabric = c4p::Fabric::fromSpec(spec);
-  if (!fabric) {
-    std::fprintf(stderr, "fabric: %s\n", fabric.error().toString().c_str());
-    std::exit(1);
-  }
-  return *fabric;
+  std::vector<std::pair<std::string, int>> named_failed;
+  for (auto [leaf, uplink] : failed) named_failed.emplace_back(leafName(leaf), uplink);
+  return c4::bench::leafSpineFabric(f.uplinks, f.uplink_gbps, f.host_gbps, named_failed);
 }
 
 // Plans every job; returns the planner and the time it took (ms).

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/c4p_fabric.h"
 #include "operator/c4p/planner.h"
 
 namespace {
@@ -68,24 +69,10 @@ std::vector<std::vector<int>> rings(const Shape& s, int jobs) {
 }
 
 c4p::Fabric fabricFor(const Shape& s) {
-  c4p::FabricSpec spec;
-  spec.spines = s.uplinks;
-  spec.uplinks_per_leaf = s.uplinks;
-  spec.uplink_speed_gbps = 400;
-  spec.host_link_speed_gbps = 400;
-  for (int l = 0; l < s.leaves(); l += 4) {
-    c4p::LinkState st;
-    st.link.leaf = named("leaf-", l);
-    st.link.uplink = (l / 4) % s.uplinks;
-    st.capacity_fraction = 0;
-    spec.links.push_back(st);
-  }
-  auto fabric = c4p::Fabric::fromSpec(spec);
-  if (!fabric) {
-    std::fprintf(stderr, "fabric: %s\n", fabric.error().toString().c_str());
-    std::exit(1);
-  }
-  return *fabric;
+  std::vector<std::pair<std::string, int>> failed;
+  for (int l = 0; l < s.leaves(); l += 4)
+    failed.emplace_back(named("leaf-", l), (l / 4) % s.uplinks);
+  return c4::bench::leafSpineFabric(s.uplinks, 400, 400, failed);
 }
 
 double msSince(std::chrono::steady_clock::time_point t0) {
