@@ -717,6 +717,29 @@ PlannedSubflow& subflowOf(const Item& it) {
   return it.pair->subflows[it.sub];
 }
 
+// Whether every link direction of item i's path has capacity.
+bool aliveItem(const Index& ix, const Item& item) {
+  const auto links = ix.links(item.route, subflowOf(item).path);
+  return std::all_of(links.begin(), links.end(), [&](std::size_t l) { return ix.cap[l] > 0; });
+}
+
+// Item i's weight when its pair leans nowhere: equal over the pair's live paths (over all of them
+// when none lives).
+double levelWeight(const Index& ix, const std::vector<Item>& items, Group g, std::size_t i) {
+  std::size_t live = 0;
+  for (std::size_t j = g.first; j < g.second; ++j) live += aliveItem(ix, items[j]) ? 1U : 0U;
+  if (live == 0) return 1.0 / static_cast<double>(g.second - g.first);
+  return aliveItem(ix, items[i]) ? 1.0 / static_cast<double>(live) : 0.0;
+}
+
+// Whether a pair's weights lean: differ from levelWeight by more than the rounding allows.
+bool leaning(const Index& ix, const std::vector<Item>& items, Group g) {
+  for (std::size_t i = g.first; i < g.second; ++i) {
+    if (std::fabs(subflowOf(items[i]).weight - levelWeight(ix, items, g, i)) > 1e-3) return true;
+  }
+  return false;
+}
+
 // Weights of the pairs `groups`, every other pair's weights fixed: equal over live paths (a path
 // is dead when any of its link directions has capacity 0), then, for pairs with a path loaded
 // above 1, pairwise moves from the pair's most loaded path to its least loaded one (a path's
@@ -749,7 +772,6 @@ void balanceWeights(const Index& ix, std::vector<Item>& items, const std::vector
       }
     }
   }
-  std::sort(touched.begin(), touched.end());
   auto addAll = [&](double sign) {
     std::size_t k = 0;
     for (auto [b, e] : groups) {
@@ -760,16 +782,9 @@ void balanceWeights(const Index& ix, std::vector<Item>& items, const std::vector
     }
   };
   addAll(-1);
-  {
-    std::size_t k = 0;
-    for (auto [b, e] : groups) {
-      std::size_t live = 0;
-      for (std::size_t i = b; i < e; ++i) live += alive[k + i - b] != 0 ? 1U : 0U;
-      for (std::size_t i = b; i < e; ++i, ++k) {
-        subflowOf(items[i]).weight = live == 0
-                                         ? 1.0 / static_cast<double>(e - b)
-                                         : (alive[k] != 0 ? 1.0 / static_cast<double>(live) : 0.0);
-      }
+  for (const Group& g : groups) {
+    for (std::size_t i = g.first; i < g.second; ++i) {
+      subflowOf(items[i]).weight = levelWeight(ix, items, g, i);
     }
   }
   if (n == items.size()) {
@@ -962,29 +977,6 @@ std::vector<std::string> refreshPlans(JobMap& jobs, const Index& ix, const std::
   return changed;
 }
 
-// Whether every link direction of item i's path has capacity.
-bool aliveItem(const Index& ix, const Item& item) {
-  const auto links = ix.links(item.route, subflowOf(item).path);
-  return std::all_of(links.begin(), links.end(), [&](std::size_t l) { return ix.cap[l] > 0; });
-}
-
-// Item i's weight when its pair leans nowhere: equal over the pair's live paths (over all of them
-// when none lives).
-double levelWeight(const Index& ix, const std::vector<Item>& items, Group g, std::size_t i) {
-  std::size_t live = 0;
-  for (std::size_t j = g.first; j < g.second; ++j) live += aliveItem(ix, items[j]) ? 1U : 0U;
-  if (live == 0) return 1.0 / static_cast<double>(g.second - g.first);
-  return aliveItem(ix, items[i]) ? 1.0 / static_cast<double>(live) : 0.0;
-}
-
-// Whether a pair's weights lean: differ from levelWeight by more than the rounding allows.
-bool leaning(const Index& ix, const std::vector<Item>& items, Group g) {
-  for (std::size_t i = g.first; i < g.second; ++i) {
-    if (std::fabs(subflowOf(items[i]).weight - levelWeight(ix, items, g, i)) > 1e-3) return true;
-  }
-  return false;
-}
-
 // A link direction this far above a load of 1 is hot: below it the difference is the 1e-4
 // rounding of the weights (a few subflows' worth on one link), which no re-weighting removes.
 constexpr double kHot = 1.0 + 1e-3;
@@ -1002,9 +994,9 @@ constexpr double kHot = 1.0 + 1e-3;
 //     connection by its heaviest subflow.
 // After the weights are balanced, the same two rules run on the loads reached (at most 8 passes).
 // At most `max_pairs` pairs are re-weighted (0: no bound, and past half of the pairs all of them
-// in one balance); the nearest are taken first. Every
-// other pair keeps its weights. `used` holds the loads on entry (current weights and capacities)
-// and on return; `in` marks, on return, every pair re-weighted. Returns how many there were.
+// in one balance); the nearest are taken first. Every other pair keeps its weights. `used` holds
+// the loads on entry (current weights and capacities) and on return; `in` marks, on return, every
+// pair re-weighted. Returns how many there were.
 std::size_t reweightAround(const Index& ix, std::vector<Item>& items, std::vector<double>& used,
                            std::vector<char>& in, const std::vector<char>& hot_before, int rounds,
                            std::size_t max_pairs) {
@@ -1047,7 +1039,8 @@ std::size_t reweightAround(const Index& ix, std::vector<Item>& items, std::vecto
     return (!hot_before.empty() && hot_before[l] != 0) || norm(used[l], ix.cap[l]) > kHot ||
            norm(level[l], ix.cap[l]) > kHot;
   };
-  // The two rules on link direction l, with `load` the loads reached.
+  // The two rules on link direction l: hot, take every pair on it; cooled, take its leaning
+  // pairs.
   auto expand = [&](std::size_t l, bool is_hot, bool cooled) {
     if (is_hot && (expanded[l] & 1) == 0) {
       expanded[l] |= 1;
@@ -1144,6 +1137,18 @@ std::set<std::pair<std::string, std::size_t>> hotPartners(const Fabric& fabric, 
   return out;
 }
 
+// reweightAround, then the fabric's maximum load and the jobs' plans.
+PlanOutcome reweightAndRefresh(JobMap& jobs, const Index& ix, std::vector<Item>& items,
+                               std::vector<double>& used, std::vector<char>& in,
+                               const std::vector<char>& hot_before, const PlannerOptions& options) {
+  PlanOutcome out;
+  out.pairs_reweighted = reweightAround(ix, items, used, in, hot_before, options.weight_rounds,
+                                        options.reweight_max_pairs);
+  out.max_link_load = maxNorm(ix, used);
+  out.changed = refreshPlans(jobs, ix, items, used, &in);
+  return out;
+}
+
 // Re-weights the pairs `seeds` names, with their neighbours (reweightAround), then the jobs'
 // plans; the outcome's loads are the fabric's.
 PlanOutcome reweightFrom(const Fabric& fabric, JobMap& jobs,
@@ -1158,12 +1163,7 @@ PlanOutcome reweightFrom(const Fabric& fabric, JobMap& jobs,
       in.push_back(seeds.contains({name, k}) ? 1 : 0);
     }
   }
-  PlanOutcome out;
-  out.pairs_reweighted =
-      reweightAround(ix, items, used, in, {}, options.weight_rounds, options.reweight_max_pairs);
-  out.max_link_load = maxNorm(ix, used);
-  out.changed = refreshPlans(jobs, ix, items, used, &in);
-  return out;
+  return reweightAndRefresh(jobs, ix, items, used, in, {}, options);
 }
 
 }  // namespace
@@ -1445,11 +1445,7 @@ Result<PlanOutcome> Planner::setLinkState(const LinkRef& link, double capacity_f
       in[static_cast<std::size_t>(it.ordinal - 1)] = 1;
     }
   }
-  PlanOutcome out;
-  out.pairs_reweighted = reweightAround(ix, items, used, in, hot_before, options_.weight_rounds,
-                                        options_.reweight_max_pairs);
-  out.max_link_load = maxNorm(ix, used);
-  out.changed = refreshPlans(jobs_, ix, items, used, &in);
+  PlanOutcome out = reweightAndRefresh(jobs_, ix, items, used, in, hot_before, options_);
   max_load_ = out.max_link_load;
   return out;
 }

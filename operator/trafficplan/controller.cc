@@ -804,11 +804,9 @@ void TrafficPlanController::commitPlan(const std::string& key, JobState& state,
   plan_status.plan->max_link_load = loadText(plan.max_link_load);
   plan_status.plan->reason = reason;
   plan_status.plan->time = formatRfc3339(clock_.wallNow());
-  auto patched = client_.patch(
-      resources::trainingJobs(), objectNamespace(state.object), objectName(state.object),
-      PatchType::kMerge, Json{{"status", trainingJobStatusJson(plan_status)}},
-      PatchOptions{.subresource = "status", .field_manager = "", .force = false});
-  if (!patched) log_.warn("status.plan not written", {{"job", key}, {"error", patched.error()}});
+  if (auto patched = patchPlanStatus(state, plan_status); !patched) {
+    log_.warn("status.plan not written", {{"job", key}, {"error", patched.error()}});
+  }
   events_.record(state.object, event_type, event_reason, message);
   log_.info("Plan written", {{"job", key}, {"version", doc.version}, {"reason", reason}});
 }
@@ -1001,6 +999,16 @@ void TrafficPlanController::syncTelemetry() {
   }
 }
 
+Status TrafficPlanController::patchPlanStatus(const JobState& state,
+                                              const TrainingJobStatus& plan_only) {
+  auto patched = client_.patch(
+      resources::trainingJobs(), objectNamespace(state.object), objectName(state.object),
+      PatchType::kMerge, Json{{"status", trainingJobStatusJson(plan_only)}},
+      PatchOptions{.subresource = "status", .field_manager = "", .force = false});
+  if (!patched) return std::unexpected(patched.error());
+  return okStatus();
+}
+
 void TrafficPlanController::syncApplied() {
   if (!store_) return;
   std::int64_t behind = 0;
@@ -1038,11 +1046,7 @@ void TrafficPlanController::syncApplied() {
     applied.plan->applied_version = seen.oldest;
     applied.plan->ranks_applied = seen.ranks_applied;
     applied.plan->ranks_reporting = seen.ranks_reporting;
-    auto patched = client_.patch(
-        resources::trainingJobs(), objectNamespace(state.object), objectName(state.object),
-        PatchType::kMerge, Json{{"status", trainingJobStatusJson(applied)}},
-        PatchOptions{.subresource = "status", .field_manager = "", .force = false});
-    if (!patched) {
+    if (auto patched = patchPlanStatus(state, applied); !patched) {
       log_.warn("status.plan applied fields not written",
                 {{"job", key}, {"error", patched.error()}});
       continue;  // tried again at the next pass

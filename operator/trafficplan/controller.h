@@ -87,6 +87,7 @@
 #include "operator/c4p/planner.h"
 #include "operator/ingest/report_store.h"
 #include "operator/trafficplan/link_monitor.h"
+#include "operator/trainingjob/status.h"
 
 namespace c4::op::trafficplan {
 using namespace c4::kube;  // the operator is written against the Kubernetes library
@@ -262,6 +263,9 @@ class TrafficPlanController {
                   const char* event_reason, const std::string& message);
   Status putConfigMap(const JobState& state, const c4p::PlanDocument& doc,
                       const std::string& reason);
+  // A merge patch of the job's /status with `plan_only` (status.plan, some of its fields): the
+  // rest of the status, and of status.plan, stays.
+  Status patchPlanStatus(const JobState& state, const TrainingJobStatus& plan_only);
 
   KubeClient& client_;
   Clock& clock_;
