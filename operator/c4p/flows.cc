@@ -2,6 +2,7 @@
 
 #include <map>
 #include <set>
+#include <string>
 #include <utility>
 
 namespace c4::op::c4p {
@@ -53,6 +54,13 @@ Status validatePlacement(const JobPlacement& p) {
   if (p.procs_per_node < 1) return std::unexpected(invalid(p.job, "procsPerNode must be >= 1"));
   if (p.subflows_per_connection < 1 || p.subflows_per_connection > kMaxSubflowsPerConnection) {
     return std::unexpected(invalid(p.job, "subflowsPerConnection must be in [1, 64]"));
+  }
+  if (p.spare_subflows < 0 ||
+      p.spare_subflows > kMaxSubflowsPerConnection - p.subflows_per_connection) {
+    return std::unexpected(
+        invalid(p.job, "spareSubflows must be in [0, 64 - subflowsPerConnection] (got " +
+                           std::to_string(p.spare_subflows) + " with subflowsPerConnection " +
+                           std::to_string(p.subflows_per_connection) + ")"));
   }
   return {};
 }

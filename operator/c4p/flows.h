@@ -27,6 +27,10 @@ struct JobPlacement {
   int subflows_per_connection = 4;
   bool both_directions = false;
   bool tree = false;
+  // Spare subflows per cross-leaf connection: planned (path, port) and connected by the plugin,
+  // but weighted 0 until a primary subflow's path dies, when one takes its place. They let a
+  // connection (one of a single subflow above all) leave a dead path without a reconnect.
+  int spare_subflows = 0;
 };
 
 // One ordered node pair with `count` connections from `src` (the connecting side) to `dst`.
@@ -38,7 +42,7 @@ struct Connection {
 };
 
 // Checks a placement: non-empty job key and node names, no node twice, procs_per_node >= 1,
-// subflows in [1, 64]. Errors name the field.
+// subflows in [1, 64], spare subflows >= 0 with subflows + spares <= 64. Errors name the field.
 Status validatePlacement(const JobPlacement& placement);
 
 // The connections of the job's collectives, sorted by (src, dst); empty for a single-node job.

@@ -1,5 +1,7 @@
 #include "operator/c4p/plan_document.h"
 
+#include <algorithm>
+
 #include "c4/common/plan.h"
 
 namespace c4::op::c4p {
@@ -13,6 +15,11 @@ Result<PlanDocument> makePlanDocument(const JobPlan& plan, std::int64_t version,
   for (const auto& p : plan.pairs) {
     PlannedPair out{p.local_node, p.peer_node, p.plane, p.subflows};
     if (mode == Mode::kAdvisory) {
+      // The plugin applies nothing: the spares would be subflows like any other.
+      if (plan.spare_subflows > 0) {
+        out.subflows.resize(
+            std::min(out.subflows.size(), static_cast<std::size_t>(plan.subflows_per_connection)));
+      }
       for (auto& s : out.subflows) {
         s.local_port = 0;
         s.weight = 1.0;

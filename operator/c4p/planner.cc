@@ -4,10 +4,12 @@
 #include <array>
 #include <cmath>
 #include <deque>
+#include <iterator>
 #include <limits>
 #include <numeric>
 #include <optional>
 #include <set>
+#include <tuple>
 #include <utility>
 
 namespace c4::op::c4p {
@@ -236,9 +238,10 @@ struct Item {
   int src = 0;  // global leaf indices
   int dst = 0;
   int route = 0;
-  double unit = 0;  // Gbps at an equal share: pair demand / subflows
+  double unit = 0;  // Gbps at an equal share: pair demand / primary subflows
   bool free = false;
-  int ordinal = 0;  // of the pair, over all jobs
+  bool spare = false;  // a spare subflow (PlannerJobState::Pair::spares)
+  int ordinal = 0;     // of the pair, over all jobs
 };
 
 std::vector<Item> collectItems(JobMap& jobs, const Index& ix,
@@ -252,9 +255,10 @@ std::vector<Item> collectItems(JobMap& jobs, const Index& ix,
       int route = ix.pair_route[static_cast<std::size_t>(ordinal - 1)];
       int src = ix.routes[static_cast<std::size_t>(route)].g_src;
       int dst = ix.routes[static_cast<std::size_t>(route)].g_dst;
-      double unit = p.demand_gbps / static_cast<double>(p.subflows.size());
+      const std::size_t primaries = p.subflows.size() - p.spares;
+      double unit = p.demand_gbps / static_cast<double>(primaries);
       for (std::size_t j = 0; j < p.subflows.size(); ++j) {
-        items.push_back({&p, j, p.plane, src, dst, route, unit, free, ordinal});
+        items.push_back({&p, j, p.plane, src, dst, route, unit, free, j >= primaries, ordinal});
       }
     }
   }
@@ -687,6 +691,7 @@ std::vector<double> weightedUse(const Index& ix, const std::vector<Item>& items)
   std::vector<double> used(ix.cap.size(), 0.0);
   for (const auto& it : items) {
     const auto& s = it.pair->subflows[static_cast<std::size_t>(it.sub)];
+    if (s.path < 0) continue;  // a spare not placed yet (placeSpares)
     double c = it.pair->demand_gbps * s.weight;
     for (std::size_t l : ix.links(it.route, s.path)) used[l] += c;
   }
@@ -723,13 +728,87 @@ bool aliveItem(const Index& ix, const Item& item) {
   return std::all_of(links.begin(), links.end(), [&](std::size_t l) { return ix.cap[l] > 0; });
 }
 
-// Item i's weight when its pair leans nowhere: equal over the pair's live paths (over all of them
-// when none lives).
+// The items the path solver places: every subflow but the spares (which carry no load as planned).
+std::vector<Item> primaryItems(const std::vector<Item>& items) {
+  std::vector<Item> out;
+  out.reserve(items.size());
+  std::copy_if(items.begin(), items.end(), std::back_inserter(out),
+               [](const Item& it) { return !it.spare; });
+  return out;
+}
+
+// Paths of the spares that have none yet (a newly planned pair's), once its primaries have theirs:
+// in index order, each takes the path that shares the fewest link directions with the pair's
+// other placed subflows (a failure there would take the subflow it stands in for with it), then a
+// live one, then the one whose busiest link direction would be least loaded if every spare on it
+// carried its equal share on top of the primaries (so a dead link hands its subflows' shares to
+// spares spread over idle paths), then the smallest such sum, scanning from a path that differs
+// per pair. Spares are placed last (the weighted loads of Item::unit's primaries come first).
+void placeSpares(const Index& ix, std::vector<Item>& items) {
+  std::vector<double> standby = weightedUse(ix, items);  // spares weigh 0: the primaries' loads
+  for (const Item& it : items) {
+    if (it.spare && subflowOf(it).path >= 0) {
+      for (std::size_t l : ix.links(it.route, subflowOf(it).path)) standby[l] += it.unit;
+    }
+  }
+  for (auto [b, e] : pairGroups(items)) {
+    for (std::size_t i = b; i < e; ++i) {
+      if (!items[i].spare || subflowOf(items[i]).path >= 0) continue;
+      const int n = ix.pathCount(items[i].route);
+      const int start = n > 0 ? (items[i].ordinal * 7) % n : 0;
+      int best = -1;
+      std::tuple<int, int, double, double> best_key{};
+      for (int q = 0; q < n; ++q) {
+        const int path = (start + q) % n;
+        const auto links = ix.links(items[i].route, path);
+        int shared = 0;
+        for (std::size_t j = b; j < e; ++j) {
+          if (j == i || subflowOf(items[j]).path < 0) continue;
+          for (std::size_t l : ix.links(items[j].route, subflowOf(items[j]).path)) {
+            shared += contains(links, l) ? 1 : 0;
+          }
+        }
+        int dead = 0;
+        double busiest = 0, sum = 0;
+        for (std::size_t l : links) {
+          dead += ix.cap[l] > 0 ? 0 : 1;
+          const double x = norm(standby[l] + items[i].unit, ix.cap[l]);
+          busiest = std::max(busiest, x);
+          sum += x;
+        }
+        const std::tuple<int, int, double, double> key{shared, dead > 0 ? 1 : 0, busiest, sum};
+        if (best < 0 || key < best_key) {
+          best = path;
+          best_key = key;
+        }
+      }
+      subflowOf(items[i]).path = best;
+      for (std::size_t l : ix.links(items[i].route, best)) standby[l] += items[i].unit;
+    }
+  }
+}
+
+// Item i's weight when its pair leans nowhere: equal over the pair's active subflows, its live
+// primaries and, for each dead primary, one live spare (the first in index order); equal over the
+// primaries when none is active (every path dead).
 double levelWeight(const Index& ix, const std::vector<Item>& items, Group g, std::size_t i) {
-  std::size_t live = 0;
-  for (std::size_t j = g.first; j < g.second; ++j) live += aliveItem(ix, items[j]) ? 1U : 0U;
-  if (live == 0) return 1.0 / static_cast<double>(g.second - g.first);
-  return aliveItem(ix, items[i]) ? 1.0 / static_cast<double>(live) : 0.0;
+  std::size_t primaries = 0;
+  std::size_t dead = 0;
+  for (std::size_t j = g.first; j < g.second; ++j) {
+    if (items[j].spare) continue;
+    ++primaries;
+    dead += aliveItem(ix, items[j]) ? 0U : 1U;
+  }
+  std::size_t active = primaries - dead;
+  bool i_active = !items[i].spare && aliveItem(ix, items[i]);
+  for (std::size_t j = g.first; j < g.second && dead > 0; ++j) {
+    if (!items[j].spare || !aliveItem(ix, items[j])) continue;
+    --dead;
+    ++active;
+    i_active = i_active || j == i;
+  }
+  if (active == 0) return items[i].spare ? 0.0 : 1.0 / static_cast<double>(primaries);
+  return i_active ? 1.0 / static_cast<double>(active) : 0.0;
 }
 
 // Whether a pair's weights lean: differ from levelWeight by more than the rounding allows.
@@ -740,16 +819,17 @@ bool leaning(const Index& ix, const std::vector<Item>& items, Group g) {
   return false;
 }
 
-// Weights of the pairs `groups`, every other pair's weights fixed: equal over live paths (a path
-// is dead when any of its link directions has capacity 0), then, for pairs with a path loaded
-// above 1, pairwise moves from the pair's most loaded path to its least loaded one (a path's
-// load: the largest over its link directions); the best state seen (the lowest maximum over the
-// link directions these pairs' paths use) is kept. Weights are rounded to 1e-4. `used` holds
-// every item's weighted load on entry; on return it is stale (weightedUse gives it again).
+// Weights of the pairs `groups`, every other pair's weights fixed: levelWeight (equal over the
+// active subflows; a path is dead when any of its link directions has capacity 0), then, for
+// pairs with an active subflow's path loaded above 1, pairwise moves from the pair's most loaded
+// active path to its least loaded one (a path's load: the largest over its link directions); the
+// best state seen (the lowest maximum over the link directions these pairs' paths use) is kept.
+// Weights are rounded to 1e-4. `used` holds every item's weighted load on entry; on return it is
+// stale (weightedUse gives it again).
 void balanceWeights(const Index& ix, std::vector<Item>& items, const std::vector<Group>& groups,
                     std::vector<double>& used, int rounds) {
   // Per item of the groups (in group order): the link directions of its path, and whether they
-  // all have capacity.
+  // all have capacity (after the reset below: whether the item is active, levelWeight > 0).
   std::size_t n = 0;
   for (auto [b, e] : groups) n += e - b;
   std::vector<PathLinks> path_of;
@@ -782,9 +862,14 @@ void balanceWeights(const Index& ix, std::vector<Item>& items, const std::vector
     }
   };
   addAll(-1);
-  for (const Group& g : groups) {
-    for (std::size_t i = g.first; i < g.second; ++i) {
-      subflowOf(items[i]).weight = levelWeight(ix, items, g, i);
+  {
+    std::size_t k = 0;
+    for (const Group& g : groups) {
+      for (std::size_t i = g.first; i < g.second; ++i, ++k) {
+        subflowOf(items[i]).weight = levelWeight(ix, items, g, i);
+        // Only active subflows take part below: a spare stays idle while its primaries live.
+        if (!(subflowOf(items[i]).weight > 0)) alive[k] = 0;
+      }
     }
   }
   if (n == items.size()) {
@@ -953,6 +1038,7 @@ std::vector<std::string> refreshPlans(JobMap& jobs, const Index& ix, const std::
       JobPlan fresh;
       fresh.job = name;
       fresh.subflows_per_connection = js.placement.subflows_per_connection;
+      fresh.spare_subflows = js.placement.spare_subflows;
       fresh.planes = js.planes;
       fresh.max_link_load = max_load;
       for (const auto& p : js.pairs) {
@@ -1039,8 +1125,17 @@ std::size_t reweightAround(const Index& ix, std::vector<Item>& items, std::vecto
     return (!hot_before.empty() && hot_before[l] != 0) || norm(used[l], ix.cap[l]) > kHot ||
            norm(level[l], ix.cap[l]) > kHot;
   };
-  // The two rules on link direction l: hot, take every pair on it; cooled, take its leaning
-  // pairs.
+  // Whether pair g has a subflow on a hot link direction (it could lean off it).
+  auto onHot = [&](std::size_t g) {
+    for (std::size_t i = all[g].first; i < all[g].second; ++i) {
+      for (std::size_t l : pathOf(i)) {
+        if (hot(l)) return true;
+      }
+    }
+    return false;
+  };
+  // The two rules on link direction l: hot, take every pair on it; cooled, take its pairs that
+  // lean, or that are on a hot link and may now lean onto l.
   auto expand = [&](std::size_t l, bool is_hot, bool cooled) {
     if (is_hot && (expanded[l] & 1) == 0) {
       expanded[l] |= 1;
@@ -1048,7 +1143,7 @@ std::size_t reweightAround(const Index& ix, std::vector<Item>& items, std::vecto
     } else if (cooled && (expanded[l] & 3) == 0) {
       expanded[l] |= 2;
       for (std::uint32_t h : on_link[l]) {
-        if (taken[h] == 0 && leaning(ix, items, all[h])) take(h);
+        if (taken[h] == 0 && (leaning(ix, items, all[h]) || onHot(h))) take(h);
       }
     }
   };
@@ -1098,8 +1193,9 @@ std::size_t reweightAround(const Index& ix, std::vector<Item>& items, std::vecto
 }
 
 // (job, pair index) of every pair of the other jobs that may have leant away from `job`: with a
-// subflow on a link direction that one of the job's subflows loads above kHot, or leaning with a
-// subflow on any link direction the job uses (its load leaves them).
+// subflow on a link direction that one of the job's subflows loads above kHot, or with a subflow
+// on any link direction the job uses (its load leaves them) and either leaning or on a hot link
+// direction elsewhere (it may now lean onto what the job leaves).
 std::set<std::pair<std::string, std::size_t>> hotPartners(const Fabric& fabric, JobMap& jobs,
                                                           const std::string& job) {
   std::set<std::pair<std::string, std::size_t>> out;
@@ -1123,6 +1219,14 @@ std::set<std::pair<std::string, std::size_t>> hotPartners(const Fabric& fabric, 
   for (const auto& [name, js] : jobs) {
     for (std::size_t k = 0; k < js.pairs.size(); ++k) names.emplace_back(&name, k);
   }
+  auto onHot = [&](Group g) {
+    for (std::size_t i = g.first; i < g.second; ++i) {
+      for (std::size_t l : ix.links(items[i].route, subflowOf(items[i]).path)) {
+        if (norm(used[l], ix.cap[l]) > kHot) return true;
+      }
+    }
+    return false;
+  };
   for (const Group& g : pairGroups(items)) {
     const std::size_t o = ordinal(items[g.first]);
     if (o >= first && o < last) continue;
@@ -1132,7 +1236,9 @@ std::set<std::pair<std::string, std::size_t>> hotPartners(const Fabric& fabric, 
         m = std::max(m, mark[l]);
       }
     }
-    if (m == 2 || (m == 1 && leaning(ix, items, g))) out.emplace(*names[o].first, names[o].second);
+    if (m == 2 || (m == 1 && (leaning(ix, items, g) || onHot(g)))) {
+      out.emplace(*names[o].first, names[o].second);
+    }
   }
   return out;
 }
@@ -1260,6 +1366,8 @@ Result<JobState> buildJob(const JobPlacement& placement,
     p.demand_gbps =
         host_gbps * c.count / static_cast<double>(std::max(out_deg[c.src], in_deg[c.dst]));
     p.subflows.assign(s, PlannedSubflow{0, -1, 1.0 / static_cast<double>(s)});
+    p.spares = static_cast<std::size_t>(placement.spare_subflows);
+    p.subflows.resize(s + p.spares, PlannedSubflow{0, -1, 0.0});
     js.pairs.push_back(std::move(p));
   }
   return js;
@@ -1309,8 +1417,10 @@ Result<PlanOutcome> Planner::planJob(const JobPlacement& placement) {
     Index ix(fabric_, next);
     std::set<std::string> free_jobs{placement.job};
     auto items = collectItems(next, ix, &free_jobs);
-    PathSolver solver(ix, items, options_.local_search_moves);
+    auto primaries = primaryItems(items);
+    PathSolver solver(ix, primaries, options_.local_search_moves);
     tier1 = solver.solve();
+    placeSpares(ix, items);
   }
   C4_RETURN_IF_ERROR(assignPorts(next, fabric_, options_));
   // The new job's pairs are weighted, and with them the running pairs that leant away from the
@@ -1353,8 +1463,10 @@ Result<PlanOutcome> Planner::replanAll() {
   }
   Index ix(fabric_, next);
   auto items = collectItems(next, ix, nullptr);
-  PathSolver solver(ix, items, options_.local_search_moves);
+  auto primaries = primaryItems(items);
+  PathSolver solver(ix, primaries, options_.local_search_moves);
   int tier1 = solver.solve();
+  placeSpares(ix, items);
   C4_RETURN_IF_ERROR(assignPorts(next, fabric_, options_));
   PlanOutcome out = finish(next);
   jobs_ = std::move(next);

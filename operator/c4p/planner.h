@@ -34,6 +34,14 @@
 // configured range that the fabric maps to the path for the pair (Fabric::freePortForPathFor),
 // distinct per source node across all jobs.
 //
+// Spare subflows (JobPlacement::spare_subflows): the paths above are for the primary subflows
+// only. A pair's spares then take, one by one, the path sharing the fewest link directions with
+// the pair's other subflows, alive, and shared with the fewest spares already placed. A spare
+// carries no weight (and no load) while the pair's primaries live; for each primary whose path
+// dies, one live spare (in index order) takes its share, so a connection of one subflow leaves a
+// dead path by weights alone. The weights are rebalanced over the active subflows (live
+// primaries and the spares standing in for dead ones).
+//
 // Incremental: planJob plans one job around the others, whose paths and ports never move (their
 // live connections stay bound to their ports and apply new weights by subflow index); removeJob,
 // setLinkState, setFabric and rebalance() change only weights (what live connections can apply
@@ -91,6 +99,7 @@ struct PlannedPair {
 struct JobPlan {
   std::string job;
   int subflows_per_connection = 0;
+  int spare_subflows = 0;             // each pair's last spare_subflows subflows are spares
   std::vector<PlannedPair> pairs;     // sorted by (local_node, peer_node)
   std::map<std::string, int> planes;  // every node of the job -> its plane
   double max_link_load = 0;           // over the links this job's subflows use
@@ -123,6 +132,7 @@ struct PlannerJobState {
     NodeLocation dst;
     double demand_gbps = 0;  // per connection × count: what the pair carries at full rate
     std::vector<PlannedSubflow> subflows;
+    std::size_t spares = 0;  // the last `spares` subflows are spares (JobPlacement::spare_subflows)
   };
   std::vector<Pair> pairs;
   std::map<std::string, int> planes;

@@ -56,7 +56,8 @@ std::int64_t jobAttempt(const Json& job) {
 bool samePlacement(const c4p::JobPlacement& a, const c4p::JobPlacement& b) {
   return a.nodes == b.nodes && a.procs_per_node == b.procs_per_node &&
          a.subflows_per_connection == b.subflows_per_connection &&
-         a.both_directions == b.both_directions && a.tree == b.tree;
+         a.spare_subflows == b.spare_subflows && a.both_directions == b.both_directions &&
+         a.tree == b.tree;
 }
 
 }  // namespace
@@ -662,6 +663,7 @@ void TrafficPlanController::syncJobs() {
     placement.nodes = *nodes;
     placement.procs_per_node = static_cast<int>(procsPerPod(*spec));
     placement.subflows_per_connection = static_cast<int>(spec->subflows_per_connection);
+    placement.spare_subflows = static_cast<int>(spec->spare_subflows);
     if (it != jobs_.end() && samePlacement(it->second.placement, placement)) {
       it->second.object = job;
       if (it->second.mode != mode) {

@@ -363,6 +363,15 @@ Result<TrainingJobSpec> parseTrainingJobSpec(const Json& job) {
     out.traffic_mode = *parsed;
     C4_ASSIGN_OR_RETURN(out.subflows_per_connection,
                         intField(*tp, "subflowsPerConnection", 4, 1, 64, "spec.trafficPlanning"));
+    C4_ASSIGN_OR_RETURN(out.spare_subflows,
+                        intField(*tp, "spareSubflows", 0, 0, 63, "spec.trafficPlanning"));
+    if (out.subflows_per_connection + out.spare_subflows > 64) {
+      return makeError(ErrorCode::kInvalidArgument,
+                       "spec.trafficPlanning: subflowsPerConnection + spareSubflows must be at "
+                       "most 64 (the plugin's limit per connection), got " +
+                           std::to_string(out.subflows_per_connection) + " + " +
+                           std::to_string(out.spare_subflows));
+    }
   }
   C4_ASSIGN_OR_RETURN(const Json* telemetry, objectField(spec, "telemetry", "spec"));
   if (telemetry != nullptr) {

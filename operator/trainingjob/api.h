@@ -133,6 +133,7 @@ struct TrainingJobSpec {
   FaultTolerance fault_tolerance;
   c4p::Mode traffic_mode = c4p::Mode::kAdvisory;  // spec.trafficPlanning.mode
   std::int64_t subflows_per_connection = 4;
+  std::int64_t spare_subflows = 0;  // spec.trafficPlanning.spareSubflows
   TelemetrySource telemetry_source = TelemetrySource::kProfiler;  // spec.telemetry.source
 };
 

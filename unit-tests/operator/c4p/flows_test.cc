@@ -116,6 +116,16 @@ TEST(FlowsTest, RefusesBadPlacements) {
       {{"j", names(2), 1, 0}, "placement j: subflowsPerConnection must be in [1, 64]"},
       {{"j", names(2), 1, 65}, "placement j: subflowsPerConnection must be in [1, 64]"},
   };
+  JobPlacement negative{"j", names(2), 1, 1};
+  negative.spare_subflows = -1;
+  cases.push_back({negative,
+                   "placement j: spareSubflows must be in [0, 64 - subflowsPerConnection] (got -1 "
+                   "with subflowsPerConnection 1)"});
+  JobPlacement too_many{"j", names(2), 1, 60};
+  too_many.spare_subflows = 5;
+  cases.push_back({too_many,
+                   "placement j: spareSubflows must be in [0, 64 - subflowsPerConnection] (got 5 "
+                   "with subflowsPerConnection 60)"});
   for (const auto& c : cases) {
     auto r = jobConnections(c.p);
     ASSERT_FALSE(r) << c.message;

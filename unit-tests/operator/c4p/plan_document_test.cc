@@ -9,8 +9,10 @@
 namespace c4::op::c4p {
 namespace {
 
-// A real plan: 3 leaves × 2 nodes, a ring crossing leaves, one failed uplink (weights below 1).
-JobPlan makePlan() {
+// A real plan: 3 leaves × 2 nodes, a ring crossing leaves, one failed uplink (weights below 1);
+// with `spares`, one subflow and that many spares per connection, and the failed uplink is the
+// first connection's.
+JobPlan makePlan(int spares = 0) {
   FabricSpec spec;
   spec.planes = 2;
   spec.spines = 4;
@@ -18,7 +20,8 @@ JobPlan makePlan() {
   spec.uplink_speed_gbps = 100;
   spec.host_link_speed_gbps = 100;
   Planner p(*Fabric::fromSpec(spec));
-  JobPlacement job{"ns/train", {}, 8, 4};
+  JobPlacement job{"ns/train", {}, 8, spares > 0 ? 1 : 4};
+  job.spare_subflows = spares;
   for (int i = 0; i < 2; ++i) {
     for (int l = 0; l < 3; ++l) {
       std::string n = "node-" + std::to_string(l) + "-" + std::to_string(i);
@@ -28,7 +31,13 @@ JobPlan makePlan() {
     }
   }
   EXPECT_TRUE(p.planJob(job));
-  EXPECT_TRUE(p.setLinkState({1, "leaf-1", 2}, 0.0));
+  if (spares == 0) {
+    EXPECT_TRUE(p.setLinkState({1, "leaf-1", 2}, 0.0));
+  } else {  // the uplink under the first connection's one primary subflow
+    const PlannedPair& first = p.plan("ns/train")->pairs.front();
+    const std::string leaf = "leaf-" + first.local_node.substr(5, 1);
+    EXPECT_TRUE(p.setLinkState({1, leaf, first.subflows.front().path}, 0.0));
+  }
   return *p.plan("ns/train");
 }
 
@@ -105,6 +114,30 @@ TEST(PlanDocumentTest, ModesDecideWhatThePluginApplies) {
     }
   }
   EXPECT_FALSE(makePlanDocument(plan, -1, Mode::kEnforce));
+}
+
+// Spares travel in Enforce (weight 0 while idle, the plugin connects them and sends nothing on
+// them) and are left out in Advisory, where the plugin applies no weights and would use them as
+// ordinary subflows.
+TEST(PlanDocumentTest, SparesAreInEnforceOnly) {
+  JobPlan plan = makePlan(1);
+  EXPECT_EQ(plan.spare_subflows, 1);
+  auto enforce = makePlanDocument(plan, 3, Mode::kEnforce);
+  ASSERT_TRUE(enforce);
+  auto parsed = parsePlanDocument(renderPlanDocument(*enforce));
+  ASSERT_TRUE(parsed) << parsed.error().toString();
+  ASSERT_EQ(parsed->pairs.size(), plan.pairs.size());
+  int idle = 0, standing_in = 0;
+  for (const auto& pair : parsed->pairs) {
+    ASSERT_EQ(pair.subflows.size(), 2U);
+    EXPECT_NE(pair.subflows[1].local_port, 0);
+    (pair.subflows[1].weight == 0.0 ? idle : standing_in) += 1;
+  }
+  EXPECT_GT(idle, 0);
+  EXPECT_GT(standing_in, 0) << "a spare stands in for the subflow on the failed uplink";
+  auto advisory = makePlanDocument(plan, 3, Mode::kAdvisory);
+  ASSERT_TRUE(advisory);
+  for (const auto& pair : advisory->pairs) EXPECT_EQ(pair.subflows.size(), 1U);
 }
 
 TEST(PlanDocumentTest, ParserRefusesWhatThePluginRefuses) {

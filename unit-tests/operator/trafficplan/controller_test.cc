@@ -98,8 +98,9 @@ class TrafficPlanTest : public ::testing::Test {
   }
 
   void placeJob(const std::string& mode, std::int64_t attempt,
-                const std::vector<std::string>& nodes) {
+                const std::vector<std::string>& nodes, const Json& traffic = Json::object()) {
     Json job = jobObject(mode, attempt);
+    job["spec"]["trafficPlanning"].update(traffic);
     if (auto old = api_.peek(resources::trainingJobs(), "team", "llm")) {
       job["status"] = (*old)["status"];
       job["status"]["attempt"] = attempt;
@@ -266,6 +267,32 @@ TEST_F(TrafficPlanTest, PlacedJobGetsAPlanConfigMapThePluginAccepts) {
   EXPECT_EQ((*fabric)["status"]["degradedLinks"], 0);
   EXPECT_EQ((*fabric)["status"]["conditions"][0]["type"], "Accepted");
   EXPECT_EQ((*fabric)["status"]["conditions"][0]["status"], "True");
+}
+
+// spec.trafficPlanning.spareSubflows reaches the plugin: each planned connection lists its spare
+// after its primary, on the other uplink, idle (weight 0) with a port of its path. Changing the
+// count is a new placement: the plan follows.
+TEST_F(TrafficPlanTest, SpareSubflowsOfTheSpecReachThePlanDocument) {
+  auto controller = makeController();
+  placeJob("Enforce", 0, {"n0", "n1", "n2", "n3"},
+           {{"subflowsPerConnection", 1}, {"spareSubflows", 1}});
+  controller->sync();
+  c4p::PlanDocument doc = planDocument();
+  EXPECT_EQ(doc.default_subflows, 1);
+  ASSERT_EQ(doc.pairs.size(), 2u);
+  for (const auto& pair : doc.pairs) {
+    ASSERT_EQ(pair.subflows.size(), 2u);
+    EXPECT_EQ(pair.subflows[0].weight, 1.0);
+    EXPECT_EQ(pair.subflows[1].weight, 0.0);
+    EXPECT_NE(pair.subflows[0].path, pair.subflows[1].path);
+    for (const auto& s : pair.subflows) EXPECT_EQ(s.local_port % 2, s.path);
+  }
+  placeJob("Enforce", 0, {"n0", "n1", "n2", "n3"},
+           {{"subflowsPerConnection", 1}, {"spareSubflows", 0}});
+  controller->sync();
+  doc = planDocument();
+  EXPECT_EQ(doc.version, 2);
+  for (const auto& pair : doc.pairs) EXPECT_EQ(pair.subflows.size(), 1u);
 }
 
 TEST_F(TrafficPlanTest, VersionsIncreaseOnlyWhenTheDocumentChanges) {

@@ -262,6 +262,20 @@ TEST(TrainingJobStatusTest, TheSpecParserUsesC4psMode) {
   auto bad = parseTrainingJobSpec(job);
   ASSERT_FALSE(bad);
   EXPECT_EQ(bad.error().message, "spec.trafficPlanning.mode must be Off, Advisory or Enforce");
+  job["spec"]["trafficPlanning"]["mode"] = "Enforce";
+  EXPECT_EQ(parseTrainingJobSpec(job)->spare_subflows, 0) << "the CRD default";
+  job["spec"]["trafficPlanning"]["subflowsPerConnection"] = 1;
+  job["spec"]["trafficPlanning"]["spareSubflows"] = 1;
+  EXPECT_EQ(parseTrainingJobSpec(job)->spare_subflows, 1);
+  job["spec"]["trafficPlanning"]["subflowsPerConnection"] = 60;
+  job["spec"]["trafficPlanning"]["spareSubflows"] = 5;
+  auto over = parseTrainingJobSpec(job);
+  ASSERT_FALSE(over);
+  EXPECT_EQ(over.error().message,
+            "spec.trafficPlanning: subflowsPerConnection + spareSubflows must be at most 64 (the "
+            "plugin's limit per connection), got 60 + 5");
+  job["spec"]["trafficPlanning"]["spareSubflows"] = "1";
+  EXPECT_FALSE(parseTrainingJobSpec(job)) << "a string is no count";
 }
 
 }  // namespace
