@@ -65,6 +65,9 @@ invalid "maxRestarts" "  replicas: 1
 invalid "Enforce" "  replicas: 1
   trafficPlanning: {mode: Sometimes}
   template: {spec: {containers: [{name: t, image: i}]}}"
+invalid "subflowsPerConnection + spareSubflows must be at most 64" "  replicas: 1
+  trafficPlanning: {subflowsPerConnection: 60, spareSubflows: 5}
+  template: {spec: {containers: [{name: t, image: i}]}}"
 invalid "template" "  replicas: 2"
 invalid "the operator sets them" "  replicas: 1
   template: {spec: {containers: [{name: t, image: i, env: [{name: WORLD_SIZE, value: '8'}]}]}}"
