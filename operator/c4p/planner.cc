@@ -297,21 +297,32 @@ class PathSolver {
        0              : (pinned_planes.insert(items_[i].plane), 0));
     }
     std::vector<std::size_t> general;
+    std::size_t searched = 0;  // free items the search below may move
+    bool across = false;
     for (auto& [plane, list] : free_by_plane) {
       if (!pinned_planes.contains(plane) && colourable(list)) {
         colour(list);
         ++tier1;
+      } else if (!pinned_planes.contains(plane) && colourable3(list)) {
+        // Optimal on a non-blocking Clos; elsewhere a start the search below improves on.
+        colour3(list);
+        ++tier1;
+        searched += list.size();
+        across = true;
       } else {
         general.insert(general.end(), list.begin(), list.end());
       }
     }
     if (!general.empty()) {
       greedy(general);
+      searched += general.size();
+      across = across || std::any_of(general.begin(), general.end(), [&](std::size_t i) {
+                 return ix_.routes[static_cast<std::size_t>(items_[i].route)].across_pods;
+               });
+    }
+    if (searched > 0) {
       localSearch();
-      bool across = std::any_of(general.begin(), general.end(), [&](std::size_t i) {
-        return ix_.routes[static_cast<std::size_t>(items_[i].route)].across_pods;
-      });
-      if (across) plateauSearch(general.size());
+      if (across) plateauSearch(searched);
     }
     for (std::size_t i = 0; i < items_.size(); ++i) {
       if (items_[i].free) items_[i].pair->subflows[items_[i].sub].path = path_[i];
@@ -375,38 +386,80 @@ class PathSolver {
     return true;
   }
 
-  // König: a bipartite multigraph of maximum degree Δ has a proper Δ-edge-colouring. Each edge is
-  // coloured with a colour a free at its source; if a is taken at its destination, where b is
-  // free, the a/b alternating path from the destination is flipped first (it cannot reach the
-  // source in a bipartite graph).
-  void colour(const std::vector<std::size_t>& list) {
+  // Tier 1 on three tiers: a plane with pairs across pods whose free items all carry the same
+  // demand, whose leaf links (of the leaves involved) all have one positive capacity and whose
+  // spine–core links (of the pods involved) all have one positive capacity.
+  bool colourable3(const std::vector<std::size_t>& list) const {
+    double unit = items_[list.front()].unit;
+    std::set<int> leaves, pods;
+    for (std::size_t i : list) {
+      if (std::fabs(items_[i].unit - unit) > kEps * std::max(1.0, unit)) return false;
+      const Route& r = ix_.routes[static_cast<std::size_t>(items_[i].route)];
+      leaves.insert(items_[i].src);
+      leaves.insert(items_[i].dst);
+      if (r.across_pods) {
+        pods.insert(r.k_src);
+        pods.insert(r.k_dst);
+      }
+    }
+    if (pods.empty() || ix_.core_uplinks <= 0) return false;
+    const double c = ix_.cap[ix_.link(*leaves.begin(), 0, 0)];
+    const double c2 = ix_.cap[ix_.spineLink(*pods.begin(), 0, 0, 0)];
+    if (c <= 0 || c2 <= 0) return false;
+    for (int g : leaves) {
+      for (int u = 0; u < ix_.uplinks; ++u) {
+        for (int d : {0, 1}) {
+          if (ix_.cap[ix_.link(g, u, d)] != c) return false;
+        }
+      }
+    }
+    for (int k : pods) {
+      for (int sp = 0; sp < ix_.spines; ++sp) {
+        for (int cu = 0; cu < ix_.core_uplinks; ++cu) {
+          for (int d : {0, 1}) {
+            if (ix_.cap[ix_.spineLink(k, sp, cu, d)] != c2) return false;
+          }
+        }
+      }
+    }
+    return true;
+  }
+
+  // König: a bipartite multigraph of maximum degree Δ has a proper Δ-edge-colouring. Edge e joins
+  // left vertex left[e] and right vertex right[e] (any ints; the two sides are apart). Each edge
+  // is coloured with a colour a free at its left end; if a is taken at its right end, where b is
+  // free, the a/b alternating path from the right end is flipped first (it cannot reach the left
+  // end in a bipartite graph). Returns the colours in [0, Δ) and Δ.
+  static std::pair<std::vector<int>, int> edgeColour(const std::vector<int>& left,
+                                                     const std::vector<int>& right) {
     std::map<int, int> left_id, right_id;
     std::vector<int> deg_l, deg_r;
-    for (std::size_t i : list) {
-      auto [l, nl] = left_id.emplace(items_[i].src, static_cast<int>(left_id.size()));
-      auto [r, nr] = right_id.emplace(items_[i].dst, static_cast<int>(right_id.size()));
+    for (std::size_t e = 0; e < left.size(); ++e) {
+      auto [l, nl] = left_id.emplace(left[e], static_cast<int>(left_id.size()));
+      auto [r, nr] = right_id.emplace(right[e], static_cast<int>(right_id.size()));
       if (nl) deg_l.push_back(0);
       if (nr) deg_r.push_back(0);
       ++deg_l[static_cast<std::size_t>(l->second)];
       ++deg_r[static_cast<std::size_t>(r->second)];
     }
+    if (left.empty()) return {{}, 0};
     int delta = std::max(*std::max_element(deg_l.begin(), deg_l.end()),
                          *std::max_element(deg_r.begin(), deg_r.end()));
     const std::size_t nl = left_id.size();
     const std::size_t nv = nl + right_id.size();
     const auto D = static_cast<std::size_t>(delta);
-    std::vector<int> at(nv * D, -1);  // (vertex, colour) -> edge (position in list)
-    std::vector<int> col(list.size(), -1);
-    std::vector<std::pair<std::size_t, std::size_t>> ends(list.size());
+    std::vector<int> at(nv * D, -1);  // (vertex, colour) -> edge
+    std::vector<int> col(left.size(), -1);
+    std::vector<std::pair<std::size_t, std::size_t>> ends(left.size());
     auto freeColour = [&](std::size_t v) {
       for (std::size_t c = 0; c < D; ++c) {
         if (at[v * D + c] < 0) return c;
       }
       return D;  // unreachable: degree <= Δ
     };
-    for (std::size_t e = 0; e < list.size(); ++e) {
-      std::size_t a = static_cast<std::size_t>(left_id[items_[list[e]].src]);
-      std::size_t b = nl + static_cast<std::size_t>(right_id[items_[list[e]].dst]);
+    for (std::size_t e = 0; e < left.size(); ++e) {
+      std::size_t a = static_cast<std::size_t>(left_id[left[e]]);
+      std::size_t b = nl + static_cast<std::size_t>(right_id[right[e]]);
       ends[e] = {a, b};
       std::size_t ca = freeColour(a);
       if (at[b * D + ca] >= 0) {
@@ -442,22 +495,77 @@ class PathSolver {
       at[a * D + ca] = static_cast<int>(e);
       at[b * D + ca] = static_cast<int>(e);
     }
-    // Fold Δ colours onto U uplinks: colour c = r·U + x (round r, offset x) goes to uplink
-    // (x·k_r + r) mod U, with k_r the r-th stride coprime to U (1, 3, 5, ... for even U). Every
-    // round maps onto the uplinks one to one, so a link gets at most ⌈Δ/U⌉ colours at any vertex.
-    // The subflows of a pair get consecutive colours, hence distinct uplinks; a different stride
-    // per round makes the uplink sets of pairs of different rounds overlap, so when a link fails
-    // the weights can move its load across all the leaf's links, not only inside one block.
-    const int U = ix_.uplinks;
+    return {col, delta};
+  }
+
+  // Folds Δ colours onto n links: colour c = r·n + x (round r, offset x) goes to link
+  // (x·k_r + r) mod n, with k_r the r-th stride coprime to n (1, 3, 5, ... for even n). Every
+  // round maps onto the links one to one, so a link gets at most ⌈Δ/n⌉ colours at any vertex.
+  // The subflows of a pair get distinct colours, so those of one round get distinct links; a
+  // different stride per round makes the link sets of pairs of different rounds overlap, so when
+  // a link fails the weights can move its load across all the leaf's links, not only inside one
+  // block.
+  static std::vector<int> fold(const std::vector<int>& col, int delta, int n) {
     std::vector<int> strides;
-    for (int k = 1; static_cast<int>(strides.size()) < delta / U + 1; k += 2) {
-      if (std::gcd(k, U) == 1) strides.push_back(k % U == 0 ? 1 : k);
-      if (k > 4 * U + 1) strides.push_back(1);  // U = 1 and the like: any bijection will do
+    for (int k = 1; static_cast<int>(strides.size()) < delta / n + 1; k += 2) {
+      if (std::gcd(k, n) == 1) strides.push_back(k % n == 0 ? 1 : k);
+      if (k > 4 * n + 1) strides.push_back(1);  // n = 1 and the like: any bijection will do
     }
+    std::vector<int> out(col.size());
+    for (std::size_t e = 0; e < col.size(); ++e) {
+      int r = col[e] / n, x = col[e] % n;
+      out[e] =
+          static_cast<int>((static_cast<long>(x) * strides[static_cast<std::size_t>(r)] + r) % n);
+    }
+    return out;
+  }
+
+  // Leaf uplinks by colouring the bipartite multigraph source leaf → destination leaf: every
+  // leaf link then carries at most ⌈Δ/U⌉ of the subflows.
+  std::vector<int> leafColouring(const std::vector<std::size_t>& list) const {
+    std::vector<int> left, right;
+    for (std::size_t i : list) {
+      left.push_back(items_[i].src);
+      right.push_back(items_[i].dst);
+    }
+    auto [col, delta] = edgeColour(left, right);
+    return fold(col, delta, ix_.uplinks);
+  }
+
+  void colour(const std::vector<std::size_t>& list) {
+    const std::vector<int> u = leafColouring(list);
+    for (std::size_t e = 0; e < list.size(); ++e) place(list[e], u[e]);
+  }
+
+  // Two levels (Clos): leaf uplinks u as in colour(); then, per spine index s, the subflows
+  // across pods whose uplink reaches spine s (u mod S = s) form a bipartite multigraph source pod
+  // → destination pod, coloured and folded onto the spine's C core uplinks. Path u + U·c. Every
+  // spine–core link then carries at most ⌈Δ_s/C⌉ subflows, Δ_s the largest number of them
+  // through spine s of one pod; on a rearrangeably non-blocking Clos (C at least the leaves per
+  // pod, one link speed) that is at most the leaf links' ⌈Δ/U⌉.
+  void colour3(const std::vector<std::size_t>& list) {
+    const std::vector<int> u = leafColouring(list);
+    std::map<int, std::vector<std::size_t>> by_spine;  // positions in `list`
     for (std::size_t e = 0; e < list.size(); ++e) {
-      int r = col[e] / U, x = col[e] % U;
-      place(list[e], static_cast<int>(
-                         (static_cast<long>(x) * strides[static_cast<std::size_t>(r)] + r) % U));
+      const Route& r = ix_.routes[static_cast<std::size_t>(items_[list[e]].route)];
+      if (r.across_pods) {
+        by_spine[u[e] % ix_.spines].push_back(e);
+      } else {
+        place(list[e], u[e]);
+      }
+    }
+    for (const auto& [_, es] : by_spine) {
+      std::vector<int> left, right;
+      for (std::size_t e : es) {
+        const Route& r = ix_.routes[static_cast<std::size_t>(items_[list[e]].route)];
+        left.push_back(r.k_src);
+        right.push_back(r.k_dst);
+      }
+      auto [col, delta] = edgeColour(left, right);
+      const std::vector<int> c = fold(col, delta, ix_.core_uplinks);
+      for (std::size_t j = 0; j < es.size(); ++j) {
+        place(list[es[j]], u[es[j]] + ix_.uplinks * c[j]);
+      }
     }
   }
 

@@ -12,22 +12,26 @@
 // not the hosts, limits the collective. A link of capacity 0 must carry nothing.
 //
 // Paths, per plane:
-//   1. Edge colouring. When every free subflow of a plane is a pair inside one pod, all carry the
-//      same demand, all their leaf links are healthy and nothing of the plane is pinned, the
+//   1. Edge colouring. When the free subflows of a plane all carry the same demand, their leaf
+//      links all have one positive capacity and nothing of the plane is pinned, the
 //      cross-leaf subflows form a bipartite multigraph (source leaf → destination leaf) of maximum
 //      degree Δ. König: Δ colours suffice (alternating-path colouring); the colours are folded onto
 //      the U uplinks one round of U at a time, a bijection per round with a different stride.
 //      Every link then carries at most ⌈Δ/U⌉ subflows, which is optimal; with Δ ≤ U no two
-//      subflows share a link.
-//   2. General (unequal demands or capacities, failed links, pinned subflows of other jobs, any
-//      pair across pods): largest demand first onto the path with the smallest resulting load over
-//      its link directions (ties: the path sharing fewer link directions with subflows of the same
-//      connection, then the smaller load sum, in an order that starts at a different path per
-//      connection), then local search that moves a subflow off the most loaded link direction or
-//      swaps it with one of the same path id while that lowers it. When the plane has pairs across
-//      pods, a plateau search follows: a subflow leaves the most loaded link direction for a path
-//      that does not raise the maximum, moved subflows rest a few steps, and the best state seen
-//      is kept (a bounded number of steps).
+//      subflows share a link. With pairs across pods (and every spine–core link of the pods
+//      involved of one positive capacity), two levels as a Clos is routed: the leaf uplinks so,
+//      then per spine index s the subflows across pods through spine s coloured over the bipartite
+//      multigraph source pod → destination pod and folded onto its C core uplinks (optimal on a
+//      rearrangeably non-blocking Clos); the searches of step 2 then run on that start.
+//   2. General (unequal demands or capacities, failed links, pinned subflows of other jobs):
+//      largest demand first onto the path with the smallest resulting load over its link directions
+//      (ties: the path sharing fewer link directions with subflows of the same connection, then the
+//      smaller load sum, in an order that starts at a different path per connection), then local
+//      search that moves a subflow off the most loaded link direction or swaps it with one of the
+//      same path id while that lowers it. When the plane has pairs across pods, a plateau search
+//      follows: a subflow leaves the most loaded link direction for a path that does not raise the
+//      maximum, moved subflows rest a few steps, and the best state seen is kept (a bounded number
+//      of steps).
 // Weights: equal within a connection, then rebalanced (subflows on a path with a failed link
 // direction get 0; for a connection with a path loaded above 1, weight moves from its most loaded
 // path to its least loaded one; the best state is kept). Ports: the lowest free port of the
