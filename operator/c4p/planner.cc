@@ -1268,6 +1268,13 @@ std::size_t reweightAround(const Index& ix, std::vector<Item>& items, std::vecto
     if (in[ordinalOf(g)] != 0) take(g);
   }
   closure();
+  // Then, within the bound, the pairs on every other hot link direction of the fabric: a change
+  // can free room that only a chain of moves reaches (a pair leans onto a link whose pairs lean
+  // onto the one that cooled), which the passes below follow from there.
+  for (std::size_t l = 0; l < ix.cap.size(); ++l) {
+    if (norm(used[l], ix.cap[l]) > kHot) expand(l, true, false);
+  }
+  closure();
   std::size_t done = 0;
   for (int pass = 0; pass < 8; ++pass) {
     // Unbounded and past half of the pairs: every pair, in one balance, rather than passes over
