@@ -1182,10 +1182,12 @@ constexpr double kHot = 1.0 + 1e-3;
 //     before the change (`hot_before`: one flag per link direction, or empty), or once the
 //     re-weighted pairs' weights are equal over their live paths. Such a pair may have leant away
 //     from that link, or must now;
-//   - every *leaning* pair (weights not equal over its live paths) on a link direction of their
-//     paths whose load fell: what it leant away from may be gone. Left alone, it would keep a
-//     lean nothing justifies, and the host link, shared equally by its subflows, would pace the
-//     connection by its heaviest subflow.
+//   - every pair on a link direction of their paths whose load fell that is *leaning* (weights
+//     not equal to levelWeight) or has a subflow on a hot link direction: what it leant away from
+//     may be gone (left alone, it would keep a lean nothing justifies, and the host link, shared
+//     equally by its subflows, would pace the connection by its heaviest subflow), or it may now
+//     lean onto the link that cooled.
+// Then every pair on a hot link direction anywhere, and the pairs the rules lead to from there.
 // After the weights are balanced, the same two rules run on the loads reached (at most 8 passes).
 // At most `max_pairs` pairs are re-weighted (0: no bound, and past half of the pairs all of them
 // in one balance); the nearest are taken first. Every other pair keeps its weights. `used` holds

@@ -50,10 +50,10 @@
 // live connections stay bound to their ports and apply new weights by subflow index); removeJob,
 // setLinkState, setFabric and rebalance() change only weights (what live connections can apply
 // without reconnecting); setLinkState and removeJob re-weight only the pairs near the change (the
-// pairs on the changed link, or that shared a hot link with the job that left, and the pairs on
-// hot links of their paths or leaning off links that cooled, at most
-// PlannerOptions::reweight_max_pairs); planJob re-weights the new job and such neighbours with no
-// bound (past half of the pairs, every pair); setFabric and rebalance() re-weight every pair.
+// pairs on the changed link, or that shared a hot link with the job that left, the pairs on hot
+// links of their paths or leaning or hot on links that cooled, then the pairs on any hot link, at
+// most PlannerOptions::reweight_max_pairs); planJob re-weights the new job and such neighbours with
+// no bound (past half of the pairs, every pair); setFabric and rebalance() re-weight every pair.
 // replanAll() alone moves running jobs' paths. Equal inputs give equal plans (no randomness, no
 // hash-order iteration). Not thread-safe: one reconciler owns it.
 #pragma once
