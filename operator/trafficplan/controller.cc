@@ -960,7 +960,8 @@ void TrafficPlanController::syncTelemetry() {
                     [&](const ingest::JobRecord& record) {
                       if (record.facts.uid != state.uid) return;
                       auto d = connectionDeltas(record, *plan, *state.version, state.seen);
-                      for (const auto& c : d) {
+                      for (auto& c : d) {
+                        c.job = key;
                         std::string bytes, lag;
                         for (const auto& sf : c.subflows) {
                           bytes += std::to_string(sf.path) + ":" + std::to_string(sf.bytes) + " ";
@@ -982,7 +983,32 @@ void TrafficPlanController::syncTelemetry() {
     if (it == nodes_.end()) return std::nullopt;
     return it->second;
   };
-  for (const auto& v : monitor_.observe(deltas, planner_->fabric(), locate)) {
+  // The Enforce jobs whose planned subflows carry weight on a link direction: the ones a failed
+  // link would move (asked only for a suspect that one job's subflows alone named).
+  auto jobs_on = [&](const c4p::LinkRef& link, c4p::Direction dir) {
+    std::set<std::string> out;
+    for (const auto& [key, state] : jobs_) {
+      if (state.mode != c4p::Mode::kEnforce) continue;
+      const c4p::JobPlan* plan = planner_->plan(key);
+      if (plan == nullptr) continue;
+      for (const auto& pair : plan->pairs) {
+        auto src = locate(pair.local_node), dst = locate(pair.peer_node);
+        if (!src || !dst) continue;
+        for (const auto& sf : pair.subflows) {
+          if (!(sf.weight > 0)) continue;
+          auto links = planner_->fabric().pathLinks(*src, *dst, sf.path);
+          if (links &&
+              std::find(links->begin(), links->end(), std::make_pair(link, dir)) != links->end()) {
+            out.insert(key);
+            break;
+          }
+        }
+        if (out.contains(key)) break;
+      }
+    }
+    return out;
+  };
+  for (const auto& v : monitor_.observe(deltas, planner_->fabric(), locate, jobs_on)) {
     auto out = planner_->setLinkState(v.link, v.capacity_fraction, v.direction);
     if (!out) {
       log_.warn("Link state refused", {{"link", c4p::linkName(v.link)}, {"error", out.error()}});

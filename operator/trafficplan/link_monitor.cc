@@ -21,10 +21,12 @@ void LinkMonitor::hint(const std::string& local_node, const std::string& peer_no
 }
 
 std::vector<LinkVerdict> LinkMonitor::observe(const std::vector<ConnectionDelta>& deltas,
-                                              const c4p::Fabric& fabric, const Locate& locate) {
+                                              const c4p::Fabric& fabric, const Locate& locate,
+                                              const JobsOn& jobs_on) {
   if (deltas.empty()) return {};        // no report arrived: nothing to judge (hints wait for one)
   std::map<Key, std::string> suspects;  // -> evidence of the first stalled subflow
-  std::set<Key> lagging;                // suspects named by a stalled connection's lag
+  std::map<Key, std::set<std::string>> jobs_now;  // -> jobs whose subflows stalled there
+  std::set<Key> lagging;                          // suspects named by a stalled connection's lag
   std::set<Key> cleared;
   for (const auto& conn : deltas) {
     auto src = locate(conn.local_node);
@@ -66,6 +68,7 @@ std::vector<LinkVerdict> LinkMonitor::observe(const std::vector<ConnectionDelta>
         for (const Key& key : keys) {
           suspects.try_emplace(key, why);
           lagging.insert(key);
+          jobs_now[key].insert(conn.job);
         }
       }
       continue;
@@ -84,7 +87,10 @@ std::vector<LinkVerdict> LinkMonitor::observe(const std::vector<ConnectionDelta>
                           std::to_string(path) + ": " + megabytes(static_cast<double>(s.bytes)) +
                           " of " + megabytes(expected) + " expected" +
                           (hinted ? " (C4D: slow connection)" : "");
-        for (const Key& key : keys) suspects.try_emplace(key, why);
+        for (const Key& key : keys) {
+          suspects.try_emplace(key, why);
+          jobs_now[key].insert(conn.job);
+        }
       } else if (ratio >= options_.healthy_ratio) {
         cleared.insert(keys.begin(), keys.end());
       }
@@ -94,17 +100,34 @@ std::vector<LinkVerdict> LinkMonitor::observe(const std::vector<ConnectionDelta>
 
   std::vector<LinkVerdict> out;
   std::map<Key, int> next;
+  std::map<Key, std::set<std::string>> next_jobs;
   auto advance = [&](const Key& key, const std::string& why) {
     auto prev = streak_.find(key);
     const int streak = (prev == streak_.end() ? 0 : prev->second) + 1;
     next[key] = streak;
+    std::set<std::string>& jobs = next_jobs[key];
+    if (auto p = stalled_jobs_.find(key); p != stalled_jobs_.end()) jobs = p->second;
+    if (auto n = jobs_now.find(key); n != jobs_now.end())
+      jobs.insert(n->second.begin(), n->second.end());
     const int needed =
         lagging.contains(key) ? options_.stalled_confirm_windows : options_.confirm_windows;
-    if (streak >= needed && !reported_.contains(key)) {
-      reported_.insert(key);
-      out.push_back(
-          {key.first, key.second == 0 ? c4p::Direction::kUp : c4p::Direction::kDown, 0.0, why});
+    if (streak < needed || reported_.contains(key)) return;
+    const auto dir = key.second == 0 ? c4p::Direction::kUp : c4p::Direction::kDown;
+    std::string others;  // jobs on the link whose subflows did not stall there
+    if (jobs_on && jobs.size() < 2) {
+      for (const auto& j : jobs_on(key.first, dir)) {
+        if (!jobs.contains(j)) others += (others.empty() ? "" : ", ") + j;
+      }
     }
+    if (!others.empty()) {
+      // One job's word against the others' silence: a suspect, not a verdict.
+      const std::string note = "; only " + (jobs.empty() ? std::string("one job") : *jobs.begin()) +
+                               " stalled there, not yet " + others;
+      if (evidence_[key].find("; only ") == std::string::npos) evidence_[key] = why + note;
+      return;
+    }
+    reported_.insert(key);
+    out.push_back({key.first, dir, 0.0, why.substr(0, why.find("; only "))});
   };
   for (const auto& [key, why] : suspects) {
     if (!cleared.contains(key)) advance(key, why);
@@ -119,6 +142,7 @@ std::vector<LinkVerdict> LinkMonitor::observe(const std::vector<ConnectionDelta>
   for (const auto& [key, why] : suspects) evidence_.try_emplace(key, why);
   std::erase_if(evidence_, [&](const auto& e) { return !next.contains(e.first); });
   streak_ = std::move(next);
+  stalled_jobs_ = std::move(next_jobs);
   return out;
 }
 
@@ -136,12 +160,14 @@ void LinkMonitor::reset(const c4p::LinkRef& link) {
   for (int d = 0; d < 2; ++d) {
     streak_.erase({link, d});
     reported_.erase({link, d});
+    stalled_jobs_.erase({link, d});
   }
 }
 
 void LinkMonitor::resetAll() {
   streak_.clear();
   reported_.clear();
+  stalled_jobs_.clear();
   hints_.clear();
 }
 

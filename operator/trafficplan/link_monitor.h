@@ -32,6 +32,13 @@
 // A hint (a C4D kReplan verdict: the connection between two nodes is slow) lowers the bar for
 // that node pair: a subflow below `hint_ratio` of its share counts as stalled, once.
 //
+// One job cannot fail a link for others. Failing a link moves every job's weights off it and
+// keeps new plans away from it, while the byte counters come from the ranks, which a job's own
+// code controls (and a job that stops reading stalls its own subflows). So a suspect whose stalled
+// subflows all belong to one job is confirmed only when no other job has a planned subflow with
+// weight on that link direction (`JobsOn`); otherwise it stays a suspect (C4D's explanations see
+// it) until a second job's subflows stall there too, or a healthy one clears it.
+//
 // Deterministic: a function of the samples and the observation sequence; no clock, no I/O.
 #pragma once
 
@@ -77,6 +84,7 @@ struct ConnectionDelta {
   // Nothing arrived between the two samples while an operation has waited for >= 0.5 s
   // (kStalledWaitUs in controller.h).
   bool stalled = false;
+  std::string job = {};  // the job whose rank reported it ("<namespace>/<name>"; empty: unknown)
 };
 
 struct LinkVerdict {
@@ -99,6 +107,10 @@ class LinkMonitor {
 
   // Where nodes are (the controller's view of the node labels).
   using Locate = std::function<std::optional<c4p::NodeLocation>(const std::string& node)>;
+  // The jobs with a planned subflow of positive weight on a link direction. Empty function: not
+  // known, and one job's evidence is enough (hand-made windows in tests).
+  using JobsOn =
+      std::function<std::set<std::string>(const c4p::LinkRef& link, c4p::Direction direction)>;
 
   // A C4D verdict named this (sender, receiver) node pair slow; used by the next observe() that
   // has reports.
@@ -107,7 +119,8 @@ class LinkMonitor {
   // One observation of every planned job's connections since the last one. Returns the link
   // directions confirmed failed by this observation (each reported once until reset()).
   std::vector<LinkVerdict> observe(const std::vector<ConnectionDelta>& deltas,
-                                   const c4p::Fabric& fabric, const Locate& locate);
+                                   const c4p::Fabric& fabric, const Locate& locate,
+                                   const JobsOn& jobs_on = {});
 
   // The link directions that are suspects now (a stalled subflow named them and nothing has
   // cleared them yet, confirmed or not), with the evidence that made each one.
@@ -124,7 +137,8 @@ class LinkMonitor {
   LinkMonitorOptions options_;
   std::map<Key, int> streak_;            // consecutive observations as an uncleared suspect
   std::map<Key, std::string> evidence_;  // why each suspect is one
-  std::set<Key> reported_;               // verdicts already given
+  std::map<Key, std::set<std::string>> stalled_jobs_;  // whose subflows stalled there (streak)
+  std::set<Key> reported_;                             // verdicts already given
   std::set<std::pair<std::string, std::string>> hints_;
 };
 

@@ -180,6 +180,40 @@ TEST_F(LinkMonitorTest, ResetForgetsAReportedLink) {
   EXPECT_EQ(again[0].link, (c4p::LinkRef{0, "leaf-a", 2}));
 }
 
+// One job cannot fail a link for others. Job x's connection a1 -> b1 stalls on path 2 while job
+// y also has a subflow with weight on (leaf-a, 2) up and (leaf-b, 2) down but moves too little to
+// clear them: the links stay suspects (the evidence says whose word it is), with no verdict,
+// however long. When y's subflows stall there too, both are confirmed. Control: the same windows
+// when x alone uses the links, confirmed after two observations as always.
+TEST_F(LinkMonitorTest, OneJobsStalledSubflowsDoNotFailALinkAnotherJobUses) {
+  auto stalled = conn({4'000'000, 4'000'000, 0, 4'000'000});
+  stalled.job = "team/x";
+  std::set<std::string> users{"team/x", "team/y"};
+  auto jobs_on = [&](const c4p::LinkRef& link, c4p::Direction) {
+    return link.uplink == 2 ? users : std::set<std::string>{"team/x"};
+  };
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_TRUE(monitor_.observe({stalled}, fabric_, locate, jobs_on).empty()) << i;
+  }
+  auto suspects = monitor_.suspects();
+  ASSERT_EQ(suspects.size(), 2u);
+  EXPECT_EQ(suspects[0].observations, 5);
+  EXPECT_NE(suspects[0].evidence.find("only team/x stalled there, not yet team/y"),
+            std::string::npos)
+      << suspects[0].evidence;
+  auto other = conn({4'000'000, 4'000'000, 0, 4'000'000}, "a2", "b2");
+  other.job = "team/y";
+  auto verdicts = monitor_.observe({stalled, other}, fabric_, locate, jobs_on);
+  ASSERT_EQ(verdicts.size(), 2u);
+  EXPECT_EQ(verdicts[0].link, (c4p::LinkRef{0, "leaf-a", 2}));
+  EXPECT_EQ(verdicts[0].evidence.find("only"), std::string::npos) << verdicts[0].evidence;
+
+  LinkMonitor alone;
+  users = {"team/x"};
+  EXPECT_TRUE(alone.observe({stalled}, fabric_, locate, jobs_on).empty());
+  EXPECT_EQ(alone.observe({stalled}, fabric_, locate, jobs_on).size(), 2u);
+}
+
 // Three tiers: a1 (leaf-a, pod-x) -> c1 (leaf-c, pod-y) on path u + 2c of a fabric with 2 spines,
 // 2 uplinks per leaf and 2 core uplinks per spine. A stalled subflow implicates the four link
 // directions of its path; a healthy subflow clears every link of its own path, also one that
