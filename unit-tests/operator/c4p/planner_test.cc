@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <optional>
@@ -583,102 +584,134 @@ TEST(PlannerTest, IncrementalPlanningIsTheOptimumAroundTheRunningJob) {
   EXPECT_GT(worse_than_joint, 0);
 }
 
-// The stability contract: a running job's subflows keep their paths and source ports through
-// every arrival, departure and link failure (live connections stay bound to their ports and apply
-// weights by subflow index), and no subflow on a path with a dead link direction carries weight.
-// A random sequence of events on 6 leaves x 8 nodes, 4 uplinks; 1-4 subflows per connection.
-TEST(PlannerTest, RunningJobsKeepPathsAndPortsThroughArrivalsDeparturesAndFailures) {
+// One pair of a running job in a random sequence, with what the sequence knows of it.
+struct PairView {
+  const std::string& job;
+  const JobPlacement& placement;
+  const PlannedPair& pair;
+  bool arrived_now;                                    // the job was planned by this event
+  std::string where;                                   // "event E: job src->dst", for messages
+  std::function<bool(const PlannedSubflow&)> on_dead;  // its path crosses a dead link
+  std::function<bool(int)> path_dead;                  // path id crosses a dead link
+};
+
+struct RandomCounts {
+  int arrivals = 0, failures = 0, departures = 0;
+};
+
+// A random sequence of `events` events on 6 leaves x 8 nodes with 4 uplinks: an arrival on 4-12
+// free nodes for `arrival_kinds` of 10 draws (`shape` sets its subflow counts), a leaf uplink
+// dying or coming back (both directions, at most 3 dead at once) for the draws up to 8, a
+// departure for the rest. After every event, each job planned before it keeps every path and
+// port, and `check` sees every pair of every running job.
+RandomCounts runRandomEvents(
+    std::uint64_t seed, int events, int arrival_kinds,
+    const std::function<void(JobPlacement&, const std::function<int(int, int)>&)>& shape,
+    const std::function<void(const PairView&)>& check) {
   constexpr int kLeaves = 6, kPerLeaf = 8, kUplinks = 4;
   Planner p(makeFabric(kUplinks));
   addNodes(p, kLeaves, kPerLeaf);
-  std::mt19937_64 rng(2406);
-  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  std::mt19937_64 rng(seed);
+  const std::function<int(int, int)> pick = [&](int lo, int hi) {
+    return std::uniform_int_distribution<int>(lo, hi)(rng);
+  };
   std::vector<std::string> free_nodes;
   for (int l = 0; l < kLeaves; ++l) {
     for (int i = 0; i < kPerLeaf; ++i) free_nodes.push_back(node(l, i));
   }
   std::map<std::string, JobPlacement> running;
   std::set<std::pair<int, int>> dead;  // (leaf, uplink), both directions
-  int next_job = 0, arrivals = 0, failures = 0, departures = 0, stranded = 0;
-  for (int event = 0; event < 120; ++event) {
+  RandomCounts counts;
+  int next_job = 0;
+  for (int event = 0; event < events; ++event) {
     std::map<std::string, JobPlan> before;
     for (const auto& [name, _] : running) before[name] = *p.plan(name);
     const int kind = pick(0, 9);
-    if (kind < 5 && free_nodes.size() >= 4) {  // an arrival on 4-12 free nodes
+    if (kind < arrival_kinds && free_nodes.size() >= 4) {
       std::shuffle(free_nodes.begin(), free_nodes.end(), rng);
       const int n = std::min<int>(pick(4, 12), static_cast<int>(free_nodes.size()));
-      JobPlacement job{"job-" + std::to_string(next_job++),
-                       {free_nodes.end() - n, free_nodes.end()},
-                       1,
-                       pick(1, 4)};
+      JobPlacement job{
+          "job-" + std::to_string(next_job++), {free_nodes.end() - n, free_nodes.end()}, 1};
+      shape(job, pick);
       free_nodes.resize(free_nodes.size() - static_cast<std::size_t>(n));
-      ASSERT_TRUE(p.planJob(job));
+      EXPECT_TRUE(p.planJob(job));
       running[job.job] = job;
-      ++arrivals;
-    } else if (kind < 8) {  // a link dies, or a dead one comes back
+      ++counts.arrivals;
+    } else if (kind < 8) {
       const std::pair<int, int> link{pick(0, kLeaves - 1), pick(0, kUplinks - 1)};
       const bool revive = dead.contains(link);
       if (!revive && dead.size() >= 3) continue;
-      ASSERT_TRUE(p.setLinkState({0, "leaf-" + std::to_string(link.first), link.second},
+      EXPECT_TRUE(p.setLinkState({0, "leaf-" + std::to_string(link.first), link.second},
                                  revive ? 1.0 : 0.0));
-      if (revive) {
-        dead.erase(link);
-      } else {
-        dead.insert(link);
-      }
-      ++failures;
-    } else if (!running.empty()) {  // a departure
+      revive ? (void)dead.erase(link) : (void)dead.insert(link);
+      ++counts.failures;
+    } else if (!running.empty()) {
       auto it = running.begin();
       std::advance(it, pick(0, static_cast<int>(running.size()) - 1));
       free_nodes.insert(free_nodes.end(), it->second.nodes.begin(), it->second.nodes.end());
       p.removeJob(it->first);
       before.erase(it->first);
       running.erase(it);
-      ++departures;
+      ++counts.departures;
     }
     for (const auto& [name, plan] : before) {
       SCOPED_TRACE("event " + std::to_string(event) + ", job " + name);
       expectPathsAndPortsKept(plan, *p.plan(name));
     }
-    for (const auto& [name, _] : running) {
-      const bool arrived_now = !before.contains(name);
+    for (const auto& [name, placement] : running) {
       for (const auto& pair : p.plan(name)->pairs) {
         const int src = leafOf(pair.local_node), dst = leafOf(pair.peer_node);
-        auto on_dead = [&](const PlannedSubflow& sf) {
-          return dead.contains({src, sf.path}) || dead.contains({dst, sf.path});
+        auto path_dead = [&dead, src, dst](int path) {
+          return dead.contains({src, path}) || dead.contains({dst, path});
         };
-        const std::string where = "event " + std::to_string(event) + ": " + name + " " +
-                                  pair.local_node + "->" + pair.peer_node;
-        const bool any_alive = std::any_of(pair.subflows.begin(), pair.subflows.end(),
-                                           [&](const auto& sf) { return !on_dead(sf); });
+        check({name, placement, pair, !before.contains(name),
+               "event " + std::to_string(event) + ": " + name + " " + pair.local_node + "->" +
+                   pair.peer_node,
+               [&](const PlannedSubflow& sf) { return path_dead(sf.path); }, path_dead});
+      }
+    }
+  }
+  return counts;
+}
+
+// The stability contract: a running job's subflows keep their paths and source ports through
+// every arrival, departure and link failure (live connections stay bound to their ports and apply
+// weights by subflow index), and no subflow on a path with a dead link direction carries weight.
+// A random sequence of events on 6 leaves x 8 nodes, 4 uplinks; 1-4 subflows per connection.
+TEST(PlannerTest, RunningJobsKeepPathsAndPortsThroughArrivalsDeparturesAndFailures) {
+  int stranded = 0;
+  const RandomCounts counts = runRandomEvents(
+      2406, 120, 5,
+      [](JobPlacement& job, const auto& pick) { job.subflows_per_connection = pick(1, 4); },
+      [&](const PairView& v) {
+        const bool any_alive = std::any_of(v.pair.subflows.begin(), v.pair.subflows.end(),
+                                           [&](const auto& sf) { return !v.on_dead(sf); });
         if (!any_alive) {
           // Every subflow's fixed path died after the job was planned: weights cannot help (the
           // escape needs spares, tested below, or a new connection). A job planned now never lands
           // there.
-          EXPECT_FALSE(arrived_now) << where << " was planned onto dead paths only";
+          EXPECT_FALSE(v.arrived_now) << v.where << " was planned onto dead paths only";
           ++stranded;
-          continue;
+          return;
         }
         double sum = 0;
-        for (const auto& sf : pair.subflows) {
-          if (arrived_now) {
-            EXPECT_FALSE(on_dead(sf)) << where << " planned onto dead path " << sf.path;
+        for (const auto& sf : v.pair.subflows) {
+          if (v.arrived_now) {
+            EXPECT_FALSE(v.on_dead(sf)) << v.where << " planned onto dead path " << sf.path;
           }
-          if (on_dead(sf)) {
+          if (v.on_dead(sf)) {
             EXPECT_EQ(sf.weight, 0.0)
-                << where << " weights path " << sf.path << ", which crosses a dead link";
+                << v.where << " weights path " << sf.path << ", which crosses a dead link";
           }
           sum += sf.weight;
         }
-        EXPECT_NEAR(sum, 1.0, 1e-9) << where;
-      }
-    }
-  }
+        EXPECT_NEAR(sum, 1.0, 1e-9) << v.where;
+      });
   // The sequence reaches the case weights cannot fix (counted, not judged here).
   EXPECT_GT(stranded, 0);
-  EXPECT_GT(arrivals, 10);
-  EXPECT_GT(failures, 10);
-  EXPECT_GT(departures, 5);
+  EXPECT_GT(counts.arrivals, 10);
+  EXPECT_GT(counts.failures, 10);
+  EXPECT_GT(counts.departures, 5);
 }
 
 // Spare subflows: a connection of one subflow leaves a dead path by weights alone. The spare is
@@ -741,128 +774,71 @@ TEST(PlannerTest, AOneSubflowConnectionLeavesADeadPathThroughItsSpare) {
 // no subflow on a dead path carries weight while its connection has a live one; and connections
 // whose every primary died escape through their spares (counted: the sequence reaches the case).
 TEST(PlannerTest, SparesIdleUntilAPrimaryDiesAndConnectionsEscapeThroughThem) {
-  constexpr int kLeaves = 6, kPerLeaf = 8, kUplinks = 4;
-  Planner p(makeFabric(kUplinks));
-  addNodes(p, kLeaves, kPerLeaf);
-  std::mt19937_64 rng(4594);
-  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-  std::vector<std::string> free_nodes;
-  for (int l = 0; l < kLeaves; ++l) {
-    for (int i = 0; i < kPerLeaf; ++i) free_nodes.push_back(node(l, i));
-  }
-  std::map<std::string, JobPlacement> running;
-  std::set<std::pair<int, int>> dead;  // (leaf, uplink), both directions
-  int next_job = 0, escaped = 0, stranded = 0, events = 0;
-  for (int event = 0; event < 160; ++event) {
-    std::map<std::string, JobPlan> before;
-    for (const auto& [name, _] : running) before[name] = *p.plan(name);
-    const int kind = pick(0, 9);
-    if (kind < 4 && free_nodes.size() >= 4) {
-      std::shuffle(free_nodes.begin(), free_nodes.end(), rng);
-      const int n = std::min<int>(pick(4, 12), static_cast<int>(free_nodes.size()));
-      JobPlacement job{"job-" + std::to_string(next_job++),
-                       {free_nodes.end() - n, free_nodes.end()},
-                       1,
-                       pick(1, 3)};
-      job.spare_subflows = pick(1, kUplinks - job.subflows_per_connection);
-      free_nodes.resize(free_nodes.size() - static_cast<std::size_t>(n));
-      ASSERT_TRUE(p.planJob(job));
-      running[job.job] = job;
-    } else if (kind < 8) {
-      const std::pair<int, int> link{pick(0, kLeaves - 1), pick(0, kUplinks - 1)};
-      const bool revive = dead.contains(link);
-      if (!revive && dead.size() >= 3) continue;
-      ASSERT_TRUE(p.setLinkState({0, "leaf-" + std::to_string(link.first), link.second},
-                                 revive ? 1.0 : 0.0));
-      revive ? (void)dead.erase(link) : (void)dead.insert(link);
-    } else if (!running.empty()) {
-      auto it = running.begin();
-      std::advance(it, pick(0, static_cast<int>(running.size()) - 1));
-      free_nodes.insert(free_nodes.end(), it->second.nodes.begin(), it->second.nodes.end());
-      p.removeJob(it->first);
-      before.erase(it->first);
-      running.erase(it);
-    }
-    ++events;
-    for (const auto& [name, plan] : before) {
-      SCOPED_TRACE("event " + std::to_string(event) + ", job " + name);
-      expectPathsAndPortsKept(plan, *p.plan(name));
-    }
-    for (const auto& [name, placement] : running) {
-      const bool arrived_now = !before.contains(name);
-      const auto k = static_cast<std::size_t>(placement.subflows_per_connection);
-      for (const auto& pair : p.plan(name)->pairs) {
-        const int src = leafOf(pair.local_node), dst = leafOf(pair.peer_node);
-        auto on_dead = [&](const PlannedSubflow& sf) {
-          return dead.contains({src, sf.path}) || dead.contains({dst, sf.path});
-        };
-        const std::string where = "event " + std::to_string(event) + ": " + name + " " +
-                                  pair.local_node + "->" + pair.peer_node;
-        ASSERT_EQ(pair.subflows.size(), k + static_cast<std::size_t>(placement.spare_subflows));
+  constexpr int kUplinks = 4;
+  int escaped = 0, stranded = 0;
+  const RandomCounts counts = runRandomEvents(
+      4594, 160, 4,
+      [](JobPlacement& job, const auto& pick) {
+        job.subflows_per_connection = pick(1, 3);
+        job.spare_subflows = pick(1, kUplinks - job.subflows_per_connection);
+      },
+      [&](const PairView& v) {
+        const auto& subflows = v.pair.subflows;
+        const auto k = static_cast<std::size_t>(v.placement.subflows_per_connection);
+        ASSERT_EQ(subflows.size(), k + static_cast<std::size_t>(v.placement.spare_subflows));
         std::size_t dead_primaries = 0;
-        for (std::size_t i = 0; i < k; ++i) dead_primaries += on_dead(pair.subflows[i]) ? 1U : 0U;
-        if (arrived_now) {
+        for (std::size_t i = 0; i < k; ++i) dead_primaries += v.on_dead(subflows[i]) ? 1U : 0U;
+        if (v.arrived_now) {
           std::set<int> paths;  // primaries may share one around dead links; spares never do
-          for (std::size_t i = 0; i < pair.subflows.size(); ++i) {
-            const bool added = paths.insert(pair.subflows[i].path).second;
+          for (std::size_t i = 0; i < subflows.size(); ++i) {
+            const bool added = paths.insert(subflows[i].path).second;
             if (i >= k) {
-              EXPECT_TRUE(added) << where << " spare " << i << " shares path "
-                                 << pair.subflows[i].path;
+              EXPECT_TRUE(added) << v.where << " spare " << i << " shares path "
+                                 << subflows[i].path;
             }
           }
-          const bool free_live = [&] {
-            for (int q = 0; q < kUplinks; ++q) {
-              if (!paths.contains(q) && !dead.contains({src, q}) && !dead.contains({dst, q})) {
-                return true;
-              }
-            }
-            return false;
-          }();
-          for (std::size_t i = 0; i < pair.subflows.size(); ++i) {
+          bool free_live = false;
+          for (int q = 0; q < kUplinks; ++q)
+            free_live = free_live || (!paths.contains(q) && !v.path_dead(q));
+          for (std::size_t i = 0; i < subflows.size(); ++i) {
             if (i < k || free_live) {
-              EXPECT_FALSE(on_dead(pair.subflows[i]))
-                  << where << " planned subflow " << i << " onto dead path "
-                  << pair.subflows[i].path;
+              EXPECT_FALSE(v.on_dead(subflows[i]))
+                  << v.where << " planned subflow " << i << " onto dead path " << subflows[i].path;
             }
           }
         }
-        const bool any_alive = std::any_of(pair.subflows.begin(), pair.subflows.end(),
-                                           [&](const auto& sf) { return !on_dead(sf); });
-        if (!any_alive) {
+        if (std::none_of(subflows.begin(), subflows.end(),
+                         [&](const auto& sf) { return !v.on_dead(sf); })) {
           ++stranded;
-          continue;
+          return;
         }
         double sum = 0, spare_weight = 0;
-        for (std::size_t i = 0; i < pair.subflows.size(); ++i) {
-          const auto& sf = pair.subflows[i];
-          if (on_dead(sf)) {
-            EXPECT_EQ(sf.weight, 0.0) << where << " weights dead path " << sf.path;
+        for (std::size_t i = 0; i < subflows.size(); ++i) {
+          if (v.on_dead(subflows[i])) {
+            EXPECT_EQ(subflows[i].weight, 0.0)
+                << v.where << " weights dead path " << subflows[i].path;
           }
-          if (i >= k) spare_weight += sf.weight;
-          sum += sf.weight;
+          if (i >= k) spare_weight += subflows[i].weight;
+          sum += subflows[i].weight;
         }
-        EXPECT_NEAR(sum, 1.0, 1e-9) << where;
+        EXPECT_NEAR(sum, 1.0, 1e-9) << v.where;
         if (dead_primaries == 0) {
-          EXPECT_EQ(spare_weight, 0.0) << where << " uses an idle spare";
+          EXPECT_EQ(spare_weight, 0.0) << v.where << " uses an idle spare";
         }
         if (dead_primaries == k) {
-          EXPECT_NEAR(spare_weight, 1.0, 1e-9) << where;
+          EXPECT_NEAR(spare_weight, 1.0, 1e-9) << v.where;
           ++escaped;
         }
-      }
-    }
-  }
+      });
   EXPECT_GT(escaped, 10) << "connections whose every primary died, carried by their spares";
-  EXPECT_GT(events, 100);
+  EXPECT_GT(counts.arrivals + counts.failures + counts.departures, 100);
   RecordProperty("escaped", escaped);
   RecordProperty("stranded", stranded);
 }
 
-// A live change re-weights the pairs whose paths cross the changed link and the pairs sharing a
-// hot link with them, not every pair: a job on other leaves keeps its plan object untouched and
-// is not reported, and the re-weighted pairs are counted.
-TEST(PlannerTest, ALinkChangeReweightsOnlyThePairsNearIt) {
-  Planner p(makeFabric(4));
+// 4 leaves of 4 nodes; ns/a planned on leaves 0 and 1, ns/b on leaves 2 and 3 (4 nodes each, 8
+// ranks per node, 4 subflows per connection).
+void planTwoJobsApart(Planner& p) {
   addNodes(p, 4, 4);
   JobPlacement a{"ns/a", {}, 8, 4}, b{"ns/b", {}, 8, 4};
   for (int i = 0; i < 4; ++i) {
@@ -871,6 +847,14 @@ TEST(PlannerTest, ALinkChangeReweightsOnlyThePairsNearIt) {
   }
   ASSERT_TRUE(p.planJob(a));
   ASSERT_TRUE(p.planJob(b));
+}
+
+// A live change re-weights the pairs whose paths cross the changed link and the pairs sharing a
+// hot link with them, not every pair: a job on other leaves keeps its plan object untouched and
+// is not reported, and the re-weighted pairs are counted.
+TEST(PlannerTest, ALinkChangeReweightsOnlyThePairsNearIt) {
+  Planner p(makeFabric(4));
+  planTwoJobsApart(p);
   const JobPlan b_before = *p.plan("ns/b");
   const std::size_t a_pairs = p.plan("ns/a")->pairs.size();
   auto out = p.setLinkState({0, "leaf-0", 1}, 0.0);
@@ -895,14 +879,7 @@ TEST(PlannerTest, ALinkChangeReweightsOnlyThePairsNearIt) {
 // a link change under another job leaves its plan as it was and reports only that other job.
 TEST(PlannerTest, AFarChangeLeavesAPersistentlyHotJobsPlanAsItWas) {
   Planner p(makeFabric(4, {{0, 0, 0.5}, {0, 1, 0.5}, {0, 2, 0.5}, {0, 3, 0.25}}));
-  addNodes(p, 4, 4);
-  JobPlacement a{"ns/a", {}, 8, 4}, b{"ns/b", {}, 8, 4};
-  for (int i = 0; i < 4; ++i) {
-    a.nodes.push_back(node(i % 2, i / 2));      // leaves 0 and 1
-    b.nodes.push_back(node(2 + i % 2, i / 2));  // leaves 2 and 3
-  }
-  ASSERT_TRUE(p.planJob(a));
-  ASSERT_TRUE(p.planJob(b));
+  planTwoJobsApart(p);
   ASSERT_GT(p.maxLinkLoad(), 1.0);
   const JobPlan a_before = *p.plan("ns/a");
   auto out = p.setLinkState({0, "leaf-2", 1}, 0.0);
