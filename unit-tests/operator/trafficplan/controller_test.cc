@@ -667,6 +667,41 @@ TEST_F(TelemetryTest, AStalledPathFailsItsLinkAndWeightsMove) {
   EXPECT_GE(eventsWithReason("LinkRestored").size(), 1u);
 }
 
+// The same stall as above while a second Enforce job (llm2 on n4 and n5, leaves a and b) has
+// weight on both failed directions: llm's reports alone do not fail the link for llm2. The link
+// stays a suspect, which explains llm's stalled connection to C4D; no plan changes, no LinkFailed.
+// (The test above is the control: llm alone on the link, confirmed.)
+TEST_F(TelemetryTest, OneJobsStallDoesNotFailALinkAnotherEnforceJobUses) {
+  auto controller = makeController();
+  placeJob("Enforce", 0, {"n0", "n1", "n2", "n3"});
+  Json other = jobObject("Enforce");
+  other["metadata"]["name"] = "llm2";
+  other["metadata"]["uid"] = "job2-uid";
+  other["spec"]["replicas"] = 2;
+  api_.put(resources::trainingJobs(), other);
+  api_.put(resources::pods(), podObject(other, 0, 0, "n4"));
+  api_.put(resources::pods(), podObject(other, 1, 0, "n5"));
+  controller->sync();
+  ASSERT_EQ(controller->planner()->jobs().size(), 2u);
+  const std::int64_t version = planDocument().version;
+  std::uint64_t p0 = 0, p1 = 0;
+  for (std::uint64_t seq = 1; seq <= 3; ++seq) {
+    report(seq, p0 += 10'000'000, p1 += 10'000'000);
+    controller->sync();
+  }
+  report(4, p0, p1 += 10'000'000);
+  controller->sync();
+  for (std::uint64_t seq = 5; seq <= 8; ++seq) {
+    report(seq, p0, p1, true);
+    controller->sync();
+  }
+  EXPECT_EQ(planDocument().version, version);
+  EXPECT_TRUE(eventsWithReason("LinkFailed").empty());
+  const auto why = controller->explainConnection("team/llm", "n1", "n2");
+  ASSERT_TRUE(why) << "the suspect explains the stalled connection";
+  EXPECT_NE(why->find("suspect"), std::string::npos) << *why;
+}
+
 TEST_F(TelemetryTest, IdleWindowsAndOtherPlanVersionsAreNoEvidence) {
   auto controller = makeController();
   placeJob("Enforce", 0, {"n0", "n1", "n2", "n3"});
