@@ -300,13 +300,15 @@ class PathSolver {
     std::size_t searched = 0;  // free items the search below may move
     bool across = false;
     for (auto& [plane, list] : free_by_plane) {
-      if (!pinned_planes.contains(plane) && colourable(list)) {
-        colour(list);
+      bool has_across = false;
+      if (!pinned_planes.contains(plane) && colourable(list, &has_across)) {
         ++tier1;
-      } else if (!pinned_planes.contains(plane) && colourable3(list)) {
+        if (!has_across) {
+          colour(list);
+          continue;
+        }
         // Optimal on a non-blocking Clos; elsewhere a start the search below improves on.
         colour3(list);
-        ++tier1;
         searched += list.size();
         across = true;
       } else {
@@ -363,33 +365,10 @@ class PathSolver {
     path_[i] = -1;
   }
 
-  // Tier 1 applies to a plane whose free items are all pairs inside one pod, all carry the same
-  // demand and whose leaf links (of the leaves involved) all have the same positive capacity.
-  bool colourable(const std::vector<std::size_t>& list) const {
-    double unit = items_[list.front()].unit;
-    std::set<int> leaves;
-    for (std::size_t i : list) {
-      if (ix_.routes[static_cast<std::size_t>(items_[i].route)].across_pods) return false;
-      if (std::fabs(items_[i].unit - unit) > kEps * std::max(1.0, unit)) return false;
-      leaves.insert(items_[i].src);
-      leaves.insert(items_[i].dst);
-    }
-    double c = ix_.cap[ix_.link(*leaves.begin(), 0, 0)];
-    if (c <= 0) return false;
-    for (int g : leaves) {
-      for (int u = 0; u < ix_.uplinks; ++u) {
-        for (int d : {0, 1}) {
-          if (ix_.cap[ix_.link(g, u, d)] != c) return false;
-        }
-      }
-    }
-    return true;
-  }
-
-  // Tier 1 on three tiers: a plane with pairs across pods whose free items all carry the same
-  // demand, whose leaf links (of the leaves involved) all have one positive capacity and whose
-  // spine–core links (of the pods involved) all have one positive capacity.
-  bool colourable3(const std::vector<std::size_t>& list) const {
+  // Tier 1 applies to a plane whose free items all carry the same demand, whose leaf links (of
+  // the leaves involved) all have one positive capacity and, when some items are pairs across pods
+  // (`*across`), whose spine–core links (of the pods involved) all have one positive capacity.
+  bool colourable(const std::vector<std::size_t>& list, bool* across) const {
     double unit = items_[list.front()].unit;
     std::set<int> leaves, pods;
     for (std::size_t i : list) {
@@ -402,10 +381,9 @@ class PathSolver {
         pods.insert(r.k_dst);
       }
     }
-    if (pods.empty() || ix_.core_uplinks <= 0) return false;
+    *across = !pods.empty();
     const double c = ix_.cap[ix_.link(*leaves.begin(), 0, 0)];
-    const double c2 = ix_.cap[ix_.spineLink(*pods.begin(), 0, 0, 0)];
-    if (c <= 0 || c2 <= 0) return false;
+    if (c <= 0) return false;
     for (int g : leaves) {
       for (int u = 0; u < ix_.uplinks; ++u) {
         for (int d : {0, 1}) {
@@ -413,6 +391,10 @@ class PathSolver {
         }
       }
     }
+    if (pods.empty()) return true;
+    if (ix_.core_uplinks <= 0) return false;
+    const double c2 = ix_.cap[ix_.spineLink(*pods.begin(), 0, 0, 0)];
+    if (c2 <= 0) return false;
     for (int k : pods) {
       for (int sp = 0; sp < ix_.spines; ++sp) {
         for (int cu = 0; cu < ix_.core_uplinks; ++cu) {
