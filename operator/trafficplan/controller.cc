@@ -984,29 +984,30 @@ void TrafficPlanController::syncTelemetry() {
     return it->second;
   };
   // The Enforce jobs whose planned subflows carry weight on a link direction: the ones a failed
-  // link would move (asked only for a suspect that one job's subflows alone named).
+  // link would move. Built once per pass, and only when the monitor asks (for a suspect that one
+  // job's subflows alone named).
+  std::optional<std::map<std::pair<c4p::LinkRef, c4p::Direction>, std::set<std::string>>> users;
   auto jobs_on = [&](const c4p::LinkRef& link, c4p::Direction dir) {
-    std::set<std::string> out;
-    for (const auto& [key, state] : jobs_) {
-      if (state.mode != c4p::Mode::kEnforce) continue;
-      const c4p::JobPlan* plan = planner_->plan(key);
-      if (plan == nullptr) continue;
-      for (const auto& pair : plan->pairs) {
-        auto src = locate(pair.local_node), dst = locate(pair.peer_node);
-        if (!src || !dst) continue;
-        for (const auto& sf : pair.subflows) {
-          if (!(sf.weight > 0)) continue;
-          auto links = planner_->fabric().pathLinks(*src, *dst, sf.path);
-          if (links &&
-              std::find(links->begin(), links->end(), std::make_pair(link, dir)) != links->end()) {
-            out.insert(key);
-            break;
+    if (!users) {
+      users.emplace();
+      for (const auto& [key, state] : jobs_) {
+        if (state.mode != c4p::Mode::kEnforce) continue;
+        const c4p::JobPlan* plan = planner_->plan(key);
+        if (plan == nullptr) continue;
+        for (const auto& pair : plan->pairs) {
+          auto src = locate(pair.local_node), dst = locate(pair.peer_node);
+          if (!src || !dst) continue;
+          for (const auto& sf : pair.subflows) {
+            if (!(sf.weight > 0)) continue;
+            auto links = planner_->fabric().pathLinks(*src, *dst, sf.path);
+            if (!links) continue;
+            for (const auto& hop : *links) (*users)[hop].insert(key);
           }
         }
-        if (out.contains(key)) break;
       }
     }
-    return out;
+    auto it = users->find({link, dir});
+    return it == users->end() ? std::set<std::string>{} : it->second;
   };
   for (const auto& v : monitor_.observe(deltas, planner_->fabric(), locate, jobs_on)) {
     auto out = planner_->setLinkState(v.link, v.capacity_fraction, v.direction);
