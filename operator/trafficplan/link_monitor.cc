@@ -101,6 +101,7 @@ std::vector<LinkVerdict> LinkMonitor::observe(const std::vector<ConnectionDelta>
   std::vector<LinkVerdict> out;
   std::map<Key, int> next;
   std::map<Key, std::set<std::string>> next_jobs;
+  std::map<Key, std::string> next_held;
   auto advance = [&](const Key& key, const std::string& why) {
     auto prev = streak_.find(key);
     const int streak = (prev == streak_.end() ? 0 : prev->second) + 1;
@@ -121,13 +122,12 @@ std::vector<LinkVerdict> LinkMonitor::observe(const std::vector<ConnectionDelta>
     }
     if (!others.empty()) {
       // One job's word against the others' silence: a suspect, not a verdict.
-      const std::string note = "; only " + (jobs.empty() ? std::string("one job") : *jobs.begin()) +
-                               " stalled there, not yet " + others;
-      if (evidence_[key].find("; only ") == std::string::npos) evidence_[key] = why + note;
+      next_held[key] = "only " + (jobs.empty() ? std::string("one job") : *jobs.begin()) +
+                       " stalled there, not yet " + others;
       return;
     }
     reported_.insert(key);
-    out.push_back({key.first, dir, 0.0, why.substr(0, why.find("; only "))});
+    out.push_back({key.first, dir, 0.0, why});
   };
   for (const auto& [key, why] : suspects) {
     if (!cleared.contains(key)) advance(key, why);
@@ -143,6 +143,7 @@ std::vector<LinkVerdict> LinkMonitor::observe(const std::vector<ConnectionDelta>
   std::erase_if(evidence_, [&](const auto& e) { return !next.contains(e.first); });
   streak_ = std::move(next);
   stalled_jobs_ = std::move(next_jobs);
+  held_ = std::move(next_held);
   return out;
 }
 
@@ -150,8 +151,10 @@ std::vector<LinkSuspect> LinkMonitor::suspects() const {
   std::vector<LinkSuspect> out;
   for (const auto& [key, streak] : streak_) {
     auto why = evidence_.find(key);
+    std::string evidence = why == evidence_.end() ? std::string() : why->second;
+    if (auto held = held_.find(key); held != held_.end()) evidence += "; " + held->second;
     out.push_back({key.first, key.second == 0 ? c4p::Direction::kUp : c4p::Direction::kDown, streak,
-                   why == evidence_.end() ? std::string() : why->second});
+                   std::move(evidence)});
   }
   return out;
 }
@@ -161,6 +164,7 @@ void LinkMonitor::reset(const c4p::LinkRef& link) {
     streak_.erase({link, d});
     reported_.erase({link, d});
     stalled_jobs_.erase({link, d});
+    held_.erase({link, d});
   }
 }
 
@@ -168,6 +172,7 @@ void LinkMonitor::resetAll() {
   streak_.clear();
   reported_.clear();
   stalled_jobs_.clear();
+  held_.clear();
   hints_.clear();
 }
 

@@ -138,7 +138,8 @@ class LinkMonitor {
   std::map<Key, int> streak_;            // consecutive observations as an uncleared suspect
   std::map<Key, std::string> evidence_;  // why each suspect is one
   std::map<Key, std::set<std::string>> stalled_jobs_;  // whose subflows stalled there (streak)
-  std::set<Key> reported_;                             // verdicts already given
+  std::map<Key, std::string> held_;  // confirmed but for one job's word: why it is held back
+  std::set<Key> reported_;           // verdicts already given
   std::set<std::pair<std::string, std::string>> hints_;
 };
 
