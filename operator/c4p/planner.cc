@@ -1157,6 +1157,17 @@ std::vector<std::string> refreshPlans(JobMap& jobs, const Index& ix, const std::
 // rounding of the weights (a few subflows' worth on one link), which no re-weighting removes.
 constexpr double kHot = 1.0 + 1e-3;
 
+// Whether a subflow of pair g has a link direction `pred` holds for on its path.
+template <typename Pred>
+bool onAnyLink(const Index& ix, const std::vector<Item>& items, Group g, const Pred& pred) {
+  for (std::size_t i = g.first; i < g.second; ++i) {
+    for (std::size_t l : ix.links(items[i].route, subflowOf(items[i]).path)) {
+      if (pred(l)) return true;
+    }
+  }
+  return false;
+}
+
 // Incremental re-weighting after a change (a link's capacity, a job arriving or leaving; paths of
 // running pairs stay). The pairs `in` marks (one flag per pair ordinal) are re-weighted, and with
 // them, breadth first, the pairs their paths lead to:
@@ -1218,14 +1229,7 @@ std::size_t reweightAround(const Index& ix, std::vector<Item>& items, std::vecto
            norm(level[l], ix.cap[l]) > kHot;
   };
   // Whether pair g has a subflow on a hot link direction (it could lean off it).
-  auto onHot = [&](std::size_t g) {
-    for (std::size_t i = all[g].first; i < all[g].second; ++i) {
-      for (std::size_t l : pathOf(i)) {
-        if (hot(l)) return true;
-      }
-    }
-    return false;
-  };
+  auto onHot = [&](std::size_t g) { return onAnyLink(ix, items, all[g], hot); };
   // The two rules on link direction l: hot, take every pair on it; cooled, take its pairs that
   // lean, or that are on a hot link and may now lean onto l.
   auto expand = [&](std::size_t l, bool is_hot, bool cooled) {
@@ -1319,12 +1323,7 @@ std::set<std::pair<std::string, std::size_t>> hotPartners(const Fabric& fabric, 
     for (std::size_t k = 0; k < js.pairs.size(); ++k) names.emplace_back(&name, k);
   }
   auto onHot = [&](Group g) {
-    for (std::size_t i = g.first; i < g.second; ++i) {
-      for (std::size_t l : ix.links(items[i].route, subflowOf(items[i]).path)) {
-        if (norm(used[l], ix.cap[l]) > kHot) return true;
-      }
-    }
-    return false;
+    return onAnyLink(ix, items, g, [&](std::size_t l) { return norm(used[l], ix.cap[l]) > kHot; });
   };
   for (const Group& g : pairGroups(items)) {
     const std::size_t o = ordinal(items[g.first]);
