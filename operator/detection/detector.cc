@@ -23,6 +23,11 @@ constexpr auto kFlappingEventInterval = std::chrono::minutes{5};
 // A diagnosis the restart budget refused asks for a slot again this often.
 constexpr auto kRestartSlotRetry = std::chrono::seconds{10};
 
+// The recorded diagnoses are read again after a failed read no sooner than this.
+constexpr auto kRecordedRetry = std::chrono::seconds{10};
+// The most culprit nodes a recorded diagnosis may name (a restart avoids them all).
+constexpr std::size_t kMaxRecordedNodes = 64;
+
 std::string stringAtPath(const Json& j, const char* pointer) {
   const Json::json_pointer p(pointer);
   if (!j.contains(p)) return {};
@@ -36,6 +41,79 @@ const std::string& stringIn(const Json& object, const char* key) {
   if (!object.is_object()) return none;
   auto it = object.find(key);
   return it != object.end() && it->is_string() ? it->get_ref<const std::string&>() : none;
+}
+
+// A held diagnosis as it is recorded in the cluster (NodeRemediator::recordDiagnosis).
+Json encodeDiagnosis(const DiagnosedFault& d) {
+  return {{"attempt", d.attempt},
+          {"class", d.fault_class},
+          {"key", d.key},
+          {"keys", d.keys},
+          {"summary", d.summary},
+          {"nodes", d.nodes},
+          {"cordonNodes", d.cordon_nodes},
+          {"rank", d.rank},
+          {"detectionSeconds", d.detection_seconds}};
+}
+
+// A list of strings, each non-empty and at most `max_len` long, at most `max_count` of them.
+bool stringList(const Json& object, const char* name, std::size_t max_count, std::size_t max_len,
+                std::vector<std::string>& out) {
+  auto it = object.find(name);
+  if (it == object.end() || !it->is_array() || it->size() > max_count) return false;
+  for (const auto& v : *it) {
+    if (!v.is_string() || v.get_ref<const std::string&>().empty() ||
+        v.get_ref<const std::string&>().size() > max_len) {
+      return false;
+    }
+    out.push_back(v.get<std::string>());
+  }
+  return true;
+}
+
+// A recorded diagnosis read back (checked: the ConfigMap is outside input); nullopt and
+// `problem` when it is not one this detector wrote.
+std::optional<DiagnosedFault> decodeDiagnosis(const Json& j, std::string& problem) {
+  DiagnosedFault d;
+  auto integer = [&](const char* name, std::int64_t& to) {
+    auto it = j.find(name);
+    if (it == j.end() || !it->is_number_integer()) return false;
+    to = it->get<std::int64_t>();
+    return true;
+  };
+  const std::string& fault_class = stringIn(j, "class");
+  bool known_class = false;
+  for (auto c : {c4d::FaultClass::kCrash, c4d::FaultClass::kCommHang, c4d::FaultClass::kNonCommHang,
+                 c4d::FaultClass::kCommSlow, c4d::FaultClass::kNonCommSlow}) {
+    known_class = known_class || c4d::faultClassName(c) == fault_class;
+  }
+  auto seconds = j.find("detectionSeconds");
+  if (!j.is_object()) {
+    problem = "not an object";
+  } else if (!integer("attempt", d.attempt) || d.attempt < 0) {
+    problem = "attempt is not a non-negative integer";
+  } else if (!known_class) {
+    problem = "class is not a fault class";
+  } else if (stringIn(j, "key").empty() || !stringList(j, "keys", 1024, 1024, d.keys) ||
+             d.keys.empty()) {
+    problem = "key or keys missing";
+  } else if (!stringList(j, "nodes", kMaxRecordedNodes, 253, d.nodes) ||
+             !stringList(j, "cordonNodes", kMaxRecordedNodes, 253, d.cordon_nodes)) {
+    problem = "nodes or cordonNodes are not lists of node names";
+  } else if (std::any_of(d.cordon_nodes.begin(), d.cordon_nodes.end(), [&](const std::string& n) {
+               return std::find(d.nodes.begin(), d.nodes.end(), n) == d.nodes.end();
+             })) {
+    problem = "cordonNodes names a node that nodes does not";
+  } else if (!integer("rank", d.rank) || seconds == j.end() || !seconds->is_number()) {
+    problem = "rank or detectionSeconds missing";
+  } else {
+    d.fault_class = fault_class;
+    d.key = stringIn(j, "key");
+    d.summary = stringIn(j, "summary");
+    d.detection_seconds = seconds->get<double>();
+    return d;
+  }
+  return std::nullopt;
 }
 
 // Direct field reads (a window reads every pod of the job).
@@ -265,9 +343,16 @@ std::optional<DiagnosedFault> Detector::diagnosis(const std::string& key) const 
 
 Result<ReconcileResult> Detector::reconcile(const std::string& key) {
   auto job = jobs_.store().get(key);
-  if (!job) {  // deleted: forget it
-    std::lock_guard lock(mu_);
-    job_state_.erase(key);
+  if (!job) {  // deleted: forget it, and its recorded diagnosis
+    bool recorded = false;
+    {
+      std::lock_guard lock(mu_);
+      auto it = job_state_.find(key);
+      recorded =
+          (it != job_state_.end() && it->second.diagnosis_recorded) || recorded_.erase(key) > 0;
+      job_state_.erase(key);
+    }
+    if (recorded) forgetRecordedDiagnosis(key);
     return ReconcileResult{};
   }
   JobState* state = nullptr;
@@ -275,7 +360,8 @@ Result<ReconcileResult> Detector::reconcile(const std::string& key) {
     std::lock_guard lock(mu_);
     state = &job_state_[key];  // only this key's reconcile touches or erases it
   }
-  observeAttempt(*job, *state);
+  observeAttempt(key, *job, *state);
+  restoreDiagnosis(key, *state);
   const MonoTime started = clock_.monoNow();
   if (state->next_window && started < *state->next_window) {
     return ReconcileResult{*state->next_window - started};  // not due: an event queued it early
@@ -283,25 +369,37 @@ Result<ReconcileResult> Detector::reconcile(const std::string& key) {
   // Due now; the next window follows this one's due time (fell behind: no burst).
   state->next_window = std::max(state->next_window.value_or(started) + config_.window, started);
   const bool known = analyse(key, *job, *state, clock_.wallNow());
+  bool publish_pending = false;
   const MonoTime finished = clock_.monoNow();
   tick_seconds_.get().observe(std::chrono::duration<double>(finished - started).count());
   if (!known) {
-    // Nothing in the store (no reports yet, or the job's data was dropped): nothing to keep.
-    // A running job is looked at again after a window; any other waits for its next event.
+    // Nothing in the store (no reports yet, or the job's data was dropped): nothing to keep but
+    // a diagnosis (one restored from the cluster after a restart: the reports that led to it
+    // went with the process that confirmed it). A running job is looked at again after a
+    // window; any other waits for its next event.
     {
       std::lock_guard lock(mu_);
-      job_state_.erase(key);
+      if (!state->diagnosis) {
+        job_state_.erase(key);
+      } else if (!state->diagnosis_published) {
+        publish_pending = true;
+      }
     }
+    if (publish_pending) publishDiagnosis(key, *state);
     if (jobStatus(*job).phase.value_or("") != "Running") return ReconcileResult{};
     return ReconcileResult{config_.window};
   }
   return ReconcileResult{std::max(Duration::zero(), *state->next_window - finished)};
 }
 
-void Detector::observeAttempt(const Json& job, JobState& state) {
+void Detector::observeAttempt(const std::string& key, const Json& job, JobState& state) {
   const std::string uid = stringAtPath(job, "/metadata/uid");
   const std::int64_t attempt = jobStatus(job).attempt.value_or(0);
   if (state.uid == uid && state.attempt == static_cast<std::uint32_t>(attempt)) return;
+  // The attempt a recorded diagnosis was for has ended (restarted, or the job was created
+  // again): the record has done its work.
+  if (state.diagnosis_recorded) forgetRecordedDiagnosis(key);
+  state.diagnosis_recorded = false;
   state.analyser.reset();
   state.uid = uid;
   state.attempt = static_cast<std::uint32_t>(attempt);
@@ -353,6 +451,8 @@ void Detector::publishDiagnosis(const std::string& key, JobState& state) {
   }
   const MonoTime mono = clock_.monoNow();
   if (state.restart_retry_at && mono < *state.restart_retry_at) return;
+  // Recorded before the restart is asked for (a failed record at the verdict is tried again).
+  if (!state.diagnosis_recorded) recordHeldDiagnosis(key, state);
   std::string why;
   auto slot = remediator_.takeRestartSlot(key, state.attempt, why);
   if (!slot || !*slot) {
@@ -676,6 +776,29 @@ void Detector::act(const std::string& key, const Json& job, JobState& state, con
     if (!v.culprit.peer_node.empty()) nodes.push_back(v.culprit.peer_node);
   }
   const std::string culprit = describeCulprit(v.culprit);
+  // A node the evidence names (a link implicates both ends weakly, a crash without node evidence
+  // implicates nobody).
+  const bool node_culprit =
+      v.culprit.kind != c4d::CulpritKind::kLink &&
+      (v.fault_class != c4d::FaultClass::kCrash || v.node_evidence || v.repeat_offender);
+  // A restart is held, and recorded in the cluster, before anything else is said or done about
+  // the fault: an operator killed after this point leaves the restart to its successor.
+  if (!dry_run &&
+      (action == c4d::Action::kCordonAndRestart || action == c4d::Action::kRestartOnly)) {
+    DiagnosedFault d;
+    d.attempt = state.attempt;
+    d.fault_class = fault_class;
+    d.key = v.key();
+    d.summary = fault_class + " of " + culprit + ": " + v.evidence.message;
+    d.keys = {d.key};
+    d.nodes = node_culprit || v.culprit.kind == c4d::CulpritKind::kLink
+                  ? nodes
+                  : std::vector<std::string>{};
+    if (action == c4d::Action::kCordonAndRestart && node_culprit) d.cordon_nodes = d.nodes;
+    d.rank = v.culprit.rank;
+    d.detection_seconds = std::chrono::duration<double>(v.confirmed_at - v.first_seen).count();
+    holdDiagnosis(key, state, std::move(d), culprit);
+  }
   std::string message = fault_class + " of " + culprit + ": " + v.evidence.message + "; action " +
                         action_name + (dry_run ? " (dry run: nothing done)" : "");
   log_.warn("Fault detected", {{"job", key},
@@ -688,13 +811,9 @@ void Detector::act(const std::string& key, const Json& job, JobState& state, con
     events_.record(job, "Warning", "FaultDetected", event_message);
   }
 
-  // The node's Event and history: only a node the evidence names (a link implicates both ends
-  // weakly, a crash without node evidence implicates nobody). The history, which makes a node a
-  // repeat offender (relaxed thresholds later), is written only for a verdict C4 acts on: a dry
-  // run or an Event-only verdict reports and leaves the Node as it is.
-  const bool node_culprit =
-      v.culprit.kind != c4d::CulpritKind::kLink &&
-      (v.fault_class != c4d::FaultClass::kCrash || v.node_evidence || v.repeat_offender);
+  // The node's Event and history: only a node the evidence names. The history, which makes a
+  // node a repeat offender (relaxed thresholds later), is written only for a verdict C4 acts on:
+  // a dry run or an Event-only verdict reports and leaves the Node as it is.
   const bool acted_on = !dry_run && action != c4d::Action::kEventOnly;
   if (node_culprit) {
     for (const auto& n : nodes) {
@@ -713,48 +832,129 @@ void Detector::act(const std::string& key, const Json& job, JobState& state, con
     if (peers_.traffic != nullptr) peers_.traffic->replan(key, v.culprit.node, v.culprit.peer_node);
     return;
   }
-  if (action != c4d::Action::kCordonAndRestart && action != c4d::Action::kRestartOnly) return;
+}
 
-  DiagnosedFault d;
-  d.attempt = state.attempt;
-  d.fault_class = fault_class;
-  d.key = v.key();
-  d.summary = fault_class + " of " + culprit + ": " + v.evidence.message;
-  d.keys = {d.key};
-  d.nodes = node_culprit || v.culprit.kind == c4d::CulpritKind::kLink ? nodes
-                                                                      : std::vector<std::string>{};
-  if (action == c4d::Action::kCordonAndRestart && node_culprit) d.cordon_nodes = d.nodes;
-  d.rank = v.culprit.rank;
-  d.detection_seconds = std::chrono::duration<double>(v.confirmed_at - v.first_seen).count();
+void Detector::holdDiagnosis(const std::string& key, JobState& state, DiagnosedFault d,
+                             const std::string& culprit) {
   bool joined_published = false;
   {
     std::lock_guard lock(mu_);
     if (!state.diagnosis) {
       state.diagnosis = std::move(d);
       state.diagnosis_window = state.windows;
-      return;  // held: published after the next window (publishDiagnosis)
-    }
-    // Another fault of the same attempt: it joins the restart, which avoids its culprits too.
-    DiagnosedFault& held = *state.diagnosis;
-    if (std::find(held.keys.begin(), held.keys.end(), d.key) != held.keys.end()) return;
-    held.keys.push_back(d.key);
-    auto add = [](std::vector<std::string>& to, const std::vector<std::string>& from) {
-      for (const auto& n : from) {
-        if (std::find(to.begin(), to.end(), n) == to.end()) to.push_back(n);
+    } else {
+      // Another fault of the same attempt: it joins the restart, which avoids its culprits too.
+      DiagnosedFault& held = *state.diagnosis;
+      if (std::find(held.keys.begin(), held.keys.end(), d.key) != held.keys.end()) return;
+      held.keys.push_back(d.key);
+      auto add = [](std::vector<std::string>& to, const std::vector<std::string>& from) {
+        for (const auto& n : from) {
+          if (std::find(to.begin(), to.end(), n) == to.end()) to.push_back(n);
+        }
+      };
+      add(held.nodes, d.nodes);
+      add(held.cordon_nodes, d.cordon_nodes);
+      if (held.keys.size() <= kMaxJoinedInSummary) {
+        held.summary += "; and " + d.summary;
+      } else if (held.keys.size() == kMaxJoinedInSummary + 1) {
+        held.summary += "; and more verdicts (see the FaultDetected Events)";
       }
-    };
-    add(held.nodes, d.nodes);
-    add(held.cordon_nodes, d.cordon_nodes);
-    if (held.keys.size() <= kMaxJoinedInSummary) {
-      held.summary += "; and " + d.summary;
-    } else if (held.keys.size() == kMaxJoinedInSummary + 1) {
-      held.summary += "; and more verdicts (see the FaultDetected Events)";
+      joined_published = state.diagnosis_published;
+      log_.info("Fault joins the pending restart", {{"job", key}, {"culprit", culprit}});
     }
-    joined_published = state.diagnosis_published;
   }
-  log_.info("Fault joins the pending restart", {{"job", key}, {"culprit", culprit}});
+  recordHeldDiagnosis(key, state);
   // Published already: the controller looks again (unless it restarted the job meanwhile).
   if (joined_published && peers_.diagnoses != nullptr) peers_.diagnoses->diagnosed(key);
+}
+
+void Detector::recordHeldDiagnosis(const std::string& key, JobState& state) {
+  RecordedDiagnosis record;
+  {
+    std::lock_guard lock(mu_);
+    if (!state.diagnosis) return;
+    record = {key, state.uid, state.attempt, clock_.wallNow(), encodeDiagnosis(*state.diagnosis)};
+  }
+  if (auto written = remediator_.recordDiagnosis(record); !written) {
+    // Held in memory all the same; tried again when it is published.
+    state.diagnosis_recorded = false;
+    log_.warn(
+        "Diagnosis not recorded in the cluster (a restart of the operator before the "
+        "job's restart would lose it)",
+        {{"job", key}, {"error", written.error()}});
+    return;
+  }
+  state.diagnosis_recorded = true;
+}
+
+void Detector::forgetRecordedDiagnosis(const std::string& key) {
+  if (auto forgotten = remediator_.forgetDiagnosis(key); !forgotten) {
+    // It ages out (NodeRemediator::kRecordedDiagnosisTtl) or is found stale by the next process.
+    log_.warn("Recorded diagnosis not removed", {{"job", key}, {"error", forgotten.error()}});
+  }
+}
+
+void Detector::restoreDiagnosis(const std::string& key, JobState& state) {
+  if (state.restore_checked) return;
+  // Read once, on the first reconcile (the worker's thread; not under mu_, which the
+  // controller's diagnosis() takes).
+  bool loaded = false;
+  {
+    std::lock_guard lock(mu_);
+    loaded = recorded_loaded_;
+  }
+  if (!loaded) {
+    const MonoTime now = clock_.monoNow();
+    if (recorded_retry_at_ && now < *recorded_retry_at_) return;
+    std::size_t malformed = 0;
+    auto list = remediator_.recordedDiagnoses(&malformed);
+    if (!list) {
+      recorded_retry_at_ = now + kRecordedRetry;
+      log_.warn("Recorded diagnoses not readable; tried again in 10 s", {{"error", list.error()}});
+      return;
+    }
+    if (malformed > 0) {
+      log_.warn("Recorded diagnoses of the wrong shape ignored", {{"entries", malformed}});
+    }
+    std::lock_guard lock(mu_);
+    for (auto& r : *list) recorded_[r.job] = std::move(r);
+    recorded_loaded_ = true;
+  }
+  std::optional<RecordedDiagnosis> record;
+  {
+    std::lock_guard lock(mu_);
+    state.restore_checked = true;
+    auto it = recorded_.find(key);
+    if (it == recorded_.end()) return;
+    record = std::move(it->second);
+    recorded_.erase(it);
+  }
+  std::string problem;
+  std::optional<DiagnosedFault> d;
+  if (record->uid != state.uid || record->attempt != state.attempt) {
+    problem = "its attempt has ended";
+  } else if (d = decodeDiagnosis(record->diagnosis, problem); d && d->attempt != record->attempt) {
+    problem = "its attempt differs from the record's";
+    d.reset();
+  }
+  if (!d) {
+    log_.info("Recorded diagnosis dropped", {{"job", key}, {"why", problem}});
+    forgetRecordedDiagnosis(key);
+    return;
+  }
+  log_.warn(
+      "Diagnosis restored from the cluster: the restart a previous operator decided "
+      "follows now",
+      {{"job", key}, {"attempt", d->attempt}, {"summary", d->summary}});
+  {
+    std::lock_guard lock(mu_);
+    if (state.diagnosis) return;  // one of this process's own came first
+    state.diagnosis = std::move(*d);
+    state.diagnosis_window = state.windows;
+  }
+  state.diagnosis_recorded = true;
+  // Confirmed already: nothing waits for more verdicts to join.
+  publishDiagnosis(key, state);
 }
 
 void Detector::recordNodeFault(const std::string& node_name, const NodeFaultRecord& record) {

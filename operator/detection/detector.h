@@ -26,6 +26,11 @@
 //     verdict of the attempt confirmed until the controller restarts the job joins it (each
 //     with its own Events and history; the restart avoids every culprit and cordons each one
 //     the evidence names) — two independent faults cost one restart, not two;
+//     The diagnosis is recorded in the cluster (NodeRemediator::recordDiagnosis) before the
+//     verdict's Events, and again when a verdict joins it; a process that ends before the
+//     restart leaves it to the next, which publishes it at its first look at the job
+//     (restoreDiagnosis) — the evidence may be gone by then (a rank killed while its pod stays
+//     up never reports again). The record goes once the attempt has ended.
 //     The restart is asked for only within the cluster-wide restart budget (remediation,
 //     NodeRemediator::takeRestartSlot: at most --restart-max-per-hour job attempts ended by C4D,
 //     all jobs together): beyond it the diagnosis stays held, with a Warning Event
@@ -195,6 +200,10 @@ class Detector {
     // its first verdict to the end of the next, so that verdicts confirmed together join it.
     std::optional<DiagnosedFault> diagnosis;
     bool diagnosis_published = false;
+    // `diagnosis` is recorded in the cluster (NodeRemediator::recordDiagnosis), and the cluster
+    // was asked for a record left by an earlier process (restoreDiagnosis).
+    bool diagnosis_recorded = false;
+    bool restore_checked = false;
     std::uint64_t windows = 0;           // analysis windows of this attempt (while it runs)
     std::uint64_t diagnosis_window = 0;  // the window that created `diagnosis`
     // The restart budget (NodeRemediator::takeRestartSlot) refused or could not be read: when to
@@ -228,7 +237,7 @@ class Detector {
   };
   void worker();
   // Resets the state when the job's uid or attempt changed.
-  void observeAttempt(const Json& job, JobState& state);
+  void observeAttempt(const std::string& key, const Json& job, JobState& state);
   // One analysis window; false when the store holds nothing of the job.
   bool analyse(const std::string& key, const Json& job, JobState& state, WallTime now);
   void act(const std::string& key, const Json& job, JobState& state, const c4d::Verdict& v,
@@ -243,6 +252,18 @@ class Detector {
   // cluster-wide restart budget has a slot for it; until then it stays held (and joinable), with
   // a Warning Event RestartDeferred, and the budget is asked again every kRestartSlotRetry.
   void publishDiagnosis(const std::string& key, JobState& state);
+  // Holds `d` as the attempt's diagnosis, or joins it to the one held, and records the result
+  // in the cluster.
+  void holdDiagnosis(const std::string& key, JobState& state, DiagnosedFault d,
+                     const std::string& culprit);
+  // Writes the held diagnosis to the cluster (the breaker's ConfigMap); a failure is logged
+  // and leaves it to be tried again when it is published.
+  void recordHeldDiagnosis(const std::string& key, JobState& state);
+  void forgetRecordedDiagnosis(const std::string& key);
+  // On a job's first reconcile in this process: a diagnosis an earlier process recorded for the
+  // job's current attempt (same uid) is held again and published at once (its restart had not
+  // happened); a record of an ended attempt, or one that does not decode, is removed.
+  void restoreDiagnosis(const std::string& key, JobState& state);
   void escalatePersistentSlowLinks(const std::string& key, const Json& job, JobState& state,
                                    const c4d::TickResult& result, const c4d::JobSnapshot& snap,
                                    WallTime now, bool dry_run);
@@ -280,6 +301,11 @@ class Detector {
 
   mutable std::mutex mu_;  // guards job_state_ (the map) and the states' diagnoses
   std::map<std::string, JobState> job_state_;
+  // The diagnoses recorded in the cluster by earlier processes, by job, read once (guarded by
+  // mu_; an entry leaves when its job is first reconciled).
+  std::map<std::string, RecordedDiagnosis> recorded_;
+  bool recorded_loaded_ = false;
+  std::optional<MonoTime> recorded_retry_at_;  // the worker's only
   // Node -> the resourceVersion whose malformed fault history was last reported (guarded by mu_).
   std::map<std::string, std::string> history_reported_;
 

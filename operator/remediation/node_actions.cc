@@ -194,6 +194,41 @@ std::string encodeRestartSlots(const std::vector<RestartSlot>& slots) {
   return list.dump();
 }
 
+constexpr const char* kDiagnosesKey = "diagnoses.json";
+
+// Recorded diagnoses, checked: an entry of another shape is left out (and counted).
+std::vector<RecordedDiagnosis> parseDiagnoses(const Json& config_map, std::size_t* malformed) {
+  std::vector<RecordedDiagnosis> out;
+  std::size_t bad = 0;
+  for (const auto& r : arrayIn(config_map, kDiagnosesKey)) {
+    auto attempt = r.is_object() ? r.find("attempt") : r.end();
+    auto recorded = r.is_object() ? r.find("recordedUnixNs") : r.end();
+    auto diagnosis = r.is_object() ? r.find("diagnosis") : r.end();
+    if (!r.is_object() || stringOf(r, "job").empty() || attempt == r.end() ||
+        !attempt->is_number_integer() || recorded == r.end() || !recorded->is_number_integer() ||
+        diagnosis == r.end() || !diagnosis->is_object()) {
+      ++bad;
+      continue;
+    }
+    out.push_back({stringOf(r, "job"), stringOf(r, "uid"), attempt->get<std::int64_t>(),
+                   fromUnixNanos(recorded->get<std::int64_t>()), *diagnosis});
+  }
+  if (malformed != nullptr) *malformed = bad;
+  return out;
+}
+
+std::string encodeDiagnoses(const std::vector<RecordedDiagnosis>& list) {
+  Json out = Json::array();
+  for (const auto& d : list) {
+    out.push_back({{"job", d.job},
+                   {"uid", d.uid},
+                   {"attempt", d.attempt},
+                   {"recordedUnixNs", toUnixNanos(d.recorded)},
+                   {"diagnosis", d.diagnosis}});
+  }
+  return out.dump();
+}
+
 // A slot of a budget kept in the breaker's ConfigMap (`slots`, the window's): the one `same`
 // finds (a retry takes no second slot), or `mine` appended while fewer than `limit` are held.
 // False when the window's budget is spent; `taken` says whether `slots` changed.
@@ -318,8 +353,9 @@ std::string_view cordonOutcomeName(CordonOutcome o) {
 struct NodeRemediator::State {
   std::vector<CordonRecord> cordons;
   std::vector<OwedFault> faults;
-  std::vector<FaultSlot> fault_slots;      // the fault-history budget's window
-  std::vector<RestartSlot> restart_slots;  // the restart budget's window
+  std::vector<FaultSlot> fault_slots;        // the fault-history budget's window
+  std::vector<RestartSlot> restart_slots;    // the restart budget's window
+  std::vector<RecordedDiagnosis> diagnoses;  // oldest first
 };
 
 NodeRemediator::NodeRemediator(KubeClient& client, Clock& clock, EventRecorder& events,
@@ -457,7 +493,7 @@ Status NodeRemediator::editState(const std::function<bool(State&)>& edit) {
     }
     Json& config_map = *read;
     State state{parseRecords(config_map), parseFaults(config_map), parseFaultSlots(config_map),
-                parseRestartSlots(config_map)};
+                parseRestartSlots(config_map), parseDiagnoses(config_map, nullptr)};
     // Done cordons leave with the window; owed ones stay until they are done. So do the slots of
     // the fault-history budget.
     const WallTime now = clock_.wallNow();
@@ -467,6 +503,9 @@ Status NodeRemediator::editState(const std::function<bool(State&)>& edit) {
                   [&](const FaultSlot& f) { return now - f.taken >= config_.window; });
     std::erase_if(state.restart_slots,
                   [&](const RestartSlot& r) { return now - r.taken >= config_.window; });
+    std::erase_if(state.diagnoses, [&](const RecordedDiagnosis& d) {
+      return now - d.recorded >= kRecordedDiagnosisTtl;
+    });
     if (!edit(state)) return okStatus();
     if (!config_map["data"].is_object()) config_map["data"] = Json::object();
     Json& data = config_map["data"];
@@ -476,6 +515,8 @@ Status NodeRemediator::editState(const std::function<bool(State&)>& edit) {
                [&] { return encodeFaultSlots(state.fault_slots); });
     putOrErase(data, kRestartSlotsKey, state.restart_slots.empty(),
                [&] { return encodeRestartSlots(state.restart_slots); });
+    putOrErase(data, kDiagnosesKey, state.diagnoses.empty(),
+               [&] { return encodeDiagnoses(state.diagnoses); });
     // The update carries the resourceVersion read above: a concurrent writer gets 409 and
     // applies its change again to the state that includes this one.
     auto written =
@@ -576,6 +617,54 @@ Result<bool> NodeRemediator::takeRestartSlot(const std::string& job, std::int64_
     actions_->labels({"restart", allowed ? "allowed" : "budget_spent"}).inc();
   }
   return allowed;
+}
+
+Status NodeRemediator::recordDiagnosis(const RecordedDiagnosis& d) {
+  if (d.job.empty() || !d.diagnosis.is_object()) {
+    return makeError(ErrorCode::kInvalidArgument, "a recorded diagnosis needs a job and an object");
+  }
+  if (const std::size_t size = d.diagnosis.dump().size(); size > kMaxDiagnosisBytes) {
+    return makeError(ErrorCode::kInvalidArgument,
+                     "diagnosis of " + d.job + " is " + std::to_string(size) +
+                         " bytes encoded (limit " + std::to_string(kMaxDiagnosisBytes) + ")");
+  }
+  auto written = editState([&](State& state) {
+    std::erase_if(state.diagnoses, [&](const RecordedDiagnosis& r) { return r.job == d.job; });
+    state.diagnoses.push_back(d);
+    if (state.diagnoses.size() > kMaxRecordedDiagnoses) {
+      state.diagnoses.erase(
+          state.diagnoses.begin(),
+          state.diagnoses.end() - static_cast<std::ptrdiff_t>(kMaxRecordedDiagnoses));
+    }
+    return true;
+  });
+  if (!written) return std::unexpected(written.error().withContext("record diagnosis"));
+  return okStatus();
+}
+
+Result<std::vector<RecordedDiagnosis>> NodeRemediator::recordedDiagnoses(std::size_t* malformed) {
+  auto read = client_.get(resources::configMaps(), config_.state_namespace, config_.state_name);
+  if (!read) {
+    if (read.error().code == ErrorCode::kNotFound) {
+      if (malformed != nullptr) *malformed = 0;
+      return std::vector<RecordedDiagnosis>{};
+    }
+    return std::unexpected(read.error().withContext("read recorded diagnoses"));
+  }
+  auto list = parseDiagnoses(*read, malformed);
+  const WallTime now = clock_.wallNow();
+  std::erase_if(
+      list, [&](const RecordedDiagnosis& d) { return now - d.recorded >= kRecordedDiagnosisTtl; });
+  return list;
+}
+
+Status NodeRemediator::forgetDiagnosis(const std::string& job) {
+  auto written = editState([&](State& state) {
+    return std::erase_if(state.diagnoses,
+                         [&](const RecordedDiagnosis& r) { return r.job == job; }) > 0;
+  });
+  if (!written) return std::unexpected(written.error().withContext("forget diagnosis"));
+  return okStatus();
 }
 
 Status NodeRemediator::releaseFaultSlot(const std::string& node, const NodeFaultRecord& record) {

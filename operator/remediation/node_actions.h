@@ -22,7 +22,8 @@
 // attempts ended by a diagnosis per window, all jobs together, each slot recorded in the same
 // ConfigMap before the restart is asked for, so a fault of C4 itself that misreads every job
 // (a bad telemetry release, a clock jump) restarts a bounded number of them, across restarts and
-// failovers alike.
+// failovers alike. The restart C4D holds for a job's attempt is recorded there too
+// (recordDiagnosis), before the restart is asked for, for a successor to act on.
 //
 // Owed actions live in the cluster until they are done. A cordon's breaker record is written
 // "owed" (with its reason) before the Node is patched and marked "done" once the patch landed:
@@ -125,6 +126,18 @@ struct NodeActionConfig {
 enum class CordonOutcome { kCordoned, kAlreadyOurs, kDryRun, kBreakerOpen, kOwed };
 enum class UncordonOutcome { kUncordoned, kTaintRemovedKeptCordon, kNotOurs, kDryRun };
 
+// A diagnosis C4D holds for one attempt of a job, recorded in the breaker's ConfigMap (data
+// `diagnoses.json`) before the restart is asked for, so that an operator killed between the
+// verdict and the restart leaves it to the next one (Detector). `diagnosis` is the detector's
+// encoding, opaque here.
+struct RecordedDiagnosis {
+  std::string job;  // "<ns>/<name>"
+  std::string uid;  // the TrainingJob's metadata.uid: a job created again under the name differs
+  std::int64_t attempt = 0;
+  WallTime recorded{};
+  Json diagnosis;  // an object
+};
+
 std::string_view cordonOutcomeName(CordonOutcome o);
 
 class NodeRemediator {
@@ -180,6 +193,20 @@ class NodeRemediator {
   // state cannot be read or written (nothing taken). Counted as
   // c4_operator_node_actions_total{action="restart",outcome="allowed"|"budget_spent"}.
   Result<bool> takeRestartSlot(const std::string& job, std::int64_t attempt, std::string& why);
+
+  // Records `d` as its job's diagnosis (replacing any earlier one of the job) in one conditional
+  // update of the breaker's ConfigMap. At most kMaxRecordedDiagnoses are kept (the oldest go)
+  // and none longer than kRecordedDiagnosisTtl; a diagnosis encoded in more than
+  // kMaxDiagnosisBytes is refused (kInvalidArgument, nothing written).
+  static constexpr std::size_t kMaxRecordedDiagnoses = 256;
+  static constexpr std::size_t kMaxDiagnosisBytes = 16 * 1024;
+  static constexpr Duration kRecordedDiagnosisTtl = std::chrono::hours{24};
+  Status recordDiagnosis(const RecordedDiagnosis& d);
+  // The recorded diagnoses, read from the cluster; entries of the wrong shape are left out
+  // (counted in `malformed` when given).
+  Result<std::vector<RecordedDiagnosis>> recordedDiagnoses(std::size_t* malformed = nullptr);
+  // Removes job's recorded diagnosis, if any (no write when there is none).
+  Status forgetDiagnosis(const std::string& job);
 
   // The cordons recorded in the breaker's window (node names), owed ones included, read from
   // the cluster.

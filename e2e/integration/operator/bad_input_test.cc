@@ -53,6 +53,8 @@ class BadInputTest : public NamespacedTest {
   BadInputTest() : NamespacedTest("c4-bad-input") {}
 };
 
+// A malformed fault history on a running job's node: the detector reports it and still acts, and
+// the restart it decides outlives the process (recorded in the cluster first).
 TEST_F(BadInputTest, AMalformedFaultHistoryOnARunningJobsNodeIsReportedAndTheDetectorStillActs) {
   JobSpec spec;
   spec.nodes = 4;
@@ -204,6 +206,22 @@ TEST_F(BadInputTest, AMalformedFaultHistoryOnARunningJobsNodeIsReportedAndTheDet
   ASSERT_TRUE(slots.is_array() && slots.size() == 1u) << breaker->dump();
   EXPECT_EQ(slots[0].value("job", std::string{}), ns_ + "/llm");
   EXPECT_EQ(slots[0].value("attempt", -1), 0);
+
+  // Issue #27: the diagnosis was recorded there before the restart was asked for. A new process
+  // (an empty report store: the evidence went with the first) finds it in the real API server's
+  // ConfigMap and asks for the same restart.
+  const Json recorded = Json::parse(
+      stringAt(fieldsOf(*breaker, "data"), "diagnoses.json").value_or(""), nullptr, false);
+  ASSERT_TRUE(recorded.is_array() && recorded.size() == 1u) << breaker->dump();
+  EXPECT_EQ(recorded[0].value("uid", std::string{}), uid);
+  ingest::ReportStore fresh_store;
+  metrics::Registry fresh_registry;
+  Detector next(fresh_store, jobs, pods, node_cache, remediator, events, clock, config,
+                fresh_registry, DetectorPeers{});
+  ASSERT_TRUE(next.reconcile(ns_ + "/llm"));
+  auto restored = next.diagnosis(ns_ + "/llm");
+  ASSERT_TRUE(restored) << "the restart decided before the process ended is lost";
+  EXPECT_EQ(*restored, *d);
 }
 
 // A TrainingJob whose pod template has a field of another type where the operator reads it (a

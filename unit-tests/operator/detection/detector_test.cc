@@ -50,6 +50,11 @@ class DetectorTest : public ::testing::Test {
   void SetUp() override { build({}); }
 
   void build(Json fault_tolerance, DetectorConfig config = {}) {
+    // A new scenario, not a restart of the operator: no diagnosis recorded by an earlier one.
+    if (auto cm = client_.get(resources::configMaps(), "c4-system", "c4-node-actions", {})) {
+      (*cm)["data"].erase("diagnoses.json");
+      client_.put(resources::configMaps(), *cm);
+    }
     last_sent_.clear();
     report_seq_.clear();
     enqueued_.clear();
@@ -181,6 +186,21 @@ class DetectorTest : public ::testing::Test {
       if (e.value("reason", std::string{}) == reason) out.push_back(e);
     }
     return out;
+  }
+
+  // The diagnoses recorded in the breaker's ConfigMap (data diagnoses.json), or [].
+  Json recordedDiagnoses() {
+    auto cm = client_.get(resources::configMaps(), "c4-system", "c4-node-actions", {});
+    if (!cm || !(*cm)["data"].contains("diagnoses.json")) return Json::array();
+    return Json::parse((*cm)["data"]["diagnoses.json"].get_ref<const std::string&>());
+  }
+  // Replaces them (as someone with write access to the ConfigMap might).
+  void writeRecordedDiagnoses(const Json& list) {
+    Json cm = {{"apiVersion", "v1"},
+               {"kind", "ConfigMap"},
+               {"metadata", {{"name", "c4-node-actions"}, {"namespace", "c4-system"}}},
+               {"data", {{"diagnoses.json", list.dump()}}}};
+    client_.put(resources::configMaps(), cm);
   }
 
   SimulatedClock clock_;
@@ -356,6 +376,112 @@ TEST_F(DetectorTest, AHeldDiagnosisIsPublishedAfterOneMoreWindow) {
   jobs_.store().upsert(job_);
   step();
   EXPECT_TRUE(detector_->diagnosis("team/llm")) << "nothing more can join: published";
+}
+
+// Issue #27: a verdict held for its restart is recorded in the cluster before anything else is
+// done about it. An operator killed before the restart leaves it there: the next process, with
+// an empty report store (the evidence went with its predecessor) and a rank that will never
+// report again, publishes it at its first look at the job, and removes it once the restart
+// happened.
+TEST_F(DetectorTest, AHeldDiagnosisSurvivesTheOperatorAndIsPublishedByTheNextOne) {
+  for (int i = 0; i < 8; ++i) step();
+  synth_->freeze(2);
+  const std::string culprit = SyntheticJob::nodeName(synth_->nodeOfRank(2));
+  ASSERT_FALSE(stepUntilEvent("FaultDetected").empty());
+  ASSERT_FALSE(detector_->diagnosis("team/llm")) << "held for one more window";
+  ASSERT_TRUE(enqueued_.empty());
+  Json records = recordedDiagnoses();
+  ASSERT_EQ(records.size(), 1u) << records.dump();
+  EXPECT_EQ(records[0]["job"], "team/llm");
+  EXPECT_EQ(records[0]["uid"], "job-uid");
+  EXPECT_EQ(records[0]["attempt"], 0);
+  EXPECT_EQ(records[0]["diagnosis"]["class"], "nonCommHang");
+
+  // The operator dies here. Its successor shares only the cluster.
+  detector_.reset();
+  ingest::ReportStore fresh_store;
+  metrics::Registry fresh_registry;
+  Detector next(fresh_store, jobs_, pods_, nodes_, remediator_, events_, clock_, {}, fresh_registry,
+                DetectorPeers{&diagnoses_, &traffic_});
+  ASSERT_TRUE(next.reconcile("team/llm"));
+  auto d = next.diagnosis("team/llm");
+  ASSERT_TRUE(d) << "the restart the first operator decided is lost";
+  EXPECT_EQ(d->fault_class, "nonCommHang");
+  EXPECT_EQ(d->attempt, 0);
+  EXPECT_EQ(d->nodes, std::vector<std::string>{culprit});
+  EXPECT_EQ(d->cordon_nodes, std::vector<std::string>{culprit});
+  EXPECT_EQ(enqueued_, std::vector<std::string>{"team/llm"}) << "the controller hears of it";
+  std::string why;
+  EXPECT_EQ(remediator_.takeRestartSlot("team/llm", 0, why), true) << "within the budget";
+
+  // The controller restarted the job: the record has done its work.
+  job_["status"]["attempt"] = 1;
+  jobs_.store().upsert(job_);
+  ASSERT_TRUE(next.reconcile("team/llm"));
+  EXPECT_FALSE(next.diagnosis("team/llm"));
+  EXPECT_TRUE(recordedDiagnoses().empty()) << recordedDiagnoses().dump();
+}
+
+// What a new process finds recorded is outside input and may be stale: a record of an attempt
+// that has ended, of a job created again under the name, or of a shape this detector does not
+// write (wrong types, a cordon of a node the diagnosis does not name) is removed and restarts
+// nothing; the process goes on.
+TEST_F(DetectorTest, AStaleOrMalformedRecordedDiagnosisRestartsNothing) {
+  const Json good = {{"attempt", 0},
+                     {"class", "nonCommHang"},
+                     {"key", "nonCommHang/node/node-1"},
+                     {"keys", {"nonCommHang/node/node-1"}},
+                     {"summary", "s"},
+                     {"nodes", {"node-1"}},
+                     {"cordonNodes", {"node-1"}},
+                     {"rank", 1},
+                     {"detectionSeconds", 2.5}};
+  auto recordOf = [&](const Json& diagnosis, const std::string& uid, int attempt) {
+    return Json{{"job", "team/llm"},
+                {"uid", uid},
+                {"attempt", attempt},
+                {"recordedUnixNs", toUnixNanos(clock_.wallNow())},
+                {"diagnosis", diagnosis}};
+  };
+  Json forged_cordon = good;
+  forged_cordon["cordonNodes"] = {"node-1", "node-9"};
+  Json wrong_types = good;
+  wrong_types["nodes"] = "node-1";
+  Json unknown_class = good;
+  unknown_class["class"] = "meteorStrike";
+  const std::vector<std::pair<std::string, Json>> cases = {
+      {"an ended attempt", recordOf(good, "job-uid", 0)},
+      {"another job under the name", recordOf(good, "other-uid", 1)},
+      {"a forged cordon", recordOf(forged_cordon, "job-uid", 1)},
+      {"wrong types", recordOf(wrong_types, "job-uid", 1)},
+      {"an unknown class", recordOf(unknown_class, "job-uid", 1)},
+      {"a record of the wrong shape", Json{{"job", "team/llm"}, {"attempt", "one"}}},
+  };
+  for (const auto& [what, record] : cases) {
+    SCOPED_TRACE(what);
+    build({});
+    job_["status"]["attempt"] = 1;
+    jobs_.store().upsert(job_);
+    writeRecordedDiagnoses(Json::array({record}));
+    ASSERT_TRUE(detector_->reconcile("team/llm"));
+    EXPECT_FALSE(detector_->diagnosis("team/llm"));
+    EXPECT_TRUE(enqueued_.empty());
+    if (record.contains("diagnosis")) {
+      EXPECT_TRUE(recordedDiagnoses().empty()) << "not removed: " << recordedDiagnoses().dump();
+    }
+  }
+  // The control: the same good record for the job's current attempt restarts it.
+  build({});
+  job_["status"]["attempt"] = 1;
+  jobs_.store().upsert(job_);
+  Json current = good;
+  current["attempt"] = 1;
+  writeRecordedDiagnoses(Json::array({recordOf(current, "job-uid", 1)}));
+  ASSERT_TRUE(detector_->reconcile("team/llm"));
+  auto d = detector_->diagnosis("team/llm");
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->nodes, std::vector<std::string>{"node-1"});
+  EXPECT_EQ(d->detection_seconds, 2.5);
 }
 
 // A link that keeps going slow and recovering gives a verdict each time. Its Events are budgeted

@@ -884,5 +884,59 @@ TEST(NodeReleaseTest, AReleasedNodeFreesItsShareOfTheBreakerNotItsCordonPerWindo
       << "the per-window limit holds whatever was released: " << why;
 }
 
+// Issue #27: a diagnosis C4D holds is recorded in the breaker's ConfigMap for the next process.
+// One per job (a newer one replaces it), at most kMaxRecordedDiagnoses of all jobs (the oldest
+// go), none older than kRecordedDiagnosisTtl, none larger than kMaxDiagnosisBytes; removed on
+// request; the budgets' state in the same ConfigMap is untouched by any of it.
+TEST(RecordedDiagnosisTest, OnePerJobBoundedInCountAgeAndSize) {
+  Fixture f(2);
+  auto r = f.remediator(permissive());
+  std::string why;
+  ASSERT_EQ(r.takeRestartSlot("team/other", 3, why), true);
+  auto record = [&](const std::string& job, std::int64_t attempt) {
+    return RecordedDiagnosis{job, "uid-" + job, attempt, f.clock.wallNow(),
+                             Json{{"class", "crash"}, {"attempt", attempt}}};
+  };
+  ASSERT_TRUE(r.recordDiagnosis(record("team/a", 0)));
+  ASSERT_TRUE(r.recordDiagnosis(record("team/a", 1)));  // the same job again: replaced
+  auto list = r.recordedDiagnoses();
+  ASSERT_TRUE(list) << list.error().toString();
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ((*list)[0].attempt, 1);
+  EXPECT_EQ((*list)[0].uid, "uid-team/a");
+  EXPECT_EQ((*list)[0].diagnosis["class"], "crash");
+
+  for (std::size_t i = 0; i < NodeRemediator::kMaxRecordedDiagnoses + 5; ++i) {
+    ASSERT_TRUE(r.recordDiagnosis(record("team/j" + std::to_string(i), 0)));
+  }
+  list = r.recordedDiagnoses();
+  ASSERT_TRUE(list);
+  ASSERT_EQ(list->size(), NodeRemediator::kMaxRecordedDiagnoses);
+  EXPECT_EQ(list->front().job, "team/j5") << "the oldest went first";
+
+  Json big = {{"summary", std::string(NodeRemediator::kMaxDiagnosisBytes, 'x')}};
+  auto refused = r.recordDiagnosis(RecordedDiagnosis{"team/big", "u", 0, f.clock.wallNow(), big});
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_FALSE(r.recordDiagnosis(RecordedDiagnosis{"", "u", 0, f.clock.wallNow(), Json::object()}));
+
+  ASSERT_TRUE(r.forgetDiagnosis("team/j5"));
+  list = r.recordedDiagnoses();
+  ASSERT_TRUE(list);
+  EXPECT_EQ(list->size(), NodeRemediator::kMaxRecordedDiagnoses - 1);
+  EXPECT_EQ(list->front().job, "team/j6");
+
+  auto cm = f.api.peek(resources::configMaps(), "c4-system", "c4-node-actions");
+  ASSERT_TRUE(cm);
+  EXPECT_NE((*cm)["data"].value("restarts.json", std::string{}).find("team/other"),
+            std::string::npos)
+      << "the restart budget's slot is kept";
+
+  f.clock.advance(NodeRemediator::kRecordedDiagnosisTtl);
+  list = r.recordedDiagnoses();
+  ASSERT_TRUE(list);
+  EXPECT_TRUE(list->empty()) << "a day old: not acted on";
+}
+
 }  // namespace
 }  // namespace c4::op
