@@ -608,8 +608,12 @@ void Detector::escalatePersistentSlowLinks(const std::string& key, const Json& j
     }
     r.cleared_at.reset();
     // Slowness C4P explains (a link on the connection's paths failed, degraded or suspect) is
-    // the remaining links' capacity, not a NIC: the clock starts again when the explanation ends.
-    if (trafficExplanation(key, *active, snap)) r.since = now;
+    // the remaining links' capacity, not a NIC: the clock starts again when the explanation ends,
+    // also when it ended while the verdict was cleared (a link healed, C4P's hold expired, and
+    // the connection is slow again on the path its weights returned to).
+    const bool explained = trafficExplanation(key, *active, snap).has_value();
+    if (explained || r.explained) r.since = now;
+    r.explained = explained;
     const double since = std::chrono::duration<double>(now - r.since).count();
     if (now - r.since < config_.replan_grace) {
       ++it;
@@ -828,7 +832,7 @@ void Detector::act(const std::string& key, const Json& job, JobState& state, con
   if (action == c4d::Action::kReplan && v.culprit.kind == c4d::CulpritKind::kLink &&
       !v.culprit.node.empty() && !v.culprit.peer_node.empty()) {
     // Escalated if still slow after replan_grace (a verdict back after clearing keeps its clock).
-    state.replanned.try_emplace(v.key(), JobState::Replanned{now, std::nullopt});
+    state.replanned.try_emplace(v.key(), JobState::Replanned{now, std::nullopt, false});
     if (peers_.traffic != nullptr) peers_.traffic->replan(key, v.culprit.node, v.culprit.peer_node);
     return;
   }

@@ -216,6 +216,7 @@ class Detector {
     struct Replanned {
       WallTime since{};
       std::optional<WallTime> cleared_at;
+      bool explained = false;  // C4P explained it when it was last active
     };
     std::map<std::string, Replanned> replanned;
     // Verdicts (by key) left to C4P — hangs, and slow nodes C4P explains: the verdict, since

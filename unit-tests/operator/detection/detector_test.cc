@@ -820,6 +820,43 @@ TEST_F(DetectorTest, APersistentSlowLinkCordonsTheEndWithNodeEvidence) {
 // A link that stays slow but whose verdict clears now and then (its rate hovering around the
 // threshold, as profiler telemetry's coarser transfer times make it) is escalated after the
 // re-plan grace counted from its first verdict: a brief clearing does not restart the clock.
+// Found by e2e.c4p_fabric (2026-12-07): a gray failure made a connection slow while C4P held its
+// link failed (explained), the link healed, C4P's hold expired, and the connection was slow again
+// for a while on the path it had returned to. The verdict had cleared in between, so the clock
+// kept the explained verdict's time and the job was restarted as soon as the slowness came back.
+// The clock starts when the explanation ends, also when it ends while the verdict is cleared.
+TEST_F(DetectorTest, ASlowLinkBackAfterC4PsExplanationEndedStartsANewClock) {
+  DetectorConfig config;
+  config.replan_grace = std::chrono::seconds{10};
+  build({}, config);
+  int replans = 0;
+  traffic_.setReplan(
+      [&](const std::string&, const std::string&, const std::string&) { ++replans; });
+  bool explained = true;
+  traffic_.setTrafficExplanation([&](const std::string&, const std::string&, const std::string&) {
+    return explained ? std::optional<std::string>("C4P holds link plane0/leaf-1/uplink0 Up failed")
+                     : std::nullopt;
+  });
+  for (int i = 0; i < 8; ++i) step();
+  synth_->slowLink(1, 2, 0.1);
+  for (int i = 0; i < 20 && replans == 0; ++i) step();
+  ASSERT_EQ(replans, 1);
+  for (int i = 0; i < 4; ++i) step();  // slow, explained
+  synth_->slowLink(1, 2, 1.0);         // the link healed: the verdict clears
+  for (int i = 0; i < 4; ++i) step();
+  explained = false;  // C4P's hold expired
+  for (int i = 0; i < 2; ++i) step();
+  synth_->slowLink(1, 2, 0.1);  // slow again on the path the weights returned to
+  int windows = 0;
+  while (!detector_->diagnosis("team/llm") && windows < 40) {
+    step();
+    ++windows;
+  }
+  ASSERT_TRUE(detector_->diagnosis("team/llm")) << "a slow link that stays slow is escalated";
+  EXPECT_GE(windows, 10) << "escalated on the clock of a verdict C4P explained";
+  EXPECT_LE(windows, 16) << "the grace (10 s) from the unexplained verdict's return";
+}
+
 TEST_F(DetectorTest, ASlowLinkWhoseVerdictFlickersIsEscalatedOnTheFirstVerdictsClock) {
   int replans = 0;
   slowLinkUntilReplanned(replans);
