@@ -99,20 +99,30 @@ class DetectorTest : public ::testing::Test {
 
   ingest::JobFacts facts() const { return {"job-uid", 0, 4}; }
 
-  // One window: the synthetic job's newest reports become one batch per node.
   // A detector with a 10 s re-plan grace whose job's link 1-2 goes slow after 8 healthy windows;
   // counts the re-plans C4P is asked for in `replans` and steps until the first (at most 20).
-  void slowLinkUntilReplanned(int& replans) {
+  // With `explained`, C4P explains every connection (a failed link on its paths) while it holds.
+  void slowLinkUntilReplanned(int& replans, const bool* explained = nullptr) {
     DetectorConfig config;
     config.replan_grace = std::chrono::seconds{10};
     build({}, config);
     traffic_.setReplan(
         [&replans](const std::string&, const std::string&, const std::string&) { ++replans; });
+    if (explained != nullptr) {
+      traffic_.setTrafficExplanation(
+          [explained](const std::string&, const std::string&, const std::string&) {
+            return *explained ? std::optional<std::string>(
+                                    "C4P holds link plane0/leaf-0/uplink1 "
+                                    "Down failed")
+                              : std::nullopt;
+          });
+    }
     for (int i = 0; i < 8; ++i) step();
     synth_->slowLink(1, 2, 0.1);
     for (int i = 0; i < 20 && replans == 0; ++i) step();
   }
 
+  // One window: the synthetic job's newest reports become one batch per node.
   void step() {
     synth_->step();
     clock_.advance(window_);  // the job's next analysis window is due
@@ -817,29 +827,15 @@ TEST_F(DetectorTest, APersistentSlowLinkCordonsTheEndWithNodeEvidence) {
 }
 
 // A link the re-plan (or anything else) made normal again within the grace is not escalated.
-// A link that stays slow but whose verdict clears now and then (its rate hovering around the
-// threshold, as profiler telemetry's coarser transfer times make it) is escalated after the
-// re-plan grace counted from its first verdict: a brief clearing does not restart the clock.
 // Found by e2e.c4p_fabric (2026-12-07): a gray failure made a connection slow while C4P held its
 // link failed (explained), the link healed, C4P's hold expired, and the connection was slow again
 // for a while on the path it had returned to. The verdict had cleared in between, so the clock
 // kept the explained verdict's time and the job was restarted as soon as the slowness came back.
 // The clock starts when the explanation ends, also when it ends while the verdict is cleared.
 TEST_F(DetectorTest, ASlowLinkBackAfterC4PsExplanationEndedStartsANewClock) {
-  DetectorConfig config;
-  config.replan_grace = std::chrono::seconds{10};
-  build({}, config);
   int replans = 0;
-  traffic_.setReplan(
-      [&](const std::string&, const std::string&, const std::string&) { ++replans; });
   bool explained = true;
-  traffic_.setTrafficExplanation([&](const std::string&, const std::string&, const std::string&) {
-    return explained ? std::optional<std::string>("C4P holds link plane0/leaf-1/uplink0 Up failed")
-                     : std::nullopt;
-  });
-  for (int i = 0; i < 8; ++i) step();
-  synth_->slowLink(1, 2, 0.1);
-  for (int i = 0; i < 20 && replans == 0; ++i) step();
+  slowLinkUntilReplanned(replans, &explained);
   ASSERT_EQ(replans, 1);
   for (int i = 0; i < 4; ++i) step();  // slow, explained
   synth_->slowLink(1, 2, 1.0);         // the link healed: the verdict clears
@@ -857,6 +853,9 @@ TEST_F(DetectorTest, ASlowLinkBackAfterC4PsExplanationEndedStartsANewClock) {
   EXPECT_LE(windows, 16) << "the grace (10 s) from the unexplained verdict's return";
 }
 
+// A link that stays slow but whose verdict clears now and then (its rate hovering around the
+// threshold, as profiler telemetry's coarser transfer times make it) is escalated after the
+// re-plan grace counted from its first verdict: a brief clearing does not restart the clock.
 TEST_F(DetectorTest, ASlowLinkWhoseVerdictFlickersIsEscalatedOnTheFirstVerdictsClock) {
   int replans = 0;
   slowLinkUntilReplanned(replans);
@@ -996,22 +995,9 @@ TEST_F(DetectorTest, AHangOnAPairC4PDoesNotExplainIsNotDeferred) {
 // Slowness on a link C4P holds failed is what the remaining links allow: not escalated to a NIC
 // while C4P explains it; escalated after the replan grace once the explanation ends.
 TEST_F(DetectorTest, ASlowLinkC4PExplainsIsNotEscalatedWhileTheExplanationHolds) {
-  DetectorConfig config;
-  config.replan_grace = std::chrono::seconds{10};
-  build({}, config);
   int replans = 0;
-  traffic_.setReplan(
-      [&](const std::string&, const std::string&, const std::string&) { ++replans; });
   bool explained = true;
-  traffic_.setTrafficExplanation([&](const std::string&, const std::string&, const std::string&) {
-    return explained ? std::optional<std::string>(
-                           "C4P holds link plane0/leaf-0/uplink1 "
-                           "Down failed")
-                     : std::nullopt;
-  });
-  for (int i = 0; i < 8; ++i) step();
-  synth_->slowLink(1, 2, 0.1);
-  for (int i = 0; i < 20 && replans == 0; ++i) step();
+  slowLinkUntilReplanned(replans, &explained);
   ASSERT_EQ(replans, 1) << "a slow link still goes to C4P";
   for (int i = 0; i < 30; ++i) step();
   EXPECT_FALSE(detector_->diagnosis("team/llm")) << "explained by C4P: not a NIC";
