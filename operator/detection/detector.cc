@@ -59,9 +59,9 @@ Json encodeDiagnosis(const DiagnosedFault& d) {
 // A list of strings, each non-empty and at most `max_len` long, at most `max_count` of them.
 bool stringList(const Json& object, const char* name, std::size_t max_count, std::size_t max_len,
                 std::vector<std::string>& out) {
-  auto it = object.find(name);
-  if (it == object.end() || !it->is_array() || it->size() > max_count) return false;
-  for (const auto& v : *it) {
+  const Json* list = arrayAt(object, name);
+  if (list == nullptr || list->size() > max_count) return false;
+  for (const auto& v : *list) {
     if (!v.is_string() || v.get_ref<const std::string&>().empty() ||
         v.get_ref<const std::string&>().size() > max_len) {
       return false;
@@ -75,27 +75,23 @@ bool stringList(const Json& object, const char* name, std::size_t max_count, std
 // `problem` when it is not one this detector wrote.
 std::optional<DiagnosedFault> decodeDiagnosis(const Json& j, std::string& problem) {
   DiagnosedFault d;
-  auto integer = [&](const char* name, std::int64_t& to) {
-    auto it = j.find(name);
-    if (it == j.end() || !it->is_number_integer()) return false;
-    to = it->get<std::int64_t>();
-    return true;
-  };
-  const std::string& fault_class = stringIn(j, "class");
+  const std::string fault_class = stringAt(j, "class").value_or("");
   bool known_class = false;
   for (auto c : {c4d::FaultClass::kCrash, c4d::FaultClass::kCommHang, c4d::FaultClass::kNonCommHang,
                  c4d::FaultClass::kCommSlow, c4d::FaultClass::kNonCommSlow}) {
     known_class = known_class || c4d::faultClassName(c) == fault_class;
   }
-  auto seconds = j.find("detectionSeconds");
+  const auto attempt = intAt(j, "attempt");
+  const auto rank = intAt(j, "rank");
+  const auto seconds = numberAt(j, "detectionSeconds");
+  const std::string key = stringAt(j, "key").value_or("");
   if (!j.is_object()) {
     problem = "not an object";
-  } else if (!integer("attempt", d.attempt) || d.attempt < 0) {
+  } else if (!attempt || *attempt < 0) {
     problem = "attempt is not a non-negative integer";
   } else if (!known_class) {
     problem = "class is not a fault class";
-  } else if (stringIn(j, "key").empty() || !stringList(j, "keys", 1024, 1024, d.keys) ||
-             d.keys.empty()) {
+  } else if (key.empty() || !stringList(j, "keys", 1024, 1024, d.keys) || d.keys.empty()) {
     problem = "key or keys missing";
   } else if (!stringList(j, "nodes", kMaxRecordedNodes, 253, d.nodes) ||
              !stringList(j, "cordonNodes", kMaxRecordedNodes, 253, d.cordon_nodes)) {
@@ -104,13 +100,15 @@ std::optional<DiagnosedFault> decodeDiagnosis(const Json& j, std::string& proble
                return std::find(d.nodes.begin(), d.nodes.end(), n) == d.nodes.end();
              })) {
     problem = "cordonNodes names a node that nodes does not";
-  } else if (!integer("rank", d.rank) || seconds == j.end() || !seconds->is_number()) {
+  } else if (!rank || !seconds) {
     problem = "rank or detectionSeconds missing";
   } else {
+    d.attempt = *attempt;
     d.fault_class = fault_class;
-    d.key = stringIn(j, "key");
-    d.summary = stringIn(j, "summary");
-    d.detection_seconds = seconds->get<double>();
+    d.key = key;
+    d.summary = stringAt(j, "summary").value_or("");
+    d.rank = *rank;
+    d.detection_seconds = *seconds;
     return d;
   }
   return std::nullopt;

@@ -201,17 +201,15 @@ std::vector<RecordedDiagnosis> parseDiagnoses(const Json& config_map, std::size_
   std::vector<RecordedDiagnosis> out;
   std::size_t bad = 0;
   for (const auto& r : arrayIn(config_map, kDiagnosesKey)) {
-    auto attempt = r.is_object() ? r.find("attempt") : r.end();
-    auto recorded = r.is_object() ? r.find("recordedUnixNs") : r.end();
-    auto diagnosis = r.is_object() ? r.find("diagnosis") : r.end();
-    if (!r.is_object() || stringOf(r, "job").empty() || attempt == r.end() ||
-        !attempt->is_number_integer() || recorded == r.end() || !recorded->is_number_integer() ||
-        diagnosis == r.end() || !diagnosis->is_object()) {
+    const auto attempt = intAt(r, "attempt");
+    const auto recorded = intAt(r, "recordedUnixNs");
+    const Json* diagnosis = objectAt(r, "diagnosis");
+    if (stringOf(r, "job").empty() || !attempt || !recorded || diagnosis == nullptr) {
       ++bad;
       continue;
     }
-    out.push_back({stringOf(r, "job"), stringOf(r, "uid"), attempt->get<std::int64_t>(),
-                   fromUnixNanos(recorded->get<std::int64_t>()), *diagnosis});
+    out.push_back(
+        {stringOf(r, "job"), stringOf(r, "uid"), *attempt, fromUnixNanos(*recorded), *diagnosis});
   }
   if (malformed != nullptr) *malformed = bad;
   return out;
