@@ -367,7 +367,6 @@ Result<ReconcileResult> Detector::reconcile(const std::string& key) {
   // Due now; the next window follows this one's due time (fell behind: no burst).
   state->next_window = std::max(state->next_window.value_or(started) + config_.window, started);
   const bool known = analyse(key, *job, *state, clock_.wallNow());
-  bool publish_pending = false;
   const MonoTime finished = clock_.monoNow();
   tick_seconds_.get().observe(std::chrono::duration<double>(finished - started).count());
   if (!known) {
@@ -375,6 +374,7 @@ Result<ReconcileResult> Detector::reconcile(const std::string& key) {
     // a diagnosis (one restored from the cluster after a restart: the reports that led to it
     // went with the process that confirmed it). A running job is looked at again after a
     // window; any other waits for its next event.
+    bool publish_pending = false;
     {
       std::lock_guard lock(mu_);
       if (!state->diagnosis) {
@@ -897,7 +897,6 @@ void Detector::forgetRecordedDiagnosis(const std::string& key) {
 }
 
 void Detector::restoreDiagnosis(const std::string& key, JobState& state) {
-  if (state.restore_checked) return;
   // Read once, on the first reconcile (the worker's thread; not under mu_, which the
   // controller's diagnosis() takes).
   bool loaded = false;
@@ -925,7 +924,6 @@ void Detector::restoreDiagnosis(const std::string& key, JobState& state) {
   std::optional<RecordedDiagnosis> record;
   {
     std::lock_guard lock(mu_);
-    state.restore_checked = true;
     auto it = recorded_.find(key);
     if (it == recorded_.end()) return;
     record = std::move(it->second);

@@ -200,10 +200,8 @@ class Detector {
     // its first verdict to the end of the next, so that verdicts confirmed together join it.
     std::optional<DiagnosedFault> diagnosis;
     bool diagnosis_published = false;
-    // `diagnosis` is recorded in the cluster (NodeRemediator::recordDiagnosis), and the cluster
-    // was asked for a record left by an earlier process (restoreDiagnosis).
+    // `diagnosis` is recorded in the cluster (NodeRemediator::recordDiagnosis).
     bool diagnosis_recorded = false;
-    bool restore_checked = false;
     std::uint64_t windows = 0;           // analysis windows of this attempt (while it runs)
     std::uint64_t diagnosis_window = 0;  // the window that created `diagnosis`
     // The restart budget (NodeRemediator::takeRestartSlot) refused or could not be read: when to
@@ -261,9 +259,10 @@ class Detector {
   // and leaves it to be tried again when it is published.
   void recordHeldDiagnosis(const std::string& key, JobState& state);
   void forgetRecordedDiagnosis(const std::string& key);
-  // On a job's first reconcile in this process: a diagnosis an earlier process recorded for the
-  // job's current attempt (same uid) is held again and published at once (its restart had not
-  // happened); a record of an ended attempt, or one that does not decode, is removed.
+  // On every reconcile (a map lookup; the cluster is read once, on the first): a diagnosis an
+  // earlier process recorded for the job's current attempt (same uid) is held again and published
+  // at once (its restart had not happened); a record of an ended attempt, or one that does not
+  // decode, is removed.
   void restoreDiagnosis(const std::string& key, JobState& state);
   void escalatePersistentSlowLinks(const std::string& key, const Json& job, JobState& state,
                                    const c4d::TickResult& result, const c4d::JobSnapshot& snap,
