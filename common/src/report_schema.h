@@ -438,6 +438,7 @@ struct Schema<NodeReport> : Defaults {
       field("notices", &T::notices, Arr{kMaxNoticesPerBatch, "too many notices"}),
       field("droppedMessages", &T::dropped_messages, U{}),
       field("rejectedMessages", &T::rejected_messages, U{}),
+      optionalField("replay", &T::replay, B{}),
   };
 };
 

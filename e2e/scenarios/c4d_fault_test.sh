@@ -38,6 +38,19 @@
 #   C4_E2E_NO_DETECTION=1 c4d_fault_test.sh ... freeze|crash   the control: the same fault with the
 #                                                              report endpoint and C4D off must
 #                                                              leave the job hung
+#   C4_E2E_OPERATOR_FAILOVER=1 c4d_fault_test.sh ... crash     the operator is killed (failpoint
+#                                                              after-finding-pending) once C4D has
+#                                                              found the crash and before it
+#                                                              confirmed it, after every exit was
+#                                                              delivered to it, and started again:
+#                                                              the node plugins resend the exited
+#                                                              ranks' last words to the new process
+#                                                              (no Prometheus checks: the metrics
+#                                                              port changes). With
+#                                                              C4_E2E_NODE_PLUGIN_ARGS=
+#                                                              --last-words-seconds=0 (the control:
+#                                                              nothing resent) the new process must
+#                                                              not name the crash
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 # shellcheck source=lib/c4.sh
@@ -55,9 +68,16 @@ expected=$(C4_SOCKET_IFNAME=lo "$NETBENCH" --launch "$RANKS" --baseline --steps 
   --state-bytes 256K 2>&1 | grep -o 'checksum=[0-9a-f]*' | cut -d= -f2 | sort -u)
 [[ $expected =~ ^[0-9a-f]{16}$ ]] || fail "no single reference checksum: '$expected'"
 
+FAILOVER=${C4_E2E_OPERATOR_FAILOVER:-}
+[[ -z $FAILOVER || $FAULT == crash ]] || { echo "C4_E2E_OPERATOR_FAILOVER is for the crash" >&2; exit 2; }
+RESEND=1
+[[ ${C4_E2E_NODE_PLUGIN_ARGS:-} != *--last-words-seconds=0* ]] || RESEND=0
+PROM=1
+[[ -z ${C4_E2E_NO_DETECTION:-} && -z $FAILOVER ]] || PROM=0
+
 c4_cluster_up 6
 c4_install_c4
-[[ -n ${C4_E2E_NO_DETECTION:-} ]] || c4_prometheus_up
+((PROM == 0)) || c4_prometheus_up
 
 tj() { kubectl get tj -n "$NS" train -o jsonpath="$1"; }
 now_s() { date +%s.%N; }
@@ -84,6 +104,17 @@ fi
 victim_pod=train-2
 victim_node=$(kubectl get pod -n "$NS" "$victim_pod" -o jsonpath='{.spec.nodeName}')
 echo "training: attempt 0 running, checkpoint at step $step_before; fault: $FAULT rank 2 ($victim_pod on $victim_node)"
+if [[ -n $FAILOVER ]]; then
+  # The operator again, its failpoint armed: it dies in the first window in which C4D has found a
+  # fault it has not confirmed. Armed only now, so no finding of the job's start can fire it.
+  C4_FAILPOINTS=after-finding-pending=kill c4_restart_operator
+  accepted() {
+    curl -sf "http://127.0.0.1:$OP_METRICS/metrics" |
+      grep -qE '^c4_ingest_requests_total\{code="200",reason="accepted"\} [1-9]'
+  }
+  wait_until 30 "the armed operator accepting reports" accepted
+  echo "operator: restarted with failpoint after-finding-pending=kill (pid $OP_PID)"
+fi
 
 T_FAULT=$(now_s)
 case $FAULT in
@@ -95,6 +126,39 @@ event_time() {  # event_time <object name> <reason>: creation time of the first 
   kubectl get events -A --field-selector "involvedObject.name=$1,reason=$2" \
     -o jsonpath='{.items[0].metadata.creationTimestamp}' 2>/dev/null
 }
+if [[ -n $FAILOVER ]]; then
+  # Every exit reached the operator (the node plugin sends an exit at once), which died at the
+  # failpoint with the crash found but unconfirmed; its successor starts with an empty store.
+  dead() { ! kill -0 "$OP_PID" 2>/dev/null; }
+  wait_until 30 "the operator killed at its failpoint" dead
+  grep -q 'failpoint=after-finding-pending' "$WORK/operator.log" || fail "the failpoint did not fire"
+  [[ -z $(kubectl get events -n "$NS" --field-selector reason=FaultDetected -o name) ]] \
+    || fail "a verdict before the failpoint: the failover tests nothing"
+  T_KILLED=$(now_s)
+  c4_restart_operator
+  echo "operator: killed at the failpoint $(python3 -c "print(f'{$T_KILLED - $T_FAULT:.1f}')") s" \
+    "after the fault, started again (pid $OP_PID)"
+  if ((RESEND == 0)); then
+    # The control: nothing resent, the new operator knows nothing of the crash.
+    sleep 30
+    named=$(kubectl get events -n "$NS" --field-selector involvedObject.name=train,reason=FaultDetected \
+      -o jsonpath='{.items[*].message}')
+    [[ $named != *"rank 2 (pod $victim_pod"* ]] \
+      || fail "the crash was named without the last words resent: the scenario does not test the resend"
+    echo "control: without the resend the new operator did not name the crash in 30 s" \
+      "(verdicts: ${named:-none}; attempt $(tj '{.status.attempt}'))"
+    echo "PASS: the failover scenario depends on the node plugins' resend"
+    exit 0
+  fi
+  replayed() {
+    local f
+    for f in "$CLUSTER"/pods/"$SYS"/*/node-plugin.log; do
+      grep -q 'resending the last words' "$f" && return 0
+    done
+    return 1
+  }
+  wait_until 30 "a node plugin resending its exited ranks' last words" replayed
+fi
 if [[ -n ${C4_E2E_NO_DETECTION:-} ]]; then
   # The control run: without C4D a frozen rank, or a dead one whose pod stays up, hangs the job.
   sleep 30
@@ -177,38 +241,40 @@ kubectl describe tj -n "$NS" train | sed -n '/^Events:/,$p'
 
 # What Prometheus saw: the job's goodput and the fault counters, from the operator and the node
 # plugins it scraped, the chart's alert firing; and every component's /metrics lint-clean.
-T_PROM=$SECONDS
-positive() { local v; v=$(c4_prom_value "$1") && awk -v v="$v" 'BEGIN { exit !(v + 0 > 0) }'; }
-equals() { [[ $(c4_prom_value "$1") == "$2" ]]; }
-J="namespace=\"$NS\",trainingjob=\"train\""
-wait_until 10 "prometheus: job productive seconds > 0" positive "c4_operator_job_productive_seconds{$J}"
-wait_until 10 "prometheus: job goodput ratio > 0" positive "c4_operator_job_goodput_ratio{$J}"
-wait_until 10 "prometheus: 1 job restart" equals "c4_operator_job_restarts{$J}" 1
-at_least() { local v; v=$(c4_prom_value "$1") && awk -v v="$v" -v m="$2" 'BEGIN { exit !(v + 0 >= m) }'; }
-rank_nodes=$(kubectl get pods -n "$NS" -l c4.dev/job-name=train -o jsonpath='{.items[*].spec.nodeName}' |
-  tr ' ' '\n' | sort -u | wc -l)
-wait_until 10 "prometheus: the node plugins of the ranks' $rank_nodes nodes accepted reports" at_least \
-  'count(c4_node_plugin_messages_accepted_total{job="c4-node-plugin"} > 0)' "$rank_nodes"
-if [[ $FAULT == freeze ]]; then
-  wait_until 10 "prometheus: a nonCommHang verdict" positive 'sum(c4_c4d_verdicts_total{class="nonCommHang"})'
-  wait_until 10 "prometheus: its detection latency" equals 'c4_c4d_detection_seconds_count{class="nonCommHang"}' 1
-  wait_until 10 "prometheus: one cordon" equals \
-    'c4_operator_node_actions_total{action="cordon",outcome="cordoned"}' 1
-  wait_until 10 "prometheus: alert C4NodeCordoned firing" equals \
-    'count(ALERTS{alertname="C4NodeCordoned",alertstate="firing"})' 1
-else
-  wait_until 10 "prometheus: no cordon" equals \
-    'c4_operator_node_actions_total{action="cordon",outcome="cordoned"}' 0
+if ((PROM == 1)); then
+  T_PROM=$SECONDS
+  positive() { local v; v=$(c4_prom_value "$1") && awk -v v="$v" 'BEGIN { exit !(v + 0 > 0) }'; }
+  equals() { [[ $(c4_prom_value "$1") == "$2" ]]; }
+  J="namespace=\"$NS\",trainingjob=\"train\""
+  wait_until 10 "prometheus: job productive seconds > 0" positive "c4_operator_job_productive_seconds{$J}"
+  wait_until 10 "prometheus: job goodput ratio > 0" positive "c4_operator_job_goodput_ratio{$J}"
+  wait_until 10 "prometheus: 1 job restart" equals "c4_operator_job_restarts{$J}" 1
+  at_least() { local v; v=$(c4_prom_value "$1") && awk -v v="$v" -v m="$2" 'BEGIN { exit !(v + 0 >= m) }'; }
+  rank_nodes=$(kubectl get pods -n "$NS" -l c4.dev/job-name=train -o jsonpath='{.items[*].spec.nodeName}' |
+    tr ' ' '\n' | sort -u | wc -l)
+  wait_until 10 "prometheus: the node plugins of the ranks' $rank_nodes nodes accepted reports" at_least \
+    'count(c4_node_plugin_messages_accepted_total{job="c4-node-plugin"} > 0)' "$rank_nodes"
+  if [[ $FAULT == freeze ]]; then
+    wait_until 10 "prometheus: a nonCommHang verdict" positive 'sum(c4_c4d_verdicts_total{class="nonCommHang"})'
+    wait_until 10 "prometheus: its detection latency" equals 'c4_c4d_detection_seconds_count{class="nonCommHang"}' 1
+    wait_until 10 "prometheus: one cordon" equals \
+      'c4_operator_node_actions_total{action="cordon",outcome="cordoned"}' 1
+    wait_until 10 "prometheus: alert C4NodeCordoned firing" equals \
+      'count(ALERTS{alertname="C4NodeCordoned",alertstate="firing"})' 1
+  else
+    wait_until 10 "prometheus: no cordon" equals \
+      'c4_operator_node_actions_total{action="cordon",outcome="cordoned"}' 0
+  fi
+  echo "prometheus: goodput $(c4_prom_value "c4_operator_job_goodput_ratio{$J}")" \
+    "($(c4_prom_value "c4_operator_job_productive_seconds{$J}") s productive," \
+    "$(c4_prom_value "c4_operator_job_lost_seconds{$J}") s lost), restarts 1," \
+    "verdicts $(c4_prom_query 'c4_c4d_verdicts_total > 0' | tr '\n' ' ')"
+  c4_promtool_check_metrics
+  panels=("Job goodput" "Productive and lost seconds" "Restarts and budget" "Reports")
+  [[ $FAULT == freeze ]] && panels+=("Faults by class" "Detection latency" "Cordons")
+  c4_prom_dashboard_check "$ROOT/helm/c4/files/dashboards/c4-overview.json" "${panels[@]}"
+  echo "prometheus checks: $((SECONDS - T_PROM)) s"
 fi
-echo "prometheus: goodput $(c4_prom_value "c4_operator_job_goodput_ratio{$J}")" \
-  "($(c4_prom_value "c4_operator_job_productive_seconds{$J}") s productive," \
-  "$(c4_prom_value "c4_operator_job_lost_seconds{$J}") s lost), restarts 1," \
-  "verdicts $(c4_prom_query 'c4_c4d_verdicts_total > 0' | tr '\n' ' ')"
-c4_promtool_check_metrics
-panels=("Job goodput" "Productive and lost seconds" "Restarts and budget" "Reports")
-[[ $FAULT == freeze ]] && panels+=("Faults by class" "Detection latency" "Cordons")
-c4_prom_dashboard_check "$ROOT/helm/c4/files/dashboards/c4-overview.json" "${panels[@]}"
-echo "prometheus checks: $((SECONDS - T_PROM)) s"
 if [[ $FAULT == freeze ]]; then
   # The node repaired: one annotation returns it to service. C4 removes its cordon, taint,
   # bookkeeping and the annotation, and keeps the fault history.

@@ -64,9 +64,13 @@ size_t onHeader(char* data, size_t size, size_t n, void* user) {
     }
   } else if (iequalsPrefix(line, "c4-last-seq")) {
     if (auto v = parseU64(trim(line.substr(12)))) resp->last_seq = *v;
+  } else if (iequalsPrefix(line, "c4-operator-instance")) {
+    const std::string_view id = trim(line.substr(21));
+    if (!id.empty() && id.size() <= 64) resp->instance = std::string(id);
   } else if (line.starts_with("HTTP/")) {
     resp->retry_after.reset();  // a new response (after 100-continue) starts over
     resp->last_seq.reset();
+    resp->instance.clear();
   }
   return size * n;
 }

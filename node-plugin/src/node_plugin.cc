@@ -93,6 +93,7 @@ Result<std::unique_ptr<NodePlugin>> NodePlugin::create(const NodePluginOptions& 
   sc.backoff_cap = seconds(options.backoff_cap_seconds);
   sc.request_timeout = seconds(options.request_timeout_seconds);
   sc.shutdown_deadline = seconds(options.shutdown_timeout_seconds);
+  sc.last_words_ttl = seconds(options.last_words_seconds);
   impl->shipper =
       std::make_unique<Shipper>(sc, clock, *impl->transport, *impl->tokens, impl->registry);
   return std::unique_ptr<NodePlugin>(new NodePlugin(std::move(impl)));

@@ -144,6 +144,10 @@ const std::vector<Option>& optionTable() {
        C4_SECONDS(backoff_cap_seconds, "backoff-cap", 0.001, 3600)},
       {"shutdown-timeout", "seconds to flush on SIGTERM (default 5)",
        C4_SECONDS(shutdown_timeout_seconds, "shutdown-timeout", 0, 300)},
+      {"last-words-seconds",
+       "seconds an exited rank's last report, progress and exit are kept, to be resent when "
+       "another operator process takes the reports (default 600; 0 = none kept)",
+       C4_SECONDS(last_words_seconds, "last-words-seconds", 0, 86400)},
       {"plugin-source",
        "plugin library to install (default /usr/lib/c4/libnccl-net-c4.so; \"\" = do not install)",
        C4_STR(plugin_source)},

@@ -43,6 +43,12 @@ bool isNotice(const std::variant<report::RankReport, report::Notice>& v) {
   return std::holds_alternative<report::Notice>(v);
 }
 
+const report::RankIdentity& identityOf(const std::variant<report::RankReport, report::Notice>& v) {
+  if (const auto* r = std::get_if<report::RankReport>(&v)) return r->id;
+  return std::visit([](const auto& n) -> const report::RankIdentity& { return n.id; },
+                    std::get<report::Notice>(v));
+}
+
 }  // namespace
 
 // ---- TokenSource -----------------------------------------------------------------------------
@@ -143,6 +149,11 @@ Shipper::Shipper(ShipperConfig config, Clock& clock, ReportTransport& transport,
                   .counter("c4_node_plugin_batch_splits_total",
                            "Batches halved after 413 (or too large to encode).")
                   .get()),
+      replayed_(registry
+                    .counter("c4_node_plugin_replayed_items_total",
+                             "Last words of exited rank processes resent to a new operator "
+                             "instance (reports and notices).")
+                    .get()),
       buffer_bytes_gauge_(
           registry
               .gauge("c4_node_plugin_buffer_bytes", "Estimated encoded size of the buffered items.")
@@ -202,6 +213,7 @@ bool Shipper::add(report::Message message) {
     item.value = std::move(notice);
   }
   if (item.bytes > config_.max_buffer_bytes) return false;
+  rememberLocked(item);
   chargeLocked(item);
   buffer_.push_back(std::move(item));
   enforceBoundLocked();
@@ -228,6 +240,90 @@ bool Shipper::newlyStalledLocked(const report::RankReport& r) {
   }
   previous = std::move(current);
   return newly;
+}
+
+void Shipper::rememberLocked(const Item& item) {
+  const report::RankIdentity& id = identityOf(item.value);
+  if (id.rank < 0 || config_.last_words_ttl <= Duration::zero()) return;
+  RankKey key{id.ns + "/" + id.pod, id.rank, id.restart_attempt};
+  if (live_words_.size() >= kMaxTrackedRanks && !live_words_.contains(key)) live_words_.clear();
+  if (const auto* r = std::get_if<report::RankReport>(&item.value)) {
+    live_words_[key].report = *r;
+    return;
+  }
+  const report::Notice& notice = std::get<report::Notice>(item.value);
+  if (const auto* p = std::get_if<report::ProgressNotice>(&notice)) {
+    live_words_[key].progress = *p;
+    return;
+  }
+  const auto* a = std::get_if<report::AnomalyNotice>(&notice);
+  if (a == nullptr) return;  // checkpoints: the job's status keeps them
+  if (a->kind != report::AnomalyKind::kProcessExited) {
+    auto& anomalies = live_words_[key].anomalies;
+    anomalies.push_back(*a);
+    while (anomalies.size() > kMaxLastAnomalies) anomalies.pop_front();
+    return;
+  }
+  LastWords words;
+  if (auto it = live_words_.find(key); it != live_words_.end()) {
+    words = std::move(it->second);
+    live_words_.erase(it);
+  }
+  const MonoTime now = clock_.monoNow();
+  words.exit = *a;
+  words.exited_at = now;
+  exited_words_[key] = std::move(words);
+  expireLastWordsLocked(now);
+}
+
+void Shipper::expireLastWordsLocked(MonoTime now) {
+  std::erase_if(exited_words_,
+                [&](const auto& e) { return now - e.second.exited_at > config_.last_words_ttl; });
+  while (exited_words_.size() > config_.max_last_words) {
+    auto oldest = std::min_element(
+        exited_words_.begin(), exited_words_.end(),
+        [](const auto& a, const auto& b) { return a.second.exited_at < b.second.exited_at; });
+    exited_words_.erase(oldest);
+  }
+}
+
+void Shipper::replayLocked() {
+  expireLastWordsLocked(clock_.monoNow());
+  std::vector<Item> items;
+  for (const auto& [key, words] : exited_words_) {
+    auto push = [&](std::variant<report::RankReport, report::Notice> value, std::size_t bytes) {
+      Item item;
+      item.value = std::move(value);
+      item.bytes = bytes;
+      item.pod = std::get<0>(key);
+      item.replay = true;
+      items.push_back(std::move(item));
+    };
+    if (words.report) push(*words.report, estimateBytes(*words.report));
+    if (words.progress) {
+      report::Notice n{*words.progress};
+      push(n, estimateBytes(n));
+    }
+    for (const auto& a : words.anomalies) {
+      report::Notice n{a};
+      push(n, estimateBytes(n));
+    }
+    if (words.exit) {
+      report::Notice n{*words.exit};
+      push(n, estimateBytes(n));
+    }
+  }
+  if (items.empty()) return;
+  log_.info("new operator instance; resending the last words of exited rank processes",
+            {{"instance", instance_}, {"ranks", exited_words_.size()}, {"items", items.size()}});
+  replayed_.inc(static_cast<double>(items.size()));
+  for (auto it = items.rbegin(); it != items.rend(); ++it) {
+    chargeLocked(*it);
+    buffer_.push_front(std::move(*it));
+  }
+  enforceBoundLocked();
+  flush_requested_ = true;
+  cv_.notify_all();
 }
 
 void Shipper::setHealth(report::NodeHealth health, bool anomaly) {
@@ -316,7 +412,7 @@ void Shipper::coalesceLocked() {
   std::set<std::tuple<std::string, std::string, std::int32_t>> seen;
   std::deque<Item> kept;
   for (auto it = buffer_.rbegin(); it != buffer_.rend(); ++it) {
-    if (auto* r = std::get_if<report::RankReport>(&it->value)) {
+    if (auto* r = std::get_if<report::RankReport>(&it->value); r != nullptr && !it->replay) {
       if (!seen.emplace(r->id.ns, r->id.pod, r->id.rank).second) {
         releaseLocked(*it);
         coalesced_.inc();
@@ -340,8 +436,10 @@ Shipper::Batch Shipper::takeBatchLocked() {
   std::size_t reports = 0;
   std::size_t notices = 0;
   std::size_t bytes = 0;
+  if (!buffer_.empty()) batch.replay = buffer_.front().replay;
   while (!buffer_.empty()) {
     Item& front = buffer_.front();
+    if (front.replay != batch.replay) break;  // replayed words travel in batches of their own
     const bool notice = isNotice(front.value);
     if (notice ? notices >= report::kMaxNoticesPerBatch : reports >= report::kMaxReportsPerBatch) {
       break;
@@ -364,6 +462,7 @@ Result<std::vector<std::uint8_t>> Shipper::encodeLocked(const Batch& batch, std:
   nr.health = health_;
   nr.dropped_messages = dropped_messages_;
   nr.rejected_messages = rejected_messages_;
+  nr.replay = batch.replay;
   for (const auto& item : batch.items) {
     if (const auto* r = std::get_if<report::RankReport>(&item.value)) {
       nr.reports.push_back(*r);
@@ -413,6 +512,7 @@ SendOutcome Shipper::sendBatchLocked(std::unique_lock<std::mutex>& lock, Batch b
     }
     splits_.inc();
     Batch second;
+    second.replay = batch.replay;
     const std::size_t half = batch.items.size() / 2;
     second.items.assign(std::make_move_iterator(batch.items.begin() + static_cast<long>(half)),
                         std::make_move_iterator(batch.items.end()));
@@ -489,6 +589,11 @@ SendOutcome Shipper::sendBatchLocked(std::unique_lock<std::mutex>& lock, Batch b
   switch (outcome) {
     case SendOutcome::kAccepted:
       successLocked();
+      if (!resp->instance.empty() && resp->instance != instance_) {
+        const bool changed = !instance_.empty();
+        instance_ = resp->instance;
+        if (changed) replayLocked();
+      }
       return outcome;
     case SendOutcome::kBadRequest:
     case SendOutcome::kUnsupported:
@@ -638,6 +743,14 @@ std::optional<MonoTime> Shipper::failingSince() const {
 std::uint64_t Shipper::droppedItems() const {
   std::lock_guard lock(mu_);
   return dropped_items_;
+}
+std::size_t Shipper::lastWordsKept() const {
+  std::lock_guard lock(mu_);
+  return exited_words_.size();
+}
+std::string Shipper::operatorInstance() const {
+  std::lock_guard lock(mu_);
+  return instance_;
 }
 MonoTime Shipper::lastLoop() const {
   return MonoTime{Duration{last_loop_ns_.load()}};

@@ -534,6 +534,10 @@ bool Detector::analyse(const std::string& key, const Json& job, JobState& state,
     log_.warn("Analysis skipped", {{"job", key}, {"error", result.error()}});
     return true;
   }
+  if (config_.fault_hook && result->stats.pending_findings > 0 && result->verdicts.empty() &&
+      result->active.empty() && !config_.fault_hook(kFailpointAfterFindingPending, key)) {
+    return true;
+  }
   auto spec = parseTrainingJobSpec(job);
   const bool dry_run = spec && spec->fault_tolerance.dry_run;
   for (const auto& v : result->verdicts) {

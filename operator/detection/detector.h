@@ -108,7 +108,15 @@ struct DetectorConfig {
   // TCP user timeout (10 s), which ends a connection whose bytes stay stuck: then the crash rule
   // takes over.
   Duration traffic_plan_grace = std::chrono::seconds{15};
+  // Test hook: called at kFailpointAfterFindingPending with the job's key; false ends the
+  // window there, as a crash would (manager/failpoints.h arms it in the binary).
+  std::function<bool(std::string_view point, const std::string& key)> fault_hook;
 };
+
+// The failpoint of a window in which C4D has found a fault it has not confirmed yet (the
+// analyser's pending findings), with no verdict of the job's attempt yet: an operator killed here
+// takes unconfirmed evidence with it (the node plugins resend what exited ranks last said).
+inline constexpr std::string_view kFailpointAfterFindingPending = "after-finding-pending";
 
 // What the snapshot takes from a rank's pod: read in place from the informer cache, so a window
 // copies no Pod object.

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
+#include <random>
 #include <span>
 #include <variant>
 
@@ -99,6 +101,13 @@ ReportHandler::ReportHandler(ReportHandlerConfig config, Clock& clock,
       global_(config_.global_limit, clock.monoNow()),
       nodes_(config_.node_limit, config_.max_nodes),
       last_seq_(config_.max_nodes) {
+  {
+    std::random_device device;
+    const std::uint64_t id = (std::uint64_t{device()} << 32) ^ device();
+    char text[17];
+    std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(id));
+    instance_ = text;
+  }
   auto slash = config_.service_account.find('/');
   expected_user_ = "system:serviceaccount:" + config_.service_account.substr(0, slash) + ":" +
                    (slash == std::string::npos ? "" : config_.service_account.substr(slash + 1));
@@ -328,6 +337,7 @@ IngestResponse ReportHandler::checkBody(const Admission& admission, std::string_
   IngestResponse r;
   r.status = 200;
   r.reason = "accepted";
+  r.instance = instance_;
   r.body = Json{{"accepted", reports + notices}, {"dropped", dropped}}.dump();
   return r;
 }

@@ -102,7 +102,11 @@ struct IngestResponse {
   std::string body;    // JSON
   std::optional<long> retry_after_seconds;
   std::optional<std::uint64_t> last_seq;  // C4-Last-Seq
-  std::string detail;                     // what the log says of a refusal (never sent)
+  // C4-Operator-Instance, on an accepted batch: this operator process's id. A node plugin that
+  // sees it change resends the last words of its exited ranks (NodeReport.replay): what it
+  // delivered to the process before may have died with it.
+  std::string instance;
+  std::string detail;  // what the log says of a refusal (never sent)
 };
 
 // A job as the endpoint needs it: the store's facts plus the pods' rank layout.
@@ -187,6 +191,8 @@ class ReportHandler {
   // The last accepted seq of a node (tests, debugging).
   [[nodiscard]] std::optional<std::uint64_t> lastSeq(const std::string& node) const;
   [[nodiscard]] const ReportHandlerConfig& config() const { return config_; }
+  // This process's id (16 hex digits drawn at construction), sent with every accepted batch.
+  [[nodiscard]] const std::string& instance() const { return instance_; }
 
  private:
   std::expected<Admission, IngestResponse> checkHead(const RequestHead& head, MonoTime start);
@@ -204,6 +210,7 @@ class ReportHandler {
   ReportStore& store_;
   ClusterView cluster_;
   Logger log_;
+  std::string instance_;
   std::string expected_user_;
   std::atomic<std::size_t> inflight_{0};
 

@@ -458,6 +458,7 @@ void answer(const IngestResponse& out, httplib::Response& res) {
   if (out.retry_after_seconds)
     res.set_header("Retry-After", std::to_string(*out.retry_after_seconds));
   if (out.last_seq) res.set_header("C4-Last-Seq", std::to_string(*out.last_seq));
+  if (!out.instance.empty()) res.set_header("C4-Operator-Instance", out.instance);
   res.set_header("C4-Reason", out.reason);
   res.set_content(out.body, "application/json");
 }

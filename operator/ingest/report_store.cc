@@ -264,7 +264,12 @@ std::size_t ReportStore::apply(const report::NodeReport& batch,
         ++ignored;
         continue;
       }
-      addRankReport(*job, r, received);
+      // A replayed report (last words of an exited rank, resent to this process after a
+      // failover) is as old as its stamp says: timed by its arrival it would make a dead rank
+      // look alive.
+      addRankReport(
+          *job, r,
+          batch.replay ? fromUnixNanos(onOperatorClock(n, r.time_unix_ns, received)) : received);
     }
     for (const auto& notice : batch.notices) {
       const report::RankIdentity& id = std::visit(
@@ -277,14 +282,18 @@ std::size_t ReportStore::apply(const report::NodeReport& batch,
       ++job->notices_total;
       if (const auto* progress = std::get_if<report::ProgressNotice>(&notice)) {
         RankRecord& rank = job->ranks[id.rank];
+        // A replayed state is the rank's last before it exited: it never replaces one heard here.
+        if (batch.replay && rank.progress) continue;
         if (rank.reports_total == 0 && rank.identity.rank < 0) rank.identity = id;
         // Arrival orders notices, and the operator's clock times them: a sender's clock (maybe
         // skewed, maybe forged) would otherwise decide which state wins, and a "checkpointing"
         // stamped in the future would keep C4D's hang rules off until that time.
         report::ProgressNotice received_notice = *progress;
-        received_notice.time_unix_ns = toUnixNanos(received);
+        received_notice.time_unix_ns = batch.replay
+                                           ? onOperatorClock(n, progress->time_unix_ns, received)
+                                           : toUnixNanos(received);
         rank.progress = received_notice;
-        job->progress = std::move(received_notice);
+        if (!batch.replay || !job->progress) job->progress = std::move(received_notice);
       } else if (const auto* anomaly = std::get_if<report::AnomalyNotice>(&notice)) {
         StoredAnomaly stored{++anomaly_seq_, anomaly->time_unix_ns, *anomaly};
         stored.notice.time_unix_ns = onOperatorClock(n, anomaly->time_unix_ns, received);

@@ -59,6 +59,13 @@
 // asks for anomalies by arrival sequence, not by time: one stamped in the future hides none
 // that arrive after it.
 //
+// Replayed last words (NodeReport.replay: a node plugin resends what exited ranks last said to
+// an operator process that took over after the one it was delivered to): their RankReports are
+// timed by their stamps moved onto the operator's clock (never later than arrival), so a dead
+// rank's last report reads as old as it is; a replayed ProgressNotice is the rank's state only
+// when none was received here, timed the same way. A replayed report already held (same pid,
+// seq not newer) is ignored, as a resent one is.
+//
 // Readers that analyse a job (C4D) ask for its recent whole reports (recentReports): each
 // RankReport as it arrived, header and connections together, with the ranks' identities, the
 // job's newer anomalies and the reporting nodes' records. The reports are the store's immutable

@@ -6,8 +6,9 @@
 namespace c4::op {
 namespace {
 
-constexpr std::array<std::string_view, 3> kKnownPoints = {
-    kFailpointAfterStatus, kFailpointAfterRestartStatus, kFailpointAfterCordonOwed};
+constexpr std::array<std::string_view, 4> kKnownPoints = {
+    kFailpointAfterStatus, kFailpointAfterRestartStatus, kFailpointAfterCordonOwed,
+    kFailpointAfterFindingPending};
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);

@@ -5,10 +5,11 @@
 //   C4_FAILPOINTS="after-restart-status=kill"        SIGKILL the process at that point
 //   C4_FAILPOINTS="after-status=kill;other=off"       several, separated by ';'
 //
-// Points (trainingjob/reconciler.h and remediation/node_actions.h, where they are hit):
-// "after-status" (after any TrainingJob status write), "after-restart-status" (after the status
-// write that starts a restart, before any pod is deleted) and "after-cordon-owed" (after a
-// cordon's owed record took its circuit-breaker slot, before the Node is patched). An unknown
+// Points (trainingjob/reconciler.h, remediation/node_actions.h and detection/detector.h, where
+// they are hit): "after-status" (after any TrainingJob status write), "after-restart-status"
+// (after the status write that starts a restart, before any pod is deleted), "after-cordon-owed"
+// (after a cordon's owed record took its circuit-breaker slot, before the Node is patched) and
+// "after-finding-pending" (a C4D window that found a fault it has not confirmed yet). An unknown
 // point or action is an error, so a typo cannot silently test nothing.
 #pragma once
 
@@ -17,7 +18,8 @@
 #include <string_view>
 
 #include "c4/common/error.h"
-#include "operator/remediation/node_actions.h"  // the failpoint names: where they are hit
+#include "operator/detection/detector.h"  // the failpoint names: where they are hit
+#include "operator/remediation/node_actions.h"
 #include "operator/trainingjob/reconciler.h"
 
 namespace c4::op {

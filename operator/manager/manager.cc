@@ -227,10 +227,12 @@ Status Manager::build(const KubeConfig& kube_config) {
       traffic_peer_ = std::make_unique<TrafficPlanAdapter>(*trafficplan_);
       peers.traffic = traffic_peer_.get();
     }
+    DetectorConfig detector_config;
+    detector_config.fault_hook = hooks_.fault_hook;
     detector_ = std::make_unique<Detector>(
         ingest_->store(), informers_->informerFor(resources::trainingJobs(), ns),
         informers_->informerFor(resources::pods(), ns, labels::kJobName), nodes, *remediator_,
-        *detector_events_, clock_, DetectorConfig{}, registry_, peers);
+        *detector_events_, clock_, detector_config, registry_, peers);
     ingest_->store().setCheckpointListener(
         [this](const std::string& key) { controller_->queue().add(key); });
   }

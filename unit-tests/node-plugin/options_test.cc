@@ -39,6 +39,10 @@ TEST(OptionsTest, DefaultsAndNodeNameFromEnv) {
   EXPECT_EQ(o->plugin_install_dir, "/opt/c4/lib");
   EXPECT_EQ(o->metrics_bind_address, ":9400");
   EXPECT_EQ(o->interval_seconds, 1);
+  EXPECT_EQ(o->last_words_seconds, 600);
+  auto off = parseNodePluginOptions(with({"--last-words-seconds=0"}), env("node-a"));
+  ASSERT_TRUE(off.has_value()) << off.error().toString();
+  EXPECT_EQ(off->last_words_seconds, 0);
   auto flag = parseNodePluginOptions(with({"--node-name=node-b"}), env("node-a"));
   ASSERT_TRUE(flag.has_value());
   EXPECT_EQ(flag->node_name, "node-b");
@@ -84,6 +88,7 @@ TEST(OptionsTest, RequiredAndInvalidValues) {
                                              {"--metrics-bind-address", ":99999"},
                                              {"--log-level", "loud"},
                                              {"--log-format", "text"},
+                                             {"--last-words-seconds", "-1"},
                                              {"--max-buffer-bytes", "-1"},
                                              {"--backoff-base", "10", "--backoff-cap", "1"},
                                              {"--unknown", "1"},

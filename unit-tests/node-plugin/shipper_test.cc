@@ -31,7 +31,7 @@ class ScriptedTransport final : public ReportTransport {
     auto decoded = report::decodeNodeReportCbor(body);
     EXPECT_TRUE(decoded.has_value()) << decoded.error().toString();
     if (decoded) posted.push_back({*decoded, token});
-    if (script.empty()) return HttpResponse{200, "{\"accepted\":1}", {}, {}};
+    if (script.empty()) return HttpResponse{200, "{\"accepted\":1}", {}, {}, ""};
     auto next = script.front();
     script.pop_front();
     return next;
@@ -47,7 +47,7 @@ class ScriptedTransport final : public ReportTransport {
 
 HttpResponse status(long s, std::optional<Duration> retry_after = {},
                     std::optional<std::uint64_t> last_seq = {}) {
-  return HttpResponse{s, "{\"error\":\"x\"}", retry_after, last_seq};
+  return HttpResponse{s, "{\"error\":\"x\"}", retry_after, last_seq, ""};
 }
 
 class ShipperTest : public ::testing::Test {
@@ -413,6 +413,155 @@ TEST_F(ShipperTest, ANewlyStalledConnectionShipsAtOnce) {
   s->stop();
 }
 
+// An answer accepting the batch, from the operator process `instance`.
+HttpResponse acceptedBy(const std::string& instance) {
+  return HttpResponse{200, "{\"accepted\":1}", {}, {}, instance};
+}
+
+// What the node plugin heard of rank 1 before its process exited (its trainer's progress comes
+// from another process: another pid), then the exit.
+void rankOneLivesAndExits(Shipper& s) {
+  auto id = identityOf("team", "job-1", "node-a", "job", 1, 0);
+  s.add(rankReport(id, 1));
+  report::ProgressNotice training;
+  training.id = id;
+  training.id.pid = 77;
+  training.time_unix_ns = 1'764'673'209'000'000'000LL;
+  training.state = report::ProgressState::kTraining;
+  training.step = 40;
+  s.add(training);
+  report::AnomalyNotice closed;
+  closed.id = id;
+  closed.time_unix_ns = 1'764'673'209'500'000'000LL;
+  closed.kind = report::AnomalyKind::kPeerClosed;
+  closed.peer_rank = 2;
+  closed.detail = "peer closed";
+  s.add(closed);
+  s.add(rankReport(id, 2));
+  report::AnomalyNotice exited;
+  exited.id = id;
+  exited.time_unix_ns = 1'764'673'210'000'000'000LL;
+  exited.kind = report::AnomalyKind::kProcessExited;
+  exited.detail = "process 1 exited (seen by the node plugin)";
+  s.add(exited);
+}
+
+// An operator killed between a rank's exit and its verdict takes the evidence with it: its
+// successor starts with an empty store. The node plugin resends what each exited rank process
+// said last, with its own stamps, in a batch marked `replay`, when an accepted answer names a new
+// operator instance; never to the instance that took it (nor to the first one heard), never for
+// a rank that still runs, not past last_words_ttl.
+TEST_F(ShipperTest, AnExitedRanksLastWordsAreResentToANewOperatorInstance) {
+  auto s = make();
+  transport_.script.push_back(acceptedBy("a"));
+  s->add(report(0, 1));  // rank 0 runs on
+  rankOneLivesAndExits(*s);
+  EXPECT_EQ(s->sendNow(), SendOutcome::kAccepted);
+  EXPECT_EQ(s->operatorInstance(), "a");
+  EXPECT_EQ(s->lastWordsKept(), 1u);
+  ASSERT_EQ(transport_.posted.size(), 1u);
+  EXPECT_FALSE(transport_.posted[0].report.replay);
+  EXPECT_EQ(transport_.posted[0].report.reports.size(), 3u);
+  EXPECT_EQ(transport_.posted[0].report.notices.size(), 3u);
+
+  // The same instance: nothing to resend.
+  transport_.script.push_back(acceptedBy("a"));
+  s->add(report(0, 2));
+  EXPECT_EQ(s->sendNow(), SendOutcome::kAccepted);
+  EXPECT_FALSE(transport_.posted[1].report.replay);
+  EXPECT_EQ(transport_.posted[1].report.reports.size(), 1u);
+
+  // A new instance took the last batch: rank 1's last words go first, in a batch of their own.
+  transport_.script.push_back(acceptedBy("b"));
+  EXPECT_EQ(s->sendNow(), SendOutcome::kAccepted);
+  s->add(report(0, 3));
+  transport_.script.push_back(acceptedBy("b"));
+  EXPECT_EQ(s->sendNow(), SendOutcome::kAccepted);
+  ASSERT_EQ(transport_.posted.size(), 4u);
+  const report::NodeReport& replay = transport_.posted[3].report;
+  EXPECT_TRUE(replay.replay);
+  ASSERT_EQ(replay.reports.size(), 1u);
+  EXPECT_EQ(replay.reports[0].id.rank, 1);
+  EXPECT_EQ(replay.reports[0].seq, 2u) << "the newest report, with its own stamp";
+  EXPECT_EQ(replay.reports[0].time_unix_ns, rankReport(replay.reports[0].id, 2).time_unix_ns);
+  ASSERT_EQ(replay.notices.size(), 3u);
+  const auto* progress = std::get_if<report::ProgressNotice>(&replay.notices[0]);
+  ASSERT_NE(progress, nullptr);
+  EXPECT_EQ(progress->state, report::ProgressState::kTraining);
+  EXPECT_EQ(progress->id.pid, 77u);
+  const auto* closed = std::get_if<report::AnomalyNotice>(&replay.notices[1]);
+  ASSERT_NE(closed, nullptr);
+  EXPECT_EQ(closed->kind, report::AnomalyKind::kPeerClosed);
+  const auto* exited = std::get_if<report::AnomalyNotice>(&replay.notices[2]);
+  ASSERT_NE(exited, nullptr);
+  EXPECT_EQ(exited->kind, report::AnomalyKind::kProcessExited);
+  EXPECT_EQ(exited->time_unix_ns, 1'764'673'210'000'000'000LL);
+  // Then the regular batch that waited behind it.
+  EXPECT_EQ(s->sendNow(), SendOutcome::kAccepted);
+  EXPECT_FALSE(transport_.posted[4].report.replay);
+  ASSERT_EQ(transport_.posted[4].report.reports.size(), 1u);
+  EXPECT_EQ(transport_.posted[4].report.reports[0].id.rank, 0);
+  EXPECT_NE(registry_.expose().find("c4_node_plugin_replayed_items_total 4"), std::string::npos)
+      << registry_.expose();
+
+  // Kept after the resend (the new instance may die too), until last_words_ttl has passed.
+  clock_.advance(config_.last_words_ttl - std::chrono::seconds{1});
+  transport_.script.push_back(acceptedBy("c"));
+  EXPECT_EQ(s->sendNow(), SendOutcome::kAccepted);
+  EXPECT_EQ(s->sendNow(), SendOutcome::kAccepted);
+  EXPECT_TRUE(transport_.posted[6].report.replay);
+  clock_.advance(std::chrono::seconds{2});
+  transport_.script.push_back(acceptedBy("d"));
+  EXPECT_EQ(s->sendNow(), SendOutcome::kAccepted);
+  EXPECT_EQ(s->lastWordsKept(), 0u);
+  EXPECT_EQ(s->sendNow(), SendOutcome::kAccepted);
+  EXPECT_FALSE(transport_.posted[8].report.replay);
+  EXPECT_TRUE(transport_.posted[8].report.reports.empty());
+}
+
+// last_words_ttl 0 (--last-words-seconds=0) keeps none: a new instance gets nothing resent.
+TEST_F(ShipperTest, NoLastWordsAreKeptWhenTheirTimeIsZero) {
+  config_.last_words_ttl = Duration::zero();
+  auto s = make();
+  rankOneLivesAndExits(*s);
+  EXPECT_EQ(s->lastWordsKept(), 0u);
+  transport_.script.push_back(acceptedBy("a"));
+  EXPECT_EQ(s->sendNow(), SendOutcome::kAccepted);
+  transport_.script.push_back(acceptedBy("b"));
+  EXPECT_EQ(s->sendNow(), SendOutcome::kAccepted);
+  EXPECT_EQ(s->sendNow(), SendOutcome::kAccepted);
+  ASSERT_EQ(transport_.posted.size(), 3u);
+  EXPECT_FALSE(transport_.posted[2].report.replay);
+  EXPECT_TRUE(transport_.posted[2].report.reports.empty());
+}
+
+// The last words of at most max_last_words exited processes are kept: the oldest exits go first.
+TEST_F(ShipperTest, LastWordsAreBoundedInCount) {
+  config_.max_last_words = 2;
+  auto s = make();
+  for (int rank = 0; rank < 3; ++rank) {
+    auto id = identityOf("team", "job-1", "node-a", "job", rank, 0);
+    s->add(rankReport(id, 1));
+    report::AnomalyNotice exited;
+    exited.id = id;
+    exited.time_unix_ns = 1'764'673'210'000'000'000LL;
+    exited.kind = report::AnomalyKind::kProcessExited;
+    s->add(exited);
+    clock_.advance(std::chrono::seconds{1});
+  }
+  EXPECT_EQ(s->lastWordsKept(), 2u);
+  transport_.script.push_back(acceptedBy("a"));
+  EXPECT_EQ(s->sendNow(), SendOutcome::kAccepted);
+  transport_.script.push_back(acceptedBy("b"));
+  EXPECT_EQ(s->sendNow(), SendOutcome::kAccepted);
+  EXPECT_EQ(s->sendNow(), SendOutcome::kAccepted);
+  const report::NodeReport& replay = transport_.posted[2].report;
+  ASSERT_TRUE(replay.replay);
+  ASSERT_EQ(replay.reports.size(), 2u);
+  EXPECT_EQ(replay.reports[0].id.rank, 1);
+  EXPECT_EQ(replay.reports[1].id.rank, 2);
+}
+
 TEST_F(ShipperTest, StopFlushesWhatItHolds) {
   config_.interval = std::chrono::seconds{60};
   auto s = make();
@@ -467,6 +616,7 @@ class HttpsShipperTest : public ::testing::Test {
         res.set_content("{\"error\":\"replay\"}", "application/json");
       } else {
         res.status = 200;
+        res.set_header("C4-Operator-Instance", "3f2a9c0e5b7d1468");
         res.set_content("{\"accepted\":1}", "application/json");
       }
     });
@@ -511,6 +661,7 @@ TEST_F(HttpsShipperTest, EndToEndOverTls) {
   EXPECT_EQ(s.bufferedReports(), 1u);
   EXPECT_EQ(s.sendNow(), SendOutcome::kAccepted);  // 409 with C4-Last-Seq, then resent: 200
   EXPECT_EQ(s.bufferedReports(), 0u);
+  EXPECT_EQ(s.operatorInstance(), "3f2a9c0e5b7d1468");
   std::lock_guard lock(mu_);
   ASSERT_EQ(seqs_.size(), 3u);
   EXPECT_EQ(seqs_[2], last_seq_ + 1);

@@ -8,6 +8,11 @@
 #                                                endpoint forwarded into every node netns; off with
 #                                                C4_E2E_NO_DETECTION=1), node plugin DaemonSet;
 #                                                sets OP_PID, OP_METRICS
+#                                                C4_E2E_NODE_PLUGIN_ARGS: more node plugin flags
+#   c4_restart_operator                          the host operator again, with the same
+#                                                arguments, after it ended (a SIGTERM first when
+#                                                it runs); the environment's C4_FAILPOINTS arms
+#                                                the new process's failpoints
 #                                                C4_E2E_INSTALL=chart: `helm install` of helm/c4
 #                                                instead (operator and node plugins as the chart's
 #                                                pods; see c4_install_c4_chart)
@@ -269,6 +274,31 @@ c4_expect_node_plugin_unprivileged() {
   ((n == C4_NODES)) || fail "found $n node plugin processes, want $C4_NODES"
 }
 
+# Starts "${OP_ARGV[@]}" on the host, its output appended to $WORK/operator.log; sets OP_PID and
+# OP_METRICS (this process's metrics port) and checks /healthz.
+c4_start_operator() {
+  local lines
+  lines=$(wc -l <"$WORK/operator.log")
+  "${OP_ARGV[@]}" >>"$WORK/operator.log" 2>&1 &
+  OP_PID=$!
+  started() { tail -n +"$((lines + 1))" "$WORK/operator.log" | grep -qE 'metricsPort=[1-9]'; }
+  wait_until 30 "operator metrics port" started
+  OP_METRICS=$(tail -n +"$((lines + 1))" "$WORK/operator.log" | grep -m1 -oE 'metricsPort=[0-9]+' |
+    cut -d= -f2)
+  export OP_METRICS NS  # read by the checks, which run in `bash -c`
+  curl -sf "http://127.0.0.1:$OP_METRICS/healthz" >/dev/null || fail "operator /healthz"
+}
+
+c4_restart_operator() {
+  if kill -0 "$OP_PID" 2>/dev/null; then
+    kill -TERM "$OP_PID"
+  fi
+  wait "$OP_PID" 2>/dev/null || true
+  echo "--- operator restarted at $(date +%T.%N) (C4_FAILPOINTS='${C4_FAILPOINTS:-}')" \
+    >>"$WORK/operator.log"
+  c4_start_operator
+}
+
 c4_install_c4_host() {
 # ---- PKI: a CA and the operator's serving certificate for 127.0.0.1 ---------------------------
 openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=c4-e2e-ca \
@@ -297,14 +327,15 @@ report_args=(--report-bind-address "127.0.0.1:$REPORT_PORT" --tls-cert-file "$WO
              --tls-key-file "$WORK/tls.key" --report-audience c4-operator
              --report-serviceaccount "$SYS/c4-node-plugin")
 [[ -z ${C4_E2E_NO_DETECTION:-} ]] || report_args=(--report-bind-address 0)
-"$OPERATOR" --kubeconfig "$KUBECONFIG" --namespace "$NS" --leader-elect=false \
-  --metrics-address 127.0.0.1 --metrics-port 0 --debug-reports "$@" "${report_args[@]}" \
-  >"$WORK/operator.log" 2>&1 &
-OP_PID=$!
-wait_until 30 "operator metrics port" grep -qE 'metricsPort=[1-9]' "$WORK/operator.log"
-OP_METRICS=$(grep -m1 -oE 'metricsPort=[0-9]+' "$WORK/operator.log" | cut -d= -f2)
-export OP_METRICS NS  # read by the checks below, which run in `bash -c`
-curl -sf "http://127.0.0.1:$OP_METRICS/healthz" >/dev/null || fail "operator /healthz"
+OP_ARGV=("$OPERATOR" --kubeconfig "$KUBECONFIG" --namespace "$NS" --leader-elect=false
+         --metrics-address 127.0.0.1 --metrics-port 0 --debug-reports "$@" "${report_args[@]}")
+: >"$WORK/operator.log"
+c4_start_operator
+# The node plugins' extra flags (a scenario's knob), one YAML list item each.
+node_plugin_args=""
+for arg in ${C4_E2E_NODE_PLUGIN_ARGS:-}; do
+  node_plugin_args+=$'\n'"        - $arg"
+done
 
 # ---- The node plugin DaemonSet ---------------------------------------------------------------
 kubectl apply -f - >/dev/null <<YAML
@@ -355,7 +386,7 @@ spec:
         - --plugin-install-dir=/opt/c4/lib
         - --metrics-bind-address=127.0.0.1:9400
         # The emulated node's NIC is a veth (no device): named, as on a node with virtual NICs.
-        - --interfaces=eth0
+        - --interfaces=eth0$node_plugin_args
         env:
         - name: NODE_NAME
           valueFrom: {fieldRef: {fieldPath: spec.nodeName}}

@@ -432,6 +432,128 @@ TEST_F(DetectorTest, AHeldDiagnosisSurvivesTheOperatorAndIsPublishedByTheNextOne
   EXPECT_TRUE(recordedDiagnoses().empty()) << recordedDiagnoses().dump();
 }
 
+// The failpoint "after-finding-pending" (armed from C4_FAILPOINTS in the binary) is passed in
+// the windows where C4D has found a fault it has not confirmed, and in no other: not in healthy
+// windows, not once the verdict is confirmed.
+TEST_F(DetectorTest, TheUnconfirmedFindingFailpointIsPassedOnlyBeforeTheVerdict) {
+  std::vector<int> calls;  // the window of each call
+  int window = 0;
+  DetectorConfig config;
+  config.fault_hook = [&](std::string_view point, const std::string& key) {
+    EXPECT_EQ(point, kFailpointAfterFindingPending);
+    EXPECT_EQ(key, "team/llm");
+    calls.push_back(window);
+    return true;
+  };
+  build({}, config);
+  for (; window < 8; ++window) step();
+  EXPECT_TRUE(calls.empty()) << "passed in a healthy window";
+  synth_->freeze(2);
+  for (; window < 30 && eventsWithReason("FaultDetected").empty(); ++window) step();
+  ASSERT_FALSE(eventsWithReason("FaultDetected").empty());
+  ASSERT_FALSE(calls.empty()) << "never passed while the hang was unconfirmed";
+  const int confirmed = window;
+  EXPECT_LT(calls.back(), confirmed - 1) << "passed in the window that confirmed the verdict";
+  for (int i = 0; i < 5; ++i, ++window) step();
+  EXPECT_LT(calls.back(), confirmed) << "passed while the verdict was active";
+}
+
+// A rank killed while its pod stays up (an MPI-style worker) over NCCL's socket transport: its
+// peers die of its closed connections 150 ms later, and every pod runs on. The node plugins
+// delivered every exit to the operator, which was killed before it confirmed the crash. Its
+// successor's store is empty and no rank will ever report again, so it would wait for ever on a
+// job whose pods all run; the node plugins resend each exited rank's last words (its last
+// report, its progress, its exit) when they hear a new operator instance, and the successor
+// names the crash from them. The control: without the resend, nothing is ever diagnosed.
+TEST_F(DetectorTest, ACrashTheOperatorDiedBeforeConfirmingIsFoundFromTheRanksLastWords) {
+  for (const bool resend : {true, false}) {
+    SCOPED_TRACE(resend ? "last words resent" : "control: nothing resent");
+    build({});
+    for (int i = 0; i < 8; ++i) step();
+    auto id = [&](int r) {
+      return report::RankIdentity{"team",
+                                  "llm",
+                                  "llm-" + std::to_string(r),
+                                  SyntheticJob::nodeName(synth_->nodeOfRank(r)),
+                                  r,
+                                  4,
+                                  0,
+                                  100};
+    };
+    // What each node plugin kept of its rank: the trainer's progress (another process), the last
+    // report the plugin sent, and the exit the node plugin saw (rank 2 first).
+    const WallTime died = clock_.wallNow() + std::chrono::milliseconds{300};
+    std::vector<report::NodeReport> last_words;
+    for (int r = 0; r < 4; ++r) {
+      report::NodeReport words;
+      words.node = id(r).node;
+      words.replay = true;
+      const auto& reports = synth_->snapshot().ranks[static_cast<std::size_t>(r)].reports;
+      words.reports.push_back(c4d::testing::rankReportOf(reports.back(), id(r), report_seq_[r]));
+      report::ProgressNotice training;
+      training.id = id(r);
+      training.id.pid = 200;
+      training.time_unix_ns = toUnixNanos(clock_.wallNow() - std::chrono::seconds{5});
+      training.step = 40;
+      words.notices.emplace_back(training);
+      report::AnomalyNotice exited;
+      exited.id = id(r);
+      exited.kind = report::AnomalyKind::kProcessExited;
+      exited.time_unix_ns = toUnixNanos(
+          died + (r == 2 ? std::chrono::milliseconds{0} : std::chrono::milliseconds{150}));
+      exited.detail = "process exited (seen by the node plugin)";
+      words.notices.emplace_back(exited);
+      last_words.push_back(words);
+    }
+    // The operator heard all of it and died within the same window.
+    for (const auto& words : last_words) {
+      report::NodeReport delivered = words;
+      delivered.replay = false;
+      delivered.reports.clear();  // sent in the window before
+      delivered.seq = ++seq_;
+      delivered.time_unix_ns = toUnixNanos(clock_.wallNow());
+      store_.apply(delivered, {{"team/llm", facts()}}, clock_.wallNow(), 0);
+    }
+    detector_.reset();
+
+    // Its successor, after the lease expired.
+    ingest::ReportStore fresh_store;
+    metrics::Registry fresh_registry;
+    Detector next(fresh_store, jobs_, pods_, nodes_, remediator_, events_, clock_, {},
+                  fresh_registry, DetectorPeers{&diagnoses_, &traffic_});
+    WallTime wall = clock_.wallNow() + std::chrono::seconds{15};
+    std::optional<DiagnosedFault> d;
+    for (int window = 0; window < 30 && !d; ++window) {
+      clock_.advance(window_);
+      wall += window_;
+      clock_.setWall(wall);
+      for (int r = 0; r < 4; ++r) {
+        report::NodeReport heartbeat;  // every node plugin sends its health every interval
+        heartbeat.node = id(r).node;
+        heartbeat.seq = ++seq_;
+        heartbeat.time_unix_ns = toUnixNanos(wall);
+        fresh_store.apply(heartbeat, {{"team/llm", facts()}}, wall, 0);
+        if (resend && window == 0) {  // the first answer named a new instance: the resend
+          report::NodeReport words = last_words[static_cast<std::size_t>(r)];
+          words.seq = ++seq_;
+          words.time_unix_ns = toUnixNanos(wall);
+          fresh_store.apply(words, {{"team/llm", facts()}}, wall, 0);
+        }
+      }
+      ASSERT_TRUE(next.reconcile("team/llm"));
+      d = next.diagnosis("team/llm");
+    }
+    if (!resend) {
+      EXPECT_FALSE(d) << "the control found the crash without the resend";
+      continue;
+    }
+    ASSERT_TRUE(d) << "the crash died with the operator";
+    EXPECT_EQ(d->fault_class, "crash");
+    EXPECT_EQ(d->key, "crash/rank/2");
+    EXPECT_TRUE(d->cordon_nodes.empty()) << "a killed process is no node fault";
+  }
+}
+
 // What a new process finds recorded is outside input and may be stale: a record of an attempt
 // that has ended, of a job created again under the name, or of a shape this detector does not
 // write (wrong types, a cordon of a node the diagnosis does not name) is removed and restarts

@@ -137,6 +137,15 @@ TEST_F(ReportHandlerTest, AcceptsABatchOfItsOwnNode) {
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(Json::parse(r.body), (Json{{"accepted", 3}, {"dropped", 0}}));
   EXPECT_EQ(handler().lastSeq("node-a"), 10u);
+  // The accepted answer names this operator process: 16 hex digits, the same on every answer of
+  // one handler, another for the next process.
+  EXPECT_EQ(r.instance, handler().instance());
+  EXPECT_EQ(r.instance.size(), 16u);
+  EXPECT_EQ(r.instance.find_first_not_of("0123456789abcdef"), std::string::npos) << r.instance;
+  metrics::Registry other_registry;
+  ReportStore other_store;
+  ReportHandler other({}, clock_, auth_, other_store, {}, &other_registry);
+  EXPECT_NE(other.instance(), handler().instance());
   store_.readJob("ns1", "job", [](const JobRecord& job) {
     EXPECT_EQ(job.ranks.size(), 2u);
     EXPECT_EQ(job.reports_total, 2u);
@@ -171,6 +180,7 @@ TEST_F(ReportHandlerTest, EveryRefusalLeavesTheStoreAndTheSeqUnchanged) {
     EXPECT_EQ(state(), before) << reason;
     EXPECT_EQ(handler().lastSeq("node-a"), 10u) << reason;
     EXPECT_EQ(requests(std::to_string(status), reason), 1) << reason;
+    EXPECT_TRUE(r.instance.empty()) << reason << ": only an accepted batch names the instance";
   };
   expect(post("", batchA(11)), 401, "no_token");
   expect(post("nobody", batchA(11)), 401, "invalid_token");

@@ -341,12 +341,16 @@ TEST_F(ReportServerTest, AnswersOverTls) {
   EXPECT_EQ(ok->status, 200) << ok->body;
   EXPECT_EQ(Json::parse(ok->body)["accepted"], 0);
   EXPECT_TRUE(store_.node("node-a"));
+  // The operator process that took the batch (a node plugin resends its exited ranks' last
+  // words when this changes).
+  EXPECT_EQ(ok->get_header_value("C4-Operator-Instance"), handler_->instance());
 
   auto replay =
       c->Post("/v1/reports", {{"Authorization", "Bearer good"}}, batch(1), "application/cbor");
   ASSERT_TRUE(replay);
   EXPECT_EQ(replay->status, 409);
   EXPECT_EQ(replay->get_header_value("C4-Last-Seq"), "1");
+  EXPECT_FALSE(replay->has_header("C4-Operator-Instance")) << "only an accepted batch names it";
 
   auto unauth = c->Post("/v1/reports", batch(2), "application/cbor");
   ASSERT_TRUE(unauth) << httplib::to_string(unauth.error());

@@ -345,6 +345,64 @@ TEST_F(ReportStoreTest, ProgressIsOrderedByArrivalAndTimedByTheOperator) {
   });
 }
 
+// Last words a node plugin resends to an operator process that took over (NodeReport.replay):
+// a dead rank's last report is as old as its stamp (on the operator's clock), not as new as its
+// arrival, or the dead rank would read as reporting; a replayed state never replaces one heard
+// here; a report already held is not stored twice. The control: the same report in a regular
+// batch is timed by its arrival.
+TEST_F(ReportStoreTest, AReplayedReportIsAsOldAsItsStampAndNeverReplacesAHeardState) {
+  clock_.setWall(fromUnixNanos(kT0) + std::chrono::minutes{1});
+  const auto ahead = std::chrono::seconds{30};  // node-a's clock - the operator's
+  auto stamp = [&](WallTime t) { return toUnixNanos(t + ahead); };
+  auto progress = [&](int rank, report::ProgressState state, WallTime at) {
+    report::ProgressNotice p;
+    p.id = identity("ns1", "job", rank, "node-a");
+    p.time_unix_ns = stamp(at);
+    p.step = 40;
+    p.state = state;
+    return p;
+  };
+  auto regular = nodeReport("node-a", 1, stamp(now()));
+  regular.reports.push_back(rankReport(identity("ns1", "job", 0, "node-a"), 5, stamp(now())));
+  regular.notices.push_back(progress(0, report::ProgressState::kTraining, now()));
+  store_.apply(regular, facts(), now(), 0);
+  clock_.advance(std::chrono::seconds{2});
+
+  const WallTime last_said = now() - std::chrono::seconds{20};
+  const WallTime last_state = now() - std::chrono::seconds{25};
+  auto replay = nodeReport("node-a", 2, stamp(now()));
+  replay.replay = true;
+  replay.reports.push_back(rankReport(identity("ns1", "job", 1, "node-a"), 3, stamp(last_said)));
+  replay.reports.push_back(rankReport(identity("ns1", "job", 0, "node-a"), 5, stamp(now())));
+  replay.notices.push_back(progress(1, report::ProgressState::kTraining, last_state));
+  replay.notices.push_back(progress(0, report::ProgressState::kFinished, last_state));
+  store_.apply(replay, facts(), now(), 0);
+  store_.readJob("ns1", "job", [&](const JobRecord& job) {
+    const RankRecord& dead = job.ranks.at(1);
+    EXPECT_EQ(dead.last_report, last_said) << "timed by its stamp, not by its arrival";
+    ASSERT_EQ(dead.reports.size(), 1u);
+    EXPECT_EQ(dead.reports.back().received, last_said);
+    ASSERT_TRUE(dead.progress);
+    EXPECT_EQ(dead.progress->state, report::ProgressState::kTraining);
+    EXPECT_EQ(dead.progress->time_unix_ns, toUnixNanos(last_state));
+    const RankRecord& heard = job.ranks.at(0);
+    EXPECT_EQ(heard.reports_total, 1u) << "a report already held is not stored twice";
+    ASSERT_TRUE(heard.progress);
+    EXPECT_EQ(heard.progress->state, report::ProgressState::kTraining)
+        << "a replayed state replaced the one heard here";
+    ASSERT_TRUE(job.progress);
+    EXPECT_EQ(job.progress->state, report::ProgressState::kTraining);
+  });
+
+  // The control: in a regular batch the same report reads as just received.
+  ReportStore store(config_);
+  store.apply(regular, facts(), now(), 0);
+  replay.replay = false;
+  store.apply(replay, facts(), now(), 0);
+  store.readJob("ns1", "job",
+                [&](const JobRecord& job) { EXPECT_EQ(job.ranks.at(1).last_report, now()); });
+}
+
 TEST_F(ReportStoreTest, NodeRecordKeepsTheLatestHealthAndCounters) {
   auto batch = nodeReport("node-a", 7, kT0);
   batch.dropped_messages = 3;

@@ -29,6 +29,13 @@ TEST(Failpoints, TheOwedCordonPointIsKnown) {
   EXPECT_EQ(fp->action(kFailpointAfterStatus), FailpointAction::kOff);
 }
 
+TEST(Failpoints, TheUnconfirmedFindingPointIsKnown) {
+  auto fp = Failpoints::parse("after-finding-pending=kill");
+  ASSERT_TRUE(fp) << fp.error().toString();
+  EXPECT_EQ(fp->action(kFailpointAfterFindingPending), FailpointAction::kKill);
+  EXPECT_EQ(fp->action(kFailpointAfterCordonOwed), FailpointAction::kOff);
+}
+
 TEST(Failpoints, LaterEntryWins) {
   auto fp = Failpoints::parse("after-status=kill;after-status=off");
   ASSERT_TRUE(fp);

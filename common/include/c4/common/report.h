@@ -256,6 +256,12 @@ struct NodeReport {
   std::vector<Notice> notices;
   std::uint64_t dropped_messages = 0;   // plugin messages the node plugin dropped (overload)
   std::uint64_t rejected_messages = 0;  // plugin messages that failed validation/attribution
+  // The batch resends the last words of rank processes that exited (their last RankReport, last
+  // ProgressNotice and anomaly notices, the node plugin's processExited among them) to an operator
+  // process that has not seen them: one that took over after the one they were delivered to.
+  // The operator times such reports by their own stamps, not by the batch's arrival.
+  // Optional on the wire (absent: false).
+  bool replay = false;
   friend bool operator==(const NodeReport&, const NodeReport&) = default;
 };
 

@@ -38,6 +38,9 @@ struct NodePluginOptions {
   double backoff_base_seconds = 0.5;
   double backoff_cap_seconds = 30;
   double shutdown_timeout_seconds = 5;
+  // How long an exited rank process's last words are kept for a resend to a new operator
+  // instance (Shipper, "Last words"); 0 = none kept.
+  double last_words_seconds = 600;
   std::string plugin_source = "/usr/lib/c4/libnccl-net-c4.so";  // "" = do not install
   // The NCCL profiler plugin, C4's default telemetry source; installed beside the net plugin.
   std::string profiler_plugin_source = "/usr/lib/c4/libnccl-profiler-c4.so";  // "" = do not

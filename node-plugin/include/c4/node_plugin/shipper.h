@@ -24,6 +24,17 @@
 // arrived since the rank's previous report), at most once per interval: a dead path reaches the
 // operator's link monitor and C4D without the batching delay.
 //
+// Last words: the shipper keeps what each rank process said last (its newest RankReport, its
+// newest ProgressNotice, its last kMaxLastAnomalies anomaly notices) and, once the node plugin
+// sees the process exit (an anomaly of kind processExited), keeps those with the exit notice for
+// last_words_ttl (at most max_last_words exited processes, the oldest exits go first). Every
+// accepted answer names the operator process that took the batch (C4-Operator-Instance). When
+// that name changes from one accepted answer to the next, the evidence of exits delivered to the
+// old process may have died with it (an operator killed between a rank's exit and its verdict),
+// so the shipper sends the last words again, first, in batches of their own marked `replay`,
+// with their original stamps; the operator times replayed reports by those stamps. A rank still
+// running has nothing replayed: its next report says more than its last one did.
+//
 // Thread-safe: add*() from any thread; run() on one thread; stop() from another.
 #pragma once
 
@@ -54,6 +65,7 @@ struct HttpResponse {
   std::string body;
   std::optional<Duration> retry_after;    // Retry-After in seconds
   std::optional<std::uint64_t> last_seq;  // C4-Last-Seq
+  std::string instance;                   // C4-Operator-Instance ("" when absent)
 };
 
 // One POST of an encoded NodeReport. An error means no HTTP answer (connection refused, TLS
@@ -106,6 +118,10 @@ struct ShipperConfig {
   Duration backoff_cap = std::chrono::seconds{30};
   Duration request_timeout = std::chrono::seconds{10};
   Duration shutdown_deadline = std::chrono::seconds{5};
+  // How long, and for how many exited rank processes, last words are kept for a replay
+  // (last_words_ttl 0: none kept, nothing replayed).
+  Duration last_words_ttl = std::chrono::minutes{10};
+  std::size_t max_last_words = 256;
 };
 
 // Outcome of one POST (the `outcome` label of c4_node_plugin_batches_total).
@@ -167,12 +183,18 @@ class Shipper {
   [[nodiscard]] std::optional<MonoTime> failingSince() const;
   [[nodiscard]] std::uint64_t droppedItems() const;
   [[nodiscard]] MonoTime lastLoop() const;
+  // Exited rank processes whose last words are kept; the operator instance last heard from.
+  [[nodiscard]] std::size_t lastWordsKept() const;
+  [[nodiscard]] std::string operatorInstance() const;
+
+  static constexpr std::size_t kMaxLastAnomalies = 8;
 
  private:
   struct Item {
     std::variant<report::RankReport, report::Notice> value;
     std::size_t bytes = 0;
-    std::string pod;  // "<namespace>/<pod>": the fairness key of the bounds
+    std::string pod;      // "<namespace>/<pod>": the fairness key of the bounds
+    bool replay = false;  // last words resent to a new operator instance (a batch of its own)
   };
   struct PodUsage {
     std::size_t items = 0;
@@ -181,7 +203,19 @@ class Shipper {
   };
   struct Batch {
     std::vector<Item> items;
+    bool replay = false;  // every item is a replayed one
   };
+  // What one rank process said last (see "Last words" above).
+  struct LastWords {
+    std::optional<report::RankReport> report;
+    std::optional<report::ProgressNotice> progress;
+    std::deque<report::AnomalyNotice> anomalies;  // newest last, at most kMaxLastAnomalies
+    std::optional<report::AnomalyNotice> exit;    // the processExited notice
+    MonoTime exited_at{};
+  };
+  // (ns/pod, rank, restart attempt): not the pid, since a trainer's progress notices come from
+  // a process of its own (c4-notify, the Python helper).
+  using RankKey = std::tuple<std::string, std::int32_t, std::uint32_t>;
 
   SendOutcome sendBatchLocked(std::unique_lock<std::mutex>& lock, Batch batch, int depth);
   Result<std::vector<std::uint8_t>> encodeLocked(const Batch& batch, std::uint64_t seq);
@@ -202,6 +236,11 @@ class Shipper {
   // a receive has waited at least report::kStalledWaitUs and the connection delivered nothing in
   // between (the first silent window of a dead path or a hung peer). Remembers the report.
   bool newlyStalledLocked(const report::RankReport& r);
+  // Last words: remembers what `item` says of its rank process (an exit moves the process's
+  // words to exited_words_); replayLocked queues the kept words of exited processes, first.
+  void rememberLocked(const Item& item);
+  void replayLocked();
+  void expireLastWordsLocked(MonoTime now);
 
   ShipperConfig config_;
   Clock& clock_;
@@ -240,6 +279,12 @@ class Shipper {
   std::map<std::tuple<std::string, std::uint32_t, std::int32_t>, std::map<std::uint64_t, ConnState>>
       rank_conns_;
   std::optional<MonoTime> last_stall_flush_;
+  // Last words of running rank processes (cleared past kMaxTrackedRanks, as rank_conns_) and of
+  // exited ones (bounded by max_last_words and last_words_ttl); the operator instance last named
+  // by an accepted answer.
+  std::map<RankKey, LastWords> live_words_;
+  std::map<RankKey, LastWords> exited_words_;
+  std::string instance_;
   std::atomic<std::int64_t> last_loop_ns_{0};
   std::thread thread_;
 
@@ -248,6 +293,7 @@ class Shipper {
   metrics::Family<metrics::Counter>& buffer_dropped_;
   metrics::Counter& coalesced_;
   metrics::Counter& splits_;
+  metrics::Counter& replayed_;
   metrics::Gauge& buffer_bytes_gauge_;
   metrics::Gauge& buffer_items_gauge_;
   metrics::Gauge& backoff_gauge_;
