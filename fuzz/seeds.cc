@@ -104,6 +104,10 @@ int main(int argc, char** argv) {
   write("report_cbor", "batch", cbor(batch));
   write("report_json", "batch", json(batch));
   write("report_cbor", "batch-empty", cbor(nodeReport("node-a", 1, now)));
+  report::NodeReport replay = batch;  // last words resent to a new operator instance
+  replay.replay = true;
+  write("report_cbor", "batch-replay", cbor(replay));
+  write("report_json", "batch-replay", json(replay));
 
   // Reassembly: a report cut into parts, sent in order, reordered and with a duplicate; two
   // senders interleaved; a single-part report.
