@@ -165,6 +165,7 @@ void LinkMonitor::reset(const c4p::LinkRef& link) {
     reported_.erase({link, d});
     stalled_jobs_.erase({link, d});
     held_.erase({link, d});
+    evidence_.erase({link, d});  // a new streak quotes its own evidence
   }
 }
 
@@ -173,6 +174,7 @@ void LinkMonitor::resetAll() {
   reported_.clear();
   stalled_jobs_.clear();
   held_.clear();
+  evidence_.clear();
   hints_.clear();
 }
 

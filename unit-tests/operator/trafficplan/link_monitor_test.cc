@@ -180,6 +180,29 @@ TEST_F(LinkMonitorTest, ResetForgetsAReportedLink) {
   EXPECT_EQ(again[0].link, (c4p::LinkRef{0, "leaf-a", 2}));
 }
 
+// A reset link (its telemetry state lifted after the hold) starts a new streak with new
+// evidence: a stall found after the reset is reported with its own lag, not with the text of the
+// verdict the reset ended (the gray-failure e2e's second verdict quoted the first one's 1.3 MB).
+TEST_F(LinkMonitorTest, AResetLinkIsReportedAgainWithItsNewEvidence) {
+  auto first = conn({0, 0, 0, 0});
+  first.stalled = true;
+  first.subflows[2].lag_bytes = 3'000'000;
+  ASSERT_EQ(observe({first}).size(), 2u);
+  observe({first});  // the link is held failed while the same evidence goes on
+  monitor_.reset({0, "leaf-a", 2});
+  monitor_.reset({0, "leaf-b", 2});
+  auto second = first;
+  second.subflows[2].lag_bytes = 700'000;
+  auto again = observe({second});
+  ASSERT_EQ(again.size(), 2u);
+  for (const auto& v : again) {
+    EXPECT_NE(v.evidence.find("0.7 MB behind its siblings"), std::string::npos) << v.evidence;
+  }
+  ASSERT_EQ(monitor_.suspects().size(), 2u);
+  EXPECT_NE(monitor_.suspects()[0].evidence.find("0.7 MB"), std::string::npos)
+      << monitor_.suspects()[0].evidence;
+}
+
 // One job cannot fail a link for others. Job x's connection a1 -> b1 stalls on path 2 while job
 // y also has a subflow with weight on (leaf-a, 2) up and (leaf-b, 2) down but moves too little to
 // clear them: the links stay suspects (the evidence says whose word it is), with no verdict,
