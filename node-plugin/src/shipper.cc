@@ -246,44 +246,84 @@ void Shipper::rememberLocked(const Item& item) {
   const report::RankIdentity& id = identityOf(item.value);
   if (id.rank < 0 || config_.last_words_ttl <= Duration::zero()) return;
   RankKey key{id.ns + "/" + id.pod, id.rank, id.restart_attempt};
-  if (live_words_.size() >= kMaxTrackedRanks && !live_words_.contains(key)) live_words_.clear();
+  if (live_words_.size() >= kMaxTrackedRanks && !live_words_.contains(key)) {
+    while (!live_words_.empty()) forgetWordsLocked(live_words_, live_words_.begin());
+  }
+  auto replace = [&](LastWords& words, std::size_t old_bytes, std::size_t new_bytes) {
+    words.bytes = words.bytes - old_bytes + new_bytes;
+    last_words_bytes_ = last_words_bytes_ - old_bytes + new_bytes;
+  };
   if (const auto* r = std::get_if<report::RankReport>(&item.value)) {
-    live_words_[key].report = *r;
-    return;
+    LastWords& words = live_words_[key];
+    replace(words, words.report ? estimateBytes(*words.report) : 0, item.bytes);
+    words.report = *r;
+  } else if (const auto* notice = std::get_if<report::Notice>(&item.value)) {
+    if (const auto* p = std::get_if<report::ProgressNotice>(notice)) {
+      LastWords& words = live_words_[key];
+      replace(words, words.progress ? estimateBytes(report::Notice{*words.progress}) : 0,
+              item.bytes);
+      words.progress = *p;
+    } else if (const auto* a = std::get_if<report::AnomalyNotice>(notice)) {
+      if (a->kind != report::AnomalyKind::kProcessExited) {
+        LastWords& words = live_words_[key];
+        words.anomalies.push_back(*a);
+        replace(words, 0, item.bytes);
+        while (words.anomalies.size() > kMaxLastAnomalies) {
+          replace(words, estimateBytes(report::Notice{words.anomalies.front()}), 0);
+          words.anomalies.pop_front();
+        }
+      } else {
+        LastWords words;
+        if (auto it = live_words_.find(key); it != live_words_.end()) {
+          words = std::move(it->second);
+          live_words_.erase(it);
+        }
+        words.exit = *a;
+        words.exited_at = clock_.monoNow();
+        words.bytes += item.bytes;
+        last_words_bytes_ += item.bytes;
+        if (auto it = exited_words_.find(key); it != exited_words_.end()) {
+          forgetWordsLocked(exited_words_, it);  // the same process seen exiting again
+        }
+        exited_words_.emplace(key, std::move(words));
+      }
+    }
+    // Checkpoints are no last words: the job's status keeps them.
   }
-  const report::Notice& notice = std::get<report::Notice>(item.value);
-  if (const auto* p = std::get_if<report::ProgressNotice>(&notice)) {
-    live_words_[key].progress = *p;
-    return;
-  }
-  const auto* a = std::get_if<report::AnomalyNotice>(&notice);
-  if (a == nullptr) return;  // checkpoints: the job's status keeps them
-  if (a->kind != report::AnomalyKind::kProcessExited) {
-    auto& anomalies = live_words_[key].anomalies;
-    anomalies.push_back(*a);
-    while (anomalies.size() > kMaxLastAnomalies) anomalies.pop_front();
-    return;
-  }
-  LastWords words;
-  if (auto it = live_words_.find(key); it != live_words_.end()) {
-    words = std::move(it->second);
-    live_words_.erase(it);
-  }
-  const MonoTime now = clock_.monoNow();
-  words.exit = *a;
-  words.exited_at = now;
-  exited_words_[key] = std::move(words);
-  expireLastWordsLocked(now);
+  expireLastWordsLocked(clock_.monoNow());
+}
+
+void Shipper::forgetWordsLocked(std::map<RankKey, LastWords>& map,
+                                std::map<RankKey, LastWords>::iterator it) {
+  last_words_bytes_ -= it->second.bytes;
+  map.erase(it);
 }
 
 void Shipper::expireLastWordsLocked(MonoTime now) {
-  std::erase_if(exited_words_,
-                [&](const auto& e) { return now - e.second.exited_at > config_.last_words_ttl; });
-  while (exited_words_.size() > config_.max_last_words) {
-    auto oldest = std::min_element(
+  for (auto it = exited_words_.begin(); it != exited_words_.end();) {
+    auto next = std::next(it);
+    if (now - it->second.exited_at > config_.last_words_ttl) forgetWordsLocked(exited_words_, it);
+    it = next;
+  }
+  auto oldest_exit = [&] {
+    return std::min_element(
         exited_words_.begin(), exited_words_.end(),
         [](const auto& a, const auto& b) { return a.second.exited_at < b.second.exited_at; });
-    exited_words_.erase(oldest);
+  };
+  while (exited_words_.size() > config_.max_last_words) {
+    forgetWordsLocked(exited_words_, oldest_exit());
+  }
+  while (last_words_bytes_ > config_.max_last_words_bytes) {
+    if (!live_words_.empty()) {
+      auto largest = std::max_element(
+          live_words_.begin(), live_words_.end(),
+          [](const auto& a, const auto& b) { return a.second.bytes < b.second.bytes; });
+      forgetWordsLocked(live_words_, largest);
+    } else if (!exited_words_.empty()) {
+      forgetWordsLocked(exited_words_, oldest_exit());
+    } else {
+      break;
+    }
   }
 }
 
@@ -747,6 +787,10 @@ std::uint64_t Shipper::droppedItems() const {
 std::size_t Shipper::lastWordsKept() const {
   std::lock_guard lock(mu_);
   return exited_words_.size();
+}
+std::size_t Shipper::lastWordsBytes() const {
+  std::lock_guard lock(mu_);
+  return last_words_bytes_;
 }
 std::string Shipper::operatorInstance() const {
   std::lock_guard lock(mu_);

@@ -519,6 +519,31 @@ TEST_F(ShipperTest, AnExitedRanksLastWordsAreResentToANewOperatorInstance) {
   EXPECT_TRUE(transport_.posted[8].report.reports.empty());
 }
 
+// The kept words are bounded in bytes: a pod sending huge reports for many ranks loses its own
+// running ranks' words first, and the exited rank's words of another pod stay to be resent.
+TEST_F(ShipperTest, LastWordsAreBoundedInBytesAndAFloodingPodLosesItsOwn) {
+  config_.max_last_words_bytes = 512 << 10;
+  auto s = make();
+  rankOneLivesAndExits(*s);
+  const std::size_t exited = s->lastWordsBytes();
+  ASSERT_GT(exited, 0u);
+  for (int rank = 100; rank < 140; ++rank) {
+    s->add(rankReport(identityOf("team", "flood", "node-a", "job", rank, 0), 1, 1024));
+    EXPECT_LE(s->lastWordsBytes(), config_.max_last_words_bytes) << rank;
+  }
+  EXPECT_EQ(s->lastWordsKept(), 1u);
+  EXPECT_GE(s->lastWordsBytes(), exited) << "the exited rank's words went";
+  transport_.script.push_back(acceptedBy("a"));
+  while (s->bufferedReports() + s->bufferedNotices() > 0) s->sendNow();
+  transport_.script.push_back(acceptedBy("b"));
+  s->sendNow();
+  s->sendNow();
+  const report::NodeReport& replay = transport_.posted.back().report;
+  ASSERT_TRUE(replay.replay);
+  ASSERT_EQ(replay.reports.size(), 1u);
+  EXPECT_EQ(replay.reports[0].id.pod, "job-1");
+}
+
 // last_words_ttl 0 (--last-words-seconds=0) keeps none: a new instance gets nothing resent.
 TEST_F(ShipperTest, NoLastWordsAreKeptWhenTheirTimeIsZero) {
   config_.last_words_ttl = Duration::zero();

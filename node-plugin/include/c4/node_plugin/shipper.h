@@ -27,7 +27,8 @@
 // Last words: the shipper keeps what each rank process said last (its newest RankReport, its
 // newest ProgressNotice, its last kMaxLastAnomalies anomaly notices) and, once the node plugin
 // sees the process exit (an anomaly of kind processExited), keeps those with the exit notice for
-// last_words_ttl (at most max_last_words exited processes, the oldest exits go first). Every
+// last_words_ttl (at most max_last_words exited processes, the oldest exits go first; at most
+// max_last_words_bytes in all, see there). Every
 // accepted answer names the operator process that took the batch (C4-Operator-Instance). When
 // that name changes from one accepted answer to the next, the evidence of exits delivered to the
 // old process may have died with it (an operator killed between a rank's exit and its verdict),
@@ -122,6 +123,10 @@ struct ShipperConfig {
   // (last_words_ttl 0: none kept, nothing replayed).
   Duration last_words_ttl = std::chrono::minutes{10};
   std::size_t max_last_words = 256;
+  // Bound of the kept words (estimated encoded size, running and exited processes together):
+  // past it the words of the running process that holds the most go first (a pod sending huge
+  // reports loses its own), then the oldest exits.
+  std::size_t max_last_words_bytes = 16u << 20;
 };
 
 // Outcome of one POST (the `outcome` label of c4_node_plugin_batches_total).
@@ -183,8 +188,10 @@ class Shipper {
   [[nodiscard]] std::optional<MonoTime> failingSince() const;
   [[nodiscard]] std::uint64_t droppedItems() const;
   [[nodiscard]] MonoTime lastLoop() const;
-  // Exited rank processes whose last words are kept; the operator instance last heard from.
+  // Exited rank processes whose last words are kept, the estimated bytes of all kept words
+  // (running processes' too); the operator instance last heard from.
   [[nodiscard]] std::size_t lastWordsKept() const;
+  [[nodiscard]] std::size_t lastWordsBytes() const;
   [[nodiscard]] std::string operatorInstance() const;
 
   static constexpr std::size_t kMaxLastAnomalies = 8;
@@ -212,6 +219,7 @@ class Shipper {
     std::deque<report::AnomalyNotice> anomalies;  // newest last, at most kMaxLastAnomalies
     std::optional<report::AnomalyNotice> exit;    // the processExited notice
     MonoTime exited_at{};
+    std::size_t bytes = 0;  // estimated encoded size of all of it
   };
   // (ns/pod, rank, restart attempt): not the pid, since a trainer's progress notices come from
   // a process of its own (c4-notify, the Python helper).
@@ -241,6 +249,9 @@ class Shipper {
   void rememberLocked(const Item& item);
   void replayLocked();
   void expireLastWordsLocked(MonoTime now);
+  // Erases one entry of live_words_ or exited_words_, keeping last_words_bytes_.
+  void forgetWordsLocked(std::map<RankKey, LastWords>& map,
+                         std::map<RankKey, LastWords>::iterator it);
 
   ShipperConfig config_;
   Clock& clock_;
@@ -284,6 +295,7 @@ class Shipper {
   // by an accepted answer.
   std::map<RankKey, LastWords> live_words_;
   std::map<RankKey, LastWords> exited_words_;
+  std::size_t last_words_bytes_ = 0;
   std::string instance_;
   std::atomic<std::int64_t> last_loop_ns_{0};
   std::thread thread_;
