@@ -106,16 +106,21 @@ std::optional<std::vector<std::string>> jobPlacement(const Json& job, std::int64
 }
 
 std::vector<ConnectionDelta> connectionDeltas(
-    const ingest::JobRecord& record, const c4p::JobPlan& plan, std::int64_t plan_version,
+    const ingest::JobRecord& record, const std::vector<c4p::PlannedPair>& pairs,
+    std::int64_t plan_version,
     std::map<std::pair<std::int32_t, std::uint64_t>, std::uint64_t>& seen) {
   std::vector<ConnectionDelta> out;
   for (const auto& [rank, rr] : record.ranks) {
-    // The plan version the receiving rank had applied when it sent the report of `seq`.
-    auto versionAt = [&rr](std::uint64_t seq) -> std::optional<std::int64_t> {
+    // The header of the receiving rank's report of `seq` (its plan version, its arrival).
+    auto headerAt = [&rr](std::uint64_t seq) -> const ingest::RankHeader* {
       for (const auto& h : rr.reports) {
-        if (h.seq == seq) return h.plan_version;
+        if (h.seq == seq) return &h;
       }
-      return std::nullopt;
+      return nullptr;
+    };
+    auto versionAt = [&](std::uint64_t seq) -> std::optional<std::int64_t> {
+      const ingest::RankHeader* h = headerAt(seq);
+      return h == nullptr ? std::nullopt : std::optional<std::int64_t>(h->plan_version);
     };
     for (const auto& [id, history] : rr.connections) {
       const auto& samples = history.samples;
@@ -129,7 +134,7 @@ std::vector<ConnectionDelta> connectionDeltas(
       const std::string& sender = last.stats.peer_node;
       const std::string& receiver = rr.identity.node;
       const c4p::PlannedPair* pair = nullptr;
-      for (const auto& p : plan.pairs) {
+      for (const auto& p : pairs) {
         if (p.local_node == sender && p.peer_node == receiver) pair = &p;
       }
       const std::size_t n = last.stats.subflows.size();
@@ -142,9 +147,28 @@ std::vector<ConnectionDelta> connectionDeltas(
           versionAt(prev.report_seq) != plan_version) {
         continue;
       }
+      // The sender applies a version on its own (its pod's copy of the plan): when its reports
+      // are at hand, judge only a window that began after its first report of this version,
+      // and count the lag from there. Before it, the sender may still have run the old weights
+      // (a path without weight moves nothing, as planned).
+      std::optional<WallTime> sender_since;
+      if (auto sr = record.ranks.find(last.stats.peer_rank);
+          last.stats.peer_rank >= 0 && sr != record.ranks.end() && !sr->second.reports.empty()) {
+        const auto& hs = sr->second.reports;
+        if (hs.back().plan_version != plan_version) continue;
+        auto first = hs.end();
+        while (first != hs.begin() && std::prev(first)->plan_version == plan_version) --first;
+        sender_since = first->received;
+      }
+      auto after_sender = [&](const ingest::ConnectionSample& sample) {
+        if (!sender_since) return true;
+        const ingest::RankHeader* h = headerAt(sample.report_seq);
+        return h != nullptr && h->received >= *sender_since;
+      };
+      if (!after_sender(prev)) continue;
       std::size_t base = samples.size() - 2;
       while (base > 0 && versionAt(samples[base - 1].report_seq) == plan_version &&
-             samples[base - 1].stats.subflows.size() == n) {
+             samples[base - 1].stats.subflows.size() == n && after_sender(samples[base - 1])) {
         --base;
       }
       ConnectionDelta delta;
@@ -953,30 +977,31 @@ void TrafficPlanController::syncTelemetry() {
   std::vector<ConnectionDelta> deltas;
   for (auto& [key, state] : jobs_) {
     if (state.mode != c4p::Mode::kEnforce) continue;  // Advisory jobs do not follow the paths
-    const c4p::JobPlan* plan = planner_->plan(key);
-    if (plan == nullptr || !state.version) continue;
+    // The weights the ranks run are those of the version written (the planner's may have moved
+    // on in this pass, its new version not written yet).
+    if (!state.written || !state.version || state.written->version != *state.version) continue;
     auto slash = key.find('/');
-    store_->readJob(key.substr(0, slash), key.substr(slash + 1),
-                    [&](const ingest::JobRecord& record) {
-                      if (record.facts.uid != state.uid) return;
-                      auto d = connectionDeltas(record, *plan, *state.version, state.seen);
-                      for (auto& c : d) {
-                        c.job = key;
-                        std::string bytes, lag;
-                        for (const auto& sf : c.subflows) {
-                          bytes += std::to_string(sf.path) + ":" + std::to_string(sf.bytes) + " ";
-                          lag += std::to_string(sf.lag_bytes) + " ";
-                        }
-                        log_.debug("Link evidence", {{"job", key},
-                                                     {"from", c.local_node},
-                                                     {"to", c.peer_node},
-                                                     {"pathBytes", bytes},
-                                                     {"lag", lag},
-                                                     {"stalled", c.stalled}});
-                      }
-                      deltas.insert(deltas.end(), std::make_move_iterator(d.begin()),
-                                    std::make_move_iterator(d.end()));
-                    });
+    store_->readJob(
+        key.substr(0, slash), key.substr(slash + 1), [&](const ingest::JobRecord& record) {
+          if (record.facts.uid != state.uid) return;
+          auto d = connectionDeltas(record, state.written->pairs, *state.version, state.seen);
+          for (auto& c : d) {
+            c.job = key;
+            std::string bytes, lag;
+            for (const auto& sf : c.subflows) {
+              bytes += std::to_string(sf.path) + ":" + std::to_string(sf.bytes) + " ";
+              lag += std::to_string(sf.lag_bytes) + " ";
+            }
+            log_.debug("Link evidence", {{"job", key},
+                                         {"from", c.local_node},
+                                         {"to", c.peer_node},
+                                         {"pathBytes", bytes},
+                                         {"lag", lag},
+                                         {"stalled", c.stalled}});
+          }
+          deltas.insert(deltas.end(), std::make_move_iterator(d.begin()),
+                        std::make_move_iterator(d.end()));
+        });
   }
   auto locate = [this](const std::string& node) -> std::optional<c4p::NodeLocation> {
     auto it = nodes_.find(node);

@@ -135,18 +135,23 @@ std::optional<std::vector<std::string>> jobPlacement(const Json& job, std::int64
                                                      const std::vector<Json>& pods);
 
 // The evidence of a job's reports for the link monitor: every receiving connection of a
-// cross-leaf pair of `plan` with a new report since `seen` (rank, connection id → report seq last
-// used). The receiver's per-subflow counters are what arrived (a sender counts bytes written into
-// its socket, which a dead path's socket buffer still accepts); subflow i of the receiver is the
-// sender's subflow i (the hello's index), so its path and weight are the plan pair's subflow i.
-// Windows in which the receiving rank reported another plan version are skipped.
+// cross-leaf pair of `pairs` (the plan document of `plan_version`, as written: the weights the
+// plugins run, not the planner's newer ones) with a new report since `seen` (rank, connection id
+// → report seq last used). The receiver's per-subflow counters are what arrived (a sender counts
+// bytes written into its socket, which a dead path's socket buffer still accepts); subflow i of
+// the receiver is the sender's subflow i (the hello's index), so its path and weight are the plan
+// pair's subflow i. Windows in which the receiving rank reported another plan version are
+// skipped, and so are windows that began before the sending rank's first report of the version
+// (when its reports are in the store): a plugin applies a new version on its own, so the sender
+// may still have run the old weights; the lag counts from the later of the two.
 // A window in which nothing arrived on a connection counts as stalled (ConnectionDelta::stalled)
 // when an operation has waited at least this long at its end: a receive posted during a compute
 // phase waits too, but its subflows are level, so the lag rule finds nothing there.
 inline constexpr std::uint64_t kStalledWaitUs = report::kStalledWaitUs;
 
 std::vector<ConnectionDelta> connectionDeltas(
-    const ingest::JobRecord& record, const c4p::JobPlan& plan, std::int64_t plan_version,
+    const ingest::JobRecord& record, const std::vector<c4p::PlannedPair>& pairs,
+    std::int64_t plan_version,
     std::map<std::pair<std::int32_t, std::uint64_t>, std::uint64_t>& seen);
 
 class TrafficPlanController {

@@ -596,7 +596,94 @@ class TelemetryTest : public TrafficPlanTest {
     store_.apply(batch, {{"team/llm", ingest::JobFacts{"job-uid", 0, 4}}}, clock_.wallNow(), 0);
     clock_.advance(std::chrono::seconds{1});
   }
+  // The sending rank's (rank 1 on n1) report of the plan version its plugin runs.
+  void senderReport(std::uint64_t seq, std::int64_t version) {
+    report::NodeReport batch;
+    batch.node = "n1";
+    batch.seq = seq;
+    batch.time_unix_ns = toUnixNanos(clock_.wallNow());
+    report::RankReport r;
+    r.id = {"team", "llm", "llm-1", "n1", 1, 4, 0, 101};
+    r.seq = seq;
+    r.time_unix_ns = batch.time_unix_ns;
+    r.plan_version = version;
+    batch.reports.push_back(r);
+    store_.apply(batch, {{"team/llm", ingest::JobFacts{"job-uid", 0, 4}}}, clock_.wallNow(), 0);
+  }
+  // Fails n1 -> n2's path 0 from telemetry (as AStalledPathFailsItsLinkAndWeightsMove does):
+  // plan version 2, path 0 without weight; `p0`, `p1` carry the counters on.
+  void failPath0(TrafficPlanController& controller, std::uint64_t& p0, std::uint64_t& p1) {
+    for (std::uint64_t seq = 1; seq <= 3; ++seq) {
+      report(seq, p0 += 10'000'000, p1 += 10'000'000);
+      controller.sync();
+    }
+    report(4, p0, p1 += 10'000'000);
+    controller.sync();
+    report(5, p0, p1, true);
+    controller.sync();
+    ASSERT_EQ(planDocument().version, 2);
+  }
 };
+
+// When the hold ends, the weights return in the planner before the new version is written, and
+// the window the receiver sent under the old version (path 0 without weight, so it moved nothing)
+// must be judged by the old version's weights. Judged by the returned ones, the healed path was
+// "stalled, 30 MB behind its siblings" and failed again at once (e2e.c4p_fabric: "Link failed"
+// 2 s after "LinkRestored").
+TEST_F(TelemetryTest, AWindowOfTheOldVersionIsJudgedByItsOwnWeightsWhenTheHoldEnds) {
+  TrafficPlanConfig config;
+  config.link_hold = std::chrono::seconds{30};
+  auto controller = makeController(config);
+  placeJob("Enforce", 0, {"n0", "n1", "n2", "n3"});
+  controller->sync();
+  std::uint64_t p0 = 0, p1 = 0;
+  failPath0(*controller, p0, p1);
+  const std::size_t failed = eventsWithReason("LinkFailed").size();
+  // Under version 2 path 0 carries nothing, as planned.
+  for (std::uint64_t seq = 6; seq <= 8; ++seq) {
+    report(seq, p0, p1 += 10'000'000);
+    controller->sync();
+  }
+  clock_.advance(std::chrono::seconds{30});
+  report(9, p0, p1, true);  // a wait between messages, still under version 2
+  controller->sync();
+  EXPECT_EQ(planDocument().version, 3) << "the weights returned";
+  EXPECT_FALSE(eventsWithReason("LinkRestored").empty());
+  EXPECT_EQ(eventsWithReason("LinkFailed").size(), failed)
+      << eventsWithReason("LinkFailed").back()["message"].get<std::string>();
+}
+
+// A plan version reaches the ranks one by one: while the receiver runs version 3 and the sender
+// still runs 2 (path 0 without weight), path 0 moves nothing and is no evidence. Once the sender
+// reports version 3 too, a path 0 that still moves nothing is (the control: the same windows).
+TEST_F(TelemetryTest, APairIsJudgedOnlyOnceItsSenderRunsThePlanVersionToo) {
+  TrafficPlanConfig config;
+  config.link_hold = std::chrono::seconds{30};
+  auto controller = makeController(config);
+  placeJob("Enforce", 0, {"n0", "n1", "n2", "n3"});
+  controller->sync();
+  std::uint64_t p0 = 0, p1 = 0;
+  failPath0(*controller, p0, p1);
+  const std::size_t failed = eventsWithReason("LinkFailed").size();
+  clock_.advance(std::chrono::seconds{30});
+  report(6, p0, p1 += 10'000'000);
+  controller->sync();
+  ASSERT_EQ(planDocument().version, 3);
+  std::uint64_t seq = 7;
+  for (; seq <= 10; ++seq) {  // the receiver on 3, the sender still on 2
+    senderReport(seq, 2);
+    report(seq, p0, p1 += 10'000'000);
+    controller->sync();
+  }
+  EXPECT_EQ(eventsWithReason("LinkFailed").size(), failed) << "judged the sender by a version it "
+                                                              "does not run";
+  for (; seq <= 14; ++seq) {  // both on 3, and path 0 still moves nothing: a stall
+    senderReport(seq, 3);
+    report(seq, p0, p1 += 10'000'000);
+    controller->sync();
+  }
+  EXPECT_GT(eventsWithReason("LinkFailed").size(), failed) << "the control found no stall";
+}
 
 TEST_F(TelemetryTest, AStalledPathFailsItsLinkAndWeightsMove) {
   TrafficPlanConfig config;
