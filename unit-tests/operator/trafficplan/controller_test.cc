@@ -610,18 +610,27 @@ class TelemetryTest : public TrafficPlanTest {
     batch.reports.push_back(r);
     store_.apply(batch, {{"team/llm", ingest::JobFacts{"job-uid", 0, 4}}}, clock_.wallNow(), 0);
   }
-  // Fails n1 -> n2's path 0 from telemetry (as AStalledPathFailsItsLinkAndWeightsMove does):
-  // plan version 2, path 0 without weight; `p0`, `p1` carry the counters on.
-  void failPath0(TrafficPlanController& controller, std::uint64_t& p0, std::uint64_t& p1) {
+  // A controller with a 30 s link hold and an Enforce job whose n1 -> n2 path 0 telemetry has
+  // failed (as AStalledPathFailsItsLinkAndWeightsMove does): plan version 2, path 0 without
+  // weight. `p0`, `p1` carry the counters on; `failed` is the LinkFailed Events so far.
+  std::unique_ptr<TrafficPlanController> withPath0Failed(std::uint64_t& p0, std::uint64_t& p1,
+                                                         std::size_t& failed) {
+    TrafficPlanConfig config;
+    config.link_hold = std::chrono::seconds{30};
+    auto controller = makeController(config);
+    placeJob("Enforce", 0, {"n0", "n1", "n2", "n3"});
+    controller->sync();
     for (std::uint64_t seq = 1; seq <= 3; ++seq) {
       report(seq, p0 += 10'000'000, p1 += 10'000'000);
-      controller.sync();
+      controller->sync();
     }
     report(4, p0, p1 += 10'000'000);
-    controller.sync();
+    controller->sync();
     report(5, p0, p1, true);
-    controller.sync();
-    ASSERT_EQ(planDocument().version, 2);
+    controller->sync();
+    EXPECT_EQ(planDocument().version, 2);
+    failed = eventsWithReason("LinkFailed").size();
+    return controller;
   }
 };
 
@@ -631,14 +640,9 @@ class TelemetryTest : public TrafficPlanTest {
 // "stalled, 30 MB behind its siblings" and failed again at once (e2e.c4p_fabric: "Link failed"
 // 2 s after "LinkRestored").
 TEST_F(TelemetryTest, AWindowOfTheOldVersionIsJudgedByItsOwnWeightsWhenTheHoldEnds) {
-  TrafficPlanConfig config;
-  config.link_hold = std::chrono::seconds{30};
-  auto controller = makeController(config);
-  placeJob("Enforce", 0, {"n0", "n1", "n2", "n3"});
-  controller->sync();
   std::uint64_t p0 = 0, p1 = 0;
-  failPath0(*controller, p0, p1);
-  const std::size_t failed = eventsWithReason("LinkFailed").size();
+  std::size_t failed = 0;
+  auto controller = withPath0Failed(p0, p1, failed);
   // Under version 2 path 0 carries nothing, as planned.
   for (std::uint64_t seq = 6; seq <= 8; ++seq) {
     report(seq, p0, p1 += 10'000'000);
@@ -657,14 +661,9 @@ TEST_F(TelemetryTest, AWindowOfTheOldVersionIsJudgedByItsOwnWeightsWhenTheHoldEn
 // still runs 2 (path 0 without weight), path 0 moves nothing and is no evidence. Once the sender
 // reports version 3 too, a path 0 that still moves nothing is (the control: the same windows).
 TEST_F(TelemetryTest, APairIsJudgedOnlyOnceItsSenderRunsThePlanVersionToo) {
-  TrafficPlanConfig config;
-  config.link_hold = std::chrono::seconds{30};
-  auto controller = makeController(config);
-  placeJob("Enforce", 0, {"n0", "n1", "n2", "n3"});
-  controller->sync();
   std::uint64_t p0 = 0, p1 = 0;
-  failPath0(*controller, p0, p1);
-  const std::size_t failed = eventsWithReason("LinkFailed").size();
+  std::size_t failed = 0;
+  auto controller = withPath0Failed(p0, p1, failed);
   clock_.advance(std::chrono::seconds{30});
   report(6, p0, p1 += 10'000'000);
   controller->sync();
