@@ -266,10 +266,19 @@ std::size_t ReportStore::apply(const report::NodeReport& batch,
       }
       // A replayed report (last words of an exited rank, resent to this process after a
       // failover) is as old as its stamp says: timed by its arrival it would make a dead rank
-      // look alive.
-      addRankReport(
-          *job, r,
-          batch.replay ? fromUnixNanos(onOperatorClock(n, r.time_unix_ns, received)) : received);
+      // look alive. One older than what the rank reported here since (a process of the same
+      // pod, rank and attempt that runs now) is ignored: it would make that one look silent.
+      if (batch.replay) {
+        const WallTime said = fromUnixNanos(onOperatorClock(n, r.time_unix_ns, received));
+        auto known = job->ranks.find(r.id.rank);
+        if (known != job->ranks.end() && !known->second.reports.empty() &&
+            known->second.last_report >= said) {
+          continue;
+        }
+        addRankReport(*job, r, said);
+        continue;
+      }
+      addRankReport(*job, r, received);
     }
     for (const auto& notice : batch.notices) {
       const report::RankIdentity& id = std::visit(

@@ -64,7 +64,8 @@
 // timed by their stamps moved onto the operator's clock (never later than arrival), so a dead
 // rank's last report reads as old as it is; a replayed ProgressNotice is the rank's state only
 // when none was received here, timed the same way. A replayed report already held (same pid,
-// seq not newer) is ignored, as a resent one is.
+// seq not newer) is ignored, as a resent one is, and so is one older than what the rank reported
+// here since (a process of the same pod, rank and attempt that runs now).
 //
 // Readers that analyse a job (C4D) ask for its recent whole reports (recentReports): each
 // RankReport as it arrived, header and connections together, with the ranks' identities, the

@@ -394,6 +394,22 @@ TEST_F(ReportStoreTest, AReplayedReportIsAsOldAsItsStampAndNeverReplacesAHeardSt
     EXPECT_EQ(job.progress->state, report::ProgressState::kTraining);
   });
 
+  // A replayed report older than what the rank reported here since (a process of the same pod,
+  // rank and attempt that runs now) is ignored: it would make the running one look silent.
+  auto live = nodeReport("node-a", 3, stamp(now()));
+  auto running = rankReport(identity("ns1", "job", 1, "node-a"), 1, stamp(now()));
+  running.id.pid = 999;
+  live.reports.push_back(running);
+  store_.apply(live, facts(), now(), 0);
+  auto late = nodeReport("node-a", 4, stamp(now()));
+  late.replay = true;
+  late.reports.push_back(rankReport(identity("ns1", "job", 1, "node-a"), 4, stamp(last_said)));
+  store_.apply(late, facts(), now(), 0);
+  store_.readJob("ns1", "job", [&](const JobRecord& job) {
+    EXPECT_EQ(job.ranks.at(1).last_report, now());
+    EXPECT_EQ(job.ranks.at(1).identity.pid, 999u) << "an old replayed report displaced a live one";
+  });
+
   // The control: in a regular batch the same report reads as just received.
   ReportStore store(config_);
   store.apply(regular, facts(), now(), 0);
