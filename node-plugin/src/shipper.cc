@@ -286,11 +286,12 @@ void Shipper::rememberLocked(const Item& item) {
           forgetWordsLocked(exited_words_, it);  // the same process seen exiting again
         }
         exited_words_.emplace(key, std::move(words));
+        expireExitedWordsLocked(clock_.monoNow());
       }
     }
     // Checkpoints are no last words: the job's status keeps them.
   }
-  expireLastWordsLocked(clock_.monoNow());
+  if (last_words_bytes_ > config_.max_last_words_bytes) boundLastWordsBytesLocked();
 }
 
 void Shipper::forgetWordsLocked(std::map<RankKey, LastWords>& map,
@@ -299,20 +300,24 @@ void Shipper::forgetWordsLocked(std::map<RankKey, LastWords>& map,
   map.erase(it);
 }
 
-void Shipper::expireLastWordsLocked(MonoTime now) {
+std::map<Shipper::RankKey, Shipper::LastWords>::iterator Shipper::oldestExitLocked() {
+  return std::min_element(
+      exited_words_.begin(), exited_words_.end(),
+      [](const auto& a, const auto& b) { return a.second.exited_at < b.second.exited_at; });
+}
+
+void Shipper::expireExitedWordsLocked(MonoTime now) {
   for (auto it = exited_words_.begin(); it != exited_words_.end();) {
     auto next = std::next(it);
     if (now - it->second.exited_at > config_.last_words_ttl) forgetWordsLocked(exited_words_, it);
     it = next;
   }
-  auto oldest_exit = [&] {
-    return std::min_element(
-        exited_words_.begin(), exited_words_.end(),
-        [](const auto& a, const auto& b) { return a.second.exited_at < b.second.exited_at; });
-  };
   while (exited_words_.size() > config_.max_last_words) {
-    forgetWordsLocked(exited_words_, oldest_exit());
+    forgetWordsLocked(exited_words_, oldestExitLocked());
   }
+}
+
+void Shipper::boundLastWordsBytesLocked() {
   while (last_words_bytes_ > config_.max_last_words_bytes) {
     if (!live_words_.empty()) {
       auto largest = std::max_element(
@@ -320,7 +325,7 @@ void Shipper::expireLastWordsLocked(MonoTime now) {
           [](const auto& a, const auto& b) { return a.second.bytes < b.second.bytes; });
       forgetWordsLocked(live_words_, largest);
     } else if (!exited_words_.empty()) {
-      forgetWordsLocked(exited_words_, oldest_exit());
+      forgetWordsLocked(exited_words_, oldestExitLocked());
     } else {
       break;
     }
@@ -328,7 +333,7 @@ void Shipper::expireLastWordsLocked(MonoTime now) {
 }
 
 void Shipper::replayLocked() {
-  expireLastWordsLocked(clock_.monoNow());
+  expireExitedWordsLocked(clock_.monoNow());
   std::vector<Item> items;
   for (const auto& [key, words] : exited_words_) {
     auto push = [&](std::variant<report::RankReport, report::Notice> value, std::size_t bytes) {

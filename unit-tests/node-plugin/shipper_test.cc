@@ -587,6 +587,35 @@ TEST_F(ShipperTest, LastWordsAreBoundedInCount) {
   EXPECT_EQ(replay.reports[1].id.rank, 2);
 }
 
+// Words past their time go when the next exit is recorded (not only at a resend), so the kept
+// exits never pile up between operator changes; a running rank's reports leave them as they are.
+TEST_F(ShipperTest, AnExitRecordedLaterLetsTheExpiredWordsGo) {
+  auto s = make();
+  rankOneLivesAndExits(*s);
+  clock_.advance(config_.last_words_ttl + std::chrono::seconds{1});
+  s->add(report(0, 1));
+  EXPECT_EQ(s->lastWordsKept(), 1u);
+  auto id = identityOf("team", "job-2", "node-a", "job", 2, 0);
+  report::AnomalyNotice exited;
+  exited.id = id;
+  exited.time_unix_ns = 1'764'673'211'000'000'000LL;
+  exited.kind = report::AnomalyKind::kProcessExited;
+  s->add(exited);
+  EXPECT_EQ(s->lastWordsKept(), 1u) << "rank 1's words went when rank 2's exit came";
+  transport_.script.push_back(acceptedBy("a"));
+  while (s->bufferedReports() + s->bufferedNotices() > 0) s->sendNow();
+  transport_.script.push_back(acceptedBy("b"));
+  s->sendNow();
+  s->sendNow();
+  const report::NodeReport& replay = transport_.posted.back().report;
+  ASSERT_TRUE(replay.replay);
+  EXPECT_TRUE(replay.reports.empty());
+  ASSERT_EQ(replay.notices.size(), 1u);
+  const auto* exit = std::get_if<report::AnomalyNotice>(&replay.notices[0]);
+  ASSERT_NE(exit, nullptr);
+  EXPECT_EQ(exit->id.pod, "job-2");
+}
+
 TEST_F(ShipperTest, StopFlushesWhatItHolds) {
   config_.interval = std::chrono::seconds{60};
   auto s = make();

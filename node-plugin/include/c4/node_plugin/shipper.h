@@ -248,7 +248,14 @@ class Shipper {
   // words to exited_words_); replayLocked queues the kept words of exited processes, first.
   void rememberLocked(const Item& item);
   void replayLocked();
-  void expireLastWordsLocked(MonoTime now);
+  // The exited processes' words past last_words_ttl or beyond max_last_words go: run when an
+  // exit is recorded and before a resend, not on every message (what lingers past its time until
+  // then is within both bounds, and is not resent).
+  void expireExitedWordsLocked(MonoTime now);
+  // Within max_last_words_bytes: the running process holding the most goes first, then the
+  // oldest exit. Run when the words grew.
+  void boundLastWordsBytesLocked();
+  std::map<RankKey, LastWords>::iterator oldestExitLocked();
   // Erases one entry of live_words_ or exited_words_, keeping last_words_bytes_.
   void forgetWordsLocked(std::map<RankKey, LastWords>& map,
                          std::map<RankKey, LastWords>::iterator it);
