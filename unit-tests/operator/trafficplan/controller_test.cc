@@ -568,15 +568,6 @@ class TelemetryTest : public TrafficPlanTest {
   void report(std::uint64_t seq, std::uint64_t bytes_path0, std::uint64_t bytes_path1,
               bool waiting = false, std::optional<std::int64_t> version = std::nullopt) {
     const c4p::PlanDocument doc = planDocument();
-    report::NodeReport batch;
-    batch.node = "n2";
-    batch.seq = seq;
-    batch.time_unix_ns = toUnixNanos(clock_.wallNow());
-    report::RankReport r;
-    r.id = {"team", "llm", "llm-2", "n2", 2, 4, 0, 100};
-    r.seq = seq;
-    r.time_unix_ns = batch.time_unix_ns;
-    r.plan_version = version ? *version : doc.version;
     report::ConnectionStats conn;
     conn.id = 1;
     conn.direction = report::Direction::kRecv;
@@ -591,23 +582,28 @@ class TelemetryTest : public TrafficPlanTest {
           {static_cast<std::uint32_t>(conn.subflows.size()), 29500, -1, 1.0, bytes});
       conn.bytes += bytes;
     }
-    r.connections.push_back(conn);
-    batch.reports.push_back(r);
-    store_.apply(batch, {{"team/llm", ingest::JobFacts{"job-uid", 0, 4}}}, clock_.wallNow(), 0);
+    apply("n2", seq, {"team", "llm", "llm-2", "n2", 2, 4, 0, 100}, version ? *version : doc.version,
+          std::move(conn));
     clock_.advance(std::chrono::seconds{1});
   }
   // The sending rank's (rank 1 on n1) report of the plan version its plugin runs.
   void senderReport(std::uint64_t seq, std::int64_t version) {
+    apply("n1", seq, {"team", "llm", "llm-1", "n1", 1, 4, 0, 101}, version);
+  }
+  // One node plugin batch of `node` carrying one rank's report, applied to the store now.
+  void apply(const std::string& node, std::uint64_t seq, report::RankIdentity id,
+             std::int64_t version, std::optional<report::ConnectionStats> conn = std::nullopt) {
     report::NodeReport batch;
-    batch.node = "n1";
+    batch.node = node;
     batch.seq = seq;
     batch.time_unix_ns = toUnixNanos(clock_.wallNow());
     report::RankReport r;
-    r.id = {"team", "llm", "llm-1", "n1", 1, 4, 0, 101};
+    r.id = std::move(id);
     r.seq = seq;
     r.time_unix_ns = batch.time_unix_ns;
     r.plan_version = version;
-    batch.reports.push_back(r);
+    if (conn) r.connections.push_back(std::move(*conn));
+    batch.reports.push_back(std::move(r));
     store_.apply(batch, {{"team/llm", ingest::JobFacts{"job-uid", 0, 4}}}, clock_.wallNow(), 0);
   }
   // A controller with a 30 s link hold and an Enforce job whose n1 -> n2 path 0 telemetry has
