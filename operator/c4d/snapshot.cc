@@ -36,13 +36,20 @@ ConnSample ConnSample::from(const report::ConnectionStats& c) {
                     .transfer = c.transfer};
 }
 
+std::shared_ptr<const ConnSamples::Vector> convertConnections(
+    const std::vector<report::ConnectionStats>& connections) {
+  auto out = std::make_shared<ConnSamples::Vector>();
+  out->reserve(connections.size());
+  for (const auto& c : connections) out->push_back(ConnSample::from(c));
+  return out;
+}
+
 ReportSample ReportSample::from(const report::RankReport& r) {
   ReportSample s;
   s.time = WallTime{
       std::chrono::duration_cast<WallTime::duration>(std::chrono::nanoseconds{r.time_unix_ns})};
   s.interval_ms = r.interval_ms;
-  s.connections.reserve(r.connections.size());
-  for (const auto& c : r.connections) s.connections.push_back(ConnSample::from(c));
+  s.connections = ConnSamples(convertConnections(r.connections));
   s.communicators = r.communicators;
   s.last = r.last;
   return s;

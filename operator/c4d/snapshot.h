@@ -17,6 +17,8 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -94,10 +96,57 @@ struct ConnSample {
   static ConnSample from(const report::ConnectionStats& c);
 };
 
+// A report's connections: a vector that snapshots share. A window's snapshot takes the ones the
+// caller converted for an earlier window (the newest report of one window is the older of the
+// next), and copying a snapshot copies none; a write copies first when the vector is shared.
+class ConnSamples {
+ public:
+  using Vector = std::vector<ConnSample>;
+  ConnSamples() = default;
+  ConnSamples(std::initializer_list<ConnSample> items) { own() = items; }
+  explicit ConnSamples(std::shared_ptr<const Vector> shared) : v_(std::move(shared)) {}
+
+  std::size_t size() const noexcept { return v_ ? v_->size() : 0; }
+  bool empty() const noexcept { return size() == 0; }
+  const ConnSample& operator[](std::size_t i) const { return (*v_)[i]; }
+  Vector::const_iterator begin() const { return v_ ? v_->cbegin() : Vector::const_iterator{}; }
+  Vector::const_iterator end() const { return v_ ? v_->cend() : Vector::const_iterator{}; }
+  // The shared vector (null when empty and never written).
+  const std::shared_ptr<const Vector>& shared() const noexcept { return v_; }
+
+  // Writes (tests, benches): on a vector of this sample's own.
+  ConnSample& operator[](std::size_t i) { return own()[i]; }
+  Vector::iterator begin() { return own().begin(); }
+  Vector::iterator end() { return own().end(); }
+  void push_back(const ConnSample& c) { own().push_back(c); }
+  void reserve(std::size_t n) { own().reserve(n); }
+  void clear() {
+    v_.reset();
+    made_ = nullptr;
+  }
+
+ private:
+  // A vector this sample may write: one it made, held by no other sample.
+  Vector& own() {
+    if (!v_ || !made_ || v_.use_count() > 1) {
+      auto fresh = v_ ? std::make_shared<Vector>(*v_) : std::make_shared<Vector>();
+      made_ = fresh.get();
+      v_ = std::move(fresh);
+    }
+    return *made_;
+  }
+  std::shared_ptr<const Vector> v_;
+  Vector* made_ = nullptr;  // v_, when this sample (or the one it was copied from) made it
+};
+
+// ConnSample::from of each connection, in order.
+std::shared_ptr<const ConnSamples::Vector> convertConnections(
+    const std::vector<report::ConnectionStats>& connections);
+
 struct ReportSample {
   WallTime time{};  // the report's timeUnixNs
   std::uint32_t interval_ms = 1000;
-  std::vector<ConnSample> connections;
+  ConnSamples connections;
   // The rank's NCCL communicators (profiler telemetry; empty from the net plugin).
   std::vector<report::CommunicatorProgress> communicators;
   // The process's last report: it ended its telemetry in order (RankReport.last; a killed or

@@ -45,19 +45,7 @@ struct Side {
   WallTime prev_time{};
 };
 
-struct Agg {
-  std::int32_t peer = -1;
-  bool send = false;
-  std::uint32_t conns = 0;
-  std::uint64_t bytes = 0;
-  std::uint64_t wire = 0;
-  std::uint64_t id_sum = 0;
-  std::uint32_t inflight = 0;
-  std::uint64_t oldest_us = 0;
-  std::uint64_t wait_sum_us = 0;
-  std::uint64_t wait_max_us = 0;
-  std::uint64_t xfer_sum_us = 0;
-};
+using Agg = WindowBuilder::Agg;
 
 struct ConnRef {
   std::int32_t peer;
@@ -96,8 +84,10 @@ void aggregate(const ReportSample& r, std::int32_t worldSize, std::int32_t self,
   }
 }
 
-// Every rank's newest report per (peer, direction), sorted by (key, send).
-std::vector<Side> buildSides(const JobSnapshot& snap) {
+// Every rank's newest report per (peer, direction), sorted by (key, send). `memo` (by rank): the
+// aggregates of each rank's newest report, which the next window's older report reuses when it
+// is the same report (the caller shares its connections between windows: ConnSamples).
+std::vector<Side> buildSides(const JobSnapshot& snap, std::vector<WindowBuilder::AggMemo>& memo) {
   const std::int32_t n = snap.world_size;
   std::vector<Side> sides;
   {
@@ -109,18 +99,22 @@ std::vector<Side> buildSides(const JobSnapshot& snap) {
   }
   std::vector<ConnRef> scratch;
   std::vector<Agg> aggNew, aggOld;
+  memo.resize(static_cast<std::size_t>(std::max(0, n)));
   for (std::int32_t r = 0; r < n; ++r) {
     const RankSnapshot& rs = snap.ranks[static_cast<std::size_t>(r)];
     if (rs.reports.empty()) continue;
+    WindowBuilder::AggMemo& m = memo[static_cast<std::size_t>(r)];
     const ReportSample& newest = rs.reports.back();
-    aggregate(newest, n, r, scratch, aggNew);
     const ReportSample* prev =
         rs.reports.size() >= 2 ? &rs.reports[rs.reports.size() - 2] : nullptr;
-    if (prev) {
-      aggregate(*prev, n, r, scratch, aggOld);
-    } else {
+    if (prev == nullptr) {
       aggOld.clear();
+    } else if (m.source != nullptr && m.source == prev->connections.shared() && m.world_size == n) {
+      aggOld.swap(m.aggs);  // aggregated as the newest report in an earlier window
+    } else {
+      aggregate(*prev, n, r, scratch, aggOld);
     }
+    aggregate(newest, n, r, scratch, aggNew);
     std::size_t j = 0;
     for (const Agg& a : aggNew) {
       while (j < aggOld.size() &&
@@ -152,6 +146,9 @@ std::vector<Side> buildSides(const JobSnapshot& snap) {
       }
       sides.push_back(s);
     }
+    m.source = newest.connections.shared();
+    m.world_size = n;
+    m.aggs.assign(aggNew.begin(), aggNew.end());
   }
   std::sort(sides.begin(), sides.end(), [](const Side& a, const Side& b) {
     return a.key != b.key ? a.key < b.key : a.send < b.send;
@@ -256,6 +253,7 @@ void buildCollectiveProgress(Window& w) {
 void WindowBuilder::reset() {
   last_pause_seen_.reset();
   edges_.clear();
+  memo_.clear();
 }
 
 Window WindowBuilder::build(const JobSnapshot& snap, WallTime now, std::int64_t ticksInAttempt) {
@@ -317,7 +315,7 @@ Window WindowBuilder::build(const JobSnapshot& snap, WallTime now, std::int64_t 
   w.warmup = ticksInAttempt <= th.warmup_windows;
 
   // --- Sides: every rank's newest report per (peer, direction) -------------------------------
-  const std::vector<Side> sides = buildSides(snap);
+  const std::vector<Side> sides = buildSides(snap, memo_);
 
   // --- Edges, joined with their state ---------------------------------------------------------
   std::vector<Edge>& edges = w.edges;

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -124,6 +125,29 @@ class WindowBuilder {
   // Forgets everything (a new attempt).
   void reset();
 
+  // One rank's traffic towards one peer in one direction, summed over its connections of one
+  // report (window.cc).
+  struct Agg {
+    std::int32_t peer = -1;
+    bool send = false;
+    std::uint32_t conns = 0;
+    std::uint64_t bytes = 0;
+    std::uint64_t wire = 0;
+    std::uint64_t id_sum = 0;
+    std::uint32_t inflight = 0;
+    std::uint64_t oldest_us = 0;
+    std::uint64_t wait_sum_us = 0;
+    std::uint64_t wait_max_us = 0;
+    std::uint64_t xfer_sum_us = 0;
+  };
+  // A rank's newest report's aggregates, by the connections they were made of: the next window
+  // reads the same report as its older one.
+  struct AggMemo {
+    std::shared_ptr<const ConnSamples::Vector> source;
+    std::int32_t world_size = 0;  // peers at or above it were left out
+    std::vector<Agg> aggs;
+  };
+
  private:
   // Per rank->rank edge, kept between ticks.
   struct EdgeState {
@@ -137,6 +161,7 @@ class WindowBuilder {
 
   std::optional<WallTime> last_pause_seen_;
   std::vector<EdgeState> edges_;  // sorted by key
+  std::vector<AggMemo> memo_;     // by rank
 };
 
 }  // namespace c4::c4d

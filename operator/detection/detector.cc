@@ -151,15 +151,69 @@ PodFacts podFactsOf(const Json& pod) {
                   podStateOf(metadata, fieldsOf(pod, "status"))};
 }
 
+const PodFacts& PodFactsCache::of(const std::string& key, const Json& pod) {
+  const std::string& version = stringIn(fieldsOf(pod, "metadata"), "resourceVersion");
+  auto [it, added] = entries_.try_emplace(key);
+  Entry& e = it->second;
+  e.read = true;
+  if (added || version.empty() || e.resource_version != version) {
+    e.facts = podFactsOf(pod);
+    e.resource_version = version;
+  }
+  return e.facts;
+}
+
+void PodFactsCache::sweep() {
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    if (!it->second.read) {
+      it = entries_.erase(it);
+    } else {
+      it->second.read = false;
+      ++it;
+    }
+  }
+}
+
+void ReportSampleCache::begin(std::int32_t world_size) {
+  const auto n = static_cast<std::size_t>(std::max(0, world_size));
+  previous_.resize(n);
+  current_.resize(n);
+  converted_ = 0;
+}
+
+c4d::ConnSamples ReportSampleCache::connections(std::int32_t rank,
+                                                const ingest::StoredReportPtr& report) {
+  if (rank < 0 || static_cast<std::size_t>(rank) >= current_.size()) {
+    ++converted_;
+    return c4d::ConnSamples(c4d::convertConnections(report->connections));
+  }
+  const auto r = static_cast<std::size_t>(rank);
+  for (const Entry& e : previous_[r]) {
+    if (e.report == report) {
+      current_[r].push_back(e);
+      return e.connections;
+    }
+  }
+  ++converted_;
+  current_[r].push_back({report, c4d::ConnSamples(c4d::convertConnections(report->connections))});
+  return current_[r].back().connections;
+}
+
+void ReportSampleCache::end() {
+  std::swap(previous_, current_);
+  for (auto& entries : current_) entries.clear();  // keeps their capacity for the next window
+}
+
 c4d::JobSnapshot buildSnapshot(const Json& job, const ingest::RecentReports& record,
                                const SnapshotSources& sources, const DetectorConfig& config,
-                               WallTime now) {
+                               WallTime now, ReportSampleCache* cache) {
   c4d::JobSnapshot snap;
   snap.ns = record.ns;
   snap.name = record.name;
   snap.world_size = record.facts.world_size;
   snap.attempt = record.facts.attempt;
   snap.ranks.resize(static_cast<std::size_t>(std::max(0, snap.world_size)));
+  if (cache != nullptr) cache->begin(snap.world_size);
 
   auto spec = parseTrainingJobSpec(job);
   std::int64_t procs = 1;
@@ -258,10 +312,9 @@ c4d::JobSnapshot buildSnapshot(const Json& job, const ingest::RecentReports& rec
         sample.interval_ms = report.header.interval_ms;
         sample.communicators = report.header.communicators;
         sample.last = report.header.last;
-        sample.connections.reserve(report.connections.size());
-        for (const auto& c : report.connections) {
-          sample.connections.push_back(c4d::ConnSample::from(c));
-        }
+        sample.connections = cache != nullptr
+                                 ? cache->connections(r, rr.reports[i])
+                                 : c4d::ConnSamples(c4d::convertConnections(report.connections));
       }
       if (rr.progress) {
         rank.progress = c4d::ProgressSample{rr.progress->state, rr.progress->step,
@@ -272,6 +325,7 @@ c4d::JobSnapshot buildSnapshot(const Json& job, const ingest::RecentReports& rec
     rank.node = node != nullptr ? nodeIndex(*node) : -1;
   }
 
+  if (cache != nullptr) cache->end();
   for (const auto& a : record.anomalies) {
     if (a.id.rank < 0 || a.id.rank >= snap.world_size) continue;
     snap.ranks[static_cast<std::size_t>(a.id.rank)].anomalies.push_back(c4d::AnomalySample{
@@ -509,9 +563,9 @@ bool Detector::analyse(const std::string& key, const Json& job, JobState& state,
   if (reports->facts.attempt != state.attempt || reports->facts.uid != uid) return true;
   SnapshotSources sources;
   // Pods and Nodes are read in place in the informer caches: a window copies none of them.
-  sources.pod = [this](const std::string& k) {
+  sources.pod = [this, &state](const std::string& k) {
     std::optional<PodFacts> facts;
-    pods_.store().read(k, [&](const Json& pod) { facts = podFactsOf(pod); });
+    pods_.store().read(k, [&](const Json& pod) { facts = state.pod_facts.of(k, pod); });
     return facts;
   };
   sources.node_history = [this](const std::string& n) {
@@ -527,7 +581,8 @@ bool Detector::analyse(const std::string& key, const Json& job, JobState& state,
     return history;
   };
   sources.node_record = [this](const std::string& n) { return store_.node(n); };
-  const c4d::JobSnapshot snap = buildSnapshot(job, *reports, sources, config_, now);
+  const c4d::JobSnapshot snap = buildSnapshot(job, *reports, sources, config_, now, &state.samples);
+  state.pod_facts.sweep();
   state.last_anomaly_seq = reports->anomaly_seq;
   auto result = state.analyser.tick(snap, now);
   if (!result) {

@@ -67,6 +67,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_map>
 
 #include "c4/common/clock.h"
 #include "c4/common/log.h"
@@ -98,7 +99,7 @@ struct DetectorConfig {
   // look like a slightly late rank), and a cordon needs a clear signal.
   double straggler_min_slowdown = 2.0;
   // Report samples per rank handed to the analyser (it uses the newest two).
-  std::size_t report_samples = 3;
+  std::size_t report_samples = 2;
   // A slow link (commSlow, action replan) still found this long after C4P was asked to re-plan
   // around it is treated as a NIC fault at one of its ends (DESIGN: re-plan first; if the
   // slowness persists, the node's NIC).
@@ -128,6 +129,26 @@ struct PodFacts {
 };
 PodFacts podFactsOf(const Json& pod);
 
+// A job's PodFacts by pod key, kept with the pod's resourceVersion: a window reads an unchanged
+// pod's version, not its fields (a pod without one is read whole every time).
+class PodFactsCache {
+ public:
+  // The facts of `pod`, the informer's object under `key`: kept ones while its resourceVersion is
+  // the one they were read at. Valid until the next call.
+  const PodFacts& of(const std::string& key, const Json& pod);
+  // Lets the pods go that were not read since the previous sweep.
+  void sweep();
+  std::size_t size() const noexcept { return entries_.size(); }
+
+ private:
+  struct Entry {
+    std::string resource_version;
+    PodFacts facts;
+    bool read = false;
+  };
+  std::unordered_map<std::string, Entry> entries_;
+};
+
 // The analyser's snapshot of one job from its recent reports in the store
 // (ReportStore::recentReports), the job's pods and the nodes (exposed for tests). `job` is the
 // TrainingJob; pods are looked up as "<ns>/<job>-<index>"; a node's record is the one in
@@ -138,9 +159,36 @@ struct SnapshotSources {
   std::function<std::optional<std::vector<NodeFaultRecord>>(const std::string& name)> node_history;
   std::function<std::optional<ingest::NodeRecord>(const std::string& name)> node_record;
 };
+
+// A job's stored reports in the analyser's form, kept from one window to the next: the newest
+// report of a window is the older of the next, so each report's connections are converted once
+// (ConnSample::from of each), not in every window that reads it. Holds the reports the last
+// window read, no more.
+class ReportSampleCache {
+ public:
+  // Starts a window of a job of `world_size` ranks.
+  void begin(std::int32_t world_size);
+  // The connections of rank `rank`'s report `report`: as the previous window converted them if it
+  // read the same report, else converted now.
+  c4d::ConnSamples connections(std::int32_t rank, const ingest::StoredReportPtr& report);
+  // Ends the window: what it did not read is let go.
+  void end();
+  // Reports converted in the last window.
+  std::size_t converted() const noexcept { return converted_; }
+
+ private:
+  struct Entry {
+    ingest::StoredReportPtr report;
+    c4d::ConnSamples connections;
+  };
+  std::vector<std::vector<Entry>> previous_, current_;  // by rank
+  std::size_t converted_ = 0;
+};
+
+// `cache`: the job's, kept between its windows (null: every report is converted).
 c4d::JobSnapshot buildSnapshot(const Json& job, const ingest::RecentReports& reports,
                                const SnapshotSources& sources, const DetectorConfig& config,
-                               WallTime now);
+                               WallTime now, ReportSampleCache* cache = nullptr);
 
 // Who hears of a diagnosis: the TrainingJob controller, which enqueues the job.
 class DiagnosisListener {
@@ -200,6 +248,8 @@ class Detector {
  private:
   struct JobState {
     c4d::JobAnalyser analyser;
+    ReportSampleCache samples;
+    PodFactsCache pod_facts;
     std::optional<MonoTime> next_window;  // when the next analysis window is due
     std::string uid;
     std::uint32_t attempt = 0;

@@ -74,5 +74,38 @@ TEST(C4dWindow, AfterALostReportTheBytesSpanTwoIntervalsAndAreNotRated) {
   EXPECT_TRUE(w.rates.empty());
 }
 
+// The builder keeps each rank's newest report's aggregates for the next window, whose older
+// report it is when the caller shares the report's connections (ConnSamples, as the detector's
+// ReportSampleCache does): the rate is the one unshared copies give, and an older report whose
+// connections were written since (a copy of its own) is aggregated anew.
+TEST(C4dWindow, AnOlderReportsAggregatesAreReusedOnlyForTheSameConnections) {
+  const JobSnapshot first = job({9, 10});
+  JobSnapshot second = job({10, 11});
+  for (std::size_t r = 0; r < 2; ++r) second.ranks[r].reports[0] = first.ranks[r].reports[1];
+  ASSERT_EQ(second.ranks[0].reports[0].connections.shared(),
+            first.ranks[0].reports[1].connections.shared());
+  WindowBuilder shared;
+  (void)shared.build(first, kStart + std::chrono::seconds{10}, 20);
+  const Window a = shared.build(second, kStart + std::chrono::seconds{11}, 21);
+  ASSERT_EQ(a.edges.size(), 1u);
+  EXPECT_TRUE(a.edges[0].measured);
+  EXPECT_DOUBLE_EQ(a.edges[0].rate, 2e9);
+
+  // The same older report with 0.5 GB less on both sides, written into the shared connections:
+  // the write copies them (the first snapshot still says what it said), so the builder sees new
+  // connections and the bytes between the two reports are 1.5 GB (3 GB/s over 0.5 s).
+  JobSnapshot third = second;
+  for (std::size_t r = 0; r < 2; ++r) third.ranks[r].reports[0].connections[0].bytes -= 500'000'000;
+  EXPECT_NE(third.ranks[0].reports[0].connections.shared(),
+            first.ranks[0].reports[1].connections.shared());
+  EXPECT_EQ(first.ranks[0].reports[1].connections[0].bytes, 10'000'000'000u);
+  WindowBuilder rebuilt;
+  (void)rebuilt.build(first, kStart + std::chrono::seconds{10}, 20);
+  const Window b = rebuilt.build(third, kStart + std::chrono::seconds{11}, 21);
+  ASSERT_EQ(b.edges.size(), 1u);
+  EXPECT_TRUE(b.edges[0].measured);
+  EXPECT_DOUBLE_EQ(b.edges[0].rate, 3e9);
+}
+
 }  // namespace
 }  // namespace c4::c4d

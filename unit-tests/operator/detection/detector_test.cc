@@ -660,6 +660,97 @@ TEST_F(DetectorTest, AFlappingLinkCannotCrowdOutTheEventsOfALaterFault) {
   EXPECT_TRUE(frozen_reported) << "the frozen rank's Event was dropped";
 }
 
+// A job's ReportSampleCache converts each stored report once: the newest report of one window is
+// the older of the next, and the next window's snapshot shares its converted connections. A
+// report is known by the stored object, not by its contents, and what a window does not read is
+// let go.
+TEST_F(DetectorTest, AReportReadInTwoWindowsIsConvertedOnce) {
+  auto stored = [&](std::uint64_t seq, std::uint64_t bytes) {
+    auto s = std::make_shared<ingest::StoredReport>();
+    s->header.seq = seq;
+    s->header.received = clock_.wallNow();
+    report::ConnectionStats c;
+    c.id = 7;
+    c.direction = report::Direction::kSend;
+    c.peer_rank = 2;
+    c.bytes = bytes;
+    c.subflows = {{0, 40000, 0, 1.0, bytes / 2}, {1, 40001, 1, 1.0, bytes / 2}};
+    s->connections.push_back(c);
+    return ingest::StoredReportPtr(std::move(s));
+  };
+  auto record = [&](std::vector<ingest::StoredReportPtr> reports) {
+    ingest::RecentReports r;
+    r.ns = "team";
+    r.name = "llm";
+    r.facts = facts();
+    r.ranks[1].reports = std::move(reports);
+    return r;
+  };
+  const auto a = stored(1, 1000), b = stored(2, 2000), c = stored(3, 3000);
+  const auto b_again = stored(2, 2000);  // the same contents in another object
+  ReportSampleCache cache;
+  const DetectorConfig config;
+  const c4d::JobSnapshot first =
+      buildSnapshot(job_, record({a, b}), {}, config, clock_.wallNow(), &cache);
+  EXPECT_EQ(cache.converted(), 2u);
+  const c4d::JobSnapshot second =
+      buildSnapshot(job_, record({b, c}), {}, config, clock_.wallNow(), &cache);
+  EXPECT_EQ(cache.converted(), 1u) << "only the new report";
+  ASSERT_EQ(second.ranks[1].reports.size(), 2u);
+  EXPECT_EQ(second.ranks[1].reports[0].connections.shared(),
+            first.ranks[1].reports[1].connections.shared());
+  const c4d::ConnSample& conn = second.ranks[1].reports[1].connections[0];
+  EXPECT_EQ(conn.bytes, 3000u);
+  EXPECT_EQ(conn.wire_bytes, 3000u);
+  EXPECT_EQ(conn.peer_rank, 2);
+  const c4d::JobSnapshot third =
+      buildSnapshot(job_, record({b_again, c}), {}, config, clock_.wallNow(), &cache);
+  EXPECT_EQ(cache.converted(), 1u) << "another stored object is another report";
+  EXPECT_NE(third.ranks[1].reports[0].connections.shared(),
+            first.ranks[1].reports[1].connections.shared());
+  EXPECT_EQ(third.ranks[1].reports[1].connections.shared(),
+            second.ranks[1].reports[1].connections.shared());
+  // A window that reads nothing of rank 1 lets its reports go; the next one converts again.
+  (void)buildSnapshot(job_, record({}), {}, config, clock_.wallNow(), &cache);
+  (void)buildSnapshot(job_, record({c}), {}, config, clock_.wallNow(), &cache);
+  EXPECT_EQ(cache.converted(), 1u);
+  // Without a cache every report is converted, into the same samples.
+  const c4d::JobSnapshot uncached =
+      buildSnapshot(job_, record({b, c}), {}, config, clock_.wallNow());
+  EXPECT_NE(uncached.ranks[1].reports[0].connections.shared(),
+            second.ranks[1].reports[0].connections.shared());
+  EXPECT_EQ(uncached.ranks[1].reports[1].connections[0].bytes, 3000u);
+}
+
+// A PodFactsCache reads an unchanged pod (the same resourceVersion) by its version alone: the
+// facts are read again when the version changes, every time for a pod without one, and a pod not
+// read since the last sweep is let go.
+TEST_F(DetectorTest, APodsFactsAreReadAgainWhenItsResourceVersionChanges) {
+  Json pod = *pods_.store().get("team/llm-1");
+  pod["metadata"]["resourceVersion"] = "41";
+  pod["status"]["phase"] = "Running";
+  PodFactsCache cache;
+  EXPECT_EQ(cache.of("team/llm-1", pod).state, c4d::PodState::kRunning);
+  // Not what the API server does (every change of a pod changes its version): shows the key.
+  pod["status"]["phase"] = "Failed";
+  EXPECT_EQ(cache.of("team/llm-1", pod).state, c4d::PodState::kRunning);
+  pod["metadata"]["resourceVersion"] = "42";
+  EXPECT_EQ(cache.of("team/llm-1", pod).state, c4d::PodState::kFailed);
+  EXPECT_EQ(cache.of("team/llm-1", pod).node, podFactsOf(pod).node);
+
+  Json unversioned = pod;
+  unversioned["metadata"].erase("resourceVersion");
+  EXPECT_EQ(cache.of("team/llm-2", unversioned).state, c4d::PodState::kFailed);
+  unversioned["status"]["phase"] = "Succeeded";
+  EXPECT_EQ(cache.of("team/llm-2", unversioned).state, c4d::PodState::kSucceeded);
+
+  cache.sweep();
+  EXPECT_EQ(cache.size(), 2u);
+  (void)cache.of("team/llm-1", pod);
+  cache.sweep();
+  EXPECT_EQ(cache.size(), 1u) << "llm-2 was not read since the last sweep";
+}
+
 TEST_F(DetectorTest, TheSnapshotCarriesTheReportsCommunicators) {
   ingest::RecentReports record;
   record.ns = "team";
