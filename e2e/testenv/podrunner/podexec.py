@@ -9,7 +9,7 @@ non-root one none) and no_new_privs. Standard library only.
 
   podexec.py <spec.json>
 spec: {"argv": [...], "env": {...}, "workdir": str|null, "mounts": [{"src","dst","readOnly"}],
-       "hosts": path|null, "created_dirs": path,
+       "hosts": path|null,
        "privileges": null|{"uid", "gid", "groups": [gid...], "bounding": [cap...], "noNewPrivs"}}
 """
 import ctypes
@@ -17,6 +17,8 @@ import json
 import os
 import shutil
 import sys
+
+import hostpaths
 
 MS_RDONLY = 1
 MS_REMOUNT = 32
@@ -36,7 +38,8 @@ def mount_bind(src, dst, read_only):
 
 
 def ensure_target(path, is_file, record):
-    """Creates a missing mount point (recording what it created so the runner can remove it)."""
+    """Creates a missing mount point, passing what it created to `record` (hostpaths: the last
+    runner on the machine to stop removes them)."""
     missing = []
     p = os.path.dirname(path) if is_file else path
     while p and p != "/" and not os.path.exists(p):
@@ -49,14 +52,14 @@ def ensure_target(path, is_file, record):
             os.mkdir(d)
         except FileExistsError:
             continue
-        record.write(d + "\n")
+        record(d)
     if is_file:
         try:
             with open(path, "x"):
                 pass
         except FileExistsError:
             return
-        record.write(path + "\n")
+        record(path)
 
 
 def setpriv_argv(priv):
@@ -80,11 +83,10 @@ def main():
     with open(sys.argv[1]) as f:
         spec = json.load(f)
     if os.geteuid() == 0:
-        with open(spec["created_dirs"], "a") as record:
-            for m in spec["mounts"]:
-                is_file = os.path.isfile(m["src"])
-                ensure_target(m["dst"], is_file, record)
-                mount_bind(m["src"], m["dst"], m.get("readOnly", False))
+        for m in spec["mounts"]:
+            is_file = os.path.isfile(m["src"])
+            ensure_target(m["dst"], is_file, hostpaths.record)
+            mount_bind(m["src"], m["dst"], m.get("readOnly", False))
         if spec.get("hosts"):
             mount_bind(spec["hosts"], "/etc/hosts", False)
     if spec.get("workdir"):

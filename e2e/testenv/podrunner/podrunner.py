@@ -27,6 +27,7 @@ import time
 import traceback
 import ctypes
 
+import hostpaths
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
@@ -693,8 +694,7 @@ class PodWorker:
         with open(spec_path, "w") as f:
             json.dump({"argv": argv, "env": env, "workdir": c.spec.working_dir, "mounts": mounts,
                        "privileges": priv,
-                       "hosts": self.hosts_path if os.geteuid() == 0 else None,
-                       "created_dirs": os.path.join(self.r.dir, "pods", "created-paths")}, f)
+                       "hosts": self.hosts_path if os.geteuid() == 0 else None}, f)
         prefix = []
         netns = self.r.netns_of(self.node)
         if netns:
@@ -905,6 +905,7 @@ class Runner:
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self.proxies = []
+        self.host_users = None  # hostpaths.Users while running as root
 
     def node_ip(self, node):
         i = int(node.rsplit("-", 1)[1])
@@ -1094,27 +1095,17 @@ class Runner:
         os._exit(0)
 
     def remove_created_paths(self):
-        path = os.path.join(self.dir, "pods", "created-paths")
-        try:
-            with open(path) as f:
-                created = sorted(set(line.strip() for line in f if line.strip()),
-                                 key=len, reverse=True)
-        except OSError:
-            return
-        for p in created:
-            try:
-                if os.path.isdir(p):
-                    os.rmdir(p)
-                elif os.path.isfile(p) and os.path.getsize(p) == 0:
-                    os.remove(p)
-            except OSError:
-                pass
-        os.remove(path)
+        """The mount points the pods created on the host, if this is the machine's last runner
+        (hostpaths: another cluster's pods may have mounts on them)."""
+        if self.host_users is not None and self.host_users.leave():
+            log("removed the pods' mount points on the host (the last runner here)")
 
     def run(self):
         signal.signal(signal.SIGTERM, self.shutdown)
         signal.signal(signal.SIGINT, self.shutdown)
         os.makedirs(os.path.join(self.dir, "pods"), exist_ok=True)
+        # Only root creates mount points on the host (podexec.py).
+        self.host_users = hostpaths.Users() if os.geteuid() == 0 else None
         if self.fabric:
             for i in range(self.nodes):
                 for port in [self.api_port] + self.host_ports:
