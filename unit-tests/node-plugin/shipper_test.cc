@@ -418,6 +418,17 @@ HttpResponse acceptedBy(const std::string& instance) {
   return HttpResponse{200, "{\"accepted\":1}", {}, {}, instance};
 }
 
+// Sends what `s` buffers to operator process "a", then has process "b" answer: the batch after that
+// answer is the resend, if there is one.
+const report::NodeReport& resentToANewInstance(Shipper& s, ScriptedTransport& transport) {
+  transport.script.push_back(acceptedBy("a"));
+  while (s.bufferedReports() + s.bufferedNotices() > 0) s.sendNow();
+  transport.script.push_back(acceptedBy("b"));
+  s.sendNow();
+  s.sendNow();
+  return transport.posted.back().report;
+}
+
 // What the node plugin heard of rank 1 before its process exited (its trainer's progress comes
 // from another process: another pid), then the exit.
 void rankOneLivesAndExits(Shipper& s) {
@@ -533,12 +544,7 @@ TEST_F(ShipperTest, LastWordsAreBoundedInBytesAndAFloodingPodLosesItsOwn) {
   }
   EXPECT_EQ(s->lastWordsKept(), 1u);
   EXPECT_GE(s->lastWordsBytes(), exited) << "the exited rank's words went";
-  transport_.script.push_back(acceptedBy("a"));
-  while (s->bufferedReports() + s->bufferedNotices() > 0) s->sendNow();
-  transport_.script.push_back(acceptedBy("b"));
-  s->sendNow();
-  s->sendNow();
-  const report::NodeReport& replay = transport_.posted.back().report;
+  const report::NodeReport& replay = resentToANewInstance(*s, transport_);
   ASSERT_TRUE(replay.replay);
   ASSERT_EQ(replay.reports.size(), 1u);
   EXPECT_EQ(replay.reports[0].id.pod, "job-1");
@@ -602,12 +608,7 @@ TEST_F(ShipperTest, AnExitRecordedLaterLetsTheExpiredWordsGo) {
   exited.kind = report::AnomalyKind::kProcessExited;
   s->add(exited);
   EXPECT_EQ(s->lastWordsKept(), 1u) << "rank 1's words went when rank 2's exit came";
-  transport_.script.push_back(acceptedBy("a"));
-  while (s->bufferedReports() + s->bufferedNotices() > 0) s->sendNow();
-  transport_.script.push_back(acceptedBy("b"));
-  s->sendNow();
-  s->sendNow();
-  const report::NodeReport& replay = transport_.posted.back().report;
+  const report::NodeReport& replay = resentToANewInstance(*s, transport_);
   ASSERT_TRUE(replay.replay);
   EXPECT_TRUE(replay.reports.empty());
   ASSERT_EQ(replay.notices.size(), 1u);

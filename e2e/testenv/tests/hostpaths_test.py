@@ -16,28 +16,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "podrunner"))
 import hostpaths  # noqa: E402
+from checks import check, summary, wait_for  # noqa: E402
 
-FAILED = []
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what, flush=True)
-    if not ok:
-        FAILED.append(what)
-
-
-def wait_for(pred, seconds):
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.02)
-    return pred()
 
 
 def registry_and_lock(work):
@@ -78,7 +62,7 @@ def pod_with_token(work, mount_point):
               f'while [ ! -e "{go}" ]; do sleep 0.02; done; cat "{mount_point}/token" 2>&1')
     proc = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
                             stdout=subprocess.PIPE, text=True)
-    if not wait_for(lambda: os.path.exists(ready), 10):
+    if not wait_for(lambda: os.path.exists(ready), 10, every=0.02):
         proc.kill()
         raise RuntimeError("the pod's mount did not come up")
     return proc, go
@@ -120,11 +104,7 @@ def main():
             print("skip the mount namespace part: needs root and unshare", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    if FAILED:
-        print(f"{len(FAILED)} check(s) failed", flush=True)
-        return 1
-    print("all checks passed", flush=True)
-    return 0
+    return summary()
 
 
 if __name__ == "__main__":

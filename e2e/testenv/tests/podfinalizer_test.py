@@ -16,24 +16,9 @@ import uuid
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "podrunner"))
 import podfinalizer  # noqa: E402
+from checks import check, summary, wait_for  # noqa: E402
 from kubernetes import client, config  # noqa: E402
 
-FAILED = []
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what, flush=True)
-    if not ok:
-        FAILED.append(what)
-
-
-def wait_for(pred, seconds):
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.1)
-    return pred()
 
 
 def main():
@@ -93,11 +78,7 @@ def main():
             v1.delete_namespaced_pod("p", ns, grace_period_seconds=0)
         except client.ApiException:
             pass
-    if FAILED:
-        print(f"{len(FAILED)} check(s) failed", flush=True)
-        return 1
-    print("PASS", flush=True)
-    return 0
+    return summary("PASS")
 
 
 if __name__ == "__main__":
